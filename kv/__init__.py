@@ -1,0 +1,1 @@
+"""The Redis store: key builders, Lua scripts and the Store class."""

@@ -1,0 +1,193 @@
+"""The store: one class whose intent-named methods each do one atomic Redis operation.
+
+Scripts live in ``kv/lua/*.lua`` and are registered once (``register_script`` reloads them
+after a Redis restart empties the script cache). Scripts answer small codes, mapped here
+to domain results, so the web layer never sees Redis replies. Connection failures and
+timeouts become ``StoreUnavailable`` (503): signing and recording fail closed.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+
+from kv import keys
+from receipts.errors import StoreUnavailable
+
+LUA_DIR = Path(__file__).parent / "lua"
+P = ParamSpec("P")
+T = TypeVar("T")
+
+UNAVAILABLE_ERRORS = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.BusyLoadingError,
+    redis_errors.ReadOnlyError,
+    OSError,
+)
+
+
+def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    @functools.wraps(func)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await func(*args, **kwargs)
+        except UNAVAILABLE_ERRORS as exc:
+            raise StoreUnavailable("the receipt store is unreachable; try again shortly") from exc
+
+    return wrapper
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """What an API key stands for. ``key_hash`` is ``sha256:<hex>``; the raw key is never kept."""
+
+    key_hash: str
+    project_id: str
+    actor_id: str
+    plan: str
+    revoked: bool
+    created_at: str
+
+
+class IssueOutcome(enum.Enum):
+    ISSUED = 0
+    REPLAY = 1
+    IDEMPOTENCY_CONFLICT = 2
+    TIP_MOVED = 3
+    NO_PROJECT = 4
+
+
+@dataclass(frozen=True)
+class IssueResult:
+    outcome: IssueOutcome
+    receipt_id: str | None = None
+    tip: str | None = None
+
+
+class Store:
+    """Async access to every record. Construct with a redis-py asyncio client (or fakeredis)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self._issue = client.register_script((LUA_DIR / "issue_receipt.lua").read_text())
+        self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    @_unavailable_as_503
+    async def ping(self) -> bool:
+        return bool(await self.client.ping())
+
+    @_unavailable_as_503
+    async def create_project(self, *, project_id: str, name: str, created_at: str, key: KeyRecord) -> None:
+        """Create the project with its first key. Raises ``ValueError`` if the id exists."""
+        created = await self._create_project(
+            keys=[keys.project_key(project_id), keys.project_api_keys_key(project_id)],
+            args=[name, created_at, key.key_hash],
+        )
+        if not created:
+            raise ValueError(f"project {project_id} already exists")
+        await self._write_key_record(key)
+
+    async def _write_key_record(self, key: KeyRecord) -> None:
+        await self.client.hset(
+            keys.api_key_key(key.key_hash),
+            mapping={
+                "project_id": key.project_id,
+                "actor_id": key.actor_id,
+                "plan": key.plan,
+                "revoked": "1" if key.revoked else "0",
+                "created_at": key.created_at,
+            },
+        )
+
+    @_unavailable_as_503
+    async def find_api_key(self, key_hash: str) -> KeyRecord | None:
+        """The record for a key hash, or None when unknown."""
+        raw = await self.client.hgetall(keys.api_key_key(key_hash))
+        if not raw:
+            return None
+        fields = {_text(k): _text(v) for k, v in raw.items()}
+        return KeyRecord(
+            key_hash=key_hash,
+            project_id=fields.get("project_id") or "",
+            actor_id=fields.get("actor_id") or "",
+            plan=fields.get("plan") or "free",
+            revoked=fields.get("revoked") == "1",
+            created_at=fields.get("created_at") or "",
+        )
+
+    @_unavailable_as_503
+    async def revoke_api_key(self, key_hash: str) -> bool:
+        """Mark a key revoked. False when no such key exists (nothing is written)."""
+        name = keys.api_key_key(key_hash)
+        if not await self.client.exists(name):
+            return False
+        await self.client.hset(name, "revoked", "1")
+        return True
+
+    @_unavailable_as_503
+    async def read_tip(self, project_id: str) -> tuple[bool, str | None]:
+        """(project exists, main chain tip or None)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.exists(keys.project_key(project_id))
+        pipe.hget(keys.project_key(project_id), "tip")
+        exists, tip = await pipe.execute()
+        return bool(exists), _text(tip) or None
+
+    @_unavailable_as_503
+    async def issue_receipt(
+        self,
+        *,
+        project_id: str,
+        receipt_id: str,
+        receipt_hash: str,
+        receipt_json: bytes,
+        built_on_tip: str | None,
+        on_main: bool,
+        replay_key: str,
+        fingerprint: str,
+    ) -> IssueResult:
+        """Record a signed receipt if its tip still holds and it is not a replay."""
+        reply: Any = await self._issue(
+            keys=[
+                keys.project_key(project_id),
+                keys.idempotency_key(project_id, replay_key),
+                keys.receipt_key(receipt_id),
+                keys.receipt_hash_key(project_id, receipt_hash),
+            ],
+            args=[built_on_tip or "", receipt_json, receipt_id, receipt_hash, "1" if on_main else "0", fingerprint],
+        )
+        outcome = IssueOutcome(int(reply[0]))
+        value = _text(reply[1])
+        if outcome is IssueOutcome.REPLAY:
+            return IssueResult(outcome, receipt_id=value)
+        if outcome is IssueOutcome.TIP_MOVED:
+            return IssueResult(outcome, tip=value or None)
+        return IssueResult(outcome)
+
+    @_unavailable_as_503
+    async def get_receipt_json(self, receipt_id: str) -> bytes | None:
+        """The stored receipt bytes, or None (unknown, expired or deleted)."""
+        value = await self.client.get(keys.receipt_key(receipt_id))
+        return value.encode("utf-8") if isinstance(value, str) else value
+
+    @_unavailable_as_503
+    async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
+        """The id of the project's receipt with this hash, or None."""
+        return _text(await self.client.get(keys.receipt_hash_key(project_id, receipt_hash)))

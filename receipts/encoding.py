@@ -1,0 +1,40 @@
+"""Small encodings shared by the receipt format: sha256 tags, base64url without padding."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from typing import NewType
+
+HashStr = NewType("HashStr", str)
+"""A ``sha256:<64 lowercase hex>`` string."""
+
+HASH_PREFIX = "sha256:"
+HASH_RE = re.compile(r"sha256:[0-9a-fA-F]{64}")
+
+
+def sha256_tag(data: bytes) -> HashStr:
+    """Return ``sha256:<lowercase hex>`` of ``data``."""
+    return HashStr(HASH_PREFIX + hashlib.sha256(data).hexdigest())
+
+
+def is_hash_str(value: object) -> bool:
+    """True for ``sha256:`` followed by exactly 64 hex characters (either case)."""
+    return isinstance(value, str) and HASH_RE.fullmatch(value) is not None
+
+
+def b64url_encode(data: bytes) -> str:
+    """base64url without padding, as the contract uses for keys and signatures."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    """Decode base64url with or without padding. Raises ``ValueError`` on bad input."""
+    if not isinstance(text, str) or not re.fullmatch(r"[A-Za-z0-9_-]*={0,2}", text):
+        raise ValueError("not base64url")
+    stripped = text.rstrip("=")
+    try:
+        return base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
+    except (ValueError, TypeError) as exc:
+        raise ValueError("not base64url") from exc

@@ -1,0 +1,92 @@
+"""One root for every error the service reports, each with a stable code and status.
+
+The web layer renders any ``ServiceError`` as the contract's JSON error body; anything
+else becomes a 500 ``internal_error`` without details.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServiceError(Exception):
+    """Base of all errors with a public code. ``details`` must never hold secrets."""
+
+    code: ClassVar[str] = "internal_error"
+    status: ClassVar[int] = 500
+    headers: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class BadRequest(ServiceError):
+    code = "bad_request"
+    status = 400
+
+
+class ForbiddenContent(BadRequest):
+    code = "forbidden_content"
+
+
+class Unauthorized(ServiceError):
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(ServiceError):
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(ServiceError):
+    code = "not_found"
+    status = 404
+
+
+class MethodNotAllowed(ServiceError):
+    code = "method_not_allowed"
+    status = 405
+
+
+class IdempotencyConflict(ServiceError):
+    code = "idempotency_conflict"
+    status = 409
+
+
+class PayloadTooLarge(ServiceError):
+    code = "payload_too_large"
+    status = 413
+
+
+class UnsupportedMediaType(ServiceError):
+    code = "unsupported_media_type"
+    status = 415
+
+
+class InternalError(ServiceError):
+    code = "internal_error"
+    status = 500
+
+
+class SigningKeyUnavailable(ServiceError):
+    code = "signing_key_unavailable"
+    status = 500
+
+
+class StoreUnavailable(ServiceError):
+    """The store did not answer; fail closed rather than issue unrecorded receipts."""
+
+    code = "store_unavailable"
+    status = 503
+    headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
+
+
+class ChainContention(ServiceError):
+    """The project's tip kept moving under us for every allowed retry."""
+
+    code = "chain_contention"
+    status = 503
+    headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}

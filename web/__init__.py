@@ -1,0 +1,1 @@
+"""HTTP edge: Sanic app factory, blueprints, error rendering, pages."""

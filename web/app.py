@@ -1,0 +1,85 @@
+"""The Sanic application factory: config, store, signing keys, blueprints, listeners."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from sanic import HTTPResponse, Request, Sanic
+
+from kv.connect import open_store
+from kv.store import Store
+from web import info, pages, receipts_api
+from web.config import Settings, load_settings, warn
+from web.demo import announce_demo_key
+from web.errors import JsonErrorHandler
+from web.issuing import ReceiptIssuer
+from web.request_ids import request_id_of
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+SOCKET_BODY_LIMIT = 16 * 1024
+_app_numbers = itertools.count(1)
+App = Sanic[Any, Any]
+
+
+def create_app(settings: Settings | None = None, *, store: Store | None = None, name: str | None = None) -> App:
+    """Build the app. ``store`` is injected by tests; otherwise it is opened at server start.
+
+    Every response carries ``X-Request-Id``; every error is the contract's JSON body.
+    """
+    settings = settings or load_settings()
+    app: App = Sanic(name or f"eps{next(_app_numbers)}", error_handler=JsonErrorHandler())
+    app.config.REQUEST_MAX_SIZE = SOCKET_BODY_LIMIT
+    app.config.FALLBACK_ERROR_FORMAT = "json"
+    app.config.ACCESS_LOG = False
+    app.config.MOTD = False
+    app.ctx.settings = settings
+    app.ctx.static_dir = STATIC_DIR
+    if store is not None:
+        _attach_store(app, store)
+
+    app.blueprint(info.bp)
+    app.blueprint(receipts_api.bp)
+    app.blueprint(pages.bp)
+    app.static("/static", STATIC_DIR, name="static")
+
+    @app.on_request
+    async def assign_request_id(request: Request) -> None:
+        request_id_of(request)
+
+    @app.on_response
+    async def add_request_id(request: Request, response: HTTPResponse) -> None:
+        response.headers["X-Request-Id"] = request_id_of(request)
+
+    @app.before_server_start
+    async def open_resources(app: App) -> None:
+        if getattr(app.ctx, "store", None) is None:
+            _attach_store(app, open_store(settings.redis_url))
+            app.ctx.owns_store = True
+        if settings.embedded:
+            warn(
+                "no REDIS_URL: using the embedded in-process store. NOTHING SURVIVES A RESTART, "
+                "and every worker would have its own store. Set REDIS_URL for real use."
+            )
+            if settings.ephemeral_signing_key:
+                await announce_demo_key(app)
+        elif not settings.keyring.can_sign:
+            warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
+
+    @app.after_server_stop
+    async def close_resources(app: App) -> None:
+        if getattr(app.ctx, "owns_store", False):
+            await app.ctx.store.close()
+
+    return app
+
+
+def _attach_store(app: App, store: Store) -> None:
+    app.ctx.store = store
+    app.ctx.issuer = ReceiptIssuer(store, app.ctx.settings.keyring)
+
+
+def create_app_from_env() -> App:
+    """Factory for worker processes (importable by dotted path)."""
+    return create_app(load_settings(), name="eps")

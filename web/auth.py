@@ -1,0 +1,38 @@
+"""Bearer API-key authentication (spec 5, contract 6)."""
+
+from __future__ import annotations
+
+from sanic import Request
+
+from kv.store import KeyRecord, Store
+from receipts.apikeys import hash_api_key, is_plausible_key
+from receipts.errors import Unauthorized
+
+
+def bearer_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+async def authenticate(request: Request, store: Store) -> KeyRecord:
+    """The key record behind the request's bearer key.
+
+    Raises ``Unauthorized`` when the header is missing or malformed, the key length is
+    outside 16-256 (checked before any lookup), or the key is unknown or revoked. The
+    raw key is hashed at once and never logged or stored.
+    """
+    token = bearer_token(request)
+    if token is None:
+        raise Unauthorized("missing or malformed Authorization header; send 'Authorization: Bearer <API key>'")
+    if not is_plausible_key(token):
+        raise Unauthorized("invalid API key")
+    record = await store.find_api_key(hash_api_key(token))
+    if record is None or record.revoked:
+        raise Unauthorized("invalid or revoked API key")
+    return record

@@ -1,0 +1,196 @@
+"""Command-line verbs (contract section 9). ``service.py`` only calls ``main``.
+
+Exit status: 0 success (for ``verify``: every requested check passed), 1 a check failed
+or the thing asked for does not exist, 2 usage, configuration or I/O error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import secrets
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from receipts.apikeys import hash_api_key
+from receipts.encoding import is_hash_str
+from receipts.signing import KeySetError, new_key_set
+from web.config import ConfigError, load_settings
+from web.offline_verify import DEFAULT_BASE_URL, VerifyOptions, render_report, run_verify
+
+HASH_CHUNK = 1 << 20
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="service.py", description="Execution Proof Service")
+    verbs = parser.add_subparsers(dest="verb")
+
+    serve = verbs.add_parser("serve", help="run the HTTP service (the default)")
+    serve.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    serve.add_argument("--workers", type=int, default=int(os.environ.get("WEB_WORKERS", "1")))
+
+    signing = verbs.add_parser("signing-key", help="signing keys").add_subparsers(dest="action", required=True)
+    new = signing.add_parser("new", help="print a new key set JSON for SIGNING_KEYS")
+    new.add_argument("--kid", required=True)
+
+    keys = verbs.add_parser("keys", help="API keys (needs REDIS_URL)").add_subparsers(dest="action", required=True)
+    create = keys.add_parser("create", help="create a project, actor and API key; prints JSON")
+    create.add_argument("--project", required=True, help="project name (a new project is created)")
+    create.add_argument("--plan", required=True, choices=("free", "basic", "pro"))
+    revoke = keys.add_parser("revoke", help="revoke an API key")
+    which = revoke.add_mutually_exclusive_group(required=True)
+    which.add_argument("--api-key")
+    which.add_argument("--key-hash", help="sha256:<hex> of the key")
+
+    digest = verbs.add_parser("hash", help="print sha256:<hex> of a file, computed locally")
+    digest.add_argument("file")
+    salt = digest.add_mutually_exclusive_group()
+    salt.add_argument("--salt", action="store_true", help="hash a fresh random salt + the file; prints the salt")
+    salt.add_argument("--salt-hex", help="reuse a kept salt (hex) to reproduce a salted hash")
+
+    verify = verbs.add_parser("verify", help="verify a receipt without trusting the service")
+    verify.add_argument("receipt", help="receipt JSON (a receipt, or a create/read response body)")
+    verify.add_argument("--input", help="local input file; its hash must equal input_hash")
+    verify.add_argument("--output", help="local output file; its hash must equal output_hash")
+    source = verify.add_mutually_exclusive_group()
+    source.add_argument(
+        "--base-url", help=f"service to fetch public keys (and the chain) from; default {DEFAULT_BASE_URL}"
+    )
+    source.add_argument("--keys", help="saved key set (GET /v1/public-key body): fully offline")
+    verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
+    verify.add_argument("--max-links", type=int, default=1000, help="stop the chain walk after this many links")
+    verify.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(list(argv) or ["serve"])
+    verb = args.verb or "serve"
+    try:
+        if verb == "serve":
+            return _serve(args)
+        if verb == "signing-key":
+            print(orjson.dumps(new_key_set(args.kid), option=orjson.OPT_INDENT_2).decode())
+            return 0
+        if verb == "keys":
+            return _with_store(_keys_create if args.action == "create" else _keys_revoke, args)
+        if verb == "hash":
+            return _hash(args)
+        if verb == "verify":
+            return _verify(args)
+    except (ConfigError, KeySetError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sanic import Sanic
+    from sanic.worker.loader import AppLoader
+
+    from web.app import create_app_from_env
+
+    settings = load_settings()
+    if settings.embedded:
+        if args.workers != 1:
+            print("note: the embedded store lives in one process; serving with 1 worker", file=sys.stderr)
+        app = create_app_from_env()
+        app.run(host=args.host, port=args.port, single_process=True, access_log=False, motd=False)
+        return 0
+    loader = AppLoader(factory=create_app_from_env)
+    app = loader.load()
+    app.prepare(host=args.host, port=args.port, workers=args.workers, access_log=False, motd=False)
+    Sanic.serve(primary=app, app_loader=loader)
+    return 0
+
+
+def _with_store(action: Callable[[Any, argparse.Namespace], Awaitable[int]], args: argparse.Namespace) -> int:
+    settings = load_settings()
+    if settings.embedded:
+        print(
+            "error: keys commands need REDIS_URL; the embedded store lives inside the running "
+            "server (which prints a demo key at start-up)",
+            file=sys.stderr,
+        )
+        return 2
+    from kv.connect import open_store
+
+    async def run() -> int:
+        store = open_store(settings.redis_url)
+        try:
+            return await action(store, args)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+async def _keys_create(store: Any, args: argparse.Namespace) -> int:
+    from web.keys_admin import create_project_key
+
+    created = await create_project_key(store, project_name=args.project, plan=args.plan)
+    print(orjson.dumps(created).decode())
+    return 0
+
+
+async def _keys_revoke(store: Any, args: argparse.Namespace) -> int:
+    if args.key_hash is not None:
+        if not is_hash_str(args.key_hash):
+            print("error: --key-hash must be sha256:<64 hex>", file=sys.stderr)
+            return 2
+        key_hash = args.key_hash.lower()
+    else:
+        key_hash = hash_api_key(args.api_key)
+    revoked = await store.revoke_api_key(key_hash)
+    print(orjson.dumps({"revoked": revoked, "key_hash": key_hash}).decode())
+    return 0 if revoked else 1
+
+
+def hash_file(path: str | Path, salt: bytes = b"") -> str:
+    """``sha256:<hex>`` of ``salt`` followed by the file's bytes, read in chunks."""
+    digest = hashlib.sha256(salt)
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def _hash(args: argparse.Namespace) -> int:
+    if args.salt or args.salt_hex:
+        try:
+            salt = bytes.fromhex(args.salt_hex) if args.salt_hex else secrets.token_bytes(16)
+        except ValueError:
+            print("error: --salt-hex must be hexadecimal", file=sys.stderr)
+            return 2
+        print(hash_file(args.file, salt))
+        print(f"salt: {salt.hex()}  (keep it: the hash is SHA-256 of these salt bytes followed by the file)")
+        return 0
+    print(hash_file(args.file))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    options = VerifyOptions(
+        receipt_path=args.receipt,
+        input_path=args.input,
+        output_path=args.output,
+        base_url=args.base_url or os.environ.get("SERVICE_BASE_URL") or DEFAULT_BASE_URL,
+        keys_path=args.keys,
+        chain=args.chain,
+        max_links=args.max_links,
+    )
+    report = run_verify(options, hash_file)
+    if args.json:
+        print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render_report(report))
+    if report.get("error"):
+        return 2
+    return 0 if report["ok"] else 1

@@ -1,0 +1,70 @@
+"""One handler renders every error as the contract's JSON body (contract section 5)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from sanic import HTTPResponse, Request
+from sanic import exceptions as sanic_errors
+from sanic.handlers import ErrorHandler
+
+from receipts.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    ServiceError,
+)
+from web.request_ids import request_id_of
+
+log = logging.getLogger("eps.errors")
+
+
+def error_response(request: Request | None, error: ServiceError) -> HTTPResponse:
+    """The JSON error body with ``request_id``; ``X-Request-Id`` is set on it too."""
+    request_id = request_id_of(request)
+    body: dict[str, Any] = {"error": {"code": error.code, "message": error.message}}
+    if error.details:
+        body["error"]["details"] = error.details
+    body["request_id"] = request_id
+    headers = {"X-Request-Id": request_id, **error.headers}
+    return HTTPResponse(orjson.dumps(body), status=error.status, headers=headers, content_type="application/json")
+
+
+def as_service_error(exception: Exception) -> ServiceError:
+    """Map framework errors to stable codes; anything unknown is a bare 500."""
+    if isinstance(exception, ServiceError):
+        return exception
+    if isinstance(exception, sanic_errors.NotFound):
+        return NotFound("no such resource")
+    if isinstance(exception, sanic_errors.MethodNotAllowed):
+        error = MethodNotAllowed("method not allowed on this resource")
+        allowed = getattr(exception, "allowed_methods", None)
+        if allowed:
+            error.details = {"allowed": sorted(allowed)}
+        return error
+    if isinstance(exception, sanic_errors.PayloadTooLarge):
+        return PayloadTooLarge("request body too large")
+    if isinstance(exception, sanic_errors.SanicException) and 400 <= exception.status_code < 500:
+        return BadRequest("malformed HTTP request")
+    return ServiceError("internal error")
+
+
+class JsonErrorHandler(ErrorHandler):
+    def default(self, request: Request, exception: Exception) -> HTTPResponse:
+        error = as_service_error(exception)
+        if error.status >= 500 and not isinstance(exception, ServiceError):
+            log.error(
+                "unhandled %s on %s %s (request %s)",
+                type(exception).__name__,
+                getattr(request, "method", "?"),
+                getattr(request, "path", "?"),
+                request_id_of(request),
+                exc_info=exception,
+            )
+        response = error_response(request, error)
+        if isinstance(exception, sanic_errors.MethodNotAllowed) and error.details:
+            response.headers["Allow"] = ", ".join(error.details["allowed"])
+        return response

@@ -1,0 +1,48 @@
+"""Entry information and the public signing keys (spec 4.1, 4.2)."""
+
+from __future__ import annotations
+
+from sanic import Blueprint, HTTPResponse, Request
+from sanic.response import json as json_response
+
+from receipts.errors import SigningKeyUnavailable
+
+bp = Blueprint("info")
+
+ENDPOINTS = {
+    "public_key": "GET /v1/public-key - the Ed25519 keys that sign receipts (no key needed)",
+    "create_receipt": "POST /v1/receipts - issue a signed receipt for your hashes (Bearer API key)",
+    "get_receipt": "GET /v1/receipts/{receipt_id} - read a receipt publicly by id",
+    "verify": "POST /v1/verify - check a receipt against your hashes (Bearer API key)",
+}
+
+
+def base_url(request: Request) -> str:
+    """``PUBLIC_BASE_URL`` when configured, else what the request was addressed to."""
+    configured = request.app.ctx.settings.public_base_url
+    return configured or f"{request.scheme}://{request.host}"
+
+
+@bp.get("/", name="root")
+@bp.get("/health", name="health")
+async def entry(request: Request) -> HTTPResponse:
+    return json_response(
+        {
+            "product": "Execution Proof Service",
+            "subtitle": "Ed25519-signed, chained receipts for hashes you compute yourself",
+            "env": request.app.ctx.settings.env,
+            "docs_url": base_url(request) + "/docs",
+            "endpoints": ENDPOINTS,
+        }
+    )
+
+
+@bp.get("/v1/public-key")
+async def public_key(request: Request) -> HTTPResponse:
+    keyring = request.app.ctx.settings.keyring
+    if not keyring.keys or keyring.active_kid is None:
+        raise SigningKeyUnavailable("no signing key is configured")
+    return json_response(
+        keyring.public_keys_json(),
+        headers={"Cache-Control": "public, max-age=300", "Access-Control-Allow-Origin": "*"},
+    )

@@ -1,0 +1,159 @@
+"""Issuing a receipt: chain placement, signing and the atomic compare-and-set, with retries.
+
+Within one process a project's creates are serialised by a lock and its tip is cached,
+so contention retries only happen between processes; the store's script is the single
+source of truth (a stale cached tip just costs one retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from kv.store import IssueOutcome, KeyRecord, Store
+from receipts.errors import (
+    ChainContention,
+    IdempotencyConflict,
+    NotFound,
+    SigningKeyUnavailable,
+)
+from receipts.ids import new_receipt_id
+from receipts.model import (
+    CreateRequest,
+    build_receipt,
+    format_created_at,
+    idempotency_fingerprint,
+    place_in_chain,
+    replay_key,
+)
+from receipts.signing import KeyRing
+
+MAX_ATTEMPTS = 32
+TIP_CACHE_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A receipt from a create: new (``replayed`` False) or the earlier one for a replay."""
+
+    receipt_json: bytes
+    receipt: dict[str, Any]
+    replay_key: str
+    replayed: bool
+
+
+class ProjectLocks:
+    """One asyncio lock per project, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, project_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(project_id, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[project_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[project_id]
+            if users == 1:
+                del self._locks[project_id]
+            else:
+                self._locks[project_id] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+class ReceiptIssuer:
+    def __init__(
+        self,
+        store: Store,
+        keyring: KeyRing,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.store = store
+        self.keyring = keyring
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.locks = ProjectLocks()
+        self._tips: OrderedDict[str, str | None] = OrderedDict()
+
+    def _remember_tip(self, project_id: str, tip: str | None) -> None:
+        self._tips[project_id] = tip
+        self._tips.move_to_end(project_id)
+        while len(self._tips) > TIP_CACHE_SIZE:
+            self._tips.popitem(last=False)
+
+    async def issue(self, req: CreateRequest, key: KeyRecord, header_key: str | None) -> Issued:
+        """Issue (or replay) a receipt for ``req`` on ``key``'s project.
+
+        Raises ``NotFound`` (project gone), ``IdempotencyConflict`` (header reused with
+        another body), ``ChainContention`` (tip kept moving), ``SigningKeyUnavailable``
+        and ``StoreUnavailable``.
+        """
+        if not self.keyring.can_sign:
+            raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
+        project_id = key.project_id
+        fingerprint = idempotency_fingerprint(project_id, req)
+        rkey = replay_key(fingerprint, header_key)
+        async with self.locks.hold(project_id):
+            tip: str | None
+            if project_id in self._tips:
+                tip = self._tips[project_id]
+            else:
+                exists, tip = await self.store.read_tip(project_id)
+                if not exists:
+                    raise NotFound("the project of this API key does not exist")
+            for _ in range(MAX_ATTEMPTS):
+                now = self.clock_ms()
+                placement = place_in_chain(req.prev_receipt_hash, tip)
+                receipt = build_receipt(
+                    req,
+                    receipt_id=new_receipt_id(project_id, now),
+                    project_id=project_id,
+                    actor_id=key.actor_id,
+                    created_at=format_created_at(now),
+                    placement=placement,
+                    keyring=self.keyring,
+                )
+                receipt_json = orjson.dumps(receipt)
+                result = await self.store.issue_receipt(
+                    project_id=project_id,
+                    receipt_id=receipt["receipt_id"],
+                    receipt_hash=receipt["receipt_hash"],
+                    receipt_json=receipt_json,
+                    built_on_tip=tip,
+                    on_main=placement.advances_tip,
+                    replay_key=rkey,
+                    fingerprint=fingerprint,
+                )
+                if result.outcome is IssueOutcome.ISSUED:
+                    self._remember_tip(project_id, receipt["receipt_hash"] if placement.advances_tip else tip)
+                    return Issued(receipt_json, receipt, rkey, replayed=False)
+                if result.outcome is IssueOutcome.TIP_MOVED:
+                    tip = result.tip
+                    self._remember_tip(project_id, tip)
+                    continue
+                if result.outcome is IssueOutcome.REPLAY:
+                    return await self._replay(result.receipt_id or "", rkey)
+                if result.outcome is IssueOutcome.IDEMPOTENCY_CONFLICT:
+                    raise IdempotencyConflict("this Idempotency-Key was already used with a different request body")
+                self._tips.pop(project_id, None)
+                raise NotFound("the project of this API key does not exist")
+        raise ChainContention("the project's chain is too busy right now; retry the request")
+
+    async def _replay(self, receipt_id: str, rkey: str) -> Issued:
+        stored = await self.store.get_receipt_json(receipt_id)
+        if stored is None:
+            raise NotFound("the receipt for this request was issued earlier and has since been removed")
+        return Issued(stored, orjson.loads(stored), rkey, replayed=True)

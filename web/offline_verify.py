@@ -1,0 +1,218 @@
+"""Third-party verification (spec 1.11, steps a-e) for the ``verify`` command.
+
+Only the pure core decides; this module fetches (public keys, chain links) or reads
+saved files, and renders the report. Nothing here trusts the service's own verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from receipts.model import recompute_hash_or_none
+from receipts.signing import KeyRing, KeySetError, load_key_ring
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+HTTP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    receipt_path: str
+    input_path: str | None = None
+    output_path: str | None = None
+    base_url: str = DEFAULT_BASE_URL
+    keys_path: str | None = None
+    chain: bool = False
+    max_links: int = 1000
+
+
+class VerifyInputError(Exception):
+    """A file or the service could not be read; the report carries the message."""
+
+
+def extract_receipt(document: Any) -> dict[str, Any]:
+    """The receipt inside a saved document: a bare receipt or a create/read response body."""
+    if isinstance(document, dict) and isinstance(document.get("receipt"), dict):
+        document = document["receipt"]
+    if not isinstance(document, dict) or "receipt_hash" not in document:
+        raise VerifyInputError("the file holds no receipt (expected a receipt object or a response body)")
+    return document
+
+
+def _load_json_file(path: str) -> Any:
+    try:
+        return orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise VerifyInputError(f"{path} is not valid JSON") from exc
+
+
+def _fetch_json(client: httpx.Client, url: str, params: dict[str, str] | None = None) -> Any | None:
+    """GET a JSON document; None for 404; ``VerifyInputError`` for anything else."""
+    try:
+        response = client.get(url, params=params)
+    except httpx.HTTPError as exc:
+        raise VerifyInputError(f"cannot reach {url}: {exc}") from exc
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise VerifyInputError(f"{url} answered HTTP {response.status_code}")
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise VerifyInputError(f"{url} did not answer JSON") from exc
+
+
+def _load_keys(options: VerifyOptions, client: httpx.Client) -> tuple[KeyRing, str]:
+    if options.keys_path:
+        document, source = _load_json_file(options.keys_path), options.keys_path
+    else:
+        source = options.base_url.rstrip("/") + "/v1/public-key"
+        document = _fetch_json(client, source)
+        if document is None:
+            raise VerifyInputError(f"{source} not found")
+    try:
+        return load_key_ring(document), source
+    except KeySetError as exc:
+        raise VerifyInputError(f"key set from {source} is malformed: {exc}") from exc
+
+
+def _check_signature(receipt: dict[str, Any], keyring: KeyRing) -> bool:
+    receipt_hash, signature, kid = receipt.get("receipt_hash"), receipt.get("signature"), receipt.get("sig_kid")
+    if not all(isinstance(v, str) for v in (receipt_hash, signature, kid)):
+        return False
+    return keyring.verify(kid, receipt_hash, signature)  # type: ignore[arg-type]
+
+
+def _walk_chain(
+    receipt: dict[str, Any], keyring: KeyRing, client: httpx.Client, options: VerifyOptions
+) -> tuple[list[dict[str, Any]], bool, bool]:
+    """(links, all links good, stopped at max_links)."""
+    links: list[dict[str, Any]] = []
+    current = receipt
+    base = options.base_url.rstrip("/")
+    while isinstance(current.get("prev_receipt_hash"), str):
+        if len(links) >= options.max_links:
+            return links, all(link["ok"] for link in links), True
+        prev_hash = current["prev_receipt_hash"]
+        document = _fetch_json(
+            client, f"{base}/v1/receipts/{prev_hash}", params={"project_id": str(current.get("project_id"))}
+        )
+        if document is None:
+            links.append({"receipt_hash": prev_hash, "found": False, "ok": False})
+            break
+        prev = extract_receipt(document)
+        recompute_ok = recompute_hash_or_none(prev) == prev_hash and prev.get("receipt_hash") == prev_hash
+        signature_ok = _check_signature(prev, keyring)
+        same_project = prev.get("project_id") == receipt.get("project_id")
+        links.append(
+            {
+                "receipt_id": prev.get("receipt_id"),
+                "receipt_hash": prev_hash,
+                "found": True,
+                "receipt_hash_recompute": recompute_ok,
+                "signature": signature_ok,
+                "same_project": same_project,
+                "ok": recompute_ok and signature_ok and same_project,
+            }
+        )
+        current = prev
+    return links, all(link["ok"] for link in links), False
+
+
+def run_verify(options: VerifyOptions, hash_file: Callable[[str], str]) -> dict[str, Any]:
+    """Verify one receipt; the report says every check, ``ok`` and any ``error``."""
+    report: dict[str, Any] = {"ok": False, "checks": {}, "error": None}
+    try:
+        receipt = extract_receipt(_load_json_file(options.receipt_path))
+        report.update(
+            receipt_id=receipt.get("receipt_id"),
+            project_id=receipt.get("project_id"),
+            created_at=receipt.get("created_at"),
+            receipt_hash=receipt.get("receipt_hash"),
+            sig_kid=receipt.get("sig_kid"),
+        )
+        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            keyring, source = _load_keys(options, client)
+            kid = receipt.get("sig_kid")
+            report["key"] = {
+                "source": source,
+                "kid": kid,
+                "known": kid in keyring.keys,
+                "active": kid == keyring.active_kid if kid in keyring.keys else None,
+            }
+            checks = report["checks"]
+            recomputed = recompute_hash_or_none(receipt)
+            report["recomputed_receipt_hash"] = recomputed
+            checks["receipt_hash_recompute"] = recomputed is not None and recomputed == receipt.get("receipt_hash")
+            checks["signature"] = _check_signature(receipt, keyring)
+            for name, path, field in (
+                ("input_hash", options.input_path, "input_hash"),
+                ("output_hash", options.output_path, "output_hash"),
+            ):
+                if path is not None:
+                    try:
+                        local = hash_file(path)
+                    except OSError as exc:
+                        raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
+                    report[f"local_{name}"] = local
+                    checks[name] = local == receipt.get(field)
+            if options.chain:
+                links, chain_ok, truncated = _walk_chain(receipt, keyring, client, options)
+                report["chain"] = {"links": links, "truncated": truncated}
+                checks["chain"] = chain_ok
+        report["ok"] = all(checks.values())
+    except VerifyInputError as exc:
+        report["error"] = str(exc)
+    return report
+
+
+def _mark(ok: bool) -> str:
+    return "[ok]  " if ok else "[FAIL]"
+
+
+def render_report(report: dict[str, Any]) -> str:
+    """A report a person can read."""
+    if report.get("error"):
+        return f"error: {report['error']}"
+    checks = report["checks"]
+    key = report.get("key", {})
+    lines = [f"Receipt {report.get('receipt_id')} (project {report.get('project_id')}, {report.get('created_at')})"]
+    lines.append(
+        f"  {_mark(checks['receipt_hash_recompute'])} self-consistency: receipt_hash recomputed from the "
+        f"fields is {report.get('recomputed_receipt_hash')}"
+    )
+    if not key.get("known"):
+        key_text = f"key {key.get('kid')!r} is not in the key set from {key.get('source')}"
+    else:
+        state = "the active key" if key.get("active") else "a retired key"
+        key_text = f"Ed25519 signature by key {key.get('kid')!r} ({state}, from {key.get('source')})"
+    lines.append(f"  {_mark(checks['signature'])} {key_text}")
+    for name in ("input_hash", "output_hash"):
+        if name in checks:
+            lines.append(
+                f"  {_mark(checks[name])} local file hash {report[f'local_{name}']} "
+                f"{'matches' if checks[name] else 'does NOT match'} {name}"
+            )
+    if "chain" in checks:
+        chain = report["chain"]
+        lines.append(f"  {_mark(checks['chain'])} chain: {len(chain['links'])} earlier link(s) checked")
+        for link in chain["links"]:
+            if not link["found"]:
+                lines.append(f"      [FAIL] {link['receipt_hash']} not found (deleted or past retention)")
+            else:
+                lines.append(f"      {_mark(link['ok'])} {link['receipt_id']} {link['receipt_hash']}")
+        if chain["truncated"]:
+            lines.append("      (stopped at --max-links; earlier links not checked)")
+    lines.append("Verdict: " + ("VALID" if report["ok"] else "INVALID"))
+    lines.append(
+        "(A valid receipt proves these hashes were signed by the service's key; it does not prove the raw data.)"
+    )
+    return "\n".join(lines)

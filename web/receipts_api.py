@@ -1,0 +1,119 @@
+"""Create, read and verify receipts (spec 4.3-4.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from sanic import Blueprint, HTTPResponse, Request
+
+from kv.store import Store
+from receipts.encoding import is_hash_str
+from receipts.errors import BadRequest, Forbidden, NotFound
+from receipts.ids import is_project_id, is_receipt_id
+from receipts.model import (
+    chain_object,
+    check_idempotency_header,
+    parse_create_request,
+    parse_verify_request,
+    verify_receipt,
+)
+from web.auth import authenticate
+from web.bodies import check_body_size, json_body
+from web.issuing import ReceiptIssuer
+
+bp = Blueprint("receipts")
+
+CREATE_BODY_LIMIT = 16 * 1024
+VERIFY_BODY_LIMIT = 8 * 1024
+JSON = "application/json"
+PUBLIC_READ_HEADERS = {"Cache-Control": "public, max-age=60", "Access-Control-Allow-Origin": "*"}
+
+
+def _splice(parts: list[tuple[str, bytes]]) -> bytes:
+    """A JSON object from already-serialised values, so stored receipt bytes pass unchanged."""
+    return b"{" + b",".join(orjson.dumps(name) + b":" + raw for name, raw in parts) + b"}"
+
+
+@bp.post("/v1/receipts")
+async def create_receipt(request: Request) -> HTTPResponse:
+    store: Store = request.app.ctx.store
+    issuer: ReceiptIssuer = request.app.ctx.issuer
+    check_body_size(request, CREATE_BODY_LIMIT)
+    key = await authenticate(request, store)
+    req = parse_create_request(json_body(request))
+    if req.claimed_project_id is not None and req.claimed_project_id != key.project_id:
+        raise Forbidden("project_id does not match the API key's project", {"field": "project_id"})
+    if req.claimed_actor_id is not None and req.claimed_actor_id != key.actor_id:
+        raise Forbidden("actor_id does not match the API key's actor", {"field": "actor_id"})
+    header_key = check_idempotency_header(request.headers.get("idempotency-key"))
+    issued = await issuer.issue(req, key, header_key)
+    body = _splice(
+        [
+            ("ok", b"true"),
+            ("receipt", issued.receipt_json),
+            ("idempotency", orjson.dumps({"hit": issued.replayed, "key": issued.replay_key})),
+            ("chain", orjson.dumps(chain_object(issued.receipt))),
+        ]
+    )
+    status = 200 if issued.replayed else 201
+    headers = {"Location": f"/v1/receipts/{issued.receipt['receipt_id']}"}
+    return HTTPResponse(body, status=status, headers=headers, content_type=JSON)
+
+
+async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes:
+    """Stored bytes for a receipt id, or for a receipt hash within ``project_id``."""
+    if is_receipt_id(ref):
+        stored = await store.get_receipt_json(ref)
+    elif is_hash_str(ref):
+        if project_id is None or not is_project_id(project_id):
+            raise BadRequest(
+                "looking a receipt up by its hash needs the project: add ?project_id=prj_...",
+                {"field": "project_id"},
+            )
+        receipt_id = await store.find_receipt_id_by_hash(project_id, ref.lower())
+        stored = await store.get_receipt_json(receipt_id) if receipt_id else None
+    else:
+        stored = None
+    if stored is None:
+        raise NotFound("receipt not found (unknown id, or past its retention window)")
+    return stored
+
+
+@bp.get("/v1/receipts/<receipt_ref:str>")
+async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
+    stored = await _load_receipt(request.app.ctx.store, receipt_ref, request.args.get("project_id"))
+    body = _splice([("ok", b"true"), ("receipt", stored)])
+    return HTTPResponse(body, status=200, headers=PUBLIC_READ_HEADERS, content_type=JSON)
+
+
+@bp.post("/v1/verify")
+async def verify(request: Request) -> HTTPResponse:
+    store: Store = request.app.ctx.store
+    check_body_size(request, VERIFY_BODY_LIMIT)
+    key = await authenticate(request, store)
+    req = parse_verify_request(json_body(request))
+    stored = await store.get_receipt_json(req.receipt_id) if is_receipt_id(req.receipt_id) else None
+    if stored is None:
+        raise NotFound("receipt not found (unknown id, or past its retention window)")
+    receipt: dict[str, Any] = orjson.loads(stored)
+    if receipt.get("project_id") != key.project_id:
+        raise Forbidden("this receipt belongs to another project")
+    prev = await _find_prev(store, receipt)
+    result = verify_receipt(
+        receipt,
+        request.app.ctx.settings.keyring,
+        input_hash=req.input_hash,
+        output_hash=req.output_hash,
+        prev_receipt=prev,
+    )
+    return HTTPResponse(orjson.dumps(result), status=200, content_type=JSON)
+
+
+async def _find_prev(store: Store, receipt: dict[str, Any]) -> dict[str, Any] | None:
+    prev_hash = receipt.get("prev_receipt_hash")
+    if not isinstance(prev_hash, str):
+        return None
+    prev_id = await store.find_receipt_id_by_hash(receipt["project_id"], prev_hash)
+    prev_json = await store.get_receipt_json(prev_id) if prev_id else None
+    return orjson.loads(prev_json) if prev_json is not None else None
