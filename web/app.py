@@ -54,6 +54,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
 
     @app.before_server_start
     async def open_resources(app: App) -> None:
+        if getattr(app.ctx, "started", False):
+            return
+        app.ctx.started = True
         if getattr(app.ctx, "store", None) is None:
             _attach_store(app, open_store(settings.redis_url))
             app.ctx.owns_store = True

@@ -1,0 +1,184 @@
+"""Shared fixtures: a real redis-server per session, stores, a fixed signing key, the app.
+
+Tests that need a binary that is missing skip with the reason, unless
+REQUIRE_REAL_SERVICES=1 (set by .ci/run), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import orjson
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from kv.store import Store
+from receipts.signing import KeyRing, load_key_ring
+from web.app import create_app
+from web.config import Settings
+from web.keys_admin import create_project_key
+
+ASSETS = Path(__file__).parent / "assets"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def require_real_services() -> bool:
+    return os.environ.get("REQUIRE_REAL_SERVICES") == "1"
+
+
+def missing_binary(name: str, why: str) -> None:
+    """Skip (or, under REQUIRE_REAL_SERVICES=1, fail) because ``name`` is not installed."""
+    message = f"{name} is not installed: {why}"
+    if require_real_services():
+        pytest.fail(message + " (REQUIRE_REAL_SERVICES=1 forbids skipping)")
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server on a free loopback port in its own temporary directory."""
+
+    def __init__(self, binary: str, extra: list[str] | None = None) -> None:
+        self.dir = tempfile.mkdtemp(prefix="eps-redis-")
+        self.port = free_port()
+        self.binary = binary
+        self.extra = extra or []
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", self.dir,
+            "--save", "",
+            "--appendonly", "no",
+            "--logfile", os.path.join(self.dir, "redis.log"),
+            *self.extra,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.02)
+        client.close()
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process and self.process.poll() is None:
+            if kill:
+                self.process.kill()
+            else:
+                self.process.terminate()
+            self.process.wait(10)
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing_binary("redis-server", "store behaviour is proven on a real Redis")
+    assert binary is not None
+    server = RedisServer(binary)
+    server.start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session's real Redis, emptied for this test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def vectors() -> dict[str, Any]:
+    return dict(orjson.loads((ASSETS / "receipt_vectors.json").read_bytes()))
+
+
+@pytest.fixture(scope="session")
+def signing_keys_json() -> str:
+    """A fixed two-key set: ``test-2026`` active, ``test-2025`` retired (public only)."""
+    return (ASSETS / "signing_keys.json").read_text()
+
+
+@pytest.fixture(scope="session")
+def keyring(signing_keys_json: str) -> KeyRing:
+    return load_key_ring(signing_keys_json)
+
+
+@pytest.fixture(params=["fakeredis", "redis-server"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """The same tests on the embedded store and on a real redis-server."""
+    if request.param == "fakeredis":
+        client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    else:
+        client = aioredis.from_url(request.getfixturevalue("redis_url"))
+    store = Store(client)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def settings(keyring: KeyRing) -> Settings:
+    return Settings(redis_url="redis://injected-by-tests", keyring=keyring, env="test")
+
+
+@pytest.fixture
+def app(settings: Settings, store: Store) -> Any:
+    return create_app(settings, store=store)
+
+
+@pytest.fixture
+def client(app: Any) -> Any:
+    """sanic-testing's ASGI client: ``_, response = await client.get(...)``."""
+    return app.asgi_client
+
+
+@pytest.fixture
+async def api_key(store: Store) -> dict[str, Any]:
+    """A fresh project with a free key: api_key, project_id, actor_id, plan, key_hash."""
+    return await create_project_key(store, project_name="tests", plan="free")
+
+
+def auth(key: dict[str, Any] | str) -> dict[str, str]:
+    raw = key if isinstance(key, str) else key["api_key"]
+    return {"Authorization": f"Bearer {raw}", "Content-Type": "application/json"}
+
+
+def hash_of(label: str) -> str:
+    """A deterministic, valid ``sha256:`` value for a test label."""
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(label.encode()).hexdigest()

@@ -1,0 +1,259 @@
+"""Real service processes for tests: ``python service.py serve`` as a subprocess, and the CLI.
+
+``ServiceProcess`` starts the server on a free loopback port with a chosen environment,
+captures stdout/stderr to files (so a test can read the printed demo key), waits until
+``GET /health`` answers and stops it (SIGTERM, then SIGKILL of its own process group).
+``ServicePool`` owns several and stops them all; the ``service_factory`` fixture hands one
+to a test. Modules load the fixture with ``pytest_plugins = ("tests.servers",)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import REPO, free_port
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+CLI_TIMEOUT_S = 60.0
+POLL_S = 0.05
+
+# Variables that would change what a started process does; each test states its own.
+CONFIG_VARIABLES = (
+    "REDIS_URL",
+    "SIGNING_KEYS",
+    "LIMITS",
+    "PUBLIC_BASE_URL",
+    "SERVICE_BASE_URL",
+    "SERVICE_API_KEY",
+    "SERVICE_ENV",
+    "HOST",
+    "PORT",
+    "WEB_WORKERS",
+    "RETENTION_DAYS",
+    "JOBS_REDIS_URL",
+    "REDIS_CLUSTER",
+)
+
+# Tests send bursts from one address; the checks still run (contract 4), just with room.
+RAISED_LIMITS = {
+    "plans": {name: {"per_minute": 1_000_000, "monthly": 10_000_000} for name in ("free", "basic", "pro")},
+    "ip_per_minute": {
+        "public_key": 1_000_000,
+        "get_receipt": 1_000_000,
+        "unauthenticated": 1_000_000,
+        "authenticated": 1_000_000,
+    },
+}
+
+
+def clean_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """The test runner's environment without service configuration, plus ``extra``.
+
+    A ``None`` value in ``extra`` leaves the variable unset.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARIABLES}
+    env["PYTHONUNBUFFERED"] = "1"
+    for name, value in (extra or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+class ServiceProcess:
+    """One ``python service.py serve`` process on a free loopback port."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        workers: int = 1,
+        redis_url: str | None = None,
+        signing_keys: str | None = None,
+        limits: Mapping[str, Any] | None = RAISED_LIMITS,
+        env: Mapping[str, str | None] | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.workers = workers
+        self.log_dir = log_dir
+        self.stdout_path = log_dir / f"service-{self.port}.stdout"
+        self.stderr_path = log_dir / f"service-{self.port}.stderr"
+        extra: dict[str, str | None] = {
+            "REDIS_URL": redis_url,
+            "SIGNING_KEYS": signing_keys,
+            "LIMITS": orjson.dumps(limits).decode() if limits is not None else None,
+        }
+        extra.update(env or {})
+        self.env = clean_env(extra)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "service.py", "serve",
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--workers", str(self.workers),
+        ]  # fmt: skip
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace") if self.stdout_path.exists() else ""
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def _failure(self, why: str) -> str:
+        return f"{why}\n--- stdout ---\n{self.stdout()[-4000:]}\n--- stderr ---\n{self.stderr()[-4000:]}"
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> ServiceProcess:
+        """Start and wait until ``GET /health`` answers 200; fail with the captured output."""
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            # A session of its own, so stop() can reach the worker processes by group id.
+            self.process = subprocess.Popen(
+                self.command(), cwd=REPO, env=self.env, stdout=out, stderr=err, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=1.0) as client:
+            while True:
+                if self.process.poll() is not None:
+                    pytest.fail(self._failure(f"service exited early with status {self.process.returncode}"))
+                try:
+                    if client.get(self.base_url + "/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    pytest.fail(self._failure(f"service did not answer GET /health within {timeout:.0f} s"))
+                time.sleep(POLL_S)
+        if self.workers > 1:
+            # /health answers once one worker is up; give the others a bounded moment so a
+            # concurrency test really spreads over processes (Sanic logs one line per worker).
+            self.wait_for_output(r"Worker ready", count=self.workers, timeout=10.0, required=False)
+        return self
+
+    def wait_for_output(
+        self, pattern: str, *, count: int = 1, timeout: float = 10.0, required: bool = True
+    ) -> list[re.Match[str]]:
+        """Poll stdout+stderr until ``pattern`` matches ``count`` times (or fail/return at the deadline)."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            matches = list(regex.finditer(self.stdout() + "\n" + self.stderr()))
+            if len(matches) >= count:
+                return matches
+            if time.monotonic() > deadline:
+                if required:
+                    pytest.fail(self._failure(f"{pattern!r} not printed {count} time(s) within {timeout:.0f} s"))
+                return matches
+            time.sleep(POLL_S)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM the server; SIGKILL its process group if it (or a worker) outlives ``timeout``."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_group(process.pid)
+                process.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while _group_alive(process.pid):
+            if time.monotonic() > deadline:
+                self._kill_group(process.pid)
+                break
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _kill_group(pgid: int) -> None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ServicePool:
+    """Starts service processes on demand and stops every one of them at the end."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[ServiceProcess] = []
+
+    def start(self, **options: Any) -> ServiceProcess:
+        service = ServiceProcess(self.log_dir, **options)
+        self.started.append(service)
+        return service.start()
+
+    def stop_all(self) -> None:
+        for service in self.started:
+            service.stop()
+        self.started.clear()
+
+
+@pytest.fixture
+def service_factory(tmp_path: Path) -> Iterator[ServicePool]:
+    """``service_factory.start(workers=..., redis_url=..., signing_keys=...)``; all stopped afterwards."""
+    pool = ServicePool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+def run_cli(
+    *args: str, env: Mapping[str, str | None] | None = None, timeout: float = CLI_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """``python service.py ARGS`` in the repository root with a clean environment plus ``env``."""
+    return subprocess.run(
+        [sys.executable, "service.py", *args],
+        cwd=REPO,
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def create_key_cli(redis_url: str, *, project: str = "tests", plan: str = "pro") -> dict[str, Any]:
+    """``service.py keys create`` against ``redis_url``: the printed JSON (api_key, project_id, ...)."""
+    done = run_cli("keys", "create", "--project", project, "--plan", plan, env={"REDIS_URL": redis_url})
+    assert done.returncode == 0, f"keys create failed ({done.returncode}): {done.stderr}"
+    created: dict[str, Any] = orjson.loads(done.stdout)
+    return created

@@ -1,0 +1,151 @@
+"""The pure core: chain placement, ids, key sets, tags and the content scan."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from receipts.apikeys import hash_api_key, is_plausible_key, new_api_key
+from receipts.content_scan import find_forbidden
+from receipts.errors import BadRequest
+from receipts.ids import RECEIPT_ID_RE, new_project_id, new_receipt_id, new_ulid
+from receipts.model import format_created_at, parse_tags, place_in_chain
+from receipts.signing import KeySetError, load_key_ring, new_key_set
+from tests.conftest import hash_of
+
+TIP, OTHER = hash_of("tip"), hash_of("other")
+
+
+def test_chain_placement_rules() -> None:
+    assert place_in_chain(None, None) == place_in_chain(None, None)
+    first = place_in_chain(None, None)
+    assert (first.chain_status, first.prev_receipt_hash, first.expected_prev_receipt_hash, first.advances_tip) == (
+        "main",
+        None,
+        None,
+        True,
+    )
+    omitted = place_in_chain(None, TIP)
+    assert (omitted.chain_status, omitted.prev_receipt_hash, omitted.advances_tip) == ("main", TIP, True)
+    equal = place_in_chain(TIP, TIP)
+    assert (equal.chain_status, equal.prev_receipt_hash, equal.advances_tip) == ("main", TIP, True)
+    different = place_in_chain(OTHER, TIP)
+    assert (different.chain_status, different.prev_receipt_hash, different.expected_prev_receipt_hash) == (
+        "branch",
+        OTHER,
+        TIP,
+    )
+    assert not different.advances_tip
+    no_tip = place_in_chain(OTHER, None)
+    assert no_tip.chain_status == "branch" and not no_tip.advances_tip
+
+
+def test_ids_are_time_sortable_and_well_formed() -> None:
+    project = new_project_id()
+    ids = [new_receipt_id(project, ms) for ms in (1_000, 2_000, 3_000, 1_700_000_000_000)]
+    assert ids == sorted(ids)
+    assert all(RECEIPT_ID_RE.fullmatch(i) for i in ids)
+    assert len({new_ulid() for _ in range(1000)}) == 1000
+
+
+def test_created_at_format() -> None:
+    assert format_created_at(0) == "1970-01-01T00:00:00.000Z"
+    assert format_created_at(1_700_000_000_123) == "2023-11-14T22:13:20.123Z"
+
+
+def test_api_keys() -> None:
+    key = new_api_key()
+    assert re.fullmatch(r"eps_[A-Za-z0-9_-]{43}", key)
+    assert hash_api_key(key).startswith("sha256:") and key not in hash_api_key(key)
+    assert is_plausible_key("x" * 16) and is_plausible_key("x" * 256)
+    assert not is_plausible_key("x" * 15) and not is_plausible_key("x" * 257)
+
+
+def test_key_set_errors_name_the_problem_without_the_key() -> None:
+    good = new_key_set("k1")
+    secret = good["keys"][0]["private_key_base64url"]
+    cases = [
+        ("not json", "valid JSON"),
+        ({"keys": "x"}, "keys"),
+        ({"keys": [{"kid": "a"}]}, "neither"),
+        ({"keys": [{"kid": "a", "public_key_base64url": "AAAA"}]}, "32 bytes"),
+        ({"keys": good["keys"] * 2}, "duplicate"),
+        ({"active_kid": "zz", "keys": good["keys"]}, "not in keys"),
+        (
+            {
+                "keys": [
+                    {**good["keys"][0], "public_key_base64url": new_key_set("k2")["keys"][0]["public_key_base64url"]}
+                ]
+            },
+            "match",
+        ),
+    ]
+    for document, fragment in cases:
+        with pytest.raises(KeySetError, match=fragment) as info:
+            load_key_ring(orjson.dumps(document) if not isinstance(document, str) else document)
+        assert secret not in str(info.value)
+
+
+def test_tags_null_dropping() -> None:
+    assert parse_tags({"a": None}) is None
+    assert parse_tags({"a": "1", "b": None}) == {"a": "1"}
+    assert parse_tags(None) is None
+    with pytest.raises(BadRequest):
+        parse_tags({"k": 1})
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("mail me: a.b+c@sub.example.co.uk", "email"),
+        ("5500-0000-0000-0004", "card_number"),
+        ("378282246310005", "card_number"),
+        ("tel +1 (415) 555-2671", "phone_number"),
+        ("-----BEGIN OPENSSH PRIVATE KEY-----", "private_key"),
+        ("-----BEGIN PRIVATE KEY-----", "private_key"),
+        ("authorization: bearer 0123456789abcdef", "bearer_token"),
+        ("AIza" + "B" * 35, "cloud_credential"),
+        ("xoxb-1234567890-abcdef", "cloud_credential"),
+        ("sk_live_" + "a" * 24, "cloud_credential"),
+        ("github_pat_" + "A" * 30, "cloud_credential"),
+    ],
+)
+def test_scan_finds_forbidden_shapes(text: str, kind: str) -> None:
+    assert find_forbidden(text) == kind
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "4111 1111 1111 1112",  # fails Luhn
+        "123456789012",  # too short for a card
+        "git:9fceb02d0ae598e95dc970b74767f19372d61af8",
+        "sha256:" + "1" * 64,
+        "release 2026.11.21",
+        "stage=deploy actor_role=ci",
+        "a@b",  # no domain
+        "+123",  # too short for a phone
+        "bearer",  # no token
+    ],
+)
+def test_scan_leaves_ordinary_values_alone(text: str) -> None:
+    assert find_forbidden(text) is None
+
+
+@given(st.text(alphabet=st.characters(categories=["Ll", "Lu", "Nd", "Pd", "Zs"]), max_size=256))
+def test_scan_never_raises(text: str) -> None:
+    assert find_forbidden(text) in (
+        None,
+        "email",
+        "card_number",
+        "phone_number",
+        "private_key",
+        "jwt",
+        "bearer_token",
+        "cloud_credential",
+        "api_key",
+    )

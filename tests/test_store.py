@@ -1,0 +1,124 @@
+"""The store on fakeredis and a real redis-server: slots, script outcomes, script-cache loss."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+
+from kv import keys
+from kv.store import IssueOutcome, Store
+from receipts.ids import new_project_id, new_receipt_id, receipt_slot_tag, slot_tag
+from tests.conftest import hash_of
+from web.keys_admin import create_project_key
+
+LUA = Path(__file__).resolve().parent.parent / "kv" / "lua"
+
+
+def script_key_sets(project_id: str) -> dict[str, list[str]]:
+    """Every key list the store passes to each script, as Store builds them."""
+    receipt_id = new_receipt_id(project_id)
+    return {
+        "issue_receipt.lua": [
+            keys.project_key(project_id),
+            keys.idempotency_key(project_id, "ik_abc"),
+            keys.receipt_key(receipt_id),
+            keys.receipt_hash_key(project_id, hash_of("r")),
+        ],
+        "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],
+    }
+
+
+@pytest.mark.parametrize("attempt", range(50))
+def test_every_script_touches_one_hash_slot(attempt: int) -> None:
+    project_id = new_project_id()
+    for script, key_list in script_key_sets(project_id).items():
+        slots = {key_slot(k.encode()) for k in key_list}
+        assert len(slots) == 1, (script, key_list)
+
+
+def test_every_script_covers_its_declared_keys() -> None:
+    """Each script's header declares exactly the KEYS the store passes; every call names a KEYS entry."""
+    sets = script_key_sets(new_project_id())
+    for path in sorted(LUA.glob("*.lua")):
+        text = path.read_text()
+        declared = {int(n) for n in re.findall(r"^-- KEYS\[(\d+)\]", text, re.M)}
+        assert declared == set(range(1, len(sets[path.name]) + 1)), path.name
+        assert re.search(r"^-- Returns", text, re.M), f"{path.name} must say what it returns"
+        calls = re.findall(r"redis\.call\('(\w+)',\s*([^,)]+)", text)
+        assert calls, path.name
+        for command, first_arg in calls:
+            assert re.fullmatch(r"KEYS\[\d+\]", first_arg.strip()), (
+                f"{path.name}: {command} on {first_arg}: keys must come from KEYS, never be built in Lua"
+            )
+
+
+def test_receipt_ids_carry_their_project_slot_tag() -> None:
+    for _ in range(100):
+        project_id = new_project_id()
+        receipt_id = new_receipt_id(project_id)
+        assert receipt_slot_tag(receipt_id) == slot_tag(project_id)
+        assert key_slot(keys.receipt_key(receipt_id).encode()) == key_slot(keys.project_key(project_id).encode())
+
+
+async def issue(store: Store, project_id: str, tip: str | None, label: str, **overrides: Any) -> Any:
+    receipt_id = new_receipt_id(project_id)
+    args = {
+        "project_id": project_id,
+        "receipt_id": receipt_id,
+        "receipt_hash": hash_of(label),
+        "receipt_json": b'{"receipt_id":"' + receipt_id.encode() + b'"}',
+        "built_on_tip": tip,
+        "on_main": True,
+        "replay_key": "ik_" + label,
+        "fingerprint": "f" + label,
+    }
+    args.update(overrides)
+    return await store.issue_receipt(**args), receipt_id
+
+
+async def test_issue_script_outcomes(store: Store) -> None:
+    created = await create_project_key(store, project_name="p", plan="free")
+    pid = created["project_id"]
+    assert await store.read_tip(pid) == (True, None)
+    result, rid = await issue(store, pid, None, "a")
+    assert result.outcome is IssueOutcome.ISSUED
+    assert await store.read_tip(pid) == (True, hash_of("a"))
+    assert await store.find_receipt_id_by_hash(pid, hash_of("a")) == rid
+    stale, _ = await issue(store, pid, None, "b")
+    assert stale.outcome is IssueOutcome.TIP_MOVED and stale.tip == hash_of("a")
+    replay, _ = await issue(store, pid, None, "a")
+    assert replay.outcome is IssueOutcome.REPLAY and replay.receipt_id == rid
+    conflict, _ = await issue(store, pid, hash_of("a"), "a", fingerprint="other")
+    assert conflict.outcome is IssueOutcome.IDEMPOTENCY_CONFLICT
+    branch, _ = await issue(store, pid, hash_of("a"), "c", on_main=False)
+    assert branch.outcome is IssueOutcome.ISSUED
+    assert await store.read_tip(pid) == (True, hash_of("a")), "a branch leaves the tip alone"
+    missing, _ = await issue(store, new_project_id(), None, "d")
+    assert missing.outcome is IssueOutcome.NO_PROJECT
+
+
+async def test_refused_issue_writes_nothing(store: Store) -> None:
+    created = await create_project_key(store, project_name="p", plan="free")
+    pid = created["project_id"]
+    await issue(store, pid, None, "a")
+    before = sorted(await store.client.keys("*"))
+    tip_before = await store.read_tip(pid)
+    for kwargs in ({"built_on_tip": None}, {"fingerprint": "fa-other", "replay_key": "ik_a"}):
+        result, rid = await issue(store, pid, kwargs.pop("built_on_tip", hash_of("zzz")), "new", **kwargs)
+        assert result.outcome is not IssueOutcome.ISSUED
+        assert await store.get_receipt_json(rid) is None
+    assert sorted(await store.client.keys("*")) == before
+    assert await store.read_tip(pid) == tip_before
+
+
+@pytest.mark.parametrize("store", ["redis-server"], indirect=True)
+async def test_scripts_survive_a_flushed_script_cache(store: Store) -> None:
+    """A Redis restart empties the script cache; register_script reloads on NOSCRIPT."""
+    created = await create_project_key(store, project_name="p", plan="free")
+    await store.client.script_flush()
+    result, _ = await issue(store, created["project_id"], None, "a")
+    assert result.outcome is IssueOutcome.ISSUED
