@@ -30,11 +30,17 @@ def b64url_encode(data: bytes) -> str:
 
 
 def b64url_decode(text: str) -> bytes:
-    """Decode base64url with or without padding. Raises ``ValueError`` on bad input."""
-    if not isinstance(text, str) or not re.fullmatch(r"[A-Za-z0-9_-]*={0,2}", text):
-        raise ValueError("not base64url")
-    stripped = text.rstrip("=")
+    """Decode canonical base64url without padding; raises ``ValueError`` otherwise.
+
+    Strict on purpose: padding, or unused low bits set in the last character, would let a
+    signature or key be written in several ways that decode to the same bytes.
+    """
+    if not isinstance(text, str) or not re.fullmatch(r"[A-Za-z0-9_-]*", text) or len(text) % 4 == 1:
+        raise ValueError("not base64url without padding")
     try:
-        return base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (ValueError, TypeError) as exc:
         raise ValueError("not base64url") from exc
+    if b64url_encode(raw) != text:
+        raise ValueError("not canonical base64url")
+    return raw

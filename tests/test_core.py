@@ -149,3 +149,25 @@ def test_scan_never_raises(text: str) -> None:
         "cloud_credential",
         "api_key",
     )
+
+
+def test_signature_encoding_is_not_malleable(keyring: object) -> None:
+    """Padding or a different last character that decodes to the same bytes must fail."""
+    from receipts.encoding import b64url_decode
+    from receipts.signing import KeyRing
+
+    assert isinstance(keyring, KeyRing)
+    receipt_hash = hash_of("receipt")
+    signature = keyring.sign(receipt_hash)
+    assert keyring.verify("test-2026", receipt_hash, signature)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    same_bytes = [
+        signature[:-1] + c
+        for c in alphabet
+        if c != signature[-1] and alphabet.index(c) >> 4 == alphabet.index(signature[-1]) >> 4
+    ]
+    assert same_bytes, "the last of 86 characters carries 2 bits, so 15 other characters decode alike"
+    for variant in [signature + "==", *same_bytes]:
+        assert not keyring.verify("test-2026", receipt_hash, variant), variant
+    with pytest.raises(ValueError, match="base64url"):
+        b64url_decode(signature + "==")
