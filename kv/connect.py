@@ -9,6 +9,8 @@ from kv.store import Store
 
 CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0
+POOL_SIZE = 64
+POOL_WAIT_S = 5.0
 
 
 def open_store(redis_url: str | None, *, embedded_server: fakeredis.FakeServer | None = None) -> Store:
@@ -17,12 +19,17 @@ def open_store(redis_url: str | None, *, embedded_server: fakeredis.FakeServer |
     The embedded store keeps nothing across restarts and is private to one process.
     """
     if redis_url:
-        client = aioredis.from_url(
+        # A blocking pool makes a burst wait for a free connection (up to POOL_WAIT_S)
+        # instead of failing: redis-py's default pool raises past 100 connections, which
+        # would turn load into false "store unavailable" answers.
+        pool = aioredis.BlockingConnectionPool.from_url(
             redis_url,
+            max_connections=POOL_SIZE,
+            timeout=POOL_WAIT_S,
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             socket_timeout=COMMAND_TIMEOUT_S,
             health_check_interval=30,
         )
-        return Store(client)
+        return Store(aioredis.Redis(connection_pool=pool))
     server = embedded_server or fakeredis.FakeServer()
     return Store(fakeredis.FakeAsyncRedis(server=server))

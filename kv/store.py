@@ -95,14 +95,20 @@ class Store:
 
     @_unavailable_as_503
     async def create_project(self, *, project_id: str, name: str, created_at: str, key: KeyRecord) -> None:
-        """Create the project with its first key. Raises ``ValueError`` if the id exists."""
+        """Create the project with its first key. Raises ``ValueError`` if the id exists.
+
+        The key record lives in its own slot, so the two writes cannot share a script. It is
+        written first: if the project write then fails, the key points at a project that
+        does not exist (404 on use), and since the raw key was never shown, nobody holds it.
+        """
+        await self._write_key_record(key)
         created = await self._create_project(
             keys=[keys.project_key(project_id), keys.project_api_keys_key(project_id)],
             args=[name, created_at, key.key_hash],
         )
         if not created:
+            await self.client.delete(keys.api_key_key(key.key_hash))
             raise ValueError(f"project {project_id} already exists")
-        await self._write_key_record(key)
 
     async def _write_key_record(self, key: KeyRecord) -> None:
         await self.client.hset(

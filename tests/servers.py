@@ -4,11 +4,13 @@
 captures stdout/stderr to files (so a test can read the printed demo key), waits until
 ``GET /health`` answers and stops it (SIGTERM, then SIGKILL of its own process group).
 ``ServicePool`` owns several and stops them all; the ``service_factory`` fixture hands one
-to a test. Modules load the fixture with ``pytest_plugins = ("tests.servers",)``.
+to a test: a module declares ``service_factory = service_pool_fixture()``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
@@ -17,11 +19,12 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import orjson
 import pytest
+import redis
 
 from tests.conftest import REPO, free_port
 
@@ -131,23 +134,28 @@ class ServiceProcess:
             )
         deadline = time.monotonic() + timeout
         with httpx.Client(timeout=1.0) as client:
-            while True:
+            while not (self._answers_health(client) and self._workers_ready()):
                 if self.process.poll() is not None:
                     pytest.fail(self._failure(f"service exited early with status {self.process.returncode}"))
-                try:
-                    if client.get(self.base_url + "/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
                 if time.monotonic() > deadline:
                     self.stop()
-                    pytest.fail(self._failure(f"service did not answer GET /health within {timeout:.0f} s"))
+                    pytest.fail(self._failure(f"service was not ready within {timeout:.0f} s"))
                 time.sleep(POLL_S)
-        if self.workers > 1:
-            # /health answers once one worker is up; give the others a bounded moment so a
-            # concurrency test really spreads over processes (Sanic logs one line per worker).
-            self.wait_for_output(r"Worker ready", count=self.workers, timeout=10.0, required=False)
         return self
+
+    def _answers_health(self, client: httpx.Client) -> bool:
+        try:
+            return client.get(self.base_url + "/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _workers_ready(self) -> bool:
+        """Every worker has told Sanic's manager it is up (the manager logs one line per worker).
+
+        /health answers as soon as one worker serves; a SIGTERM before every worker has
+        acknowledged start-up leaves Sanic's manager waiting ~30 s, so start() waits for both.
+        """
+        return len(re.findall(r"Worker ready", self.stdout() + self.stderr())) >= self.workers
 
     def wait_for_output(
         self, pattern: str, *, count: int = 1, timeout: float = 10.0, required: bool = True
@@ -165,13 +173,18 @@ class ServiceProcess:
                 return matches
             time.sleep(POLL_S)
 
+    def request_stop(self) -> None:
+        """Send SIGTERM without waiting (``stop`` then waits), so several servers stop in parallel."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM the server; SIGKILL its process group if it (or a worker) outlives ``timeout``."""
         process = self.process
         if process is None:
             return
         if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+            self.request_stop()
             try:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -186,10 +199,8 @@ class ServiceProcess:
 
     @staticmethod
     def _kill_group(pgid: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def __enter__(self) -> ServiceProcess:
         return self.start()
@@ -220,20 +231,33 @@ class ServicePool:
         self.started.append(service)
         return service.start()
 
+    def __enter__(self) -> ServicePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
     def stop_all(self) -> None:
+        for service in self.started:
+            service.request_stop()
         for service in self.started:
             service.stop()
         self.started.clear()
 
 
-@pytest.fixture
-def service_factory(tmp_path: Path) -> Iterator[ServicePool]:
-    """``service_factory.start(workers=..., redis_url=..., signing_keys=...)``; all stopped afterwards."""
-    pool = ServicePool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.stop_all()
+def service_pool_fixture(scope: Literal["function", "module", "session"] = "function") -> Any:
+    """A pytest fixture (of ``scope``) yielding a ``ServicePool`` whose servers stop at teardown.
+
+    In a test module: ``service_factory = service_pool_fixture()``, then
+    ``service_factory.start(workers=..., redis_url=..., signing_keys=...)`` in a test.
+    """
+
+    @pytest.fixture(scope=scope)
+    def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServicePool]:
+        with ServicePool(tmp_path_factory.mktemp("services")) as started:
+            yield started
+
+    return pool
 
 
 def run_cli(
@@ -257,3 +281,52 @@ def create_key_cli(redis_url: str, *, project: str = "tests", plan: str = "pro")
     assert done.returncode == 0, f"keys create failed ({done.returncode}): {done.stderr}"
     created: dict[str, Any] = orjson.loads(done.stdout)
     return created
+
+
+def raw_json_member(body: bytes, name: str) -> bytes:
+    """The exact bytes of the top-level member ``name`` of a JSON object (for byte-for-byte checks)."""
+    text = body.decode("utf-8")
+    decoder = json.JSONDecoder()
+    space = re.compile(r"[ \t\r\n]*")
+    index = space.match(text, 0).end()  # type: ignore[union-attr]
+    if text[index : index + 1] != "{":
+        raise ValueError("not a JSON object")
+    index += 1
+    while True:
+        index = space.match(text, index).end()  # type: ignore[union-attr]
+        key, index = decoder.raw_decode(text, index)
+        index = space.match(text, index).end()  # type: ignore[union-attr]
+        if text[index] != ":":
+            raise ValueError("malformed JSON object")
+        start = space.match(text, index + 1).end()  # type: ignore[union-attr]
+        _, end = decoder.raw_decode(text, start)
+        if key == name:
+            return text[start:end].encode("utf-8")
+        index = space.match(text, end).end()  # type: ignore[union-attr]
+        if text[index] == "}":
+            raise KeyError(name)
+        if text[index] != ",":
+            raise ValueError("malformed JSON object")
+        index += 1
+
+
+def assert_error_body(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The contract's error shape (contract 5): status, code, message, request_id = X-Request-Id."""
+    assert response.status_code == status, response.text
+    assert response.headers.get("content-type", "").startswith("application/json")
+    body: dict[str, Any] = orjson.loads(response.content)
+    assert set(body) == {"error", "request_id"}, body
+    assert body["error"]["code"] == code, body
+    assert isinstance(body["error"]["message"], str)
+    assert body["error"]["message"]
+    assert set(body["error"]) <= {"code", "message", "details"}
+    assert isinstance(body["request_id"], str)
+    assert body["request_id"]
+    assert response.headers.get("x-request-id") == body["request_id"]
+    return body
+
+
+def redis_snapshot(redis_url: str) -> dict[bytes, bytes | None]:
+    """Every key of the database with its serialised value: equal snapshots mean nothing was written."""
+    with redis.Redis.from_url(redis_url) as conn:
+        return {name: conn.dump(name) for name in conn.scan_iter(count=1000)}  # type: ignore[misc]

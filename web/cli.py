@@ -20,6 +20,7 @@ import orjson
 
 from receipts.apikeys import hash_api_key
 from receipts.encoding import is_hash_str
+from receipts.errors import StoreUnavailable
 from receipts.signing import KeySetError, new_key_set
 from web.config import ConfigError, load_settings
 from web.offline_verify import DEFAULT_BASE_URL, VerifyOptions, render_report, run_verify
@@ -123,13 +124,22 @@ def _with_store(action: Callable[[Any, argparse.Namespace], Awaitable[int]], arg
     from kv.connect import open_store
 
     async def run() -> int:
-        store = open_store(settings.redis_url)
+        try:
+            store = open_store(settings.redis_url)
+        except ValueError:
+            # The URL may hold a password: say what is wrong without echoing it.
+            print("error: REDIS_URL is not a Redis URL (redis://, rediss:// or unix://)", file=sys.stderr)
+            return 2
         try:
             return await action(store, args)
         finally:
             await store.close()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except StoreUnavailable:
+        print("error: the store at REDIS_URL is unreachable (is Redis running?)", file=sys.stderr)
+        return 2
 
 
 async def _keys_create(store: Any, args: argparse.Namespace) -> int:

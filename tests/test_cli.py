@@ -1,0 +1,489 @@
+"""The command line (contract 9), run as ``python service.py ...`` subprocesses.
+
+Operator verbs (``signing-key new``, ``keys create``/``revoke``) are checked against a
+running server on the session's real redis-server; ``hash`` against hashlib; ``verify``
+fully offline (the server that issued the receipts is stopped first) and through a
+running service (``--base-url``, ``--chain``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import redis
+
+from kv.keys import receipt_key
+from receipts.encoding import b64url_decode
+from receipts.signing import load_key_ring
+from tests.conftest import ASSETS, RedisServer, auth, free_port, hash_of
+from tests.servers import (
+    ServicePool,
+    ServiceProcess,
+    assert_error_body,
+    create_key_cli,
+    redis_snapshot,
+    run_cli,
+    service_pool_fixture,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
+
+CLI_KID = "cli-test-1"
+API_KEY_RE = re.compile(r"eps_[A-Za-z0-9_-]{43}")
+HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
+
+module_services = service_pool_fixture("module")
+
+
+@pytest.fixture(scope="module")
+def cli_key_set() -> str:
+    """``signing-key new`` output, used as the main server's SIGNING_KEYS."""
+    done = run_cli("signing-key", "new", "--kid", CLI_KID)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def service(module_services: ServicePool, redis_server: RedisServer, cli_key_set: str) -> ServiceProcess:
+    return module_services.start(workers=1, redis_url=redis_server.url, signing_keys=cli_key_set)
+
+
+@pytest.fixture
+def http(service: ServiceProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=service.base_url, timeout=10.0) as client:
+        yield client
+
+
+@pytest.fixture
+def key(service: ServiceProcess, redis_server: RedisServer) -> dict[str, Any]:
+    return create_key_cli(redis_server.url, project="cli", plan="pro")
+
+
+def issue(http: httpx.Client, key: dict[str, Any], **fields: Any) -> httpx.Response:
+    response = http.post("/v1/receipts", content=orjson.dumps(fields), headers=auth(key))
+    assert response.status_code == 201, response.text
+    return response
+
+
+def dead_base_url() -> str:
+    """A loopback URL where nothing listens: any attempt to go online fails loudly."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def verify(*args: str | Path, base_url: str | None = None) -> Any:
+    """``service.py verify ARGS``; SERVICE_BASE_URL points nowhere unless ``base_url`` is given."""
+    return run_cli("verify", *map(str, args), env={"SERVICE_BASE_URL": base_url or dead_base_url()})
+
+
+def failed_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "[FAIL]" in line]
+
+
+# --- signing-key new -----------------------------------------------------------------
+
+
+def test_signing_key_new_prints_a_key_set_the_server_accepts(
+    cli_key_set: str, http: httpx.Client, key: dict[str, Any]
+) -> None:
+    printed = orjson.loads(cli_key_set)
+    assert printed["active_kid"] == CLI_KID
+    (entry,) = printed["keys"]
+    assert entry["kid"] == CLI_KID
+    assert len(b64url_decode(entry["private_key_base64url"])) == 32
+    assert len(b64url_decode(entry["public_key_base64url"])) == 32
+
+    published = http.get("/v1/public-key")
+    assert published.status_code == 200
+    assert published.json() == {
+        "keys": [{"kid": CLI_KID, "alg": "Ed25519", "public_key_base64url": entry["public_key_base64url"]}],
+        "active_kid": CLI_KID,
+    }
+    receipt = issue(http, key, input_hash=hash_of("signed-by-cli-key")).json()["receipt"]
+    assert receipt["sig_kid"] == CLI_KID
+    assert load_key_ring(printed).verify(CLI_KID, receipt["receipt_hash"], receipt["signature"])
+
+
+def test_signing_key_new_makes_a_fresh_key_each_time_and_rejects_bad_kids() -> None:
+    first, second = (run_cli("signing-key", "new", "--kid", "k1") for _ in range(2))
+    assert first.returncode == second.returncode == 0
+    assert (
+        orjson.loads(first.stdout)["keys"][0]["private_key_base64url"]
+        != (orjson.loads(second.stdout)["keys"][0]["private_key_base64url"])
+    )
+    bad = run_cli("signing-key", "new", "--kid", "no spaces allowed")
+    assert bad.returncode == 2
+    assert "kid" in bad.stderr
+    assert bad.stdout == ""
+
+
+# --- keys create / revoke ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("plan", ["free", "basic", "pro"])
+def test_keys_create_prints_the_new_key(redis_server: RedisServer, plan: str) -> None:
+    created = create_key_cli(redis_server.url, project=f"plan-{plan}", plan=plan)
+    assert {"api_key", "project_id", "actor_id", "plan"} <= set(created)
+    assert API_KEY_RE.fullmatch(created["api_key"]), created["api_key"]
+    assert len(b64url_decode(created["api_key"].removeprefix("eps_"))) == 32
+    assert created["project_id"].startswith("prj_")
+    assert created["actor_id"].startswith("act_")
+    assert created["plan"] == plan
+    assert created["key_hash"] == "sha256:" + hashlib.sha256(created["api_key"].encode()).hexdigest()
+
+
+def test_keys_create_makes_distinct_projects_and_keys(redis_server: RedisServer) -> None:
+    one, two = (create_key_cli(redis_server.url, project="same-name", plan="free") for _ in range(2))
+    assert one["api_key"] != two["api_key"]
+    assert one["project_id"] != two["project_id"]
+    assert one["actor_id"] != two["actor_id"]
+
+
+def test_keys_create_without_redis_url_exits_2() -> None:
+    done = run_cli("keys", "create", "--project", "nowhere", "--plan", "free")
+    assert done.returncode == 2
+    assert "REDIS_URL" in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("redis_url", "message"),
+    [
+        ("redis://127.0.0.1:{port}/0", "unreachable"),
+        ("http://operator:s3cret-password@127.0.0.1:{port}/0", "not a Redis URL"),
+    ],
+    ids=["unreachable", "not-a-redis-url"],
+)
+def test_keys_create_with_a_bad_store_exits_2_without_a_traceback(redis_url: str, message: str) -> None:
+    url = redis_url.format(port=free_port())
+    done = run_cli("keys", "create", "--project", "nowhere", "--plan", "free", env={"REDIS_URL": url})
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "s3cret" not in done.stderr
+    assert done.stdout == ""
+
+
+def wait_for_status(http: httpx.Client, key: dict[str, Any], status: int, timeout: float = 5.0) -> httpx.Response:
+    """POST a fresh create until it answers ``status`` (bounded), returning the last answer."""
+    deadline = time.monotonic() + timeout
+    attempt = 0
+    while True:
+        attempt += 1
+        response = http.post(
+            "/v1/receipts",
+            content=orjson.dumps({"input_hash": hash_of(f"poll-{attempt}-{time.time()}")}),
+            headers=auth(key),
+        )
+        if response.status_code == status or time.monotonic() > deadline:
+            return response
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("by", ["--api-key", "--key-hash"])
+def test_keys_revoke_makes_the_key_401(
+    http: httpx.Client, key: dict[str, Any], redis_server: RedisServer, by: str
+) -> None:
+    issue(http, key, input_hash=hash_of("before-revoke"))
+    value = key["api_key"] if by == "--api-key" else key["key_hash"]
+    done = run_cli("keys", "revoke", by, value, env={"REDIS_URL": redis_server.url})
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout) == {"revoked": True, "key_hash": key["key_hash"]}
+    assert_error_body(wait_for_status(http, key, 401), 401, "unauthorized")
+    other = create_key_cli(redis_server.url, project="not-revoked", plan="free")
+    issue(http, other, input_hash=hash_of("other key still works"))
+
+
+@pytest.mark.parametrize(
+    ("by", "value"),
+    [("--api-key", "eps_" + "A" * 43), ("--key-hash", "sha256:" + "0" * 64)],
+)
+def test_keys_revoke_unknown_key_exits_1(redis_server: RedisServer, by: str, value: str) -> None:
+    before = redis_snapshot(redis_server.url)
+    done = run_cli("keys", "revoke", by, value, env={"REDIS_URL": redis_server.url})
+    assert done.returncode == 1
+    assert orjson.loads(done.stdout)["revoked"] is False
+    assert redis_snapshot(redis_server.url) == before
+
+
+def test_keys_revoke_malformed_key_hash_exits_2(redis_server: RedisServer) -> None:
+    done = run_cli("keys", "revoke", "--key-hash", "sha256:nothex", env={"REDIS_URL": redis_server.url})
+    assert done.returncode == 2
+    assert "--key-hash" in done.stderr
+
+
+# --- hash ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 11, 5 * 1024 * 1024 + 123], ids=["empty", "small", "multi-MB"])
+def test_hash_equals_hashlib(tmp_path: Path, size: int) -> None:
+    data = hashlib.shake_256(b"content").digest(size) if size else b""
+    path = tmp_path / "data.bin"
+    path.write_bytes(data)
+    done = run_cli("hash", str(path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_hash_with_salt_is_reproducible(tmp_path: Path) -> None:
+    data = b"the raw input never leaves this machine\n"
+    path = tmp_path / "input.txt"
+    path.write_bytes(data)
+    salted = run_cli("hash", str(path), "--salt")
+    assert salted.returncode == 0, salted.stderr
+    first, second = salted.stdout.splitlines()[:2]
+    found = re.match(r"salt: ([0-9a-f]+)\b", second)
+    assert found, salted.stdout
+    salt = found.group(1)
+    assert len(bytes.fromhex(salt)) >= 16
+    assert HASH_RE.fullmatch(first)
+    assert first == "sha256:" + hashlib.sha256(bytes.fromhex(salt) + data).hexdigest()
+    assert first != "sha256:" + hashlib.sha256(data).hexdigest()
+
+    again = run_cli("hash", str(path), "--salt-hex", salt)
+    assert again.returncode == 0
+    assert again.stdout.splitlines()[0] == first
+    other = run_cli("hash", str(path), "--salt")
+    assert other.stdout.splitlines()[0] != first, "--salt must draw a fresh salt each time"
+
+
+def test_hash_errors_exit_2(tmp_path: Path) -> None:
+    missing = run_cli("hash", str(tmp_path / "missing.bin"))
+    assert missing.returncode == 2
+    assert "missing.bin" in missing.stderr
+    (tmp_path / "f").write_bytes(b"x")
+    bad_salt = run_cli("hash", str(tmp_path / "f"), "--salt-hex", "not-hex")
+    assert bad_salt.returncode == 2
+
+
+# --- verify, fully offline -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def saved(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Files a client keeps: input/output, the create body, the read body, the public keys.
+
+    Issued by a server whose active key is ``test-2025`` (later retired in
+    ``signing_keys.json``), which is stopped before any verification runs.
+    """
+    folder = tmp_path_factory.mktemp("saved")
+    paths = {name: folder / name for name in ("input.bin", "output.bin", "create.json", "read.json", "keys.json")}
+    paths["input.bin"].write_bytes(b"input bytes\x00\x01" * 1000)
+    paths["output.bin"].write_bytes(b"output bytes")
+    with ServicePool(folder) as pool:
+        server = pool.start(
+            workers=1, redis_url=redis_server.url, signing_keys=(ASSETS / "retired_signing_key.json").read_text()
+        )
+        key = create_key_cli(redis_server.url, project="offline", plan="free")
+        with httpx.Client(base_url=server.base_url, timeout=10) as http:
+            created = issue(
+                http,
+                key,
+                input_hash="sha256:" + hashlib.sha256(paths["input.bin"].read_bytes()).hexdigest(),
+                output_hash="sha256:" + hashlib.sha256(paths["output.bin"].read_bytes()).hexdigest(),
+                tags={"workflow_stage": "release", "actor_role": "ci"},
+                receipt_kind="release",
+            )
+            read = http.get(f"/v1/receipts/{created.json()['receipt']['receipt_id']}")
+            assert read.status_code == 200
+            keys = http.get("/v1/public-key")
+            assert keys.status_code == 200
+        paths["create.json"].write_bytes(created.content)
+        paths["read.json"].write_bytes(read.content)
+        paths["keys.json"].write_bytes(keys.content)
+    assert server.process is not None
+    assert server.process.poll() is not None, "the issuing server must be stopped"
+    return paths
+
+
+@pytest.mark.parametrize("document", ["read.json", "create.json", "bare receipt"])
+def test_verify_saved_receipt_offline(saved: dict[str, Path], tmp_path: Path, document: str) -> None:
+    if document == "bare receipt":
+        path = tmp_path / "bare.json"
+        path.write_bytes(orjson.dumps(orjson.loads(saved["read.json"].read_bytes())["receipt"]))
+    else:
+        path = saved[document]
+    done = verify(path, "--keys", saved["keys.json"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Verdict: VALID" in done.stdout
+    assert failed_lines(done.stdout) == []
+    assert "test-2025" in done.stdout
+
+
+def test_verify_needs_the_signing_key(saved: dict[str, Path], tmp_path: Path) -> None:
+    """A key set without the receipt's kid (or with another key under that kid) fails the signature."""
+    other = run_cli("signing-key", "new", "--kid", "test-2025")
+    assert other.returncode == 0
+    impostor = tmp_path / "impostor.json"
+    impostor.write_text(other.stdout)
+    done = verify(saved["read.json"], "--keys", impostor)
+    assert done.returncode == 1
+    (failed,) = failed_lines(done.stdout)
+    assert "signature" in failed
+    assert "Verdict: INVALID" in done.stdout
+
+
+def test_verify_input_and_output_files(saved: dict[str, Path], tmp_path: Path) -> None:
+    keys = ("--keys", saved["keys.json"])
+    assert verify(saved["read.json"], *keys, "--input", saved["input.bin"]).returncode == 0
+    assert verify(saved["read.json"], *keys, "--output", saved["output.bin"]).returncode == 0
+    both = verify(saved["read.json"], *keys, "--input", saved["input.bin"], "--output", saved["output.bin"])
+    assert both.returncode == 0, both.stdout
+
+    changed = tmp_path / "changed.bin"
+    changed.write_bytes(saved["input.bin"].read_bytes() + b"!")
+    bad_input = verify(saved["read.json"], *keys, "--input", changed)
+    assert bad_input.returncode == 1
+    (failed,) = failed_lines(bad_input.stdout)
+    assert "does NOT match input_hash" in failed
+    bad_output = verify(saved["read.json"], *keys, "--output", saved["input.bin"])
+    assert bad_output.returncode == 1
+    (failed,) = failed_lines(bad_output.stdout)
+    assert "does NOT match output_hash" in failed
+
+
+def test_verify_detects_a_tampered_tag(saved: dict[str, Path], tmp_path: Path) -> None:
+    body = orjson.loads(saved["read.json"].read_bytes())
+    body["receipt"]["tags"]["workflow_stage"] = "deploy"
+    tampered = tmp_path / "tampered.json"
+    tampered.write_bytes(orjson.dumps(body))
+
+    done = verify(tampered, "--keys", saved["keys.json"])
+    assert done.returncode == 1
+    (failed,) = failed_lines(done.stdout)
+    assert "self-consistency" in failed
+    assert "Verdict: INVALID" in done.stdout
+
+    report = orjson.loads(verify(tampered, "--keys", saved["keys.json"], "--json").stdout)
+    assert report["ok"] is False
+    assert report["checks"]["receipt_hash_recompute"] is False
+    assert report["checks"]["signature"] is True  # the signature covers the stored hash, not the edited tag
+
+
+def test_verify_detects_a_tampered_signature(saved: dict[str, Path], tmp_path: Path) -> None:
+    body = orjson.loads(saved["read.json"].read_bytes())
+    signature = body["receipt"]["signature"]
+    body["receipt"]["signature"] = ("B" if signature[0] != "B" else "C") + signature[1:]
+    tampered = tmp_path / "tampered.json"
+    tampered.write_bytes(orjson.dumps(body))
+    report = orjson.loads(verify(tampered, "--keys", saved["keys.json"], "--json").stdout)
+    assert report["ok"] is False
+    assert report["checks"] == {"receipt_hash_recompute": True, "signature": False}
+
+
+def test_verify_json_output(saved: dict[str, Path]) -> None:
+    done = verify(saved["create.json"], "--keys", saved["keys.json"], "--input", saved["input.bin"], "--json")
+    assert done.returncode == 0, done.stdout
+    report = orjson.loads(done.stdout)
+    receipt = orjson.loads(saved["create.json"].read_bytes())["receipt"]
+    assert report["ok"] is True
+    assert report["checks"] == {"receipt_hash_recompute": True, "signature": True, "input_hash": True}
+    assert report["receipt_id"] == receipt["receipt_id"]
+    assert report["receipt_hash"] == report["recomputed_receipt_hash"] == receipt["receipt_hash"]
+
+
+def test_verify_receipt_signed_by_a_retired_key(saved: dict[str, Path]) -> None:
+    """Signed while test-2025 was active; verified with the key set where it is retired."""
+    key_set = ASSETS / "signing_keys.json"
+    done = verify(saved["read.json"], "--keys", key_set)
+    assert done.returncode == 0, done.stdout
+    assert "a retired key" in done.stdout
+    report = orjson.loads(verify(saved["read.json"], "--keys", key_set, "--json").stdout)
+    assert report["ok"] is True
+    assert report["key"]["kid"] == "test-2025"
+    assert report["key"]["active"] is False
+
+
+def test_verify_unreadable_inputs_exit_2(saved: dict[str, Path], tmp_path: Path) -> None:
+    missing = verify(tmp_path / "missing.json", "--keys", saved["keys.json"])
+    assert missing.returncode == 2
+    assert "missing.json" in missing.stdout + missing.stderr
+    not_a_receipt = tmp_path / "other.json"
+    not_a_receipt.write_bytes(b'{"hello": "world"}')
+    assert verify(not_a_receipt, "--keys", saved["keys.json"]).returncode == 2
+    # No --keys: the keys come from the service, which is not there.
+    offline = verify(saved["read.json"])
+    assert offline.returncode == 2
+    assert "cannot reach" in offline.stdout
+
+
+# --- verify against a running service -------------------------------------------------
+
+
+def test_verify_fetches_keys_from_base_url(
+    service: ServiceProcess, http: httpx.Client, key: dict[str, Any], tmp_path: Path
+) -> None:
+    receipt_id = issue(http, key, input_hash=hash_of("online")).json()["receipt"]["receipt_id"]
+    saved = tmp_path / "receipt.json"
+    saved.write_bytes(http.get(f"/v1/receipts/{receipt_id}").content)
+    done = verify(saved, "--base-url", service.base_url)
+    assert done.returncode == 0, done.stdout
+    assert f"{service.base_url}/v1/public-key" in done.stdout
+    assert CLI_KID in done.stdout
+    # The same receipt against a service with other keys (the saved retired set) fails.
+    assert verify(saved, "--keys", ASSETS / "signing_keys.json").returncode == 1
+
+
+def issue_chain(http: httpx.Client, key: dict[str, Any], length: int) -> list[dict[str, Any]]:
+    receipts = []
+    for i in range(length):
+        receipts.append(issue(http, key, input_hash=hash_of(f"link-{key['project_id']}-{i}")).json()["receipt"])
+    for earlier, later in itertools.pairwise(receipts):
+        assert later["prev_receipt_hash"] == earlier["receipt_hash"]
+    return receipts
+
+
+def test_verify_chain_walks_every_link(
+    service: ServiceProcess, http: httpx.Client, key: dict[str, Any], tmp_path: Path
+) -> None:
+    receipts = issue_chain(http, key, 4)
+    saved = tmp_path / "last.json"
+    saved.write_bytes(http.get(f"/v1/receipts/{receipts[-1]['receipt_id']}").content)
+
+    done = verify(saved, "--base-url", service.base_url, "--chain")
+    assert done.returncode == 0, done.stdout
+    assert "3 earlier link(s)" in done.stdout
+    for earlier in receipts[:-1]:
+        (line,) = [line for line in done.stdout.splitlines() if earlier["receipt_id"] in line]
+        assert "[ok]" in line
+        assert earlier["receipt_hash"] in line
+    assert failed_lines(done.stdout) == []
+
+    report = orjson.loads(verify(saved, "--base-url", service.base_url, "--chain", "--json").stdout)
+    assert report["checks"]["chain"] is True
+    assert [link["receipt_id"] for link in report["chain"]["links"]] == [r["receipt_id"] for r in receipts[-2::-1]]
+
+
+def test_verify_chain_fails_on_a_missing_link(
+    service: ServiceProcess, http: httpx.Client, key: dict[str, Any], redis_server: RedisServer, tmp_path: Path
+) -> None:
+    made_up = hash_of("a receipt that was never issued")
+    branch = issue(http, key, input_hash=hash_of("orphan"), prev_receipt_hash=made_up).json()["receipt"]
+    assert branch["chain_status"] == "branch"
+    orphan = tmp_path / "orphan.json"
+    orphan.write_bytes(orjson.dumps(branch))
+    plain = verify(orphan, "--base-url", service.base_url)
+    assert plain.returncode == 0, "without --chain the receipt itself is valid"
+    done = verify(orphan, "--base-url", service.base_url, "--chain")
+    assert done.returncode == 1
+    assert any(made_up in line and "not found" in line for line in failed_lines(done.stdout)), done.stdout
+
+    # A real chain with its middle receipt gone from the store: the walk stops there and fails.
+    receipts = issue_chain(http, key, 3)
+    with redis.Redis.from_url(redis_server.url) as conn:
+        assert conn.delete(receipt_key(receipts[1]["receipt_id"])) == 1
+    last = tmp_path / "last.json"
+    last.write_bytes(orjson.dumps(receipts[-1]))
+    broken = verify(last, "--base-url", service.base_url, "--chain", "--json")
+    assert broken.returncode == 1
+    report = orjson.loads(broken.stdout)
+    assert report["checks"]["chain"] is False
+    assert report["chain"]["links"] == [{"receipt_hash": receipts[1]["receipt_hash"], "found": False, "ok": False}]
