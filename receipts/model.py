@@ -72,6 +72,18 @@ class CreateRequest:
     claimed_project_id: str | None
     claimed_actor_id: str | None
 
+    def client_fields(self) -> dict[str, Any]:
+        """The client-supplied values a receipt carries, in receipt field order."""
+        return {
+            "input_hash": self.input_hash,
+            "output_hash": self.output_hash,
+            "params_hash": self.params_hash,
+            "env_hash": self.env_hash,
+            "code_ref": self.code_ref,
+            "run_id": self.run_id,
+            "tags": self.tags,
+        }
+
 
 @dataclass(frozen=True)
 class VerifyRequest:
@@ -227,13 +239,7 @@ def idempotency_fingerprint(project_id: str, req: CreateRequest) -> str:
     logical = {
         "project_id": project_id,
         "receipt_kind": req.receipt_kind,
-        "input_hash": req.input_hash,
-        "output_hash": req.output_hash,
-        "params_hash": req.params_hash,
-        "env_hash": req.env_hash,
-        "code_ref": req.code_ref,
-        "run_id": req.run_id,
-        "tags": req.tags,
+        **req.client_fields(),
         "prev_receipt_hash": req.prev_receipt_hash,
     }
     return hashlib.sha256(canonical_bytes(logical)).hexdigest()
@@ -288,13 +294,7 @@ def build_receipt(
         "project_id": project_id,
         "actor_id": actor_id,
         "created_at": created_at,
-        "input_hash": req.input_hash,
-        "output_hash": req.output_hash,
-        "params_hash": req.params_hash,
-        "env_hash": req.env_hash,
-        "code_ref": req.code_ref,
-        "run_id": req.run_id,
-        "tags": req.tags,
+        **req.client_fields(),
         "receipt_kind": req.receipt_kind,
         "status": "issued",
         "prev_receipt_hash": placement.prev_receipt_hash,
