@@ -44,3 +44,18 @@ def idempotency_key(project_id: str, replay_key: str) -> str:
 def api_key_key(key_hash: str) -> str:
     """Hash: project_id, actor_id, plan, revoked ("0"/"1"), created_at."""
     return f"k:{_hex(key_hash)}"
+
+
+def key_minute_counter_key(project_id: str, key_hash: str, window_id: str) -> str:
+    """Integer: requests made with one API key in one minute window (project's slot)."""
+    return f"m:{{{slot_tag(project_id)}}}:{_hex(key_hash)[:32]}:{window_id}"
+
+
+def project_month_counter_key(project_id: str, month_id: str) -> str:
+    """Integer: receipts the project issued in one calendar month (``YYYYMM``)."""
+    return f"q:{{{slot_tag(project_id)}}}:{project_id}:{month_id}"
+
+
+def ip_counter_key(ip_bucket: str, scope: str, window_id: str) -> str:
+    """Integer: requests from one client address in one window, in the address's own slot."""
+    return f"ip:{{{ip_bucket}}}:{scope}:{window_id}"

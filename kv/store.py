@@ -69,6 +69,17 @@ class IssueOutcome(enum.Enum):
     IDEMPOTENCY_CONFLICT = 2
     TIP_MOVED = 3
     NO_PROJECT = 4
+    RATE_LIMITED = 5
+    QUOTA_EXCEEDED = 6
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One fixed-window counter: which window, its limit, and how long the key must live."""
+
+    window_id: str
+    limit: int
+    ttl_s: int
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,8 @@ class IssueResult:
     outcome: IssueOutcome
     receipt_id: str | None = None
     tip: str | None = None
+    minute_used: int = 0
+    month_used: int = 0
 
 
 class Store:
@@ -85,6 +98,7 @@ class Store:
         self.client = client
         self._issue = client.register_script((LUA_DIR / "issue_receipt.lua").read_text())
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
+        self._hit_counter = client.register_script((LUA_DIR / "hit_counter.lua").read_text())
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -168,24 +182,73 @@ class Store:
         on_main: bool,
         replay_key: str,
         fingerprint: str,
+        key_hash: str,
+        minute: Counter,
+        month: Counter,
     ) -> IssueResult:
-        """Record a signed receipt if its tip still holds and it is not a replay."""
+        """Record a signed receipt if its tip still holds, it is not a replay, and the key's
+        minute limit and the project's monthly quota allow it; count it in both at once."""
         reply: Any = await self._issue(
             keys=[
                 keys.project_key(project_id),
                 keys.idempotency_key(project_id, replay_key),
                 keys.receipt_key(receipt_id),
                 keys.receipt_hash_key(project_id, receipt_hash),
+                keys.key_minute_counter_key(project_id, key_hash, minute.window_id),
+                keys.project_month_counter_key(project_id, month.window_id),
             ],
-            args=[built_on_tip or "", receipt_json, receipt_id, receipt_hash, "1" if on_main else "0", fingerprint],
+            args=[
+                built_on_tip or "",
+                receipt_json,
+                receipt_id,
+                receipt_hash,
+                "1" if on_main else "0",
+                fingerprint,
+                minute.limit,
+                minute.ttl_s,
+                month.limit,
+                month.ttl_s,
+            ],
         )
         outcome = IssueOutcome(int(reply[0]))
-        value = _text(reply[1])
-        if outcome is IssueOutcome.REPLAY:
-            return IssueResult(outcome, receipt_id=value)
-        if outcome is IssueOutcome.TIP_MOVED:
-            return IssueResult(outcome, tip=value or None)
-        return IssueResult(outcome)
+        value = _text(reply[1]) or None
+        return IssueResult(
+            outcome,
+            receipt_id=value if outcome is IssueOutcome.REPLAY else None,
+            tip=value if outcome is IssueOutcome.TIP_MOVED else None,
+            minute_used=int(reply[2]),
+            month_used=int(reply[3]),
+        )
+
+    async def _hit(self, key: str, counter: Counter) -> tuple[bool, int]:
+        reply: Any = await self._hit_counter(keys=[key], args=[counter.limit, counter.ttl_s])
+        return bool(int(reply[0])), int(reply[1])
+
+    @_unavailable_as_503
+    async def hit_key_counter(self, project_id: str, key_hash: str, counter: Counter) -> tuple[bool, int]:
+        """Count one request of an API key in its minute window: (allowed, count)."""
+        return await self._hit(keys.key_minute_counter_key(project_id, key_hash, counter.window_id), counter)
+
+    @_unavailable_as_503
+    async def hit_ip_counter(self, ip_bucket: str, scope: str, counter: Counter) -> tuple[bool, int]:
+        """Count one request from a client address under ``scope``: (allowed, count)."""
+        return await self._hit(keys.ip_counter_key(ip_bucket, scope, counter.window_id), counter)
+
+    @_unavailable_as_503
+    async def read_ip_counter(self, ip_bucket: str, scope: str, window_id: str) -> int:
+        """The current count, without counting."""
+        return int(await self.client.get(keys.ip_counter_key(ip_bucket, scope, window_id)) or 0)
+
+    @_unavailable_as_503
+    async def read_usage(self, project_id: str, key_hash: str, minute_window_id: str, month_id: str) -> tuple[int, int]:
+        """(requests by this key this minute, receipts of the project this month)."""
+        values = await self.client.mget(
+            [
+                keys.key_minute_counter_key(project_id, key_hash, minute_window_id),
+                keys.project_month_counter_key(project_id, month_id),
+            ]
+        )
+        return int(values[0] or 0), int(values[1] or 0)
 
     @_unavailable_as_503
     async def get_receipt_json(self, receipt_id: str) -> bytes | None:

@@ -16,10 +16,13 @@ class ServiceError(Exception):
     status: ClassVar[int] = 500
     headers: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, details: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
+        self.response_headers = {**type(self).headers, **(headers or {})}
 
 
 class BadRequest(ServiceError):
@@ -49,6 +52,20 @@ class NotFound(ServiceError):
 class MethodNotAllowed(ServiceError):
     code = "method_not_allowed"
     status = 405
+
+
+class RateLimited(ServiceError):
+    """A per-minute (or per-day) limit is used up; ``Retry-After`` says when it resets."""
+
+    code = "rate_limited"
+    status = 429
+
+
+class QuotaExceeded(ServiceError):
+    """The monthly receipt quota is used up; ``Retry-After`` points at the next month."""
+
+    code = "quota_exceeded"
+    status = 429
 
 
 class IdempotencyConflict(ServiceError):

@@ -10,7 +10,7 @@ import pytest
 from redis.crc import key_slot
 
 from kv import keys
-from kv.store import IssueOutcome, Store
+from kv.store import Counter, IssueOutcome, Store
 from receipts.ids import new_project_id, new_receipt_id, receipt_slot_tag, slot_tag
 from tests.conftest import hash_of
 from web.keys_admin import create_project_key
@@ -27,8 +27,11 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.idempotency_key(project_id, "ik_abc"),
             keys.receipt_key(receipt_id),
             keys.receipt_hash_key(project_id, hash_of("r")),
+            keys.key_minute_counter_key(project_id, hash_of("key"), "29000000"),
+            keys.project_month_counter_key(project_id, "202612"),
         ],
         "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],
+        "hit_counter.lua": [keys.ip_counter_key("2001:db8::/64", "authenticated", "29000000")],
     }
 
 
@@ -75,6 +78,9 @@ async def issue(store: Store, project_id: str, tip: str | None, label: str, **ov
         "on_main": True,
         "replay_key": "ik_" + label,
         "fingerprint": "f" + label,
+        "key_hash": hash_of("key"),
+        "minute": Counter("1000", 100, 120),
+        "month": Counter("202611", 1000, 3600),
     }
     args.update(overrides)
     return await store.issue_receipt(**args), receipt_id
@@ -105,14 +111,39 @@ async def test_refused_issue_writes_nothing(store: Store) -> None:
     created = await create_project_key(store, project_name="p", plan="free")
     pid = created["project_id"]
     await issue(store, pid, None, "a")
-    before = sorted(await store.client.keys("*"))
-    tip_before = await store.read_tip(pid)
-    for kwargs in ({"built_on_tip": None}, {"fingerprint": "fa-other", "replay_key": "ik_a"}):
-        result, rid = await issue(store, pid, kwargs.pop("built_on_tip", hash_of("zzz")), "new", **kwargs)
-        assert result.outcome is not IssueOutcome.ISSUED
+    before = await dump(store)
+    refusals = [
+        ({"built_on_tip": None}, IssueOutcome.TIP_MOVED),
+        ({"fingerprint": "fa-other", "replay_key": "ik_a"}, IssueOutcome.IDEMPOTENCY_CONFLICT),
+        ({"minute": Counter("1000", 1, 120)}, IssueOutcome.RATE_LIMITED),
+        ({"month": Counter("202611", 1, 3600)}, IssueOutcome.QUOTA_EXCEEDED),
+        ({"project_id": new_project_id()}, IssueOutcome.NO_PROJECT),
+    ]
+    for kwargs, expected in refusals:
+        tip = kwargs.pop("built_on_tip", hash_of("a"))
+        result, rid = await issue(store, str(kwargs.pop("project_id", pid)), tip, "new", **kwargs)
+        assert result.outcome is expected
         assert await store.get_receipt_json(rid) is None
-    assert sorted(await store.client.keys("*")) == before
-    assert await store.read_tip(pid) == tip_before
+    assert await dump(store) == before, "a refused issue writes nothing, counters included"
+
+
+async def dump(store: Store) -> dict[bytes, Any]:
+    return {key: await store.client.dump(key) for key in sorted(await store.client.keys("*"))}
+
+
+async def test_issue_counts_minute_and_month_once(store: Store) -> None:
+    created = await create_project_key(store, project_name="p", plan="free")
+    pid = created["project_id"]
+    result, _ = await issue(store, pid, None, "a")
+    assert (result.minute_used, result.month_used) == (1, 1)
+    replay, _ = await issue(store, pid, None, "a")
+    assert replay.outcome is IssueOutcome.REPLAY
+    assert (replay.minute_used, replay.month_used) == (2, 1), "a replay is a request but not a new receipt"
+    second, _ = await issue(store, pid, hash_of("a"), "b")
+    assert (second.minute_used, second.month_used) == (3, 2)
+    assert await store.read_usage(pid, hash_of("key"), "1000", "202611") == (3, 2)
+    ttl = await store.client.ttl(keys.key_minute_counter_key(pid, hash_of("key"), "1000"))
+    assert 0 < ttl <= 120
 
 
 @pytest.mark.parametrize("store", ["redis-server"], indirect=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +12,12 @@ from sanic import HTTPResponse, Request, Sanic
 
 from kv.connect import open_store
 from kv.store import Store
-from web import info, pages, receipts_api
+from web import info, pages, receipts_api, usage
 from web.config import Settings, load_settings, warn
 from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
 from web.issuing import ReceiptIssuer
+from web.limiting import Limiter
 from web.request_ids import request_id_of
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -23,8 +26,15 @@ _app_numbers = itertools.count(1)
 App = Sanic[Any, Any]
 
 
-def create_app(settings: Settings | None = None, *, store: Store | None = None, name: str | None = None) -> App:
-    """Build the app. ``store`` is injected by tests; otherwise it is opened at server start.
+def create_app(
+    settings: Settings | None = None,
+    *,
+    store: Store | None = None,
+    name: str | None = None,
+    clock_ms: Callable[[], int] | None = None,
+) -> App:
+    """Build the app. ``store`` and ``clock_ms`` are injected by tests; otherwise the store
+    is opened at server start and time is the system clock (Unix milliseconds).
 
     Every response carries ``X-Request-Id``; every error is the contract's JSON body.
     """
@@ -35,12 +45,14 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
     app.config.ACCESS_LOG = False
     app.config.MOTD = False
     app.ctx.settings = settings
+    app.ctx.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
     app.ctx.static_dir = STATIC_DIR
     if store is not None:
         _attach_store(app, store)
 
     app.blueprint(info.bp)
     app.blueprint(receipts_api.bp)
+    app.blueprint(usage.bp)
     app.blueprint(pages.bp)
     app.static("/static", STATIC_DIR, name="static")
 
@@ -79,8 +91,10 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
 
 
 def _attach_store(app: App, store: Store) -> None:
+    settings: Settings = app.ctx.settings
     app.ctx.store = store
-    app.ctx.issuer = ReceiptIssuer(store, app.ctx.settings.keyring)
+    app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms)
+    app.ctx.limiter = Limiter(store, settings.limits, settings.client_ip, app.ctx.clock_ms)
 
 
 def create_app_from_env() -> App:

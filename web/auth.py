@@ -36,3 +36,19 @@ async def authenticate(request: Request, store: Store) -> KeyRecord:
     if record is None or record.revoked:
         raise Unauthorized("invalid or revoked API key")
     return record
+
+
+async def authenticate_limited(request: Request) -> KeyRecord:
+    """``authenticate`` behind the failed-auth throttle of spec 8.
+
+    An address that has used up its allowance of missing or invalid keys this minute is
+    refused (429) before any lookup; each further failure is counted, and past the
+    allowance answers 429 instead of 401.
+    """
+    limiter = request.app.ctx.limiter
+    await limiter.refuse_throttled_address(request)
+    try:
+        return await authenticate(request, request.app.ctx.store)
+    except Unauthorized:
+        await limiter.count_failed_auth(request)
+        raise

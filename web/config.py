@@ -7,7 +7,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from receipts.limits import Limits, LimitsError, load_limits
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
+from web.client_ip import ClientIpConfig
 
 EMPTY_KEY_RING = KeyRing(keys={}, active_kid=None, active_signer=None)
 
@@ -23,6 +25,8 @@ class Settings:
     ephemeral_signing_key: bool = False
     public_base_url: str | None = None
     env: str = "development"
+    limits: Limits = field(default_factory=lambda: load_limits(None))
+    client_ip: ClientIpConfig = field(default_factory=ClientIpConfig)
 
     @property
     def embedded(self) -> bool:
@@ -50,6 +54,14 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     elif not redis_url:
         keyring = load_key_ring(new_key_set("ephemeral"))
         ephemeral = True
+    try:
+        limits = load_limits(env.get("LIMITS"))
+    except LimitsError as exc:
+        raise ConfigError(str(exc)) from exc
+    proxies = env.get("PROXIES_COUNT") or "0"
+    if not proxies.isdigit():
+        raise ConfigError("PROXIES_COUNT must be a whole number (trusted proxies in front of the service)")
+    client_ip = ClientIpConfig(real_ip_header=env.get("REAL_IP_HEADER") or None, proxies_count=int(proxies))
     base = (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None
     default_env = "embedded" if not redis_url else "production"
     return Settings(
@@ -58,6 +70,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ephemeral_signing_key=ephemeral,
         public_base_url=base,
         env=env.get("SERVICE_ENV") or default_env,
+        limits=limits,
+        client_ip=client_ip,
     )
 
 

@@ -29,7 +29,7 @@ def error_response(request: Request | None, error: ServiceError) -> HTTPResponse
     if error.details:
         body["error"]["details"] = error.details
     body["request_id"] = request_id
-    headers = {"X-Request-Id": request_id, **error.headers}
+    headers = {"X-Request-Id": request_id, **error.response_headers}
     return HTTPResponse(orjson.dumps(body), status=error.status, headers=headers, content_type="application/json")
 
 

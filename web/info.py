@@ -6,6 +6,7 @@ from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from receipts.errors import SigningKeyUnavailable
+from receipts.limits import ratelimit_headers
 
 bp = Blueprint("info")
 
@@ -39,10 +40,15 @@ async def entry(request: Request) -> HTTPResponse:
 
 @bp.get("/v1/public-key")
 async def public_key(request: Request) -> HTTPResponse:
+    usage = await request.app.ctx.limiter.hit_ip(request, "public_key")
     keyring = request.app.ctx.settings.keyring
     if not keyring.keys or keyring.active_kid is None:
         raise SigningKeyUnavailable("no signing key is configured")
     return json_response(
         keyring.public_keys_json(),
-        headers={"Cache-Control": "public, max-age=300", "Access-Control-Allow-Origin": "*"},
+        headers={
+            "Cache-Control": "public, max-age=300",
+            "Access-Control-Allow-Origin": "*",
+            **ratelimit_headers([usage]),
+        },
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from kv.store import IssueOutcome, KeyRecord, Store
+from kv.store import Counter, IssueOutcome, KeyRecord, Store
 from receipts.errors import (
     ChainContention,
     IdempotencyConflict,
@@ -25,6 +25,7 @@ from receipts.errors import (
     SigningKeyUnavailable,
 )
 from receipts.ids import new_receipt_id
+from receipts.limits import PlanLimits, Usage, minute_window, month_window, quota_headers, ratelimit_headers
 from receipts.model import (
     CreateRequest,
     build_receipt,
@@ -34,6 +35,7 @@ from receipts.model import (
     replay_key,
 )
 from receipts.signing import KeyRing
+from web.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
 
 MAX_ATTEMPTS = 32
 TIP_CACHE_SIZE = 10_000
@@ -47,6 +49,8 @@ class Issued:
     receipt: dict[str, Any]
     replay_key: str
     replayed: bool
+    minute: Usage
+    month: Usage
 
 
 class ProjectLocks:
@@ -94,12 +98,14 @@ class ReceiptIssuer:
         while len(self._tips) > TIP_CACHE_SIZE:
             self._tips.popitem(last=False)
 
-    async def issue(self, req: CreateRequest, key: KeyRecord, header_key: str | None) -> Issued:
+    async def issue(self, req: CreateRequest, key: KeyRecord, header_key: str | None, plan: PlanLimits) -> Issued:
         """Issue (or replay) a receipt for ``req`` on ``key``'s project.
 
-        Raises ``NotFound`` (project gone), ``IdempotencyConflict`` (header reused with
-        another body), ``ChainContention`` (tip kept moving), ``SigningKeyUnavailable``
-        and ``StoreUnavailable``.
+        The key's minute limit and the project's monthly quota are checked and counted in
+        the same atomic step as the write. Raises ``RateLimited``, ``QuotaExceeded``,
+        ``NotFound`` (project gone), ``IdempotencyConflict`` (header reused with another
+        body), ``ChainContention`` (tip kept moving), ``SigningKeyUnavailable`` and
+        ``StoreUnavailable``.
         """
         if not self.keyring.can_sign:
             raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
@@ -116,6 +122,7 @@ class ReceiptIssuer:
                     raise NotFound("the project of this API key does not exist")
             for _ in range(MAX_ATTEMPTS):
                 now = self.clock_ms()
+                minute, month = minute_window(now), month_window(now)
                 placement = place_in_chain(req.prev_receipt_hash, tip)
                 receipt = build_receipt(
                     req,
@@ -136,24 +143,36 @@ class ReceiptIssuer:
                     on_main=placement.advances_tip,
                     replay_key=rkey,
                     fingerprint=fingerprint,
+                    key_hash=key.key_hash,
+                    minute=minute_counter(minute, plan.per_minute),
+                    month=Counter(month.id, plan.monthly, month.retry_after_s + 40 * 86_400),
                 )
+                minute_usage = Usage("key", plan.per_minute, result.minute_used, minute, MINUTE_S)
+                month_usage = Usage("month", plan.monthly, result.month_used, month, month.retry_after_s)
                 if result.outcome is IssueOutcome.ISSUED:
                     self._remember_tip(project_id, receipt["receipt_hash"] if placement.advances_tip else tip)
-                    return Issued(receipt_json, receipt, rkey, replayed=False)
+                    return Issued(receipt_json, receipt, rkey, False, minute_usage, month_usage)
                 if result.outcome is IssueOutcome.TIP_MOVED:
                     tip = result.tip
                     self._remember_tip(project_id, tip)
                     continue
                 if result.outcome is IssueOutcome.REPLAY:
-                    return await self._replay(result.receipt_id or "", rkey)
+                    return await self._replay(result.receipt_id or "", rkey, minute_usage, month_usage)
+                if result.outcome is IssueOutcome.RATE_LIMITED:
+                    error = key_rate_limited(minute_usage, key.plan)
+                    error.response_headers.update(quota_headers(key.plan, month_usage))
+                    raise error
+                if result.outcome is IssueOutcome.QUOTA_EXCEEDED:
+                    extra = {**quota_headers(key.plan, month_usage), **ratelimit_headers([minute_usage])}
+                    raise quota_exceeded(month_usage, key.plan, extra)
                 if result.outcome is IssueOutcome.IDEMPOTENCY_CONFLICT:
                     raise IdempotencyConflict("this Idempotency-Key was already used with a different request body")
                 self._tips.pop(project_id, None)
                 raise NotFound("the project of this API key does not exist")
         raise ChainContention("the project's chain is too busy right now; retry the request")
 
-    async def _replay(self, receipt_id: str, rkey: str) -> Issued:
+    async def _replay(self, receipt_id: str, rkey: str, minute: Usage, month: Usage) -> Issued:
         stored = await self.store.get_receipt_json(receipt_id)
         if stored is None:
             raise NotFound("the receipt for this request was issued earlier and has since been removed")
-        return Issued(stored, orjson.loads(stored), rkey, replayed=True)
+        return Issued(stored, orjson.loads(stored), rkey, True, minute, month)

@@ -9,8 +9,9 @@ from sanic import Blueprint, HTTPResponse, Request
 
 from kv.store import Store
 from receipts.encoding import is_hash_str
-from receipts.errors import BadRequest, Forbidden, NotFound
+from receipts.errors import BadRequest, Forbidden, NotFound, SigningKeyUnavailable
 from receipts.ids import is_project_id, is_receipt_id
+from receipts.limits import quota_headers, quota_object, ratelimit_headers
 from receipts.model import (
     chain_object,
     check_idempotency_header,
@@ -18,7 +19,7 @@ from receipts.model import (
     parse_verify_request,
     verify_receipt,
 )
-from web.auth import authenticate
+from web.auth import authenticate_limited
 from web.bodies import check_body_size, json_body
 from web.issuing import ReceiptIssuer
 
@@ -37,27 +38,35 @@ def _splice(parts: list[tuple[str, bytes]]) -> bytes:
 
 @bp.post("/v1/receipts")
 async def create_receipt(request: Request) -> HTTPResponse:
-    store: Store = request.app.ctx.store
     issuer: ReceiptIssuer = request.app.ctx.issuer
     check_body_size(request, CREATE_BODY_LIMIT)
-    key = await authenticate(request, store)
+    if not issuer.keyring.can_sign:
+        raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
+    key = await authenticate_limited(request)
     req = parse_create_request(json_body(request))
     if req.claimed_project_id is not None and req.claimed_project_id != key.project_id:
         raise Forbidden("project_id does not match the API key's project", {"field": "project_id"})
     if req.claimed_actor_id is not None and req.claimed_actor_id != key.actor_id:
         raise Forbidden("actor_id does not match the API key's actor", {"field": "actor_id"})
     header_key = check_idempotency_header(request.headers.get("idempotency-key"))
-    issued = await issuer.issue(req, key, header_key)
+    ip_usage = await request.app.ctx.limiter.hit_ip(request, "authenticated")
+    plan = request.app.ctx.settings.limits.plan(key.plan)
+    issued = await issuer.issue(req, key, header_key, plan)
     body = _splice(
         [
             ("ok", b"true"),
             ("receipt", issued.receipt_json),
             ("idempotency", orjson.dumps({"hit": issued.replayed, "key": issued.replay_key})),
             ("chain", orjson.dumps(chain_object(issued.receipt))),
+            ("quota", orjson.dumps(quota_object(key.plan, issued.month))),
         ]
     )
     status = 200 if issued.replayed else 201
-    headers = {"Location": f"/v1/receipts/{issued.receipt['receipt_id']}"}
+    headers = {
+        "Location": f"/v1/receipts/{issued.receipt['receipt_id']}",
+        **quota_headers(key.plan, issued.month),
+        **ratelimit_headers([issued.minute, ip_usage]),
+    }
     return HTTPResponse(body, status=status, headers=headers, content_type=JSON)
 
 
@@ -82,17 +91,21 @@ async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes
 
 @bp.get("/v1/receipts/<receipt_ref:str>")
 async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
+    usage = await request.app.ctx.limiter.hit_ip(request, "get_receipt")
     stored = await _load_receipt(request.app.ctx.store, receipt_ref, request.args.get("project_id"))
     body = _splice([("ok", b"true"), ("receipt", stored)])
-    return HTTPResponse(body, status=200, headers=PUBLIC_READ_HEADERS, content_type=JSON)
+    headers = {**PUBLIC_READ_HEADERS, **ratelimit_headers([usage])}
+    return HTTPResponse(body, status=200, headers=headers, content_type=JSON)
 
 
 @bp.post("/v1/verify")
 async def verify(request: Request) -> HTTPResponse:
     store: Store = request.app.ctx.store
     check_body_size(request, VERIFY_BODY_LIMIT)
-    key = await authenticate(request, store)
+    key = await authenticate_limited(request)
     req = parse_verify_request(json_body(request))
+    ip_usage = await request.app.ctx.limiter.hit_ip(request, "authenticated")
+    key_usage = await request.app.ctx.limiter.hit_key(key)
     stored = await store.get_receipt_json(req.receipt_id) if is_receipt_id(req.receipt_id) else None
     if stored is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
@@ -107,7 +120,8 @@ async def verify(request: Request) -> HTTPResponse:
         output_hash=req.output_hash,
         prev_receipt=prev,
     )
-    return HTTPResponse(orjson.dumps(result), status=200, content_type=JSON)
+    headers = ratelimit_headers([key_usage, ip_usage])
+    return HTTPResponse(orjson.dumps(result), status=200, headers=headers, content_type=JSON)
 
 
 async def _find_prev(store: Store, receipt: dict[str, Any]) -> dict[str, Any] | None:

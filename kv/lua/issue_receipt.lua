@@ -4,37 +4,63 @@
 -- KEYS[2] idempotency record (string "<receipt_id> <fingerprint>")
 -- KEYS[3] receipt record (string: the receipt's JSON bytes)
 -- KEYS[4] receipt-hash index (string: receipt_id)
+-- KEYS[5] the API key's request counter for the current minute window
+-- KEYS[6] the project's receipt counter for the current calendar month
 -- ARGV[1] the tip the receipt was built on ("" = the project had no tip)
 -- ARGV[2] receipt JSON bytes
 -- ARGV[3] receipt_id
 -- ARGV[4] receipt_hash
 -- ARGV[5] "1" when the receipt is on main (the tip advances to ARGV[4]), "0" for a branch
 -- ARGV[6] idempotency fingerprint (hex SHA-256 of the logical input)
+-- ARGV[7] per-minute limit of the key's plan
+-- ARGV[8] seconds the minute counter must live
+-- ARGV[9] monthly receipt quota of the plan
+-- ARGV[10] seconds the month counter must live
 --
--- Returns {code, value}:
---   {0, ""}           issued: receipt, index, idempotency record and tip written
---   {1, receipt_id}   replay: the same logical input was already issued as receipt_id
+-- Returns {code, value, minute_used, month_used} (the counters after this call):
+--   {0, ""}           issued: receipt, index, idempotency record, tip and both counters written
+--   {1, receipt_id}   replay of the same logical input: only the minute counter counts it
 --   {2, ""}           the idempotency key was used before with a different request
 --   {3, tip}          the tip moved (value "" = none): rebuild on it and call again
 --   {4, ""}           the project does not exist
--- Nothing is written unless the code is 0.
+--   {5, ""}           the key's per-minute limit is used up
+--   {6, ""}           the project's monthly quota is used up
+-- Codes 2-6 write nothing; code 1 writes only the minute counter.
+
+local minute = tonumber(redis.call('GET', KEYS[5]) or '0')
+local month = tonumber(redis.call('GET', KEYS[6]) or '0')
+if minute >= tonumber(ARGV[7]) then
+  return {5, '', minute, month}
+end
+
+local function count_minute()
+  minute = redis.call('INCR', KEYS[5])
+  if minute == 1 then
+    redis.call('EXPIRE', KEYS[5], ARGV[8])
+  end
+end
 
 local idem = redis.call('GET', KEYS[2])
 if idem then
   local sep = string.find(idem, ' ', 1, true)
   if string.sub(idem, sep + 1) ~= ARGV[6] then
-    return {2, ''}
+    return {2, '', minute, month}
   end
-  return {1, string.sub(idem, 1, sep - 1)}
+  count_minute()
+  return {1, string.sub(idem, 1, sep - 1), minute, month}
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {4, ''}
+  return {4, '', minute, month}
+end
+
+if month >= tonumber(ARGV[9]) then
+  return {6, '', minute, month}
 end
 
 local tip = redis.call('HGET', KEYS[1], 'tip') or ''
 if tip ~= ARGV[1] then
-  return {3, tip}
+  return {3, tip, minute, month}
 end
 
 redis.call('SET', KEYS[3], ARGV[2])
@@ -43,4 +69,9 @@ redis.call('SET', KEYS[2], ARGV[3] .. ' ' .. ARGV[6])
 if ARGV[5] == '1' then
   redis.call('HSET', KEYS[1], 'tip', ARGV[4])
 end
-return {0, ''}
+count_minute()
+month = redis.call('INCR', KEYS[6])
+if month == 1 then
+  redis.call('EXPIRE', KEYS[6], ARGV[10])
+end
+return {0, '', minute, month}

@@ -1,0 +1,90 @@
+"""Per-IP and per-key limits at the HTTP edge (spec 8, contract 4).
+
+Every check runs whatever the configured limit (raising a limit never skips a check).
+Throttling of bad keys happens before authentication: once an address has had
+``unauthenticated`` failures this minute, its requests are refused before any key lookup,
+so a guesser cannot tell a valid key from a throttled one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sanic import Request
+
+from kv.store import Counter, KeyRecord, Store
+from receipts.errors import QuotaExceeded, RateLimited
+from receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
+from web.client_ip import ClientIpConfig, client_ip
+
+MINUTE_S = 60
+
+
+def minute_counter(window: Window, limit: int) -> Counter:
+    return Counter(window.id, limit, window.ttl_s)
+
+
+def rate_limited(usage: Usage, message: str) -> RateLimited:
+    headers = {"Retry-After": str(usage.window.retry_after_s), **ratelimit_headers([usage])}
+    return RateLimited(
+        message,
+        {"policy": usage.policy, "limit": usage.limit, "reset_at": usage.window.ends_at},
+        headers,
+    )
+
+
+def quota_exceeded(usage: Usage, plan: str, extra_headers: dict[str, str]) -> QuotaExceeded:
+    headers = {"Retry-After": str(usage.window.retry_after_s), **extra_headers}
+    return QuotaExceeded(
+        f"the monthly receipt quota of the {plan} plan ({usage.limit}) is used up",
+        {"plan": plan, "monthly_limit": usage.limit, "monthly_reset_at": usage.window.ends_at},
+        headers,
+    )
+
+
+class Limiter:
+    def __init__(self, store: Store, limits: Limits, ip_config: ClientIpConfig, clock_ms: Callable[[], int]):
+        self.store = store
+        self.limits = limits
+        self.ip_config = ip_config
+        self.clock_ms = clock_ms
+
+    def client(self, request: Request) -> str:
+        return client_ip(request, self.ip_config)
+
+    async def hit_ip(self, request: Request, scope: str) -> Usage:
+        """Count the request in its address's ``scope`` bucket; raise ``RateLimited`` when full."""
+        limit = self.limits.ip_per_minute[scope]
+        window = minute_window(self.clock_ms())
+        allowed, count = await self.store.hit_ip_counter(self.client(request), scope, minute_counter(window, limit))
+        usage = Usage(f"ip-{scope}", limit, count, window, MINUTE_S)
+        if not allowed:
+            raise rate_limited(usage, f"too many requests from this address; limit {limit} per minute")
+        return usage
+
+    async def refuse_throttled_address(self, request: Request) -> None:
+        """Before authentication: refuse an address that used up its failed-auth allowance."""
+        limit = self.limits.ip_per_minute["unauthenticated"]
+        window = minute_window(self.clock_ms())
+        count = await self.store.read_ip_counter(self.client(request), "unauthenticated", window.id)
+        if count >= limit:
+            usage = Usage("ip-unauthenticated", limit, count, window, MINUTE_S)
+            raise rate_limited(usage, "too many requests with a missing or invalid API key from this address")
+
+    async def count_failed_auth(self, request: Request) -> None:
+        """After a failed authentication: count it; past the limit the answer is 429, not 401."""
+        await self.hit_ip(request, "unauthenticated")
+
+    async def hit_key(self, key: KeyRecord) -> Usage:
+        """Count a request against the key's per-minute plan limit (verify, which writes nothing)."""
+        limit = self.limits.plan(key.plan).per_minute
+        window = minute_window(self.clock_ms())
+        allowed, count = await self.store.hit_key_counter(key.project_id, key.key_hash, minute_counter(window, limit))
+        usage = Usage("key", limit, count, window, MINUTE_S)
+        if not allowed:
+            raise key_rate_limited(usage, key.plan)
+        return usage
+
+
+def key_rate_limited(usage: Usage, plan: str) -> RateLimited:
+    return rate_limited(usage, f"the {plan} plan allows {usage.limit} requests per minute per key")
