@@ -122,13 +122,6 @@ def month_window(now_ms: int) -> Window:
     return Window(f"{moment.year:04d}{moment.month:02d}", ends, now_ms)
 
 
-def day_window(now_ms: int) -> Window:
-    """The UTC day holding ``now_ms``."""
-    day_ms = 86_400_000
-    start = now_ms - now_ms % day_ms
-    return Window(str(start // day_ms), start + day_ms, now_ms)
-
-
 @dataclass(frozen=True)
 class Usage:
     """One limit's state after a request: for headers, bodies and ``GET /v1/usage``."""
