@@ -171,3 +171,21 @@ def test_signature_encoding_is_not_malleable(keyring: object) -> None:
         assert not keyring.verify("test-2026", receipt_hash, variant), variant
     with pytest.raises(ValueError, match="base64url"):
         b64url_decode(signature + "==")
+
+
+@pytest.mark.parametrize(
+    ("argv", "port"), [([], 8000), (["--port", "9123"], 9123), (["serve", "--port", "9124"], 9124)]
+)
+def test_bare_options_mean_serve(monkeypatch: pytest.MonkeyPatch, argv: list[str], port: int) -> None:
+    from web import cli
+
+    monkeypatch.delenv("PORT", raising=False)
+    seen: list[int] = []
+
+    def fake_serve(args: object) -> int:
+        seen.append(getattr(args, "port", -1))
+        return 0
+
+    monkeypatch.setattr(cli, "_serve", fake_serve)
+    assert cli.main(argv) == 0
+    assert seen == [port]

@@ -72,7 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv) or ["serve"])
+    argv = list(argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["serve", *argv]  # `python service.py --port 9000` serves, like `serve --port 9000`
+    args = _parser().parse_args(argv)
     verb = args.verb or "serve"
     try:
         if verb == "serve":
