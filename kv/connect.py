@@ -32,4 +32,6 @@ def open_store(redis_url: str | None, *, embedded_server: fakeredis.FakeServer |
         )
         return Store(aioredis.Redis(connection_pool=pool))
     server = embedded_server or fakeredis.FakeServer()
-    return Store(fakeredis.FakeAsyncRedis(server=server))
+    store = Store(fakeredis.FakeAsyncRedis(server=server))
+    store.embedded_server = server
+    return store

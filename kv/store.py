@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
@@ -61,6 +62,14 @@ class KeyRecord:
     plan: str
     revoked: bool
     created_at: str
+    suspended_until: str = ""
+    """"" (not suspended), "forever", or Unix milliseconds as text."""
+
+    def suspended_at(self, now_ms: int) -> bool:
+        """True while a suspension is in force; a timed one ends by itself."""
+        if not self.suspended_until:
+            return False
+        return self.suspended_until == "forever" or now_ms < int(self.suspended_until)
 
 
 class IssueOutcome(enum.Enum):
@@ -96,9 +105,12 @@ class Store:
 
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
+        self.embedded_server: Any = None
+        """The in-process fakeredis server in embedded mode (jobs share it), else None."""
         self._issue = client.register_script((LUA_DIR / "issue_receipt.lua").read_text())
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
         self._hit_counter = client.register_script((LUA_DIR / "hit_counter.lua").read_text())
+        self._delete_receipt = client.register_script((LUA_DIR / "delete_receipt.lua").read_text())
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -133,6 +145,7 @@ class Store:
                 "plan": key.plan,
                 "revoked": "1" if key.revoked else "0",
                 "created_at": key.created_at,
+                "suspended_until": key.suspended_until,
             },
         )
 
@@ -150,6 +163,7 @@ class Store:
             plan=fields.get("plan") or "free",
             revoked=fields.get("revoked") == "1",
             created_at=fields.get("created_at") or "",
+            suspended_until=fields.get("suspended_until") or "",
         )
 
     @_unavailable_as_503
@@ -160,6 +174,57 @@ class Store:
             return False
         await self.client.hset(name, "revoked", "1")
         return True
+
+    @_unavailable_as_503
+    async def get_project(self, project_id: str) -> dict[str, str] | None:
+        """The project record's fields (name, created_at, tip, suspended_until), or None."""
+        raw = await self.client.hgetall(keys.project_key(project_id))
+        return {_text(k) or "": _text(v) or "" for k, v in raw.items()} or None
+
+    @_unavailable_as_503
+    async def list_project_keys(self, project_id: str) -> list[KeyRecord]:
+        """Every key record of the project, oldest first (hashes and states, never keys)."""
+        hashes = sorted(_text(h) or "" for h in await self.client.smembers(keys.project_api_keys_key(project_id)))
+        records = [await self.find_api_key(h) for h in hashes]
+        return sorted((r for r in records if r is not None), key=lambda r: r.created_at)
+
+    @_unavailable_as_503
+    async def add_project_key(self, key: KeyRecord) -> None:
+        """A further key for an existing project (reissue): the record, then the set entry."""
+        await self._write_key_record(key)
+        await self.client.sadd(keys.project_api_keys_key(key.project_id), key.key_hash)
+
+    @_unavailable_as_503
+    async def set_project_suspension(self, project_id: str, suspended_until: str) -> int:
+        """Suspend ("forever" or Unix ms) or lift ("") on the project and each of its keys.
+
+        Key records live in their own slots, so this is one write per key, in order; run
+        again it converges. Returns how many key records were updated.
+        """
+        await self.client.hset(keys.project_key(project_id), "suspended_until", suspended_until)
+        members = await self.client.smembers(keys.project_api_keys_key(project_id))
+        updated = 0
+        for member in members:
+            name = keys.api_key_key(_text(member) or "")
+            if await self.client.exists(name):
+                await self.client.hset(name, "suspended_until", suspended_until)
+                updated += 1
+        return updated
+
+    @_unavailable_as_503
+    async def delete_receipt(self, receipt_id: str) -> dict[str, str] | None:
+        """Remove a receipt and its hash-index entry (one script). Returns what was removed
+        (receipt_id, project_id, receipt_hash) or None when there was no such receipt."""
+        stored = await self.get_receipt_json(receipt_id)
+        if stored is None:
+            return None
+        receipt = orjson.loads(stored)
+        project_id, receipt_hash = receipt["project_id"], receipt["receipt_hash"]
+        await self._delete_receipt(
+            keys=[keys.receipt_key(receipt_id), keys.receipt_hash_key(project_id, receipt_hash)],
+            args=[receipt_id],
+        )
+        return {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
 
     @_unavailable_as_503
     async def read_tip(self, project_id: str) -> tuple[bool, str | None]:

@@ -10,6 +10,8 @@ from typing import Any
 
 from sanic import HTTPResponse, Request, Sanic
 
+from jobs.context import use_embedded_server
+from jobs.queue import open_queue
 from kv.connect import open_store
 from kv.store import Store
 from web import info, pages, receipts_api, usage
@@ -94,6 +96,9 @@ def _attach_store(app: App, store: Store) -> None:
     settings: Settings = app.ctx.settings
     app.ctx.store = store
     app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms)
+    app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
+    if store.embedded_server is not None:
+        use_embedded_server(store.embedded_server)
     app.ctx.limiter = Limiter(store, settings.limits, settings.client_ip, app.ctx.clock_ms)
 
 

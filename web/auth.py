@@ -6,7 +6,8 @@ from sanic import Request
 
 from kv.store import KeyRecord, Store
 from receipts.apikeys import hash_api_key, is_plausible_key
-from receipts.errors import Unauthorized
+from receipts.errors import Forbidden, Unauthorized
+from receipts.model import format_created_at
 
 
 def bearer_token(request: Request) -> str | None:
@@ -38,6 +39,20 @@ async def authenticate(request: Request, store: Store) -> KeyRecord:
     return record
 
 
+def refuse_suspended(record: KeyRecord, now_ms: int, operator_contact: str) -> None:
+    """403 while the key's project is suspended, naming the end (if any) and the contact."""
+    if record.suspended_at(now_ms):
+        until = (
+            "until further notice"
+            if record.suspended_until == "forever"
+            else "until " + format_created_at(int(record.suspended_until))
+        )
+        raise Forbidden(
+            f"this project's API access is suspended {until}; contact {operator_contact}",
+            {"reason": "project_suspended"},
+        )
+
+
 async def authenticate_limited(request: Request) -> KeyRecord:
     """``authenticate`` behind the failed-auth throttle of spec 8.
 
@@ -48,7 +63,9 @@ async def authenticate_limited(request: Request) -> KeyRecord:
     limiter = request.app.ctx.limiter
     await limiter.refuse_throttled_address(request)
     try:
-        return await authenticate(request, request.app.ctx.store)
+        record = await authenticate(request, request.app.ctx.store)
     except Unauthorized:
         await limiter.count_failed_auth(request)
         raise
+    refuse_suspended(record, request.app.ctx.clock_ms(), request.app.ctx.settings.operator_contact)
+    return record

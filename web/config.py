@@ -12,6 +12,9 @@ from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from web.client_ip import ClientIpConfig
 
 EMPTY_KEY_RING = KeyRing(keys={}, active_kid=None, active_signer=None)
+DEFAULT_HUMAN_CHECK_VERIFY_URL = "https://challenges.cloudflare.com/turnstile/v0/siteverify"
+DEFAULT_HUMAN_CHECK_SCRIPT_URL = "https://challenges.cloudflare.com/turnstile/v0/api.js"
+DEFAULT_OPERATOR_CONTACT = "the operator (OPERATOR_CONTACT is not set)"
 
 
 class ConfigError(ValueError):
@@ -27,6 +30,15 @@ class Settings:
     env: str = "development"
     limits: Limits = field(default_factory=lambda: load_limits(None))
     client_ip: ClientIpConfig = field(default_factory=ClientIpConfig)
+    jobs_redis_url: str | None = None
+    retention_days: float = 180.0
+    payment_webhook_secrets: tuple[str, ...] = ()
+    claim_window_days: float = 7.0
+    human_check_secret: str | None = None
+    human_check_verify_url: str = DEFAULT_HUMAN_CHECK_VERIFY_URL
+    human_check_site_key: str | None = None
+    human_check_script_url: str = DEFAULT_HUMAN_CHECK_SCRIPT_URL
+    operator_contact: str = DEFAULT_OPERATOR_CONTACT
 
     @property
     def embedded(self) -> bool:
@@ -62,6 +74,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if not proxies.isdigit():
         raise ConfigError("PROXIES_COUNT must be a whole number (trusted proxies in front of the service)")
     client_ip = ClientIpConfig(real_ip_header=env.get("REAL_IP_HEADER") or None, proxies_count=int(proxies))
+    retention_days = _positive_number(env, "RETENTION_DAYS", 180.0)
+    claim_window_days = _positive_number(env, "CLAIM_WINDOW_DAYS", 7.0)
+    secrets = tuple(part.strip() for part in (env.get("PAYMENT_WEBHOOK_SECRET") or "").split(",") if part.strip())
     base = (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None
     default_env = "embedded" if not redis_url else "production"
     return Settings(
@@ -72,7 +87,29 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         env=env.get("SERVICE_ENV") or default_env,
         limits=limits,
         client_ip=client_ip,
+        jobs_redis_url=env.get("JOBS_REDIS_URL") or redis_url,
+        retention_days=retention_days,
+        payment_webhook_secrets=secrets,
+        claim_window_days=claim_window_days,
+        human_check_secret=env.get("HUMAN_CHECK_SECRET") or None,
+        human_check_verify_url=env.get("HUMAN_CHECK_VERIFY_URL") or DEFAULT_HUMAN_CHECK_VERIFY_URL,
+        human_check_site_key=env.get("HUMAN_CHECK_SITE_KEY") or None,
+        human_check_script_url=env.get("HUMAN_CHECK_SCRIPT_URL") or DEFAULT_HUMAN_CHECK_SCRIPT_URL,
+        operator_contact=env.get("OPERATOR_CONTACT") or DEFAULT_OPERATOR_CONTACT,
     )
+
+
+def _positive_number(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number of days, such as 180 or 0.0001") from exc
+    if not value > 0 or value != value or value == float("inf"):
+        raise ConfigError(f"{name} must be a positive number of days")
+    return value
 
 
 def warn(message: str) -> None:

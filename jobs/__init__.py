@@ -1,0 +1,1 @@
+"""Background work on RQ: plain functions taking ids, enqueued by dotted path, JSON-serialised."""

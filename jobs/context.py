@@ -1,0 +1,40 @@
+"""The store as a job sees it: the configured Redis, or the embedded server when inline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import fakeredis
+
+from kv.connect import open_store
+from kv.store import Store
+from web.config import load_settings
+
+T = TypeVar("T")
+_embedded_server: fakeredis.FakeServer | None = None
+
+
+def use_embedded_server(server: fakeredis.FakeServer | None) -> None:
+    """Called by the embedded service at start-up so inline jobs see its store."""
+    global _embedded_server
+    _embedded_server = server
+
+
+def run_with_store(work: Callable[[Store], Awaitable[T]]) -> T:
+    """Run ``work(store)`` on a fresh event loop with a store of its own, then close it.
+
+    Jobs are synchronous RQ functions; inline jobs run in a worker thread (see
+    ``jobs.queue.enqueue``), where a new event loop is allowed.
+    """
+    settings = load_settings()
+
+    async def run() -> T:
+        store = open_store(settings.redis_url, embedded_server=_embedded_server)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
