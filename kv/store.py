@@ -250,6 +250,7 @@ class Store:
         key_hash: str,
         minute: Counter,
         month: Counter,
+        stale_receipt_id: str = "",
     ) -> IssueResult:
         """Record a signed receipt if its tip still holds, it is not a replay, and the key's
         minute limit and the project's monthly quota allow it; count it in both at once."""
@@ -273,6 +274,7 @@ class Store:
                 minute.ttl_s,
                 month.limit,
                 month.ttl_s,
+                stale_receipt_id,
             ],
         )
         outcome = IssueOutcome(int(reply[0]))

@@ -9,10 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import logging
 import os
 import secrets
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +24,14 @@ import orjson
 from receipts.apikeys import hash_api_key
 from receipts.encoding import is_hash_str
 from receipts.errors import StoreUnavailable
+from receipts.ids import is_receipt_id
+from receipts.model import format_created_at
 from receipts.signing import KeySetError, new_key_set
 from web.config import ConfigError, load_settings
 from web.offline_verify import DEFAULT_BASE_URL, VerifyOptions, render_report, run_verify
 
 HASH_CHUNK = 1 << 20
+audit_log = logging.getLogger("eps.audit")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +55,24 @@ def _parser() -> argparse.ArgumentParser:
     which = revoke.add_mutually_exclusive_group(required=True)
     which.add_argument("--api-key")
     which.add_argument("--key-hash", help="sha256:<hex> of the key")
+
+    listing = keys.add_parser("list", help="the project's keys: hashes and states only")
+    listing.add_argument("--project", required=True, help="project id (prj_...)")
+    reissue = keys.add_parser("reissue", help="revoke the project's keys and print a new one")
+    reissue.add_argument("--project", required=True, help="project id (prj_...)")
+    suspend = keys.add_parser("suspend", help="suspend a project's API access (403 with the operator contact)")
+    suspend.add_argument("--project", required=True, help="project id (prj_...)")
+    suspend.add_argument(
+        "--until", help="ISO 8601 time (UTC if no offset) when it ends by itself; default: until lifted"
+    )
+    unsuspend = keys.add_parser("unsuspend", help="lift a project's suspension")
+    unsuspend.add_argument("--project", required=True, help="project id (prj_...)")
+
+    receipts = verbs.add_parser("receipts", help="operator actions on receipts (needs REDIS_URL)")
+    receipt_actions = receipts.add_subparsers(dest="action", required=True)
+    delete = receipt_actions.add_parser("delete", help="remove a receipt that holds violating data")
+    delete.add_argument("receipt_id")
+    delete.add_argument("--reason", required=True, help="why (logged; the content never is)")
 
     digest = verbs.add_parser("hash", help="print sha256:<hex> of a file, computed locally")
     digest.add_argument("file")
@@ -84,7 +108,9 @@ def main(argv: Sequence[str]) -> int:
             print(orjson.dumps(new_key_set(args.kid), option=orjson.OPT_INDENT_2).decode())
             return 0
         if verb == "keys":
-            return _with_store(_keys_create if args.action == "create" else _keys_revoke, args)
+            return _with_store(KEY_ACTIONS[args.action], args)
+        if verb == "receipts":
+            return _with_store(_receipts_delete, args)
         if verb == "hash":
             return _hash(args)
         if verb == "verify":
@@ -164,6 +190,91 @@ async def _keys_revoke(store: Any, args: argparse.Namespace) -> int:
     revoked = await store.revoke_api_key(key_hash)
     print(orjson.dumps({"revoked": revoked, "key_hash": key_hash}).decode())
     return 0 if revoked else 1
+
+
+async def _keys_list(store: Any, args: argparse.Namespace) -> int:
+    from web.keys_admin import key_state
+
+    if await store.get_project(args.project) is None:
+        print(f"error: no project {args.project}", file=sys.stderr)
+        return 1
+    now = _now_ms()
+    records = await store.list_project_keys(args.project)
+    print(orjson.dumps({"project_id": args.project, "keys": [key_state(r, now) for r in records]}).decode())
+    return 0
+
+
+async def _keys_reissue(store: Any, args: argparse.Namespace) -> int:
+    from web.keys_admin import reissue_project_key
+
+    reissued = await reissue_project_key(store, args.project)
+    if reissued is None:
+        print(f"error: no project {args.project}", file=sys.stderr)
+        return 1
+    print(orjson.dumps(reissued).decode())
+    return 0
+
+
+async def _keys_suspend(store: Any, args: argparse.Namespace) -> int:
+    if await store.get_project(args.project) is None:
+        print(f"error: no project {args.project}", file=sys.stderr)
+        return 1
+    until = "forever"
+    if args.until:
+        try:
+            until = str(parse_until_ms(args.until))
+        except ValueError as exc:
+            print(f"error: --until {exc}", file=sys.stderr)
+            return 2
+    updated = await store.set_project_suspension(args.project, until)
+    shown = until if until == "forever" else format_created_at(int(until))
+    print(orjson.dumps({"project_id": args.project, "suspended_until": shown, "keys_updated": updated}).decode())
+    return 0
+
+
+async def _keys_unsuspend(store: Any, args: argparse.Namespace) -> int:
+    if await store.get_project(args.project) is None:
+        print(f"error: no project {args.project}", file=sys.stderr)
+        return 1
+    updated = await store.set_project_suspension(args.project, "")
+    print(orjson.dumps({"project_id": args.project, "suspended_until": None, "keys_updated": updated}).decode())
+    return 0
+
+
+async def _receipts_delete(store: Any, args: argparse.Namespace) -> int:
+    removed = await store.delete_receipt(args.receipt_id) if is_receipt_id(args.receipt_id) else None
+    if removed is None:
+        print(f"error: no receipt {args.receipt_id}", file=sys.stderr)
+        return 1
+    event = {"event": "receipt_deleted", **removed, "reason": args.reason, "at": format_created_at(_now_ms())}
+    audit_log.warning("%s", orjson.dumps(event).decode())
+    print(orjson.dumps(event).decode())
+    return 0
+
+
+KEY_ACTIONS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
+    "create": _keys_create,
+    "revoke": _keys_revoke,
+    "list": _keys_list,
+    "reissue": _keys_reissue,
+    "suspend": _keys_suspend,
+    "unsuspend": _keys_unsuspend,
+}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_until_ms(text: str) -> int:
+    """Unix ms of an ISO 8601 date or date-time; without an offset it is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError("must be an ISO 8601 date or time, such as 2026-12-01T00:00:00Z") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
 
 
 def hash_file(path: str | Path, salt: bytes = b"") -> str:

@@ -120,6 +120,7 @@ class ReceiptIssuer:
                 exists, tip = await self.store.read_tip(project_id)
                 if not exists:
                     raise NotFound("the project of this API key does not exist")
+            stale = ""
             for _ in range(MAX_ATTEMPTS):
                 now = self.clock_ms()
                 minute, month = minute_window(now), month_window(now)
@@ -146,6 +147,7 @@ class ReceiptIssuer:
                     key_hash=key.key_hash,
                     minute=minute_counter(minute, plan.per_minute),
                     month=Counter(month.id, plan.monthly, month.retry_after_s + 40 * 86_400),
+                    stale_receipt_id=stale,
                 )
                 minute_usage = Usage("key", plan.per_minute, result.minute_used, minute, MINUTE_S)
                 month_usage = Usage("month", plan.monthly, result.month_used, month, month.retry_after_s)
@@ -157,7 +159,13 @@ class ReceiptIssuer:
                     self._remember_tip(project_id, tip)
                     continue
                 if result.outcome is IssueOutcome.REPLAY:
-                    return await self._replay(result.receipt_id or "", rkey, minute_usage, month_usage)
+                    stored = await self.store.get_receipt_json(result.receipt_id or "")
+                    if stored is not None:
+                        return Issued(stored, orjson.loads(stored), rkey, True, minute_usage, month_usage)
+                    # The earlier receipt was deleted: its idempotency record is stale, and
+                    # the same request now gets a new receipt in its place.
+                    stale = result.receipt_id or ""
+                    continue
                 if result.outcome is IssueOutcome.RATE_LIMITED:
                     error = key_rate_limited(minute_usage, key.plan)
                     error.response_headers.update(quota_headers(key.plan, month_usage))
@@ -170,9 +178,3 @@ class ReceiptIssuer:
                 self._tips.pop(project_id, None)
                 raise NotFound("the project of this API key does not exist")
         raise ChainContention("the project's chain is too busy right now; retry the request")
-
-    async def _replay(self, receipt_id: str, rkey: str, minute: Usage, month: Usage) -> Issued:
-        stored = await self.store.get_receipt_json(receipt_id)
-        if stored is None:
-            raise NotFound("the receipt for this request was issued earlier and has since been removed")
-        return Issued(stored, orjson.loads(stored), rkey, True, minute, month)

@@ -39,3 +39,57 @@ async def create_project_key(
         "project_name": project_name,
         "key_hash": record.key_hash,
     }
+
+
+async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | None = None) -> dict[str, Any] | None:
+    """Revoke every key of the project and make one new key with the same plan.
+
+    The new key inherits the project's suspension, if any. Returns the new key's JSON
+    (shown once), or None when the project does not exist.
+    """
+    project = await store.get_project(project_id)
+    if project is None:
+        return None
+    existing = await store.list_project_keys(project_id)
+    plan = existing[-1].plan if existing else "free"
+    actor_id = existing[-1].actor_id if existing else new_actor_id()
+    for record in existing:
+        if not record.revoked:
+            await store.revoke_api_key(record.key_hash)
+    api_key = new_api_key()
+    record = KeyRecord(
+        key_hash=hash_api_key(api_key),
+        project_id=project_id,
+        actor_id=actor_id,
+        plan=plan,
+        revoked=False,
+        created_at=format_created_at(now_ms if now_ms is not None else int(time.time() * 1000)),
+        suspended_until=project.get("suspended_until", ""),
+    )
+    await store.add_project_key(record)
+    return {
+        "api_key": api_key,
+        "project_id": project_id,
+        "actor_id": actor_id,
+        "plan": plan,
+        "key_hash": record.key_hash,
+        "revoked_key_hashes": [r.key_hash for r in existing if not r.revoked],
+    }
+
+
+def key_state(record: KeyRecord, now_ms: int) -> dict[str, Any]:
+    """What ``keys list`` shows of a key: its hash and states, never the key."""
+    return {
+        "key_hash": record.key_hash,
+        "actor_id": record.actor_id,
+        "plan": record.plan,
+        "created_at": record.created_at,
+        "state": "revoked" if record.revoked else ("suspended" if record.suspended_at(now_ms) else "active"),
+        "suspended_until": (
+            None
+            if not record.suspended_until
+            else record.suspended_until
+            if record.suspended_until == "forever"
+            else format_created_at(int(record.suspended_until))
+        ),
+    }

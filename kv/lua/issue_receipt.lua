@@ -16,6 +16,8 @@
 -- ARGV[8] seconds the minute counter must live
 -- ARGV[9] monthly receipt quota of the plan
 -- ARGV[10] seconds the month counter must live
+-- ARGV[11] a receipt id known to be gone ("" = none): an idempotency record naming it is
+--          stale (its receipt was deleted) and may be taken over by this receipt
 --
 -- Returns {code, value, minute_used, month_used} (the counters after this call):
 --   {0, ""}           issued: receipt, index, idempotency record, tip and both counters written
@@ -43,11 +45,14 @@ end
 local idem = redis.call('GET', KEYS[2])
 if idem then
   local sep = string.find(idem, ' ', 1, true)
+  local named = string.sub(idem, 1, sep - 1)
   if string.sub(idem, sep + 1) ~= ARGV[6] then
     return {2, '', minute, month}
   end
-  count_minute()
-  return {1, string.sub(idem, 1, sep - 1), minute, month}
+  if named ~= ARGV[11] then
+    count_minute()
+    return {1, named, minute, month}
+  end
 end
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
