@@ -15,6 +15,8 @@ import redis
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
 
+from receipts.errors import StoreUnavailable
+
 QUEUE_NAME = "eps"
 RETRY = Retry(max=5, interval=[1, 5, 30, 120, 600])
 """Back-off for failed jobs; after the last try the job stays in RQ's failed registry."""
@@ -31,6 +33,10 @@ def open_queue(jobs_redis_url: str | None, embedded_server: fakeredis.FakeServer
 async def enqueue(queue: Queue, func_path: str, *args: Any, job_id: str | None = None) -> None:
     """Enqueue ``func_path(*args)`` with retries, off the event loop.
 
-    ``job_id`` makes enqueueing idempotent for work that must happen once per id.
+    ``job_id`` makes enqueueing idempotent for work that must happen once per id. Raises
+    ``StoreUnavailable`` when the queue's Redis does not answer.
     """
-    await asyncio.to_thread(queue.enqueue, func_path, *args, job_id=job_id, retry=RETRY)
+    try:
+        await asyncio.to_thread(queue.enqueue, func_path, *args, job_id=job_id, retry=RETRY)
+    except (redis.RedisError, OSError) as exc:
+        raise StoreUnavailable("the job queue is unreachable; try again shortly") from exc

@@ -9,7 +9,7 @@ keyed by the key's hash.
 
 from __future__ import annotations
 
-from receipts.ids import receipt_slot_tag, slot_tag
+from receipts.ids import CROCKFORD, is_receipt_id, receipt_slot_tag, slot_tag
 
 
 def _hex(hash_str: str) -> str:
@@ -59,3 +59,54 @@ def project_month_counter_key(project_id: str, month_id: str) -> str:
 def ip_counter_key(ip_bucket: str, scope: str, window_id: str) -> str:
     """Integer: requests from one client address in one window, in the address's own slot."""
     return f"ip:{{{ip_bucket}}}:{scope}:{window_id}"
+
+
+# --- retention: what the sweep (Store.expire_receipts) scans for, and how it dates a key ---
+# Every key or value it removes names a receipt id, and the id's ULID carries its creation
+# time, so the sweep needs no index of its own. The patterns never match ``rq:``, ``ip:``,
+# ``pk:`` or any other prefix.
+
+RECEIPT_KEY_MATCH = "r:*"
+RECEIPT_HASH_KEY_MATCH = "h:*"
+IDEMPOTENCY_KEY_MATCH = "i:*"
+_CROCKFORD_VALUE = {char: value for value, char in enumerate(CROCKFORD)}
+
+
+def receipt_id_in_receipt_key(name: str) -> str | None:
+    """The receipt id a ``receipt_key`` names, or None when ``name`` is not a receipt key."""
+    receipt_id = name.rpartition(":")[2]
+    return receipt_id if name.startswith("r:{") and is_receipt_id(receipt_id) else None
+
+
+def receipt_id_in_entry(value: str) -> str | None:
+    """The receipt id a hash-index value (``receipt_id``) or an idempotency value
+    (``receipt_id fingerprint``) names, or None when it names none."""
+    receipt_id = value.partition(" ")[0]
+    return receipt_id if is_receipt_id(receipt_id) else None
+
+
+def receipt_created_ms(receipt_id: str) -> int:
+    """Creation time (Unix ms) of a valid receipt id: the first ten characters of its ULID."""
+    ms = 0
+    for char in receipt_id[5:15]:
+        ms = ms * 32 + _CROCKFORD_VALUE[char]
+    return ms
+
+
+def webhook_event_key(event_id: str) -> str:
+    """String: marks a payment webhook event id as processed (expires after the retry period)."""
+    return f"we:{event_id}"
+
+
+def checkout_lookup_key(session_id: str) -> str:
+    """Hash: ``seen_at`` (the webhook arrived) and, once indexed, the pre-assigned ``project_id``.
+
+    A single key in its own slot: it finds the project slot that holds the session record.
+    """
+    return f"cs:{session_id}"
+
+
+def checkout_session_key(project_id: str, session_id: str) -> str:
+    """Hash in the pre-assigned project's slot: plan, created_ms, state (claimable/claimed),
+    indexed_at, and after the claim claimed_at, actor_id, key_hash."""
+    return f"cs:{{{slot_tag(project_id)}}}:{session_id}"

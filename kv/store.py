@@ -8,9 +8,10 @@ timeouts become ``StoreUnavailable`` (503): signing and recording fail closed.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -50,6 +51,11 @@ def _text(value: bytes | str | None) -> str | None:
     if value is None:
         return None
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _lenient_text(value: bytes | str) -> str:
+    """Text of a key or value the sweep merely inspects (a foreign non-UTF-8 one must not stop it)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,9 @@ class Store:
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
         self._hit_counter = client.register_script((LUA_DIR / "hit_counter.lua").read_text())
         self._delete_receipt = client.register_script((LUA_DIR / "delete_receipt.lua").read_text())
+        self._delete_if_names = client.register_script((LUA_DIR / "delete_if_names.lua").read_text())
+        self._index_checkout = client.register_script((LUA_DIR / "index_checkout.lua").read_text())
+        self._claim_checkout = client.register_script((LUA_DIR / "claim_checkout.lua").read_text())
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -327,3 +336,187 @@ class Store:
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
         """The id of the project's receipt with this hash, or None."""
         return _text(await self.client.get(keys.receipt_hash_key(project_id, receipt_hash)))
+
+    # --- retention (contract 7; the sweep of jobs/retention.py, design in docs/jobs.md) -----
+
+    SWEEP_BATCH = 1000
+    """Keys asked of each SCAN call and handled per round trip by the sweep."""
+    SWEEP_SCRIPTS_AT_ONCE = 50
+    """Compare-and-delete scripts the sweep has in flight at once (one per expired entry)."""
+
+    @_unavailable_as_503
+    async def expire_receipts(self, cutoff_ms: int, *, batch: int = SWEEP_BATCH) -> dict[str, int]:
+        """Remove every receipt created before ``cutoff_ms`` (Unix ms), its hash-index entry and
+        its idempotency record. Project records, and so each project's ``tip``, stay.
+
+        Three SCAN passes, one per prefix: idempotency records, hash index, receipts. In that
+        order a replay never finds a record whose receipt is already gone: an identical
+        create after the sweep issues a new receipt. The age comes from the receipt id each
+        key (``r:``) or value (``h:``, ``i:``) names. An ``h:``/``i:`` entry is removed only
+        while it still names the expired receipt (``delete_if_names.lua``), so an entry
+        rewritten meanwhile stays. Safe to run twice and concurrently: each key is removed by
+        exactly one run. Returns the counts removed (``receipts``, ``hash_index``,
+        ``idempotency``) and ``scanned``, the keys examined.
+        """
+        idempotency, scanned_i = await self._expire_entries(keys.IDEMPOTENCY_KEY_MATCH, cutoff_ms, batch)
+        hash_index, scanned_h = await self._expire_entries(keys.RECEIPT_HASH_KEY_MATCH, cutoff_ms, batch)
+        receipts, scanned_r = await self._expire_receipt_records(cutoff_ms, batch)
+        return {
+            "receipts": receipts,
+            "hash_index": hash_index,
+            "idempotency": idempotency,
+            "scanned": scanned_i + scanned_h + scanned_r,
+        }
+
+    async def _scan_batches(self, match: str, batch: int) -> AsyncIterator[list[bytes | str]]:
+        """Key names matching ``match``, ``batch`` at a time (a cluster client scans every node)."""
+        names: list[bytes | str] = []
+        async for name in self.client.scan_iter(match=match, count=batch):
+            names.append(name)
+            if len(names) >= batch:
+                yield names
+                names = []
+        if names:
+            yield names
+
+    async def _expire_entries(self, match: str, cutoff_ms: int, batch: int) -> tuple[int, int]:
+        """(removed, scanned) for ``h:`` or ``i:`` entries whose receipt is older than the cutoff."""
+        removed = scanned = 0
+        async for names in self._scan_batches(match, batch):
+            scanned += len(names)
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.get(name)
+            values = await pipe.execute(raise_on_error=False)
+            expired: list[tuple[bytes | str, str]] = []
+            for name, value in zip(names, values, strict=True):
+                if not isinstance(value, bytes | str):
+                    continue  # gone meanwhile, or not a string
+                receipt_id = keys.receipt_id_in_entry(_lenient_text(value))
+                if receipt_id is not None and keys.receipt_created_ms(receipt_id) < cutoff_ms:
+                    expired.append((name, receipt_id))
+            for start in range(0, len(expired), self.SWEEP_SCRIPTS_AT_ONCE):
+                chunk = expired[start : start + self.SWEEP_SCRIPTS_AT_ONCE]
+                results = await asyncio.gather(
+                    *(self._delete_if_names(keys=[name], args=[receipt_id]) for name, receipt_id in chunk)
+                )
+                removed += sum(int(result) for result in results)
+        return removed, scanned
+
+    async def _expire_receipt_records(self, cutoff_ms: int, batch: int) -> tuple[int, int]:
+        """(removed, scanned) for ``r:`` records older than the cutoff; the key names the id."""
+        removed = scanned = 0
+        async for names in self._scan_batches(keys.RECEIPT_KEY_MATCH, batch):
+            scanned += len(names)
+            expired = []
+            for name in names:
+                receipt_id = keys.receipt_id_in_receipt_key(_lenient_text(name))
+                if receipt_id is not None and keys.receipt_created_ms(receipt_id) < cutoff_ms:
+                    expired.append(name)
+            if expired:
+                pipe = self.client.pipeline(transaction=False)
+                for name in expired:
+                    pipe.delete(name)
+                removed += sum(int(result) for result in await pipe.execute())
+        return removed, scanned
+
+    # --- paid claims (web/claims.py, jobs/claims.py; design in docs/claims.md) -------------
+
+    @_unavailable_as_503
+    async def record_webhook_event(self, event_id: str, ttl_s: int) -> bool:
+        """Mark a payment webhook event id as processed; False when it already was (a repeat)."""
+        return bool(await self.client.set(keys.webhook_event_key(event_id), "1", nx=True, ex=ttl_s))
+
+    @_unavailable_as_503
+    async def forget_webhook_event(self, event_id: str) -> None:
+        """Undo ``record_webhook_event`` when the event could not be handed on, so a retry runs."""
+        await self.client.delete(keys.webhook_event_key(event_id))
+
+    @_unavailable_as_503
+    async def mark_checkout_seen(self, session_id: str, seen_at_ms: int) -> None:
+        """The webhook for a paid checkout arrived (claims answer 409 ``claim_pending`` until indexed)."""
+        await self.client.hsetnx(keys.checkout_lookup_key(session_id), "seen_at", str(seen_at_ms))
+
+    @_unavailable_as_503
+    async def index_checkout(
+        self, *, session_id: str, candidate_project_id: str, plan: str, created_ms: int, indexed_at_ms: int
+    ) -> str:
+        """Make a paid checkout claimable. Returns the project id assigned to the session.
+
+        The first run assigns ``candidate_project_id`` (HSETNX on the single-key lookup);
+        every later run finds that one and writes nothing, so the job is idempotent.
+        """
+        lookup = keys.checkout_lookup_key(session_id)
+        await self.client.hsetnx(lookup, "project_id", candidate_project_id)
+        project_id = _text(await self.client.hget(lookup, "project_id")) or candidate_project_id
+        await self._index_checkout(
+            keys=[keys.checkout_session_key(project_id, session_id)],
+            args=[plan, created_ms, indexed_at_ms],
+        )
+        return project_id
+
+    @_unavailable_as_503
+    async def find_checkout(self, session_id: str) -> CheckoutRecord | None:
+        """What the store knows about a checkout session, or None when no webhook was seen."""
+        lookup = await self.client.hgetall(keys.checkout_lookup_key(session_id))
+        if not lookup:
+            return None
+        project_id = {_text(k): _text(v) for k, v in lookup.items()}.get("project_id")
+        if not project_id:
+            return CheckoutRecord(session_id, None, "seen")
+        raw = await self.client.hgetall(keys.checkout_session_key(project_id, session_id))
+        if not raw:
+            return CheckoutRecord(session_id, project_id, "seen")
+        fields = {_text(k) or "": _text(v) or "" for k, v in raw.items()}
+        return CheckoutRecord(
+            session_id,
+            project_id,
+            fields.get("state") or "claimable",
+            plan=fields.get("plan") or "",
+            created_ms=int(fields.get("created_ms") or 0),
+        )
+
+    @_unavailable_as_503
+    async def claim_checkout(
+        self, *, session_id: str, project_name: str, key: KeyRecord, now_ms: int, window_ms: int
+    ) -> ClaimOutcome:
+        """Create the session's project with ``key`` and mark the session claimed, atomically.
+
+        The key record lives in its own slot, so it is written first: until the script
+        creates the project it points at nothing, and nobody has seen the key. If the script
+        refuses (a concurrent claim won, the window passed), the record is deleted again.
+        """
+        await self._write_key_record(key)
+        code: Any = await self._claim_checkout(
+            keys=[
+                keys.checkout_session_key(key.project_id, session_id),
+                keys.project_key(key.project_id),
+                keys.project_api_keys_key(key.project_id),
+            ],
+            args=[now_ms, window_ms, project_name, key.created_at, key.key_hash, key.actor_id, key.project_id],
+        )
+        outcome = ClaimOutcome(int(code))
+        if outcome is not ClaimOutcome.CLAIMED:
+            await self.client.delete(keys.api_key_key(key.key_hash))
+        return outcome
+
+
+@dataclass(frozen=True)
+class CheckoutRecord:
+    """A checkout session as the store holds it.
+
+    ``state``: "seen" (webhook arrived, not indexed yet), "claimable" or "claimed".
+    """
+
+    session_id: str
+    project_id: str | None
+    state: str
+    plan: str = ""
+    created_ms: int = 0
+
+
+class ClaimOutcome(enum.Enum):
+    CLAIMED = 0
+    NOT_INDEXED = 1
+    ALREADY_CLAIMED = 2
+    EXPIRED = 3

@@ -107,3 +107,41 @@ class ChainContention(ServiceError):
     code = "chain_contention"
     status = 503
     headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
+
+
+class ClaimUnknown(ServiceError):
+    """No payment webhook has been seen for this checkout session (yet)."""
+
+    code = "claim_pending"
+    status = 404
+
+
+class ClaimPending(ServiceError):
+    """The webhook arrived but the background job has not indexed the session yet."""
+
+    code = "claim_pending"
+    status = 409
+
+
+class AlreadyClaimed(ServiceError):
+    code = "already_claimed"
+    status = 409
+
+
+class ClaimExpired(ServiceError):
+    code = "claim_expired"
+    status = 410
+
+
+class ClaimNotReady(ServiceError):
+    """Paid claims cannot work here: no payment webhook secret is configured."""
+
+    code = "claim_not_ready"
+    status = 503
+
+
+class NotConfigured(ServiceError):
+    """A feature's provider settings are missing (free claims without a human-check secret)."""
+
+    code = "not_configured"
+    status = 503

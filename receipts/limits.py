@@ -122,6 +122,16 @@ def month_window(now_ms: int) -> Window:
     return Window(f"{moment.year:04d}{moment.month:02d}", ends, now_ms)
 
 
+DAY_MS = 86_400_000
+
+
+def day_window(now_ms: int) -> Window:
+    """The UTC day holding ``now_ms`` (id ``YYYYMMDD``); it ends at the next UTC midnight."""
+    start = now_ms - now_ms % DAY_MS
+    moment = datetime.fromtimestamp(start / 1000, UTC)
+    return Window(moment.strftime("%Y%m%d"), start + DAY_MS, now_ms)
+
+
 @dataclass(frozen=True)
 class Usage:
     """One limit's state after a request: for headers, bodies and ``GET /v1/usage``."""

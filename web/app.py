@@ -12,9 +12,10 @@ from sanic import HTTPResponse, Request, Sanic
 
 from jobs.context import use_embedded_server
 from jobs.queue import open_queue
+from jobs.retention import sweep_periodically
 from kv.connect import open_store
 from kv.store import Store
-from web import info, pages, receipts_api, usage
+from web import claims, info, pages, receipts_api, usage
 from web.config import Settings, load_settings, warn
 from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
@@ -56,6 +57,7 @@ def create_app(
     app.blueprint(receipts_api.bp)
     app.blueprint(usage.bp)
     app.blueprint(pages.bp)
+    app.blueprint(claims.bp)
     app.static("/static", STATIC_DIR, name="static")
 
     @app.on_request
@@ -81,6 +83,8 @@ def create_app(
             )
             if settings.ephemeral_signing_key:
                 await announce_demo_key(app)
+            # No worker serves the embedded store, so the server sweeps expired receipts itself.
+            app.add_task(sweep_periodically(app.ctx.store, settings.retention_days), name="retention-sweep")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
 

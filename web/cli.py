@@ -74,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     delete.add_argument("receipt_id")
     delete.add_argument("--reason", required=True, help="why (logged; the content never is)")
 
+    worker = verbs.add_parser("worker", help="run background jobs and their schedule (needs REDIS_URL)")
+    worker.add_argument("--burst", action="store_true", help="run the jobs queued now, then exit (no schedule)")
+    verbs.add_parser("expire", help="run the retention sweep once, now; prints a JSON summary (needs REDIS_URL)")
+
     digest = verbs.add_parser("hash", help="print sha256:<hex> of a file, computed locally")
     digest.add_argument("file")
     salt = digest.add_mutually_exclusive_group()
@@ -111,6 +115,14 @@ def main(argv: Sequence[str]) -> int:
             return _with_store(KEY_ACTIONS[args.action], args)
         if verb == "receipts":
             return _with_store(_receipts_delete, args)
+        if verb == "worker":
+            from jobs.worker import worker_command
+
+            return worker_command(burst=args.burst)
+        if verb == "expire":
+            from jobs.retention import expire_command
+
+            return expire_command()
         if verb == "hash":
             return _hash(args)
         if verb == "verify":

@@ -1,0 +1,106 @@
+"""Retention (contract 7): receipts leave the store after ``RETENTION_DAYS``.
+
+``sweep`` is the one implementation; it runs as the job ``sweep_expired`` (hourly, on the
+worker's schedule: ``jobs/schedule.py``), as ``python service.py expire`` (once, now), and
+can run inside an embedded server (``sweep_periodically``). The work itself is
+``Store.expire_receipts``; the design and its cost are in ``docs/jobs.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from jobs.context import run_with_store
+from kv.store import Store
+from receipts.errors import StoreUnavailable
+from receipts.model import format_created_at
+from web.config import load_settings
+
+DAY_MS = 86_400_000
+SWEEP_JOB = "jobs.retention.sweep_expired"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def cutoff_ms(now: int, retention_days: float) -> int:
+    """Receipts created strictly before this instant (Unix ms) are past the window."""
+    return now - round(retention_days * DAY_MS)
+
+
+async def sweep(store: Store, retention_days: float, now: int | None = None) -> dict[str, Any]:
+    """Remove what is past the retention window; the summary ``expire`` prints and the job returns."""
+    at = now_ms() if now is None else now
+    cutoff = cutoff_ms(at, retention_days)
+    started = time.monotonic()
+    counts = await store.expire_receipts(cutoff)
+    return {
+        "removed": {name: counts[name] for name in ("receipts", "hash_index", "idempotency")},
+        "scanned": counts["scanned"],
+        "cutoff": format_created_at(cutoff),
+        "retention_days": retention_days,
+        "took_ms": round((time.monotonic() - started) * 1000),
+    }
+
+
+def sweep_expired(now: int | None = None) -> dict[str, Any]:
+    """The job: one sweep with the configured ``RETENTION_DAYS``. Idempotent; safe to overlap.
+
+    ``now`` (Unix ms) is for tests; the schedule passes nothing, so each run uses its own clock.
+    """
+    retention_days = load_settings().retention_days
+    return run_with_store(lambda store: sweep(store, retention_days, now))
+
+
+async def sweep_periodically(store: Store, retention_days: float, interval_s: float = 3600.0) -> None:
+    """Sweep now and then every ``interval_s`` until cancelled, for a process that owns its
+    store and has no worker (the embedded server). A failed run is retried next interval."""
+    while True:
+        with contextlib.suppress(StoreUnavailable):
+            await sweep(store, retention_days)
+        await asyncio.sleep(interval_s)
+
+
+def expire_command() -> int:
+    """``python service.py expire``: the sweep, once, now; prints the JSON summary.
+
+    Exit status 0 done, 2 no ``REDIS_URL`` or the store is unreachable.
+    """
+    settings = load_settings()
+    if settings.embedded:
+        print(
+            "error: expire needs REDIS_URL. Without it the service uses the embedded store, which "
+            "lives inside the running server process (and keeps nothing past a restart), so "
+            "another process cannot sweep it",
+            file=sys.stderr,
+        )
+        return 2
+    from kv.connect import open_store
+
+    try:
+        store = open_store(settings.redis_url)
+    except ValueError:
+        # The URL may hold a password: say what is wrong without echoing it.
+        print("error: REDIS_URL is not a Redis URL (redis://, rediss:// or unix://)", file=sys.stderr)
+        return 2
+
+    async def run() -> dict[str, Any]:
+        try:
+            return await sweep(store, settings.retention_days)
+        finally:
+            await store.close()
+
+    try:
+        summary = asyncio.run(run())
+    except StoreUnavailable:
+        print("error: the store at REDIS_URL is unreachable (is Redis running?)", file=sys.stderr)
+        return 2
+    print(orjson.dumps(summary).decode())
+    return 0

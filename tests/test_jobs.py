@@ -1,0 +1,356 @@
+"""Background jobs: the sweep job inline and on real workers, retries into the failed
+registry, and the schedule's single owner (in-process with a fake clock, and as two real
+``python service.py worker`` processes on the session's redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio as aioredis
+from rq import Queue, Retry, Worker
+from rq.job import Job
+from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
+from rq.serializers import JSONSerializer
+
+import jobs.context
+from jobs.queue import QUEUE_NAME, RETRY, open_queue
+from jobs.retention import SWEEP_JOB
+from jobs.schedule import OWNER_KEY, RETENTION_SWEEP, Periodic, ScheduleOwner, ScheduleThread
+from kv.store import Store
+from tests.conftest import REPO, free_port
+from tests.servers import clean_env, run_cli
+from tests.test_retention import NOW, OLD, Planted, record_keys
+
+HOUR = 3600
+SLOT = 500_000  # a fixed slot for the fake clock: 10 minutes into it
+IN_SLOT = SLOT * HOUR + 600.0
+
+
+def always_fails(attempts_key: str) -> None:
+    """A job that records each attempt (on the worker's REDIS_URL) and raises."""
+    with redis.Redis.from_url(os.environ["REDIS_URL"]) as connection:
+        connection.rpush(attempts_key, repr(time.time()))
+    raise RuntimeError("this job always fails")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+# --- the sweep job ----------------------------------------------------------------------
+
+
+async def test_sweep_job_runs_inline_on_the_embedded_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Embedded mode: no worker; ``Queue(is_async=False)`` runs the job at once on the
+    server's own in-process store (jobs.context shares it)."""
+    server = fakeredis.FakeServer()
+    store = Store(fakeredis.FakeAsyncRedis(server=server))
+    planted = Planted(store)
+    project_id = await planted.project()
+    old = await planted.receipt(project_id, OLD)
+    fresh = await planted.receipt(project_id, NOW)
+    for name in ("REDIS_URL", "JOBS_REDIS_URL", "SIGNING_KEYS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RETENTION_DAYS", "1")
+    monkeypatch.setattr(jobs.context, "_embedded_server", server)
+
+    queue = open_queue(None, server)
+    assert queue.is_async is False and queue.serializer is JSONSerializer
+    job = await asyncio.to_thread(queue.enqueue, SWEEP_JOB, retry=RETRY)
+    assert job.is_finished
+    summary = job.return_value()
+    assert summary["removed"] == {"receipts": 1, "hash_index": 1, "idempotency": 1}
+    assert await record_keys(store) == {fresh["r"], fresh["h"], fresh["i"]}
+    assert not await store.client.exists(old["r"])
+
+    # The job is stored as JSON, never pickle.
+    raw = fakeredis.FakeRedis(server=server).hget(job.key, "data")
+    assert json.loads(zlib.decompress(raw))[0] == SWEEP_JOB
+    await store.close()
+
+
+class WorkerProcess:
+    """``python service.py worker`` in its own session, with its output in files."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str], *args: str) -> None:
+        self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "service.py", "worker", *args],
+                cwd=REPO,
+                env=clean_env(env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout)
+                pytest.fail(f"worker did not stop on SIGTERM:\n{self.log()[-3000:]}")
+        with contextlib.suppress(ProcessLookupError):  # the scheduler child, should it linger
+            os.killpg(self.process.pid, signal.SIGKILL)
+        return self.process.returncode
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(env: dict[str, str], *args: str) -> WorkerProcess:
+        worker = WorkerProcess(tmp_path, env, *args)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+async def test_sweep_job_on_a_real_burst_worker(redis_url: str, workers: Callable[..., WorkerProcess]) -> None:
+    store = Store(aioredis.from_url(redis_url))
+    planted = Planted(store)
+    project_id = await planted.project()
+    old = [await planted.receipt(project_id, OLD + n) for n in range(3)]
+    fresh = await planted.receipt(project_id, NOW)
+    queue = open_queue(redis_url)
+    job = queue.enqueue(SWEEP_JOB, retry=RETRY)
+
+    worker = workers({"REDIS_URL": redis_url, "RETENTION_DAYS": "1"}, "--burst")
+    returncode = await asyncio.to_thread(worker.process.wait, 60)
+    assert returncode == 0, worker.log()[-3000:]
+    job = Job.fetch(job.id, connection=queue.connection, serializer=JSONSerializer)
+    assert job.is_finished, worker.log()[-3000:]
+    assert job.return_value()["removed"] == {"receipts": 3, "hash_index": 3, "idempotency": 3}
+    assert await record_keys(store) == {fresh["r"], fresh["h"], fresh["i"]}
+    assert not await store.client.exists(*(r["r"] for r in old))
+    assert OWNER_KEY.encode() not in set(queue.connection.keys("eps:*")), "a burst worker owns no schedule"
+    await store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_failing_job_is_retried_with_back_off_then_kept_in_the_failed_registry(
+    redis_url: str, workers: Callable[..., WorkerProcess]
+) -> None:
+    queue = open_queue(redis_url)
+    attempts_key = "test:attempts"
+    job = queue.enqueue("tests.test_jobs.always_fails", attempts_key, retry=Retry(max=2, interval=[1, 2]))
+    worker = workers({"REDIS_URL": redis_url})
+    failed = FailedJobRegistry(queue=queue)
+    wait_until(lambda: job.id in failed.get_job_ids(), 40, f"the job in the failed registry\n{worker.log()[-3000:]}")
+    assert worker.stop() == 0
+
+    job = Job.fetch(job.id, connection=queue.connection, serializer=JSONSerializer)
+    assert job.is_failed and job.retries_left == 0
+    result = job.latest_result()
+    assert result is not None and "this job always fails" in (result.exc_string or "")
+    times = [float(t) for t in queue.connection.lrange(attempts_key, 0, -1)]
+    assert len(times) == 3, "the first run and two retries"
+    assert times[1] - times[0] >= 0.9 and times[2] - times[1] >= 1.9, f"back-off of 1 s then 2 s: {times}"
+
+
+def test_worker_needs_redis(tmp_path: Path) -> None:
+    for env in ({}, {"JOBS_REDIS_URL": "redis://127.0.0.1:1/0"}):
+        done = run_cli("worker", env=env)
+        assert done.returncode == 2
+        assert "REDIS_URL" in done.stderr and "embedded" in done.stderr and "inline" in done.stderr
+    done = run_cli("worker", env={"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    assert done.returncode == 2 and "unreachable" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- the schedule and its single owner ---------------------------------------------------
+
+
+@pytest.fixture(params=["fakeredis", "redis-server"])
+def make_queue(request: pytest.FixtureRequest) -> Callable[[], Queue]:
+    """Queues with their own connections to one jobs Redis, one per simulated worker."""
+    if request.param == "fakeredis":
+        server = fakeredis.FakeServer()
+        return lambda: Queue(QUEUE_NAME, connection=fakeredis.FakeRedis(server=server), serializer=JSONSerializer)
+    url = request.getfixturevalue("redis_url")
+    return lambda: open_queue(url)
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def holder(queue: Queue) -> str | None:
+    value = queue.connection.get(OWNER_KEY)
+    return value.decode() if value is not None else None
+
+
+def test_two_workers_one_owner_and_each_slot_enqueued_once(make_queue: Callable[[], Queue]) -> None:
+    clock = FakeClock(IN_SLOT)
+    a = ScheduleOwner(make_queue(), "worker-a", clock=clock)
+    b = ScheduleOwner(make_queue(), "worker-b", clock=clock)
+    enqueued = a.tick() + b.tick()
+    for _ in range(5):
+        enqueued += b.tick() + a.tick()
+    assert (a.owning, b.owning) == (True, False)
+    assert holder(a.queue) == "worker-a"
+    assert enqueued == [RETENTION_SWEEP.job_id(SLOT), RETENTION_SWEEP.job_id(SLOT + 1)]
+
+    queue = a.queue
+    assert queue.job_ids == [RETENTION_SWEEP.job_id(SLOT)], "the current slot runs now"
+    scheduled = ScheduledJobRegistry(queue=queue)
+    assert scheduled.get_job_ids() == [RETENTION_SWEEP.job_id(SLOT + 1)], "the next one at its start"
+    assert scheduled.get_scheduled_time(RETENTION_SWEEP.job_id(SLOT + 1)) == datetime.fromtimestamp(
+        (SLOT + 1) * HOUR, UTC
+    )
+    job = Job.fetch(RETENTION_SWEEP.job_id(SLOT), connection=queue.connection, serializer=JSONSerializer)
+    assert (job.func_name, list(job.args), job.kwargs) == (SWEEP_JOB, [], {})
+    assert job.retries_left == RETRY.max and job.retry_intervals == RETRY.intervals
+    assert job.timeout == RETENTION_SWEEP.job_timeout_s
+
+    # An hour later the owner adds the slot after; nothing is enqueued twice.
+    clock.now += HOUR
+    assert b.tick() == []
+    assert a.tick() == [RETENTION_SWEEP.job_id(SLOT + 2)]
+    assert a.tick() == [] and b.tick() == []
+
+
+def test_owner_handover_after_a_crash_and_after_a_release(make_queue: Callable[[], Queue]) -> None:
+    clock = FakeClock(IN_SLOT)
+    a = ScheduleOwner(make_queue(), "worker-a", clock=clock, owner_ttl_ms=300)
+    b = ScheduleOwner(make_queue(), "worker-b", clock=clock, owner_ttl_ms=300)
+    assert len(a.tick()) == 2
+    # a "crashes": it stops ticking. b cannot take over until the lock expires.
+    assert b.tick() == [] and not b.owning
+    time.sleep(0.4)
+    assert b.tick() == [] and b.owning, "b owns now, and finds both slots already enqueued"
+    assert holder(b.queue) == "worker-b"
+    assert a.tick() == [] and not a.owning, "a, back, is not the owner any more"
+    assert a.release() is False and holder(a.queue) == "worker-b", "a release never frees another's lock"
+
+    # A clean shutdown releases at once: the next tick elsewhere takes over.
+    assert b.release() is True and holder(b.queue) is None
+    clock.now += HOUR
+    assert a.tick() == [RETENTION_SWEEP.job_id(SLOT + 2)] and a.owning
+
+
+@pytest.mark.real_redis
+def test_many_concurrent_workers_one_owner(redis_url: str) -> None:
+    clock = FakeClock(IN_SLOT)
+    owners = [ScheduleOwner(open_queue(redis_url), f"worker-{n}", clock=clock) for n in range(8)]
+    start = threading.Barrier(len(owners))
+    claims: dict[str, int] = {}
+    enqueued: list[str] = []
+    lock = threading.Lock()
+
+    def run(owner: ScheduleOwner) -> None:
+        start.wait()
+        for _ in range(40):
+            ids = owner.tick()
+            with lock:
+                claims[owner.token] = claims.get(owner.token, 0) + int(owner.owning)
+                enqueued.extend(ids)
+
+    threads = [threading.Thread(target=run, args=(owner,)) for owner in owners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    winners = [token for token, count in claims.items() if count]
+    assert len(winners) == 1 and claims[winners[0]] == 40, claims
+    assert holder(owners[0].queue) == winners[0]
+    assert sorted(enqueued) == sorted([RETENTION_SWEEP.job_id(SLOT), RETENTION_SWEEP.job_id(SLOT + 1)])
+
+
+def test_schedule_thread_ticks_until_stopped_then_releases(make_queue: Callable[[], Queue]) -> None:
+    quick = Periodic("quick", SWEEP_JOB, interval_s=HOUR, job_timeout_s=60)
+    owner = ScheduleOwner(make_queue(), "worker-t", schedule=(quick,))
+    thread = ScheduleThread(owner, tick_s=0.02)
+    thread.start()
+    wait_until(lambda: owner.owning, 5, "the thread to take ownership")
+    wait_until(lambda: len(owner.queue.job_ids) == 1, 5, "the current slot's job")
+    thread.stop()
+    assert not thread.is_alive()
+    assert holder(owner.queue) is None, "released on stop"
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+async def test_two_worker_processes_one_owner_one_sweep(redis_url: str, workers: Callable[..., WorkerProcess]) -> None:
+    store = Store(aioredis.from_url(redis_url))
+    planted = Planted(store)
+    project_id = await planted.project()
+    old = await planted.receipt(project_id, OLD)
+    fresh = await planted.receipt(project_id, NOW)
+    env = {"REDIS_URL": redis_url, "RETENTION_DAYS": "1"}
+    until_next_hour = HOUR - time.time() % HOUR
+    if until_next_hour < 20:  # the schedule works in clock hours: keep the test inside one
+        await asyncio.sleep(until_next_hour + 0.5)
+    pair = [workers(env), workers(env)]
+    connection = redis.Redis.from_url(redis_url)
+    queue = open_queue(redis_url)
+
+    def names() -> dict[int, str]:
+        return {int(w.name.rsplit(".", 2)[1]): w.name for w in Worker.all(connection=connection)}
+
+    wait_until(lambda: len(names()) == 2, 30, "both workers to register")
+    wait_until(lambda: not connection.exists(old["r"]), 30, "the scheduled sweep to remove the old receipt")
+    await asyncio.sleep(1.0)  # both have ticked by now (each ticks at start)
+
+    by_pid = names()
+    owner_name = holder(queue)
+    assert owner_name in by_pid.values()
+    owner = next(w for w in pair if by_pid[w.pid] == owner_name)
+    other = next(w for w in pair if w is not owner)
+    assert f"schedule owner: this worker ({owner_name})" in owner.log()
+    assert "schedule owner: this worker" not in other.log() and "scheduled eps-" not in other.log()
+
+    markers = connection.keys("eps:jobs:slot:retention-sweep:*")
+    assert len(markers) == 2 and {connection.get(m) for m in markers} == {owner_name.encode()}
+    current = min(int(m.rsplit(b":", 1)[1]) for m in markers)
+    job = Job.fetch(RETENTION_SWEEP.job_id(current), connection=connection, serializer=JSONSerializer)
+    assert job.is_finished and len(job.results()) == 1, "the current slot's sweep ran once"
+    assert job.return_value()["removed"] == {"receipts": 1, "hash_index": 1, "idempotency": 1}
+    assert FinishedJobRegistry(queue=queue).get_job_ids() == [job.id]
+    assert ScheduledJobRegistry(queue=queue).get_job_ids() == [RETENTION_SWEEP.job_id(current + 1)]
+    assert await record_keys(store) == {fresh["r"], fresh["h"], fresh["i"]}
+    assert await store.read_tip(project_id) == (True, fresh["receipt_hash"])
+
+    assert [w.stop() for w in pair] == [0, 0]
+    assert holder(queue) is None, "the owner released the schedule on SIGTERM"
+    connection.close()
+    await store.close()
