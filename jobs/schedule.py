@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import redis
 from rq import Queue
@@ -33,27 +34,7 @@ OWNER_TTL_MS = 60_000
 TICK_S = 15.0
 log = logging.getLogger("eps.jobs.schedule")
 
-# Take the lock when free, extend it when held by this token; 1 = held now, 0 = someone else's.
-_CLAIM_LUA = """
-local holder = redis.call('GET', KEYS[1])
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
-
-# Delete the lock only while this token holds it: 1 released, 0 not ours (left alone).
-_RELEASE_LUA = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+LUA_DIR = Path(__file__).parent / "lua"
 
 
 @dataclass(frozen=True)
@@ -96,8 +77,8 @@ class ScheduleOwner:
         self.owning = False
         connection: redis.Redis = queue.connection
         self.connection = connection
-        self._claim = connection.register_script(_CLAIM_LUA)
-        self._release = connection.register_script(_RELEASE_LUA)
+        self._claim = connection.register_script((LUA_DIR / "claim_schedule_owner.lua").read_text())
+        self._release = connection.register_script((LUA_DIR / "release_schedule_owner.lua").read_text())
 
     def claim(self) -> bool:
         """Become or stay the owner; False while another worker holds the lock."""
