@@ -42,7 +42,7 @@ async def sweep(store: Store, retention_days: float, now: int | None = None) -> 
     started = time.monotonic()
     counts = await store.expire_receipts(cutoff)
     return {
-        "removed": {name: counts[name] for name in ("receipts", "hash_index", "idempotency")},
+        "removed": {name: counts[name] for name in ("receipts", "hash_index", "idempotency", "search_index")},
         "scanned": counts["scanned"],
         "cutoff": format_created_at(cutoff),
         "retention_days": retention_days,

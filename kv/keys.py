@@ -41,6 +41,16 @@ def idempotency_key(project_id: str, replay_key: str) -> str:
     return f"i:{{{slot_tag(project_id)}}}:{project_id}:{replay_key}"
 
 
+SEARCH_FIELDS = {"input_hash": "i", "output_hash": "o"}
+"""The receipt fields the search index covers, and the letter each one's index key carries."""
+
+
+def search_index_key(project_id: str, field: str, hash_str: str) -> str:
+    """Sorted set: ids of the project's receipts whose ``field`` (``input_hash`` or
+    ``output_hash``) is ``hash_str``, each scored by its creation time (Unix ms)."""
+    return f"x:{{{slot_tag(project_id)}}}:{project_id}:{SEARCH_FIELDS[field]}:{_hex(hash_str).lower()}"
+
+
 def api_key_key(key_hash: str) -> str:
     """Hash: project_id, actor_id, plan, revoked ("0"/"1"), created_at."""
     return f"k:{_hex(key_hash)}"
@@ -63,12 +73,14 @@ def ip_counter_key(ip_bucket: str, scope: str, window_id: str) -> str:
 
 # --- retention: what the sweep (Store.expire_receipts) scans for, and how it dates a key ---
 # Every key or value it removes names a receipt id, and the id's ULID carries its creation
-# time, so the sweep needs no index of its own. The patterns never match ``rq:``, ``ip:``,
+# time, so the sweep needs no index of its own (the ``x:`` search sets are scored by that
+# time and trimmed by score). The patterns never match ``rq:``, ``ip:``,
 # ``pk:`` or any other prefix.
 
 RECEIPT_KEY_MATCH = "r:*"
 RECEIPT_HASH_KEY_MATCH = "h:*"
 IDEMPOTENCY_KEY_MATCH = "i:*"
+SEARCH_INDEX_KEY_MATCH = "x:*"
 _CROCKFORD_VALUE = {char: value for value, char in enumerate(CROCKFORD)}
 
 

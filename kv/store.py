@@ -230,10 +230,27 @@ class Store:
         receipt = orjson.loads(stored)
         project_id, receipt_hash = receipt["project_id"], receipt["receipt_hash"]
         await self._delete_receipt(
-            keys=[keys.receipt_key(receipt_id), keys.receipt_hash_key(project_id, receipt_hash)],
+            keys=[
+                keys.receipt_key(receipt_id),
+                keys.receipt_hash_key(project_id, receipt_hash),
+                *self._search_keys(project_id, receipt.get("input_hash"), receipt.get("output_hash"))[0],
+            ],
             args=[receipt_id],
         )
         return {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
+
+    @staticmethod
+    def _search_keys(project_id: str, input_hash: Any, output_hash: Any) -> tuple[list[str], str]:
+        """The two search-index KEYS of a receipt and which of them hold it ("io", "i" or "").
+
+        Both KEYS are always passed (scripts declare fixed KEYS, all in the project's slot):
+        a missing output hash repeats the input's key, a missing input hash (only in tests
+        that plant bare records) names a set that is never written.
+        """
+        has_input, has_output = isinstance(input_hash, str), isinstance(output_hash, str)
+        input_key = keys.search_index_key(project_id, "input_hash", input_hash if has_input else "")
+        output_key = keys.search_index_key(project_id, "output_hash", output_hash) if has_output else input_key
+        return [input_key, output_key], ("i" if has_input else "") + ("o" if has_input and has_output else "")
 
     @_unavailable_as_503
     async def read_tip(self, project_id: str) -> tuple[bool, str | None]:
@@ -260,9 +277,13 @@ class Store:
         minute: Counter,
         month: Counter,
         stale_receipt_id: str = "",
+        input_hash: str | None = None,
+        output_hash: str | None = None,
     ) -> IssueResult:
         """Record a signed receipt if its tip still holds, it is not a replay, and the key's
-        minute limit and the project's monthly quota allow it; count it in both at once."""
+        minute limit and the project's monthly quota allow it; count it in both at once.
+        The receipt id joins the search indexes of its ``input_hash`` and ``output_hash``."""
+        search_keys, indexed = self._search_keys(project_id, input_hash, output_hash)
         reply: Any = await self._issue(
             keys=[
                 keys.project_key(project_id),
@@ -271,6 +292,7 @@ class Store:
                 keys.receipt_hash_key(project_id, receipt_hash),
                 keys.key_minute_counter_key(project_id, key_hash, minute.window_id),
                 keys.project_month_counter_key(project_id, month.window_id),
+                *search_keys,
             ],
             args=[
                 built_on_tip or "",
@@ -284,6 +306,8 @@ class Store:
                 month.limit,
                 month.ttl_s,
                 stale_receipt_id,
+                keys.receipt_created_ms(receipt_id),
+                indexed,
             ],
         )
         outcome = IssueOutcome(int(reply[0]))
@@ -337,6 +361,34 @@ class Store:
         """The id of the project's receipt with this hash, or None."""
         return _text(await self.client.get(keys.receipt_hash_key(project_id, receipt_hash)))
 
+    @_unavailable_as_503
+    async def search_receipts(
+        self, project_id: str, field: str, hash_str: str, limit: int, after: str | None = None
+    ) -> tuple[list[bytes], str | None]:
+        """The project's receipts whose ``field`` is ``hash_str``, newest first: (receipt
+        JSON bytes, id to continue after or None). ``after`` is the last id of the previous
+        page; the order is (created ms, receipt id) descending, which is the ids' own order.
+
+        Ids whose receipt is gone (deleted or expired a moment ago) are skipped, so a page
+        can hold fewer than ``limit`` receipts while more follow.
+        """
+        name = keys.search_index_key(project_id, field, hash_str)
+        pipe = self.client.pipeline(transaction=False)
+        if after is None:
+            pipe.zrevrangebyscore(name, "+inf", "-inf", start=0, num=limit + 1)
+        else:
+            score = keys.receipt_created_ms(after)
+            pipe.zrevrangebyscore(name, score, score)
+            pipe.zrevrangebyscore(name, f"({score}", "-inf", start=0, num=limit + 1)
+        replies = await pipe.execute()
+        ids = [_text(m) or "" for m in replies[0]]
+        if after is not None:
+            ids = [m for m in ids if m < after] + [_text(m) or "" for m in replies[1]]
+        page, more = ids[:limit], len(ids) > limit
+        stored = await self.client.mget([keys.receipt_key(m) for m in page]) if page else []
+        found = [v.encode("utf-8") if isinstance(v, str) else v for v in stored if v is not None]
+        return found, (page[-1] if more else None)
+
     # --- retention (contract 7; the sweep of jobs/retention.py, design in docs/jobs.md) -----
 
     SWEEP_BATCH = 1000
@@ -355,17 +407,21 @@ class Store:
         key (``r:``) or value (``h:``, ``i:``) names. An ``h:``/``i:`` entry is removed only
         while it still names the expired receipt (``delete_if_names.lua``), so an entry
         rewritten meanwhile stays. Safe to run twice and concurrently: each key is removed by
-        exactly one run. Returns the counts removed (``receipts``, ``hash_index``,
-        ``idempotency``) and ``scanned``, the keys examined.
+        exactly one run. A fourth pass trims the ``x:`` search sets: members scored (created)
+        before the cutoff go with one ZREMRANGEBYSCORE per set, and Redis deletes a set left
+        empty. Returns the counts removed (``receipts``, ``hash_index``, ``idempotency``,
+        ``search_index`` = set members) and ``scanned``, the keys examined.
         """
         idempotency, scanned_i = await self._expire_entries(keys.IDEMPOTENCY_KEY_MATCH, cutoff_ms, batch)
         hash_index, scanned_h = await self._expire_entries(keys.RECEIPT_HASH_KEY_MATCH, cutoff_ms, batch)
         receipts, scanned_r = await self._expire_receipt_records(cutoff_ms, batch)
+        search_index, scanned_x = await self._expire_search_members(cutoff_ms, batch)
         return {
             "receipts": receipts,
             "hash_index": hash_index,
             "idempotency": idempotency,
-            "scanned": scanned_i + scanned_h + scanned_r,
+            "search_index": search_index,
+            "scanned": scanned_i + scanned_h + scanned_r + scanned_x,
         }
 
     async def _scan_batches(self, match: str, batch: int) -> AsyncIterator[list[bytes | str]]:
@@ -418,6 +474,19 @@ class Store:
                 for name in expired:
                     pipe.delete(name)
                 removed += sum(int(result) for result in await pipe.execute())
+        return removed, scanned
+
+    async def _expire_search_members(self, cutoff_ms: int, batch: int) -> tuple[int, int]:
+        """(members removed, sets scanned) for the ``x:`` search sets: one single-key
+        ZREMRANGEBYSCORE per set (scores are creation ms; strictly before the cutoff)."""
+        removed = scanned = 0
+        async for names in self._scan_batches(keys.SEARCH_INDEX_KEY_MATCH, batch):
+            scanned += len(names)
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.zremrangebyscore(name, "-inf", f"({cutoff_ms}")
+            results = await pipe.execute(raise_on_error=False)
+            removed += sum(r for r in results if isinstance(r, int))  # a foreign non-zset key errs
         return removed, scanned
 
     # --- paid claims (web/claims.py, jobs/claims.py; design in docs/claims.md) -------------

@@ -78,7 +78,7 @@ async def test_sweep_job_runs_inline_on_the_embedded_server(monkeypatch: pytest.
     job = await asyncio.to_thread(queue.enqueue, SWEEP_JOB, retry=RETRY)
     assert job.is_finished
     summary = job.return_value()
-    assert summary["removed"] == {"receipts": 1, "hash_index": 1, "idempotency": 1}
+    assert summary["removed"] == {"receipts": 1, "hash_index": 1, "idempotency": 1, "search_index": 0}
     assert await record_keys(store) == {fresh["r"], fresh["h"], fresh["i"]}
     assert not await store.client.exists(old["r"])
 
@@ -155,7 +155,7 @@ async def test_sweep_job_on_a_real_burst_worker(redis_url: str, workers: Callabl
     assert returncode == 0, worker.log()[-3000:]
     job = Job.fetch(job.id, connection=queue.connection, serializer=JSONSerializer)
     assert job.is_finished, worker.log()[-3000:]
-    assert job.return_value()["removed"] == {"receipts": 3, "hash_index": 3, "idempotency": 3}
+    assert job.return_value()["removed"] == {"receipts": 3, "hash_index": 3, "idempotency": 3, "search_index": 0}
     assert await record_keys(store) == {fresh["r"], fresh["h"], fresh["i"]}
     assert not await store.client.exists(*(r["r"] for r in old))
     assert OWNER_KEY.encode() not in set(queue.connection.keys("eps:*")), "a burst worker owns no schedule"
@@ -344,7 +344,7 @@ async def test_two_worker_processes_one_owner_one_sweep(redis_url: str, workers:
     current = min(int(m.rsplit(b":", 1)[1]) for m in markers)
     job = Job.fetch(RETENTION_SWEEP.job_id(current), connection=connection, serializer=JSONSerializer)
     assert job.is_finished and len(job.results()) == 1, "the current slot's sweep ran once"
-    assert job.return_value()["removed"] == {"receipts": 1, "hash_index": 1, "idempotency": 1}
+    assert job.return_value()["removed"] == {"receipts": 1, "hash_index": 1, "idempotency": 1, "search_index": 0}
     assert FinishedJobRegistry(queue=queue).get_job_ids() == [job.id]
     assert ScheduledJobRegistry(queue=queue).get_job_ids() == [RETENTION_SWEEP.job_id(current + 1)]
     assert await record_keys(store) == {fresh["r"], fresh["h"], fresh["i"]}

@@ -30,7 +30,14 @@ import orjson
 import pytest
 import redis
 
-from kv.keys import idempotency_key, ip_counter_key, project_key, receipt_hash_key, receipt_key
+from kv.keys import (
+    idempotency_key,
+    ip_counter_key,
+    project_key,
+    receipt_hash_key,
+    receipt_key,
+    search_index_key,
+)
 from tests.conftest import REPO, auth, hash_of
 from tests.servers import (
     RAISED_LIMITS,
@@ -386,15 +393,16 @@ async def test_monthly_quota_admits_exactly_one_of_a_burst_and_refused_creates_w
         # Retry-After points at the first instant of the next UTC month.
         assert abs(retry_after(response) - (next_month_start(received_at) - received_at)) <= 2
 
-    # 6: apart from counters, the burst added exactly the winner's three records and moved
+    # 6: apart from counters, the burst added exactly the winner's four records and moved
     # the tip; the 49 refused creates left every other key byte-for-byte unchanged.
     receipt = winner["receipt"]
     new_keys = {
         receipt_key(receipt["receipt_id"]).encode(),
         receipt_hash_key(project_id, receipt["receipt_hash"]).encode(),
         idempotency_key(project_id, winner["idempotency"]["key"]).encode(),
+        search_index_key(project_id, "input_hash", receipt["input_hash"]).encode(),
     }
-    assert {k[:2] for k in new_keys} == {b"r:", b"h:", b"i:"}
+    assert {k[:2] for k in new_keys} == {b"r:", b"h:", b"i:", b"x:"}
     assert set(after) - set(before) == new_keys
     assert set(before) - set(after) == set()
     changed = {k for k in before if before[k] != after[k]}

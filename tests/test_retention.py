@@ -83,7 +83,7 @@ async def other_keys(store: Store) -> dict[bytes, Any]:
     """Every other key with its value: the sweep must leave all of them alone."""
     out: dict[bytes, Any] = {}
     async for name in store.client.scan_iter(count=1000):
-        if not name.startswith((b"r:", b"h:", b"i:")):
+        if not name.startswith((b"r:", b"h:", b"i:", b"x:")):
             out[name] = await store.client.dump(name)
     return out
 
@@ -164,9 +164,9 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     before_other = await other_keys(store)
 
     summary = await sweep(store, 1.0, NOW)
-    assert summary["removed"] == {"receipts": 6, "hash_index": 6, "idempotency": 6}
+    assert summary["removed"] == {"receipts": 6, "hash_index": 6, "idempotency": 6, "search_index": 6}
     assert summary["retention_days"] == 1.0
-    assert summary["scanned"] == 3 * 7
+    assert summary["scanned"] == 4 * 7, "r:, h:, i: and x: (one search set per receipt here)"
     assert await other_keys(store) == before_other, "projects, tips, API keys and counters are untouched"
 
     clock.ms = NOW
@@ -214,7 +214,7 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
 
     # Run again: nothing left to remove.
     second = await sweep(store, 1.0, NOW)
-    assert second["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 0}
+    assert second["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 0, "search_index": 0}
 
 
 async def test_a_receipt_is_kept_until_it_is_older_than_the_window(
@@ -244,10 +244,15 @@ async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_win
     record = keys.idempotency_key(api_key["project_id"], created.json["idempotency"]["key"])
     assert await store.delete_receipt(receipt["receipt_id"]) is not None
     assert await record_keys(store) == {record}
-    assert (await sweep(store, 1.0, NOW))["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 0}
+    assert (await sweep(store, 1.0, NOW))["removed"] == {
+        "receipts": 0,
+        "hash_index": 0,
+        "idempotency": 0,
+        "search_index": 0,
+    }
     assert await store.client.exists(record) == 1, "still inside its window"
     later = await sweep(store, 1.0, NOW + DAY_MS)
-    assert later["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 1}
+    assert later["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 1, "search_index": 0}
     assert await record_keys(store) == set()
     clock.ms = NOW + DAY_MS
     again = await create(client, api_key, {"input_hash": hash_of("deleted")})
@@ -266,7 +271,7 @@ async def test_entries_are_removed_only_while_they_name_the_expired_receipt(stor
     await store.client.set(old["h"], fresh["receipt_id"])
     await store.client.set(old["i"], f"{fresh['receipt_id']} fpX")
     summary = await store.expire_receipts(cutoff_ms(NOW, 1.0))
-    assert summary == {"receipts": 1, "hash_index": 0, "idempotency": 0, "scanned": 6}
+    assert summary == {"receipts": 1, "hash_index": 0, "idempotency": 0, "search_index": 0, "scanned": 6}
     assert await store.client.get(old["h"]) == fresh["receipt_id"].encode()
 
     assert await store.client.get(old["i"]) == f"{fresh['receipt_id']} fpX".encode()
@@ -399,7 +404,7 @@ async def test_expire_command_sweeps_once_and_prints_a_summary(redis_url: str, k
         done = await asyncio.to_thread(run_cli, "expire", env=env)
         assert done.returncode == 0, done.stderr
         summary = orjson.loads(done.stdout)
-        assert summary["removed"] == {"receipts": 1, "hash_index": 1, "idempotency": 1}
+        assert summary["removed"] == {"receipts": 1, "hash_index": 1, "idempotency": 1, "search_index": 1}
         assert summary["retention_days"] == 0.0001
         assert set(summary) == {"removed", "scanned", "cutoff", "retention_days", "took_ms"}
         assert (await get(app.asgi_client, old["receipt_id"])).status_code == 404
@@ -407,7 +412,12 @@ async def test_expire_command_sweeps_once_and_prints_a_summary(redis_url: str, k
 
         again = await asyncio.to_thread(run_cli, "expire", env=env)
         assert again.returncode == 0, again.stderr
-        assert orjson.loads(again.stdout)["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 0}
+        assert orjson.loads(again.stdout)["removed"] == {
+            "receipts": 0,
+            "hash_index": 0,
+            "idempotency": 0,
+            "search_index": 0,
+        }
     finally:
         await store.close()
 

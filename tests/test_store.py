@@ -29,10 +29,17 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.receipt_hash_key(project_id, hash_of("r")),
             keys.key_minute_counter_key(project_id, hash_of("key"), "29000000"),
             keys.project_month_counter_key(project_id, "202612"),
+            keys.search_index_key(project_id, "input_hash", hash_of("in")),
+            keys.search_index_key(project_id, "output_hash", hash_of("out")),
         ],
         "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],
         "hit_counter.lua": [keys.ip_counter_key("2001:db8::/64", "authenticated", "29000000")],
-        "delete_receipt.lua": [keys.receipt_key(receipt_id), keys.receipt_hash_key(project_id, hash_of("r"))],
+        "delete_receipt.lua": [
+            keys.receipt_key(receipt_id),
+            keys.receipt_hash_key(project_id, hash_of("r")),
+            keys.search_index_key(project_id, "input_hash", hash_of("in")),
+            keys.search_index_key(project_id, "output_hash", hash_of("out")),
+        ],
         "delete_if_names.lua": [keys.receipt_hash_key(project_id, hash_of("r"))],
         "index_checkout.lua": [keys.checkout_session_key(project_id, "cs_test_1")],
         "claim_checkout.lua": [

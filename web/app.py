@@ -15,7 +15,7 @@ from jobs.queue import open_queue
 from jobs.retention import sweep_periodically
 from kv.connect import open_store
 from kv.store import Store
-from web import claims, info, pages, receipts_api, usage
+from web import bundles, claims, info, pages, receipts_api, search, usage
 from web.config import Settings, load_settings, warn
 from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
@@ -55,6 +55,8 @@ def create_app(
 
     app.blueprint(info.bp)
     app.blueprint(receipts_api.bp)
+    app.blueprint(bundles.bp)
+    app.blueprint(search.bp)
     app.blueprint(usage.bp)
     app.blueprint(pages.bp)
     app.blueprint(claims.bp)

@@ -29,6 +29,7 @@ from receipts.model import format_created_at
 from receipts.signing import KeySetError, new_key_set
 from web.config import ConfigError, load_settings
 from web.offline_verify import DEFAULT_BASE_URL, VerifyOptions, render_report, run_verify
+from web.submit import add_submit_arguments, submit_command
 
 HASH_CHUNK = 1 << 20
 audit_log = logging.getLogger("eps.audit")
@@ -85,8 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     salt.add_argument("--salt-hex", help="reuse a kept salt (hex) to reproduce a salted hash")
 
     verify = verbs.add_parser("verify", help="verify a receipt without trusting the service")
-    verify.add_argument("receipt", help="receipt JSON (a receipt, or a create/read response body)")
+    verify.add_argument("receipt", help="receipt JSON (a receipt, a create/read response body, or an offline bundle)")
     verify.add_argument("--input", help="local input file; its hash must equal input_hash")
+    verify.add_argument(
+        "--salt", metavar="HEX", help="the salt of a blinded input hash: input_hash = sha256(salt || input file)"
+    )
     verify.add_argument("--output", help="local output file; its hash must equal output_hash")
     source = verify.add_mutually_exclusive_group()
     source.add_argument(
@@ -96,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
     verify.add_argument("--max-links", type=int, default=1000, help="stop the chain walk after this many links")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
+
+    submit = verbs.add_parser("submit", help="hash files locally and ask the service for a receipt")
+    add_submit_arguments(submit)
     return parser
 
 
@@ -127,6 +134,8 @@ def main(argv: Sequence[str]) -> int:
             return _hash(args)
         if verb == "verify":
             return _verify(args)
+        if verb == "submit":
+            return submit_command(args, hash_file)
     except (ConfigError, KeySetError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -321,6 +330,7 @@ def _verify(args: argparse.Namespace) -> int:
         keys_path=args.keys,
         chain=args.chain,
         max_links=args.max_links,
+        salt_hex=args.salt,
     )
     report = run_verify(options, hash_file)
     if args.json:

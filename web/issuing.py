@@ -148,6 +148,8 @@ class ReceiptIssuer:
                     minute=minute_counter(minute, plan.per_minute),
                     month=Counter(month.id, plan.monthly, month.retry_after_s + 40 * 86_400),
                     stale_receipt_id=stale,
+                    input_hash=receipt["input_hash"],
+                    output_hash=receipt["output_hash"],
                 )
                 minute_usage = Usage("key", plan.per_minute, result.minute_used, minute, MINUTE_S)
                 month_usage = Usage("month", plan.monthly, result.month_used, month, month.retry_after_s)

@@ -2,11 +2,15 @@
 
 Only the pure core decides; this module fetches (public keys, chain links) or reads
 saved files, and renders the report. Nothing here trusts the service's own verdict.
+
+An offline bundle (``GET /v1/receipts/{id}/bundle``, docs/bundles.md) carries the keys
+and a chain segment itself: it is verified with no network access at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,8 @@ from receipts.signing import KeyRing, KeySetError, load_key_ring
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 HTTP_TIMEOUT_S = 10.0
+BUNDLE_FORMAT = "eps-receipt-bundle"
+BUNDLE_VERSIONS = (1,)
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,8 @@ class VerifyOptions:
     keys_path: str | None = None
     chain: bool = False
     max_links: int = 1000
+    salt_hex: str | None = None
+    """Salt (hex) of a blinded input hash: the input is hashed as sha256(salt || file)."""
 
 
 class VerifyInputError(Exception):
@@ -43,6 +51,20 @@ def extract_receipt(document: Any) -> dict[str, Any]:
     if not isinstance(document, dict) or "receipt_hash" not in document:
         raise VerifyInputError("the file holds no receipt (expected a receipt object or a response body)")
     return document
+
+
+def is_bundle(document: Any) -> bool:
+    return isinstance(document, dict) and document.get("format") == BUNDLE_FORMAT
+
+
+def _bundle_parts(document: dict[str, Any]) -> tuple[dict[str, Any], Any, list[dict[str, Any]], bool]:
+    """(receipt, key set, chain entries newest first, chain_complete as claimed)."""
+    if document.get("version") not in BUNDLE_VERSIONS:
+        raise VerifyInputError(f"unsupported bundle version {document.get('version')!r}")
+    receipt, chain = document.get("receipt"), document.get("chain")
+    if not isinstance(receipt, dict) or not isinstance(chain, list) or not all(isinstance(e, dict) for e in chain):
+        raise VerifyInputError("the bundle is malformed (receipt must be an object, chain a list of objects)")
+    return receipt, document.get("keys"), chain, document.get("chain_complete") is True
 
 
 def _load_json_file(path: str) -> Any:
@@ -70,9 +92,10 @@ def _fetch_json(client: httpx.Client, url: str, params: dict[str, str] | None = 
         raise VerifyInputError(f"{url} did not answer JSON") from exc
 
 
-def _load_keys(options: VerifyOptions, client: httpx.Client) -> tuple[KeyRing, str]:
-    if options.keys_path:
-        document, source = _load_json_file(options.keys_path), options.keys_path
+def _load_keys(options: VerifyOptions, client: httpx.Client | None) -> tuple[KeyRing, str]:
+    if options.keys_path or client is None:
+        source = options.keys_path or ""
+        document = _load_json_file(source)
     else:
         source = options.base_url.rstrip("/") + "/v1/public-key"
         document = _fetch_json(client, source)
@@ -89,6 +112,42 @@ def _check_signature(receipt: dict[str, Any], keyring: KeyRing) -> bool:
     if not all(isinstance(v, str) for v in (receipt_hash, signature, kid)):
         return False
     return keyring.verify(kid, receipt_hash, signature)  # type: ignore[arg-type]
+
+
+def check_bundle_chain(
+    receipt: dict[str, Any], chain: list[dict[str, Any]], keyring: KeyRing, claimed_complete: bool
+) -> tuple[dict[str, Any], bool]:
+    """Check a bundle's chain segment offline: every entry is self-consistent and signed,
+    belongs to the receipt's project, and is exactly the receipt its successor names
+    (``entry.receipt_hash == successor.prev_receipt_hash``). The segment is complete when
+    it ends at a receipt whose ``prev_receipt_hash`` is null; a bundle that claims
+    ``chain_complete`` without that fails. Returns (report part, all good)."""
+    links: list[dict[str, Any]] = []
+    successor = receipt
+    for entry in chain:
+        expected = successor.get("prev_receipt_hash")
+        recomputed = recompute_hash_or_none(entry)
+        recompute_ok = recomputed is not None and recomputed == entry.get("receipt_hash")
+        linked = isinstance(expected, str) and entry.get("receipt_hash") == expected
+        signature_ok = _check_signature(entry, keyring)
+        same_project = entry.get("project_id") == receipt.get("project_id")
+        links.append(
+            {
+                "receipt_id": entry.get("receipt_id"),
+                "receipt_hash": entry.get("receipt_hash"),
+                "found": True,
+                "linked": linked,
+                "receipt_hash_recompute": recompute_ok,
+                "signature": signature_ok,
+                "same_project": same_project,
+                "ok": linked and recompute_ok and signature_ok and same_project,
+            }
+        )
+        successor = entry
+    complete = successor.get("prev_receipt_hash") is None
+    claim_ok = complete or not claimed_complete
+    part = {"links": links, "truncated": False, "complete": complete, "claimed_complete": claimed_complete}
+    return part, all(link["ok"] for link in links) and claim_ok
 
 
 def _walk_chain(
@@ -127,11 +186,45 @@ def _walk_chain(
     return links, all(link["ok"] for link in links), False
 
 
-def run_verify(options: VerifyOptions, hash_file: Callable[[str], str]) -> dict[str, Any]:
-    """Verify one receipt; the report says every check, ``ok`` and any ``error``."""
+@contextlib.contextmanager
+def _no_network() -> Iterator[httpx.Client]:
+    """A client that refuses every request: a bundle is verified without the network."""
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise VerifyInputError(f"a bundle is verified offline; refusing to fetch {request.url}")
+
+    with httpx.Client(transport=httpx.MockTransport(refuse)) as client:
+        yield client
+
+
+def _bundle_keys(options: VerifyOptions, document: Any) -> tuple[KeyRing, str]:
+    if options.keys_path:
+        return _load_keys(options, None)
+    if isinstance(document, dict) and document.get("keys") == []:
+        # The service left out every kid it does not know: nothing verifies (fail closed).
+        return KeyRing({}, document.get("active_kid"), None), "the bundle"
+    try:
+        return load_key_ring(document), "the bundle"
+    except KeySetError as exc:
+        raise VerifyInputError(f"the bundle's key set is malformed: {exc}") from exc
+
+
+def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[str, Any]:
+    """Verify one receipt or bundle; the report says every check, ``ok`` and any ``error``."""
     report: dict[str, Any] = {"ok": False, "checks": {}, "error": None}
     try:
-        receipt = extract_receipt(_load_json_file(options.receipt_path))
+        document = _load_json_file(options.receipt_path)
+        bundle = _bundle_parts(document) if is_bundle(document) else None
+        receipt = bundle[0] if bundle else extract_receipt(document)
+        salt = b""
+        if options.salt_hex is not None:
+            try:
+                salt = bytes.fromhex(options.salt_hex)
+            except ValueError as exc:
+                raise VerifyInputError("--salt must be hexadecimal (as `hash --salt` printed it)") from exc
+        if salt and options.input_path is None:
+            raise VerifyInputError("--salt applies to the input: give --input FILE too")
+        report["bundle"] = bundle is not None
         report.update(
             receipt_id=receipt.get("receipt_id"),
             project_id=receipt.get("project_id"),
@@ -139,8 +232,8 @@ def run_verify(options: VerifyOptions, hash_file: Callable[[str], str]) -> dict[
             receipt_hash=receipt.get("receipt_hash"),
             sig_kid=receipt.get("sig_kid"),
         )
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
-            keyring, source = _load_keys(options, client)
+        with _no_network() if bundle else httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            keyring, source = _bundle_keys(options, bundle[1]) if bundle else _load_keys(options, client)
             kid = receipt.get("sig_kid")
             report["key"] = {
                 "source": source,
@@ -159,12 +252,16 @@ def run_verify(options: VerifyOptions, hash_file: Callable[[str], str]) -> dict[
             ):
                 if path is not None:
                     try:
-                        local = hash_file(path)
+                        local = hash_file(path, salt) if salt and name == "input_hash" else hash_file(path)
                     except OSError as exc:
                         raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
                     report[f"local_{name}"] = local
                     checks[name] = local == receipt.get(field)
-            if options.chain:
+            if salt:
+                report["salted_input"] = True
+            if bundle:
+                report["chain"], checks["chain"] = check_bundle_chain(receipt, bundle[2], keyring, bundle[3])
+            elif options.chain:
                 links, chain_ok, truncated = _walk_chain(receipt, keyring, client, options)
                 report["chain"] = {"links": links, "truncated": truncated}
                 checks["chain"] = chain_ok
@@ -198,14 +295,26 @@ def render_report(report: dict[str, Any]) -> str:
     for name in ("input_hash", "output_hash"):
         if name in checks:
             lines.append(
-                f"  {_mark(checks[name])} local file hash {report[f'local_{name}']} "
+                f"  {_mark(checks[name])} local file hash "
+                f"{'(salted) ' if name == 'input_hash' and report.get('salted_input') else ''}"
+                f"{report[f'local_{name}']} "
                 f"{'matches' if checks[name] else 'does NOT match'} {name}"
             )
     if "chain" in checks:
         chain = report["chain"]
         lines.append(f"  {_mark(checks['chain'])} chain: {len(chain['links'])} earlier link(s) checked")
+        if "complete" in chain:
+            lines.append(
+                "      complete: the segment reaches the start of the chain (prev_receipt_hash null)"
+                if chain["complete"]
+                else "      not complete: earlier receipts are not in the bundle"
+            )
+            if chain["claimed_complete"] and not chain["complete"]:
+                lines.append("      [FAIL] the bundle claims chain_complete, but its last receipt has a previous one")
         for link in chain["links"]:
-            if not link["found"]:
+            if not link.get("linked", True):
+                lines.append(f"      [FAIL] {link['receipt_id']} is not the receipt its successor names")
+            elif not link["found"]:
                 lines.append(f"      [FAIL] {link['receipt_hash']} not found (deleted or past retention)")
             else:
                 lines.append(f"      {_mark(link['ok'])} {link['receipt_id']} {link['receipt_hash']}")

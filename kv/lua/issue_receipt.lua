@@ -6,6 +6,8 @@
 -- KEYS[4] receipt-hash index (string: receipt_id)
 -- KEYS[5] the API key's request counter for the current minute window
 -- KEYS[6] the project's receipt counter for the current calendar month
+-- KEYS[7] search index of the receipt's input_hash (sorted set: receipt_id scored by created ms)
+-- KEYS[8] search index of the receipt's output_hash (KEYS[7] again when there is none)
 -- ARGV[1] the tip the receipt was built on ("" = the project had no tip)
 -- ARGV[2] receipt JSON bytes
 -- ARGV[3] receipt_id
@@ -18,9 +20,11 @@
 -- ARGV[10] seconds the month counter must live
 -- ARGV[11] a receipt id known to be gone ("" = none): an idempotency record naming it is
 --          stale (its receipt was deleted) and may be taken over by this receipt
+-- ARGV[12] the receipt's creation time (Unix ms): its score in the search indexes
+-- ARGV[13] which search indexes to write: "io" both, "i" input only, "" none
 --
 -- Returns {code, value, minute_used, month_used} (the counters after this call):
---   {0, ""}           issued: receipt, index, idempotency record, tip and both counters written
+--   {0, ""}           issued: receipt, indexes, idempotency record, tip and both counters written
 --   {1, receipt_id}   replay of the same logical input: only the minute counter counts it
 --   {2, ""}           the idempotency key was used before with a different request
 --   {3, tip}          the tip moved (value "" = none): rebuild on it and call again
@@ -71,6 +75,12 @@ end
 redis.call('SET', KEYS[3], ARGV[2])
 redis.call('SET', KEYS[4], ARGV[3])
 redis.call('SET', KEYS[2], ARGV[3] .. ' ' .. ARGV[6])
+if string.find(ARGV[13], 'i', 1, true) then
+  redis.call('ZADD', KEYS[7], ARGV[12], ARGV[3])
+end
+if string.find(ARGV[13], 'o', 1, true) then
+  redis.call('ZADD', KEYS[8], ARGV[12], ARGV[3])
+end
 if ARGV[5] == '1' then
   redis.call('HSET', KEYS[1], 'tip', ARGV[4])
 end

@@ -1,0 +1,271 @@
+"""Offline bundles: ``GET /v1/receipts/{id}/bundle`` on fakeredis and a real redis-server, and
+``service.py verify BUNDLE.json`` with no network at all."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from kv.store import Store
+from receipts.limits import load_limits
+from receipts.signing import load_key_ring, new_key_set
+from tests.conftest import auth, hash_of
+from tests.independent_verifier import verify as independent_verify
+from tests.independent_verifier import verify_chain_link
+from tests.servers import raw_json_member, run_cli
+from web.app import create_app
+from web.cli import hash_file
+from web.config import Settings
+from web.keys_admin import create_project_key
+from web.offline_verify import VerifyOptions, run_verify
+
+BUNDLE_MEMBERS = ["format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete"]
+
+
+async def create(client: Any, key: Any, body: dict[str, Any]) -> dict[str, Any]:
+    _, response = await client.post("/v1/receipts", content=orjson.dumps(body), headers=auth(key))
+    assert response.status_code == 201, response.text
+    receipt: dict[str, Any] = response.json["receipt"]
+    return receipt
+
+
+async def chain_of(client: Any, key: Any, n: int, label: str = "c") -> list[dict[str, Any]]:
+    return [await create(client, key, {"input_hash": hash_of(f"{label}{i}")}) for i in range(n)]
+
+
+async def bundle(client: Any, receipt_id: str, **params: str) -> Any:
+    _, response = await client.get(f"/v1/receipts/{receipt_id}/bundle", params=params)
+    return response
+
+
+async def test_bundle_holds_the_receipt_its_chain_and_keys(client: Any, api_key: dict[str, Any]) -> None:
+    receipts = await chain_of(client, api_key, 4)
+    response = await bundle(client, receipts[-1]["receipt_id"])
+    assert response.status_code == 200
+    assert response.headers["access-control-allow-origin"] == "*"
+    body = orjson.loads(response.body)
+    assert list(body) == BUNDLE_MEMBERS
+    assert body["format"] == "eps-receipt-bundle" and body["version"] == 1
+    assert body["service"].startswith("http")
+    assert len(body["created_at"]) == 24 and body["created_at"].endswith("Z")
+    assert body["receipt"] == receipts[-1]
+    assert body["chain"] == list(reversed(receipts[:-1])), "newest first"
+    assert body["chain_complete"] is True
+    assert body["keys"]["active_kid"] == "test-2026"
+    assert [k["kid"] for k in body["keys"]["keys"]] == ["test-2026"], "only the kids that signed something"
+    assert set(body["keys"]["keys"][0]) == {"kid", "alg", "public_key_base64url"}
+    # The stored bytes are spliced in unchanged: the receipt is byte-for-byte what a read returns.
+    _, read = await client.get(f"/v1/receipts/{receipts[-1]['receipt_id']}")
+    assert raw_json_member(response.body, "receipt") == raw_json_member(read.body, "receipt")
+    # Anyone can check it with nothing but the bundle: its keys member is a public-key body.
+    assert independent_verify(body["receipt"], body["keys"])["ok"]
+    for later, earlier in zip([body["receipt"], *body["chain"]], body["chain"], strict=False):
+        assert verify_chain_link(later, earlier, body["keys"])
+
+
+async def test_depth_limits_the_segment_and_says_it_is_incomplete(client: Any, api_key: dict[str, Any]) -> None:
+    receipts = await chain_of(client, api_key, 4)
+    last = receipts[-1]["receipt_id"]
+    one = orjson.loads((await bundle(client, last, depth="1")).body)
+    assert one["chain"] == [receipts[-2]] and one["chain_complete"] is False
+    exact = orjson.loads((await bundle(client, last, depth="3")).body)
+    assert len(exact["chain"]) == 3 and exact["chain_complete"] is True
+    none = orjson.loads((await bundle(client, last, depth="0")).body)
+    assert none["chain"] == [] and none["chain_complete"] is False
+    first = orjson.loads((await bundle(client, receipts[0]["receipt_id"], depth="0")).body)
+    assert first["chain"] == [] and first["chain_complete"] is True, "the first receipt is a complete chain"
+    assert len(orjson.loads((await bundle(client, last, depth="100")).body)["chain"]) == 3
+    for bad in ("101", "-1", "x", "1.5", ""):
+        response = await bundle(client, last, depth=bad)
+        assert response.status_code == 400, bad
+        assert response.json["error"]["details"]["field"] == "depth"
+
+
+async def test_default_depth_is_twenty(client: Any, api_key: dict[str, Any]) -> None:
+    receipts = await chain_of(client, api_key, 22)
+    body = orjson.loads((await bundle(client, receipts[-1]["receipt_id"])).body)
+    assert len(body["chain"]) == 20 and body["chain_complete"] is False
+    assert body["chain"][-1] == receipts[1]
+
+
+async def test_unknown_receipt_is_404(client: Any, api_key: dict[str, Any]) -> None:
+    receipts = await chain_of(client, api_key, 1)
+    rid = receipts[0]["receipt_id"]
+    for ref in (rid[:-1] + ("A" if rid[-1] != "A" else "B"), "rcpt_nonsense", receipts[0]["receipt_hash"]):
+        response = await bundle(client, ref)
+        assert response.status_code == 404, ref
+        assert response.json["error"]["code"] == "not_found"
+
+
+async def test_a_missing_link_ends_the_chain(client: Any, store: Store, api_key: dict[str, Any]) -> None:
+    receipts = await chain_of(client, api_key, 4)
+    await store.delete_receipt(receipts[1]["receipt_id"])
+    body = orjson.loads((await bundle(client, receipts[-1]["receipt_id"])).body)
+    assert body["chain"] == [receipts[2]] and body["chain_complete"] is False
+    branch = await create(client, api_key, {"input_hash": hash_of("b"), "prev_receipt_hash": hash_of("nowhere")})
+    body = orjson.loads((await bundle(client, branch["receipt_id"])).body)
+    assert body["chain"] == [] and body["chain_complete"] is False
+
+
+async def test_bundle_lists_every_signing_kid_and_leaves_unknown_ones_out(
+    settings: Settings, store: Store, api_key: dict[str, Any]
+) -> None:
+    old_set, new_set = new_key_set("k-old"), new_key_set("k-new")
+    old_public = {"kid": "k-old", "public_key_base64url": old_set["keys"][0]["public_key_base64url"]}
+    before = create_app(replace(settings, keyring=load_key_ring(old_set)), store=store).asgi_client
+    rotated_keys = load_key_ring({"active_kid": "k-new", "keys": [*new_set["keys"], old_public]})
+    after = create_app(replace(settings, keyring=rotated_keys), store=store).asgi_client
+    first = await create(before, api_key, {"input_hash": hash_of("1")})
+    second = await create(after, api_key, {"input_hash": hash_of("2")})
+    body = orjson.loads((await bundle(after, second["receipt_id"])).body)
+    assert body["chain"] == [first]
+    assert [k["kid"] for k in body["keys"]["keys"]] == ["k-new", "k-old"]
+    assert body["keys"]["active_kid"] == "k-new"
+    # A service that does not know k-old (the fixture's key set) leaves it out: fail closed.
+    unknown = create_app(settings, store=store).asgi_client
+    body = orjson.loads((await bundle(unknown, second["receipt_id"])).body)
+    assert body["keys"]["keys"] == [] and body["keys"]["active_kid"] == "test-2026"
+
+
+async def test_service_is_the_public_base_url_when_configured(
+    settings: Settings, store: Store, api_key: dict[str, Any]
+) -> None:
+    client = create_app(replace(settings, public_base_url="https://eps.example"), store=store).asgi_client
+    receipt = await create(client, api_key, {"input_hash": hash_of("x")})
+    assert orjson.loads((await bundle(client, receipt["receipt_id"])).body)["service"] == "https://eps.example"
+
+
+async def test_bundle_reads_count_against_the_per_ip_read_limit(settings: Settings, store: Store) -> None:
+    limited = replace(settings, limits=load_limits(orjson.dumps({"ip_per_minute": {"get_receipt": 2}})))
+    client = create_app(limited, store=store).asgi_client
+    key = await create_project_key(store, project_name="p", plan="free")
+    receipt = await create(client, key, {"input_hash": hash_of("x")})
+    assert (await bundle(client, receipt["receipt_id"])).status_code == 200
+    _, read = await client.get(f"/v1/receipts/{receipt['receipt_id']}")
+    assert read.status_code == 200
+    refused = await bundle(client, receipt["receipt_id"])
+    assert refused.status_code == 429 and refused.json["error"]["code"] == "rate_limited"
+    assert "retry-after" in refused.headers
+
+
+# --- offline verification ---------------------------------------------------------------------
+
+
+@pytest.fixture
+async def saved_bundle(client: Any, api_key: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """A 3-receipt chain whose last receipt's input is a real file; the bundle saved to disk."""
+    data = tmp_path / "input.bin"
+    data.write_bytes(b"release tarball bytes\n")
+    await chain_of(client, api_key, 2)
+    last = await create(client, api_key, {"input_hash": hash_file(data)})
+    response = await bundle(client, last["receipt_id"])
+    path = tmp_path / "bundle.json"
+    path.write_bytes(response.body)
+    return {"path": path, "input": data, "body": orjson.loads(response.body), "dir": tmp_path}
+
+
+def offline(path: Path, **options: Any) -> dict[str, Any]:
+    return run_verify(VerifyOptions(receipt_path=str(path), base_url="http://127.0.0.1:9", **options), hash_file)
+
+
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("verifying a bundle must not touch the network")
+
+    monkeypatch.setattr(httpx.Client, "send", refuse)
+    monkeypatch.setattr(httpx.HTTPTransport, "handle_request", refuse)
+
+
+async def test_verify_bundle_offline(saved_bundle: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    no_network(monkeypatch)
+    report = offline(saved_bundle["path"], input_path=str(saved_bundle["input"]))
+    assert report["error"] is None, report
+    assert report["ok"] is True and report["bundle"] is True
+    assert report["checks"] == {"receipt_hash_recompute": True, "signature": True, "input_hash": True, "chain": True}
+    assert report["key"]["source"] == "the bundle"
+    assert len(report["chain"]["links"]) == 2 and report["chain"]["complete"] is True
+
+
+def test_verify_bundle_command_needs_no_service(saved_bundle: dict[str, Any]) -> None:
+    """The CLI as a subprocess, pointed at a port nobody listens on: a fetch would exit 2."""
+    done = run_cli(
+        "verify", str(saved_bundle["path"]), "--input", str(saved_bundle["input"]), "--base-url", "http://127.0.0.1:9"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "chain: 2 earlier link(s) checked" in done.stdout
+    assert "complete: the segment reaches the start of the chain" in done.stdout
+    assert "from the bundle" in done.stdout and "Verdict: VALID" in done.stdout
+    wrong = saved_bundle["dir"] / "other.bin"
+    wrong.write_bytes(b"something else")
+    assert run_cli("verify", str(saved_bundle["path"]), "--input", str(wrong)).returncode == 1
+
+
+def _write(path: Path, body: dict[str, Any]) -> Path:
+    path.write_bytes(orjson.dumps(body))
+    return path
+
+
+async def test_tampered_bundles_fail(saved_bundle: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    no_network(monkeypatch)
+    body, where = saved_bundle["body"], saved_bundle["dir"]
+
+    edited = orjson.loads(orjson.dumps(body))
+    edited["chain"][1]["run_id"] = "rewritten"
+    report = offline(_write(where / "edited.json", edited))
+    assert report["ok"] is False and report["checks"]["chain"] is False
+    assert report["checks"]["signature"] is True, "the receipt itself is still fine"
+    assert report["chain"]["links"][1]["receipt_hash_recompute"] is False
+
+    swapped = orjson.loads(orjson.dumps(body))
+    swapped["chain"].reverse()  # each entry is genuine, the links are not
+    report = offline(_write(where / "swapped.json", swapped))
+    assert report["checks"]["chain"] is False
+    assert [link["linked"] for link in report["chain"]["links"]] == [False, False]
+
+    cut = orjson.loads(orjson.dumps(body))
+    cut["chain"] = cut["chain"][:1]  # still claims chain_complete
+    report = offline(_write(where / "cut.json", cut))
+    assert report["checks"]["chain"] is False and report["chain"]["complete"] is False
+    cut["chain_complete"] = False
+    report = offline(_write(where / "cut-honest.json", cut))
+    assert report["ok"] is True, "an honest partial segment verifies, and says it is partial"
+    assert report["chain"]["complete"] is False
+
+    keyless = orjson.loads(orjson.dumps(body))
+    keyless["keys"]["keys"] = []
+    report = offline(_write(where / "keyless.json", keyless))
+    assert report["ok"] is False and report["checks"]["signature"] is False and report["key"]["known"] is False
+
+    forged_key = orjson.loads(orjson.dumps(body))
+    other = new_key_set("test-2026")["keys"][0]["public_key_base64url"]
+    forged_key["keys"]["keys"][0]["public_key_base64url"] = other
+    assert offline(_write(where / "forged.json", forged_key))["checks"]["signature"] is False
+
+    assert offline(_write(where / "v2.json", {**body, "version": 2}))["error"] is not None
+
+
+async def test_keys_option_overrides_the_bundles_keys(
+    saved_bundle: dict[str, Any], signing_keys_json: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    no_network(monkeypatch)
+    pinned = saved_bundle["dir"] / "keys.json"
+    pinned.write_bytes(orjson.dumps(load_key_ring(signing_keys_json).public_keys_json()))
+    report = offline(saved_bundle["path"], keys_path=str(pinned))
+    assert report["ok"] is True and report["key"]["source"] == str(pinned)
+    stranger = saved_bundle["dir"] / "stranger.json"
+    stranger.write_bytes(orjson.dumps(load_key_ring(new_key_set("test-2026")).public_keys_json()))
+    report = offline(saved_bundle["path"], keys_path=str(stranger))
+    assert report["ok"] is False and report["checks"]["signature"] is False
+
+
+def test_bundle_doc_example_matches_the_format() -> None:
+    """docs/bundles.md shows a bundle with exactly the members the endpoint returns."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "bundles.md").read_text()
+    assert "eps-receipt-bundle" in text
+    for member in BUNDLE_MEMBERS:
+        assert f'"{member}"' in text, member
