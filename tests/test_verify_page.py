@@ -1,0 +1,448 @@
+"""The public verification page (GET /verify) in a real Chromium against a real service.
+
+One service process (test keys, ``test-2026`` active) on the session's redis-server, plus a
+second one, briefly, whose active key is ``test-2025`` (retired in the first one's key set) to
+issue an older receipt. Chromium opens http://127.0.0.1 (a secure context, so WebCrypto and
+Ed25519 exist), and every check happens in the page's own JavaScript; the tests only read
+``<output id="verdict" data-verdict=…>`` and record which requests the page made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.conftest import ASSETS, REPO, RedisServer, missing_binary
+from tests.servers import ServicePool, create_key_cli
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # A name that is not localhost, for the insecure-context test.
+    "--host-resolver-rules=MAP insecure.test 127.0.0.1",
+]
+VERDICT_TIMEOUT_MS = 15_000
+INPUT_BYTES = b"the raw input data\n" * 300_000  # ~5.7 MB: more than one 4 MiB chunk
+SALT = bytes(range(16))
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------- static checks (no browser)
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def page_tags() -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Tags()
+    parser.feed((REPO / "static" / "verify.html").read_text())
+    return parser.tags
+
+
+def test_page_has_no_inline_script_no_third_party_and_labels_every_control() -> None:
+    tags = page_tags()
+    for tag, attrs in tags:
+        assert not any(name.startswith("on") for name in attrs), f"inline handler on <{tag}>"
+        assert "style" not in attrs, f"inline style on <{tag}>"
+        if tag == "script":
+            assert attrs.get("src", "").startswith("/static/"), "inline or third-party script"  # type: ignore[union-attr]
+        if tag == "link":
+            assert str(attrs.get("href")).startswith(("/static/", "data:"))
+    ids = {attrs["id"] for _, attrs in tags if attrs.get("id")}
+    labelled = {attrs["for"] for tag, attrs in tags if tag == "label"}
+    controls = [attrs["id"] for tag, attrs in tags if tag in {"input", "textarea", "select", "progress"}]
+    assert controls
+    assert set(controls) <= labelled, "every control has a <label for>"
+    assert "verdict" in ids
+    verdict = next(attrs for tag, attrs in tags if attrs.get("id") == "verdict")
+    assert verdict.get("aria-live") == "polite"
+    viewport = [attrs for tag, attrs in tags if tag == "meta" and attrs.get("name") == "viewport"]
+    assert viewport
+    assert "width=device-width" in str(viewport[0]["content"])
+
+
+# ---------------------------------------------------------------- the service and the browser
+
+
+@pytest.fixture(scope="module")
+def site(redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A running service and receipts on it: a retired-key one, then two chained main ones."""
+    folder = tmp_path_factory.mktemp("verify-page")
+    with ServicePool(folder) as pool:
+        old = pool.start(redis_url=redis_server.url, signing_keys=(ASSETS / "retired_signing_key.json").read_text())
+        key = create_key_cli(redis_server.url, project="verify-page", plan="pro")
+        headers = {"Authorization": f"Bearer {key['api_key']}", "Content-Type": "application/json"}
+        with httpx.Client(base_url=old.base_url, timeout=10) as http:
+            created = http.post("/v1/receipts", headers=headers, json={"input_hash": sha(b"first")})
+            assert created.status_code in (200, 201), created.text
+            retired = created.json()["receipt"]
+        assert retired["sig_kid"] == "test-2025"
+        old.stop()
+        service = pool.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
+        with httpx.Client(base_url=service.base_url, timeout=10) as http:
+            second = http.post(
+                "/v1/receipts", headers=headers, json={"input_hash": sha(b"second"), "tags": {"stage": "test"}}
+            )
+            assert second.status_code in (200, 201), second.text
+            third = http.post(
+                "/v1/receipts",
+                headers=headers,
+                json={
+                    "input_hash": sha(INPUT_BYTES),
+                    "output_hash": sha(b"out"),
+                    "code_ref": "git:abc \u00e9\U0001f600",
+                },
+            )
+            assert third.status_code in (200, 201), third.text
+            newest = third.json()["receipt"]
+            assert newest["sig_kid"] == "test-2026"
+            salted = http.post("/v1/receipts", headers=headers, json={"input_hash": sha(SALT + b"secret")})
+            assert salted.status_code in (200, 201), salted.text
+        yield {
+            "base": service.base_url,
+            "port": service.port,
+            "retired": retired,
+            "second": second.json()["receipt"],
+            "newest": newest,
+            "salted": salted.json()["receipt"],
+        }
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing_binary("chromium", "playwright (pip install -e '.[test]') drives the page in a real browser")
+    if shutil.which(CHROMIUM) is None:
+        missing_binary("chromium", "the verification page is tested in a real browser (apt-get install chromium)")
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield instance
+        instance.close()
+
+
+class Page:
+    """One browser tab on the page, recording its requests and console errors."""
+
+    def __init__(self, browser: Any, base: str, viewport: dict[str, int] | None = None) -> None:
+        self.context = browser.new_context(viewport=viewport or {"width": 1000, "height": 900})
+        self.page = self.context.new_page()
+        self.base = base
+        self.requests: list[tuple[str, str]] = []
+        self.errors: list[str] = []
+        self.page.on("request", lambda r: self.requests.append((r.method, r.url)))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+
+    def open(self, query: str = "") -> None:
+        self.page.goto(self.base + "/verify" + query, wait_until="load")
+
+    def api_requests(self) -> list[tuple[str, str]]:
+        """Requests other than the page itself and its static files, as (method, path?query)."""
+        out = []
+        for method, url in self.requests:
+            parts = urlsplit(url)
+            assert f"{parts.scheme}://{parts.netloc}" == self.base, f"request to another origin: {url}"
+            if parts.path == "/verify" or parts.path.startswith("/static/"):
+                continue
+            out.append((method, parts.path + (f"?{parts.query}" if parts.query else "")))
+        return out
+
+    def verdict(self) -> tuple[str, str]:
+        # Locators, not wait_for_function: the page's CSP forbids evaluating strings as code.
+        done = ", ".join(f'#verdict[data-verdict="{kind}"]' for kind in ("valid", "invalid", "error"))
+        self.page.locator(done).wait_for(timeout=VERDICT_TIMEOUT_MS)
+        element = self.page.locator("#verdict")
+        return str(element.get_attribute("data-verdict")), str(element.inner_text())
+
+    def checks(self) -> dict[str, bool]:
+        items = self.page.locator("#verdict li[data-check]")
+        return {
+            str(items.nth(i).get_attribute("data-check")): items.nth(i).get_attribute("data-ok") == "true"
+            for i in range(items.count())
+        }
+
+    def wait_for_loaded_document(self) -> None:
+        from playwright.sync_api import expect
+
+        expect(self.page.locator("#receipt-input")).to_have_value(re.compile("eps-receipt-bundle"))
+
+    def paste_and_verify(self, text: str) -> tuple[str, str]:
+        self.page.fill("#receipt-input", text)
+        self.page.click("#verify-button")
+        return self.verdict()
+
+    def close(self) -> None:
+        assert not self.errors, f"console errors: {self.errors}"
+        self.context.close()
+
+
+@pytest.fixture
+def tab(browser: Any, site: dict[str, Any]) -> Iterator[Page]:
+    page = Page(browser, site["base"])
+    yield page
+    page.close()
+
+
+# ---------------------------------------------------------------- the cases
+
+
+def test_page_headers_forbid_inline_and_foreign_code(site: dict[str, Any]) -> None:
+    response = httpx.get(site["base"] + "/verify")
+    assert response.status_code == 200
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp
+    assert "connect-src 'self'" in csp
+    assert "unsafe-inline" not in csp
+    assert "default-src 'none'" in csp
+    for asset in ("verify.js", "verify-core.js", "sha256.js", "verify.css"):
+        assert httpx.get(site["base"] + "/static/" + asset).status_code == 200, asset
+
+
+def test_genuine_receipt_by_url_is_valid_and_reads_only_the_receipt_and_keys(tab: Page, site: dict[str, Any]) -> None:
+    receipt_id = site["newest"]["receipt_id"]
+    tab.open(f"?receipt_id={receipt_id}")
+    verdict, text = tab.verdict()
+    assert verdict == "valid", text
+    for words in ("Self-consistency", "Signature", "Key id", "test-2026", "active signing key", receipt_id):
+        assert words in text, words
+    assert tab.checks() == {
+        "format": True,
+        "self_consistency": True,
+        "key": True,
+        "signature": True,
+        "chain_extent": True,
+        "no_file": True,
+    }
+    assert sorted(tab.api_requests()) == sorted([("GET", f"/v1/receipts/{receipt_id}"), ("GET", "/v1/public-key")])
+
+
+def test_tampered_pasted_receipt_is_invalid_and_names_self_consistency(tab: Page, site: dict[str, Any]) -> None:
+    tab.open()
+    tampered = dict(site["newest"], code_ref="git:other")
+    verdict, text = tab.paste_and_verify(json.dumps({"ok": True, "receipt": tampered}))
+    assert verdict == "invalid", text
+    assert "Self-consistency" in text
+    checks = tab.checks()
+    assert checks["self_consistency"] is False
+    assert checks["signature"] is True  # the hash was left alone: the signature over it still holds
+    # A pasted receipt needs only the keys.
+    assert tab.api_requests() == [("GET", "/v1/public-key")]
+
+
+def test_pasted_id_with_matching_local_files_is_valid(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
+    (tmp_path / "input.bin").write_bytes(INPUT_BYTES)
+    (tmp_path / "output.bin").write_bytes(b"out")
+    tab.open()
+    tab.page.set_input_files("#input-file", str(tmp_path / "input.bin"))
+    tab.page.set_input_files("#output-file", str(tmp_path / "output.bin"))
+    verdict, text = tab.paste_and_verify(site["newest"]["receipt_id"])
+    assert verdict == "valid", text
+    assert "Input file hash" in text
+    assert "Output file hash" in text
+    assert sha(INPUT_BYTES) in text
+    assert tab.checks()["input_hash"] is True
+    assert tab.checks()["output_hash"] is True
+    # The files were hashed locally: nothing was uploaded, only the two reads happened.
+    assert sorted(tab.api_requests()) == sorted(
+        [("GET", f"/v1/receipts/{site['newest']['receipt_id']}"), ("GET", "/v1/public-key")]
+    )
+
+
+def test_non_matching_local_file_is_invalid_and_names_the_file_hash(
+    tab: Page, site: dict[str, Any], tmp_path: Path
+) -> None:
+    (tmp_path / "other.bin").write_bytes(INPUT_BYTES + b"!")
+    tab.open()
+    tab.page.set_input_files("#input-file", str(tmp_path / "other.bin"))
+    verdict, text = tab.paste_and_verify(site["newest"]["receipt_id"])
+    assert verdict == "invalid", text
+    assert "Input file hash" in text
+    assert "not the file the receipt was issued for" in text
+    checks = tab.checks()
+    assert checks["input_hash"] is False
+    assert checks["self_consistency"] is True
+    assert checks["signature"] is True
+
+
+@pytest.mark.parametrize(("salt", "expected"), [(SALT.hex(), "valid"), ("", "invalid"), ("zz", "error")])
+def test_salted_input_hash(tab: Page, site: dict[str, Any], tmp_path: Path, salt: str, expected: str) -> None:
+    """A blinded input hash (sha256(salt || file)) matches only with the salt; a bad salt is an error."""
+    (tmp_path / "secret.bin").write_bytes(b"secret")
+    tab.open()
+    tab.page.set_input_files("#input-file", str(tmp_path / "secret.bin"))
+    tab.page.fill("#input-salt", salt)
+    verdict, text = tab.paste_and_verify(site["salted"]["receipt_id"])
+    assert verdict == expected, text
+    if expected == "error":
+        assert "salt must be hexadecimal" in text
+        assert tab.api_requests() == []
+    else:
+        assert tab.checks()["input_hash"] is (expected == "valid")
+
+
+def test_unknown_id_is_an_error(tab: Page) -> None:
+    tab.open("?receipt_id=rcpt_01KF0HJ080NOSUCHRECEIPT0000")
+    verdict, text = tab.verdict()
+    assert verdict == "error", text
+    assert "Not found" in text
+    # The browser logs the 404 response itself; that is not a page error.
+    tab.errors = [e for e in tab.errors if "404" not in e]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("{not json", "not valid JSON"), ("hello", "neither a receipt id"), ('{"a": "b"}', "neither a receipt")],
+)
+def test_malformed_input_is_an_error(tab: Page, text: str, words: str) -> None:
+    tab.open()
+    verdict, shown = tab.paste_and_verify(text)
+    assert verdict == "error", shown
+    assert words in shown
+    assert tab.api_requests() == []
+
+
+def test_receipt_signed_by_retired_key_is_valid_and_says_retired(tab: Page, site: dict[str, Any]) -> None:
+    tab.open(f"?receipt_id={site['retired']['receipt_id']}")
+    verdict, text = tab.verdict()
+    assert verdict == "valid", text
+    assert "retired" in text
+    assert "test-2025" in text
+
+
+def make_bundle(site: dict[str, Any]) -> dict[str, Any]:
+    """A bundle built by hand from the public reads, in the format the bundle endpoint returns."""
+    base = site["base"]
+    with httpx.Client(base_url=base, timeout=10) as http:
+        receipt = http.get(f"/v1/receipts/{site['newest']['receipt_id']}").json()["receipt"]
+        keys = http.get("/v1/public-key").json()
+        chain = []
+        prev = receipt["prev_receipt_hash"]
+        while prev is not None:
+            answer = http.get(f"/v1/receipts/{prev}", params={"project_id": receipt["project_id"]})
+            assert answer.status_code == 200, answer.text
+            chain.append(answer.json()["receipt"])
+            prev = chain[-1]["prev_receipt_hash"]
+    assert [r["receipt_id"] for r in chain] == [site["second"]["receipt_id"], site["retired"]["receipt_id"]]
+    return {
+        "format": "eps-receipt-bundle",
+        "version": 1,
+        "created_at": "2026-11-21T00:00:00.000Z",
+        "service": base,
+        "receipt": receipt,
+        "keys": keys,
+        "chain": chain,
+        "chain_complete": True,
+    }
+
+
+def test_chosen_bundle_is_valid_offline_without_any_request(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
+    bundle_path = tmp_path / "bundle.json"
+    bundle_path.write_text(json.dumps(make_bundle(site)))
+    tab.open()
+    tab.requests.clear()
+    tab.page.set_input_files("#bundle-file", str(bundle_path))
+    tab.wait_for_loaded_document()
+    tab.page.click("#verify-button")
+    verdict, text = tab.verdict()
+    assert verdict == "valid", text
+    checks = tab.checks()
+    for name in ("chain_receipt_1", "chain_link_1", "chain_receipt_2", "chain_link_2", "self_consistency", "signature"):
+        assert checks[name] is True, name
+    assert "back to the start of the chain" in text
+    assert "offline" in text
+    assert tab.requests == [], "a bundle must verify without any request"
+
+
+def test_dropped_bundle_with_a_broken_link_is_invalid_offline(tab: Page, site: dict[str, Any]) -> None:
+    bundle = make_bundle(site)
+    bundle["chain"] = [bundle["chain"][1]]  # skip the middle receipt: the link no longer matches
+    tab.open()
+    tab.requests.clear()
+    # Drop the file on the drop zone, as a user dragging it from a file manager would.
+    handle = tab.page.evaluate_handle(
+        """(text) => { const dt = new DataTransfer();
+             dt.items.add(new File([text], 'bundle.json', {type: 'application/json'})); return dt; }""",
+        json.dumps(bundle),
+    )
+    tab.page.dispatch_event("#bundle-drop", "drop", {"dataTransfer": handle})
+    tab.wait_for_loaded_document()
+    tab.page.click("#verify-button")
+    verdict, text = tab.verdict()
+    assert verdict == "invalid", text
+    checks = tab.checks()
+    assert checks["chain_receipt_1"] is True  # the entry itself is genuine...
+    assert checks["chain_link_1"] is False  # ...but it is not the receipt's predecessor
+    assert "link is broken" in text
+    assert tab.requests == []
+
+
+def test_insecure_context_is_explained(browser: Any, site: dict[str, Any]) -> None:
+    page = Page(browser, f"http://insecure.test:{site['port']}")
+    page.open(f"?receipt_id={site['newest']['receipt_id']}")
+    verdict, text = page.verdict()
+    assert verdict == "error", text
+    assert "secure context" in text
+    assert page.page.locator("#support").is_visible()
+    page.close()
+
+
+def test_phone_viewport_screenshot(browser: Any, site: dict[str, Any]) -> None:
+    page = Page(browser, site["base"], viewport={"width": 390, "height": 844})
+    page.open(f"?receipt_id={site['newest']['receipt_id']}")
+    verdict, _ = page.verdict()
+    assert verdict == "valid"
+    # Readable on a phone: nothing wider than the screen.
+    assert page.page.evaluate("document.documentElement.scrollWidth") <= 390
+    folder = Path(tempfile.mkdtemp(prefix="verify-page-"))
+    shot = folder / "verify-phone.png"
+    page.page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 0
+    assert re.match(rb"\x89PNG", shot.read_bytes())
+    print(f"phone screenshot: {shot}")
+    page.close()
+
+
+def test_bundle_from_the_bundle_endpoint_verifies_offline(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
+    """The service's own GET /v1/receipts/{id}/bundle (docs/bundles.md) is what the page expects."""
+    answer = httpx.get(f"{site['base']}/v1/receipts/{site['newest']['receipt_id']}/bundle")
+    assert answer.status_code == 200, answer.text
+    (tmp_path / "bundle.json").write_bytes(answer.content)
+    tab.open()
+    tab.requests.clear()
+    tab.page.set_input_files("#bundle-file", str(tmp_path / "bundle.json"))
+    tab.wait_for_loaded_document()
+    tab.page.click("#verify-button")
+    verdict, text = tab.verdict()
+    assert verdict == "valid", text
+    assert tab.checks()["chain_link_2"] is True
+    assert 'signed by the retired key "test-2025"' in text  # the oldest chain entry
+    assert tab.requests == []

@@ -1,0 +1,92 @@
+"""The verification page's own JavaScript (static/verify-core.js, static/sha256.js) under Node.js.
+
+The same ES modules the browser loads are imported by tests/verifiers/page_vectors.mjs, so the
+page's JCS, hashing, strict base64url and WebCrypto Ed25519 calls are checked against every
+committed vector, against tampered copies of them, and its incremental SHA-256 against
+node:crypto, without a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ASSETS, missing_binary
+
+SCRIPT = Path(__file__).parent / "verifiers" / "page_vectors.mjs"
+ALL_TRUE = {"format": True, "self_consistency": True, "key": True, "signature": True}
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    node = shutil.which("node")
+    if node is None:
+        missing_binary("node", "the verification page's JavaScript is tested under Node.js")
+    assert node is not None
+    done = subprocess.run(
+        [node, str(SCRIPT), str(ASSETS / "receipt_vectors.json")], capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_every_vector_is_valid_with_its_key(report: dict[str, Any], vectors: dict[str, Any]) -> None:
+    names = [case["name"] for case in vectors["cases"]]
+    assert [case["name"] for case in report["cases"]] == names
+    for case in report["cases"]:
+        assert case["result"]["ok"] is True, case["name"]
+        assert case["result"]["checks"] == ALL_TRUE, case["name"]
+        assert case["canonical_matches"], f"{case['name']}: canonical bytes differ from the vector"
+        assert case["hash_matches"], f"{case['name']}: receipt_hash differs from the vector"
+        assert case["wrapped_kind"] == "receipt"
+        expected_status = "active" if case["kid"] == vectors["public_keys"]["active_kid"] else "retired"
+        assert case["result"]["keyStatus"] == expected_status, case["name"]
+    assert any(case["result"]["keyStatus"] == "retired" for case in report["cases"])
+
+
+def test_every_tampered_copy_is_rejected(report: dict[str, Any]) -> None:
+    for case in report["cases"]:
+        assert len(case["tampered"]) >= 30, case["name"]
+        accepted = [t["what"] for t in case["tampered"] if t["ok"]]
+        assert accepted == [], f"{case['name']}: accepted {accepted}"
+        by_what = {t["what"]: t["checks"] for t in case["tampered"]}
+        # A changed field fails self-consistency while the signature over the old hash still holds.
+        assert by_what["changed input_hash"]["self_consistency"] is False
+        assert by_what["changed input_hash"]["signature"] is True
+        # A replaced hash fails both; a wrong or unknown key fails the key or the signature.
+        assert by_what["replaced receipt_hash"]["signature"] is False
+        assert by_what["unknown sig_kid"]["key"] is False
+        assert by_what["other listed sig_kid"]["signature"] is False
+        assert by_what["padded signature"]["format"] is False
+        assert by_what["a lone surrogate"]["self_consistency"] is False
+
+
+def test_unlisted_key_is_invalid(report: dict[str, Any]) -> None:
+    assert report["no_keys"]["ok"] is False
+    assert report["no_keys"]["checks"]["key"] is False
+    assert report["no_keys"]["checks"]["self_consistency"] is True
+
+
+def test_incremental_sha256_matches_node_crypto(report: dict[str, Any]) -> None:
+    assert report["empty_hex"] == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert {row["size"] for row in report["sha"]} >= {0, 55, 56, 63, 64, 65, 1048579}
+    for row in report["sha"]:
+        assert row["one_shot"], row
+        assert row["chunked"], row
+
+
+def test_strict_base64url(report: dict[str, Any]) -> None:
+    assert report["b64"]["good"] == "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"
+    # padding, '+' (standard alphabet), non-zero unused bits, one character short
+    assert report["b64"]["rejects"] == [True, True, True, True]
+
+
+def test_input_classification(report: dict[str, Any]) -> None:
+    assert report["inputs"] == ["id", "id", "invalid", "invalid", "bundle", "invalid", "invalid", "invalid"]
+    assert report["support"] == {"ok": True, "reason": None}
