@@ -38,6 +38,7 @@ from receipts.webhook_signature import (
     signature_header,
     verify_signature,
 )
+from tests.clock import Clock, ms
 from tests.conftest import auth, free_port, hash_of
 from tests.fake_providers import (
     ERROR_500,
@@ -66,25 +67,6 @@ OTHER_ADDR = {"Fly-Client-IP": "198.51.100.20"}
 DAY_S = 86_400
 JSON_HEADERS = {"Content-Type": "application/json"}
 MANY_ATTEMPTS = {"ip_per_minute": {"unauthenticated": 1000}}
-
-
-def ms(text: str) -> int:
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-class Clock:
-    def __init__(self, iso: str) -> None:
-        self.now = ms(iso)
-
-    def __call__(self) -> int:
-        return self.now
-
-    def set(self, iso: str) -> None:
-        self.now = ms(iso)
-
-    @property
-    def unix(self) -> int:
-        return self.now // 1000
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -19,27 +18,12 @@ from receipts.limits import (
     ratelimit_headers,
 )
 from receipts.signing import KeyRing
+from tests.clock import Clock, ms
 from tests.conftest import auth, hash_of
 from web.app import create_app
 from web.client_ip import ClientIpConfig
 from web.config import ConfigError, Settings, load_settings
 from web.keys_admin import create_project_key
-
-
-def ms(text: str) -> int:
-    """Unix milliseconds of an ISO time written as 2026-11-21T10:00:15.200Z."""
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-class Clock:
-    def __init__(self, iso: str) -> None:
-        self.now = ms(iso)
-
-    def __call__(self) -> int:
-        return self.now
-
-    def set(self, iso: str) -> None:
-        self.now = ms(iso)
 
 
 @pytest.fixture

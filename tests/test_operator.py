@@ -15,6 +15,7 @@ import pytest
 from kv.store import Store
 from receipts.limits import load_limits
 from receipts.signing import KeyRing
+from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of
 from web import cli
 from web.app import create_app
@@ -22,14 +23,6 @@ from web.config import Settings
 from web.keys_admin import create_project_key
 
 CONTACT = "abuse@receipts.example"
-
-
-class Clock:
-    def __init__(self, now_ms: int) -> None:
-        self.now = now_ms
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture

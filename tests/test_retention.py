@@ -25,6 +25,7 @@ from kv import keys
 from kv.store import Counter, IssueOutcome, Store
 from receipts.ids import new_receipt_id
 from receipts.signing import KeyRing
+from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of
 from tests.servers import clean_env, run_cli
 from web.app import create_app
@@ -33,16 +34,6 @@ from web.keys_admin import create_project_key
 
 NOW = int(time.time() * 1000)
 OLD = NOW - 10 * DAY_MS
-
-
-class Clock:
-    """The app's clock, set by the test."""
-
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-
-    def __call__(self) -> int:
-        return self.ms
 
 
 @pytest.fixture
@@ -144,20 +135,20 @@ def names_of(receipts: list[dict[str, str]]) -> set[str]:
 async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     client: Any, store: Store, api_key: dict[str, Any], clock: Clock
 ) -> None:
-    clock.ms = OLD
+    clock.now = OLD
     o1 = (await create(client, api_key, {"input_hash": hash_of("o1")})).json["receipt"]
     o2_response = await create(client, api_key, {"input_hash": hash_of("o2")}, **{"Idempotency-Key": "old-key"})
     o2 = o2_response.json["receipt"]
     branch = await create(client, api_key, {"input_hash": hash_of("ob"), "prev_receipt_hash": hash_of("elsewhere")})
     assert branch.json["receipt"]["chain_status"] == "branch"
     o4 = (await create(client, api_key, {"input_hash": hash_of("o4")})).json["receipt"]
-    clock.ms = NOW
+    clock.now = NOW
     fresh = (await create(client, api_key, {"input_hash": hash_of("fresh")})).json["receipt"]
     assert fresh["prev_receipt_hash"] == o4["receipt_hash"]
 
     # A second project whose receipts, tip included, are all old.
     other = await create_project_key(store, project_name="old-only", plan="free")
-    clock.ms = OLD
+    clock.now = OLD
     p1 = (await create(client, other, {"input_hash": hash_of("o1")})).json["receipt"]
     p2 = (await create(client, other, {"input_hash": hash_of("p2")})).json["receipt"]
     expired = [o1, o2, branch.json["receipt"], o4, p1, p2]
@@ -169,7 +160,7 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     assert summary["scanned"] == 4 * 7, "r:, h:, i: and x: (one search set per receipt here)"
     assert await other_keys(store) == before_other, "projects, tips, API keys and counters are untouched"
 
-    clock.ms = NOW
+    clock.now = NOW
     for receipt in expired:
         assert (await get(client, receipt["receipt_id"])).status_code == 404
         by_hash = await get(client, receipt["receipt_hash"], project_id=receipt["project_id"])
@@ -220,9 +211,9 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
 async def test_a_receipt_is_kept_until_it_is_older_than_the_window(
     client: Any, store: Store, api_key: dict[str, Any], clock: Clock
 ) -> None:
-    clock.ms = NOW - DAY_MS  # exactly one day old at NOW
+    clock.now = NOW - DAY_MS  # exactly one day old at NOW
     edge = (await create(client, api_key, {"input_hash": hash_of("edge")})).json["receipt"]
-    clock.ms = NOW - DAY_MS - 1
+    clock.now = NOW - DAY_MS - 1
     older = (await create(client, api_key, {"input_hash": hash_of("older")})).json["receipt"]
     assert cutoff_ms(NOW, 1.0) == NOW - DAY_MS
     summary = await sweep(store, 1.0, NOW)
@@ -238,7 +229,7 @@ async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_win
     """``receipts delete`` removes ``r:`` and ``h:`` only; the idempotency record left behind
     is dated by the receipt id it names, so the sweep removes it once that receipt's window
     has passed (a resend before then issues a new receipt: see tests/test_operator.py)."""
-    clock.ms = NOW - DAY_MS // 2
+    clock.now = NOW - DAY_MS // 2
     created = await create(client, api_key, {"input_hash": hash_of("deleted")})
     receipt = created.json["receipt"]
     record = keys.idempotency_key(api_key["project_id"], created.json["idempotency"]["key"])
@@ -254,7 +245,7 @@ async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_win
     later = await sweep(store, 1.0, NOW + DAY_MS)
     assert later["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 1, "search_index": 0}
     assert await record_keys(store) == set()
-    clock.ms = NOW + DAY_MS
+    clock.now = NOW + DAY_MS
     again = await create(client, api_key, {"input_hash": hash_of("deleted")})
     assert again.status_code == 201 and again.json["receipt"]["receipt_id"] != receipt["receipt_id"]
 
@@ -396,7 +387,7 @@ async def test_expire_command_sweeps_once_and_prints_a_summary(redis_url: str, k
         app = create_app(settings, store=store, clock_ms=clock)
         key = await create_project_key(store, project_name="cli", plan="free")
         old = (await create(app.asgi_client, key, {"input_hash": hash_of("cli-old")})).json["receipt"]
-        clock.ms = int(time.time() * 1000) + 60_000  # a minute ahead: fresh at any sweep now
+        clock.now = int(time.time() * 1000) + 60_000  # a minute ahead: fresh at any sweep now
         fresh = (await create(app.asgi_client, key, {"input_hash": hash_of("cli-fresh")})).json["receipt"]
         assert (await get(app.asgi_client, old["receipt_id"])).status_code == 200
 

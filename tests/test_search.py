@@ -15,6 +15,7 @@ from jobs.retention import DAY_MS, sweep
 from kv import keys
 from kv.store import Store
 from receipts.limits import load_limits
+from tests.clock import Clock
 from tests.conftest import auth, hash_of
 from web.app import create_app
 from web.config import Settings
@@ -22,14 +23,6 @@ from web.keys_admin import create_project_key
 
 NOW = int(time.time() * 1000)
 OLD = NOW - 10 * DAY_MS
-
-
-class Clock:
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-
-    def __call__(self) -> int:
-        return self.ms
 
 
 @pytest.fixture
@@ -70,7 +63,7 @@ async def search_all(client: Any, key: Any, limit: int, **params: str) -> tuple[
 async def test_search_finds_own_receipts_newest_first(client: Any, api_key: dict[str, Any], clock: Clock) -> None:
     made = []
     for i in range(3):
-        clock.ms = NOW + i
+        clock.now = NOW + i
         made.append((await create(client, api_key, {"input_hash": hash_of("in"), "run_id": f"r{i}"})).json["receipt"])
     other = (await create(client, api_key, {"input_hash": hash_of("other"), "output_hash": hash_of("in")})).json
     response = await search(client, api_key, input_hash=hash_of("in"))
@@ -102,7 +95,7 @@ async def test_pagination_with_receipts_in_the_same_millisecond(
         assert found == expected and count == pages, limit
     first = await search(client, api_key, input_hash=hash_of("same"))
     assert len(first.json["receipts"]) == 7, "default limit 50"
-    clock.ms = NOW + 5
+    clock.now = NOW + 5
     made.append((await create(client, api_key, {"input_hash": hash_of("same"), "run_id": "later"})).json["receipt"])
     found, _ = await search_all(client, api_key, 3, input_hash=hash_of("same"))
     assert found[0]["run_id"] == "later" and len(found) == 8
@@ -209,12 +202,12 @@ async def test_an_index_entry_whose_receipt_is_gone_is_skipped(
 
 
 async def test_sweep_trims_the_search_sets(client: Any, store: Store, api_key: dict[str, Any], clock: Clock) -> None:
-    clock.ms = OLD
+    clock.now = OLD
     old = (await create(client, api_key, {"input_hash": hash_of("mixed"), "output_hash": hash_of("o1")})).json
     only_old = (await create(client, api_key, {"input_hash": hash_of("only-old")})).json
-    clock.ms = NOW - DAY_MS  # exactly at the window's edge: kept
+    clock.now = NOW - DAY_MS  # exactly at the window's edge: kept
     edge = (await create(client, api_key, {"input_hash": hash_of("mixed"), "run_id": "edge"})).json
-    clock.ms = NOW
+    clock.now = NOW
     fresh = (await create(client, api_key, {"input_hash": hash_of("mixed"), "run_id": "fresh"})).json
     pid = api_key["project_id"]
     names = {
