@@ -204,6 +204,14 @@ def _bundle_keys(options: VerifyOptions, document: Any) -> tuple[KeyRing, str]:
         # The service left out every kid it does not know: nothing verifies (fail closed).
         return KeyRing({}, document.get("active_kid"), None), "the bundle"
     try:
+        if isinstance(document, dict) and isinstance(document.get("keys"), list):
+            listed = {entry.get("kid") for entry in document["keys"] if isinstance(entry, dict)}
+            active = document.get("active_kid")
+            if isinstance(active, str) and active not in listed:
+                # A bundle lists only the kids that signed its receipts: after a rotation the
+                # service's active kid may have signed none of them (docs/bundles.md).
+                ring = load_key_ring({**document, "active_kid": None})
+                return KeyRing(ring.keys, active, None), "the bundle"
         return load_key_ring(document), "the bundle"
     except KeySetError as exc:
         raise VerifyInputError(f"the bundle's key set is malformed: {exc}") from exc
