@@ -31,7 +31,7 @@ def run_with_store(work: Callable[[Store], Awaitable[T]]) -> T:
     settings = load_settings()
 
     async def run() -> T:
-        store = open_store(settings.redis_url, embedded_server=_embedded_server)
+        store = open_store(settings.redis_url, embedded_server=_embedded_server, cluster=settings.redis_cluster)
         try:
             return await work(store)
         finally:

@@ -85,7 +85,7 @@ def expire_command() -> int:
     from kv.connect import open_store
 
     try:
-        store = open_store(settings.redis_url)
+        store = open_store(settings.redis_url, cluster=settings.redis_cluster)
     except ValueError:
         # The URL may hold a password: say what is wrong without echoing it.
         print("error: REDIS_URL is not a Redis URL (redis://, rediss:// or unix://)", file=sys.stderr)

@@ -32,6 +32,12 @@ EMBEDDED_MESSAGE = (
 )
 
 
+QUEUE_ON_CLUSTER_MESSAGE = (
+    "the job queue at JOBS_REDIS_URL (or REDIS_URL) is a Redis Cluster node; RQ cannot run on a "
+    "cluster: point JOBS_REDIS_URL at a plain, non-cluster Redis (see docs/cluster.md)"
+)
+
+
 def worker_name() -> str:
     """Unique per process, readable in ``rq info`` and in the schedule-owner lock."""
     return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
@@ -51,11 +57,15 @@ def worker_command(*, burst: bool = False) -> int:
         return 2
     try:
         connection.ping()
+        on_cluster = str(connection.info("cluster").get("cluster_enabled", 0)) == "1"
     except redis.RedisError:
         print("error: the job queue at JOBS_REDIS_URL (or REDIS_URL) is unreachable", file=sys.stderr)
         return 2
     finally:
         connection.close()
+    if on_cluster:
+        print(f"error: {QUEUE_ON_CLUSTER_MESSAGE}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     run_worker(settings.jobs_redis_url, burst=burst)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fakeredis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from kv.store import Store
 
@@ -11,13 +12,29 @@ CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0
 POOL_SIZE = 64
 POOL_WAIT_S = 5.0
+CLUSTER_CONNECTIONS_PER_NODE = 256
+"""The cluster client has no blocking pool (past this it raises, a 503): so more room per node."""
 
 
-def open_store(redis_url: str | None, *, embedded_server: fakeredis.FakeServer | None = None) -> Store:
+def open_store(
+    redis_url: str | None, *, embedded_server: fakeredis.FakeServer | None = None, cluster: bool = False
+) -> Store:
     """A Store on ``redis_url``; without one, on fakeredis (same Lua scripts, in memory).
 
     The embedded store keeps nothing across restarts and is private to one process.
+    ``cluster`` (``REDIS_CLUSTER=true``): ``redis_url`` is one node of a Redis Cluster; the
+    client discovers the others and routes each command by its key's slot (docs/cluster.md).
     """
+    if redis_url and cluster:
+        return Store(
+            RedisCluster.from_url(
+                redis_url,
+                max_connections=CLUSTER_CONNECTIONS_PER_NODE,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,
+                socket_timeout=COMMAND_TIMEOUT_S,
+                health_check_interval=30,
+            )
+        )
     if redis_url:
         # A blocking pool makes a burst wait for a free connection (up to POOL_WAIT_S)
         # instead of failing: redis-py's default pool raises past 100 connections, which

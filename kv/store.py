@@ -18,28 +18,29 @@ from typing import Any, ParamSpec, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
-from redis import exceptions as redis_errors
+from redis.asyncio.cluster import RedisCluster
 
 from kv import keys
+from kv.errors import UNAVAILABLE_ERRORS
+from kv.health import NO_ACK, StoreAck
 from receipts.errors import StoreUnavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
 P = ParamSpec("P")
 T = TypeVar("T")
 
-UNAVAILABLE_ERRORS = (
-    redis_errors.ConnectionError,
-    redis_errors.TimeoutError,
-    redis_errors.BusyLoadingError,
-    redis_errors.ReadOnlyError,
-    OSError,
-)
-
 
 def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     @functools.wraps(func)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
+            client = getattr(args[0], "client", None)
+            if isinstance(client, RedisCluster):
+                # Learn the slot map before the first command. redis-py 8.1's cluster client
+                # initialises lazily, and commands racing that first initialisation fail with
+                # AttributeError on a half-open connection (docs/cluster.md). Once it is
+                # initialised this is an attribute check; its own lock serialises the first.
+                await client.initialize()
             return await func(*args, **kwargs)
         except UNAVAILABLE_ERRORS as exc:
             raise StoreUnavailable("the receipt store is unreachable; try again shortly") from exc
@@ -107,12 +108,15 @@ class IssueResult:
 
 
 class Store:
-    """Async access to every record. Construct with a redis-py asyncio client (or fakeredis)."""
+    """Async access to every record. Construct with a redis-py asyncio client, a redis-py
+    asyncio ``RedisCluster`` (``REDIS_CLUSTER=true``, docs/cluster.md) or fakeredis."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis | RedisCluster) -> None:
         self.client = client
         self.embedded_server: Any = None
         """The in-process fakeredis server in embedded mode (jobs share it), else None."""
+        self.ack: StoreAck = NO_ACK
+        """What a create waits for after its write (``STORE_ACK``, docs/redis.md)."""
         self._issue = client.register_script((LUA_DIR / "issue_receipt.lua").read_text())
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
         self._hit_counter = client.register_script((LUA_DIR / "hit_counter.lua").read_text())
@@ -284,32 +288,34 @@ class Store:
         minute limit and the project's monthly quota allow it; count it in both at once.
         The receipt id joins the search indexes of its ``input_hash`` and ``output_hash``."""
         search_keys, indexed = self._search_keys(project_id, input_hash, output_hash)
-        reply: Any = await self._issue(
-            keys=[
-                keys.project_key(project_id),
-                keys.idempotency_key(project_id, replay_key),
-                keys.receipt_key(receipt_id),
-                keys.receipt_hash_key(project_id, receipt_hash),
-                keys.key_minute_counter_key(project_id, key_hash, minute.window_id),
-                keys.project_month_counter_key(project_id, month.window_id),
-                *search_keys,
-            ],
-            args=[
-                built_on_tip or "",
-                receipt_json,
-                receipt_id,
-                receipt_hash,
-                "1" if on_main else "0",
-                fingerprint,
-                minute.limit,
-                minute.ttl_s,
-                month.limit,
-                month.ttl_s,
-                stale_receipt_id,
-                keys.receipt_created_ms(receipt_id),
-                indexed,
-            ],
-        )
+        script_keys = [
+            keys.project_key(project_id),
+            keys.idempotency_key(project_id, replay_key),
+            keys.receipt_key(receipt_id),
+            keys.receipt_hash_key(project_id, receipt_hash),
+            keys.key_minute_counter_key(project_id, key_hash, minute.window_id),
+            keys.project_month_counter_key(project_id, month.window_id),
+            *search_keys,
+        ]
+        script_args: list[Any] = [
+            built_on_tip or "",
+            receipt_json,
+            receipt_id,
+            receipt_hash,
+            "1" if on_main else "0",
+            fingerprint,
+            minute.limit,
+            minute.ttl_s,
+            month.limit,
+            month.ttl_s,
+            stale_receipt_id,
+            keys.receipt_created_ms(receipt_id),
+            indexed,
+        ]
+        if self.ack.enabled:
+            reply = await self._issue_acknowledged(script_keys, script_args, receipt_id)
+        else:
+            reply = await self._issue(keys=script_keys, args=script_args)
         outcome = IssueOutcome(int(reply[0]))
         value = _text(reply[1]) or None
         return IssueResult(
@@ -319,6 +325,44 @@ class Store:
             minute_used=int(reply[2]),
             month_used=int(reply[3]),
         )
+
+    async def _issue_acknowledged(self, script_keys: list[Any], script_args: list[Any], receipt_id: str) -> Any:
+        """The issue script, then WAIT / WAITAOF on the same connection (both count that
+        connection's writes). Only an issue or a replay is waited for: a replay's minute
+        counter is a later write, so its WAIT covers the earlier receipt as well.
+
+        Not reached within the timeout: 503 ``store_unavailable`` naming the receipt, which
+        IS written and chained; the same request again replays it and waits again.
+        """
+        client: Any = self.client  # a plain Redis: start-up refuses STORE_ACK with a cluster
+        async with client.client() as conn:
+            reply: Any = await self._issue(keys=script_keys, args=script_args, client=conn)
+            code = int(reply[0])
+            if code not in (IssueOutcome.ISSUED.value, IssueOutcome.REPLAY.value):
+                return reply
+            ack = self.ack
+            if ack.mode == "aof":
+                counts: Any = await conn.execute_command("WAITAOF", 1, 0, ack.timeout_ms)
+                reached, got = int(counts[0]) >= 1, int(counts[0])
+                required = 1
+            else:
+                got = int(await conn.execute_command("WAIT", ack.replicas, ack.timeout_ms))
+                reached, required = got >= ack.replicas, ack.replicas
+        if not reached:
+            written_id = receipt_id if code == IssueOutcome.ISSUED.value else _text(reply[1]) or ""
+            raise StoreUnavailable(
+                f"the receipt was written but not acknowledged by {ack.describe()}; "
+                "send the same request again to confirm it (it replays the same receipt)",
+                details={
+                    "reason": "not_acknowledged",
+                    "receipt_id": written_id,
+                    "written": True,
+                    "acknowledged": got,
+                    "required": required,
+                    "ack": ack.mode,
+                },
+            )
+        return reply
 
     async def _hit(self, key: str, counter: Counter) -> tuple[bool, int]:
         reply: Any = await self._hit_counter(keys=[key], args=[counter.limit, counter.ttl_s])

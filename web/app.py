@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from jobs.context import use_embedded_server
 from jobs.queue import open_queue
 from jobs.retention import sweep_periodically
 from kv.connect import open_store
+from kv.health import StoreAckError, check_store_at_startup
 from kv.store import Store
 from web import bundles, claims, info, pages, receipts_api, search, usage
 from web.config import Settings, load_settings, warn
@@ -76,7 +78,7 @@ def create_app(
             return
         app.ctx.started = True
         if getattr(app.ctx, "store", None) is None:
-            _attach_store(app, open_store(settings.redis_url))
+            _attach_store(app, open_store(settings.redis_url, cluster=settings.redis_cluster))
             app.ctx.owns_store = True
         if settings.embedded:
             warn(
@@ -89,6 +91,15 @@ def create_app(
             app.add_task(sweep_periodically(app.ctx.store, settings.retention_days), name="retention-sweep")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
+        if not settings.embedded:
+            # Durability of the Redis behind us (docs/redis.md); StoreAckError stops start-up.
+            try:
+                warnings = await check_store_at_startup(app.ctx.store.client, settings.store_ack)
+            except StoreAckError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+                raise
+            for message in warnings:
+                warn(message)
 
     @app.after_server_stop
     async def close_resources(app: App) -> None:
@@ -101,6 +112,7 @@ def create_app(
 def _attach_store(app: App, store: Store) -> None:
     settings: Settings = app.ctx.settings
     app.ctx.store = store
+    store.ack = settings.store_ack
     app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms)
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:

@@ -175,7 +175,7 @@ def _with_store(action: Callable[[Any, argparse.Namespace], Awaitable[int]], arg
 
     async def run() -> int:
         try:
-            store = open_store(settings.redis_url)
+            store = open_store(settings.redis_url, cluster=settings.redis_cluster)
         except ValueError:
             # The URL may hold a password: say what is wrong without echoing it.
             print("error: REDIS_URL is not a Redis URL (redis://, rediss:// or unix://)", file=sys.stderr)

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kv.health import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 from receipts.limits import Limits, LimitsError, load_limits
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from web.client_ip import ClientIpConfig
@@ -39,6 +40,10 @@ class Settings:
     human_check_site_key: str | None = None
     human_check_script_url: str = DEFAULT_HUMAN_CHECK_SCRIPT_URL
     operator_contact: str = DEFAULT_OPERATOR_CONTACT
+    store_ack: StoreAck = NO_ACK
+    """``STORE_ACK``: what a create waits for after its write (docs/redis.md)."""
+    redis_cluster: bool = False
+    """``REDIS_CLUSTER=true``: ``REDIS_URL`` names a Redis Cluster node (docs/cluster.md)."""
 
     @property
     def embedded(self) -> bool:
@@ -79,6 +84,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     secrets = tuple(part.strip() for part in (env.get("PAYMENT_WEBHOOK_SECRET") or "").split(",") if part.strip())
     base = (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None
     default_env = "embedded" if not redis_url else "production"
+    store_ack = _store_ack(env, redis_url)
+    redis_cluster = _redis_cluster(env, redis_url)
     return Settings(
         redis_url=redis_url,
         keyring=keyring,
@@ -88,6 +95,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         limits=limits,
         client_ip=client_ip,
         jobs_redis_url=env.get("JOBS_REDIS_URL") or redis_url,
+        redis_cluster=redis_cluster,
         retention_days=retention_days,
         payment_webhook_secrets=secrets,
         claim_window_days=claim_window_days,
@@ -96,7 +104,41 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         human_check_site_key=env.get("HUMAN_CHECK_SITE_KEY") or None,
         human_check_script_url=env.get("HUMAN_CHECK_SCRIPT_URL") or DEFAULT_HUMAN_CHECK_SCRIPT_URL,
         operator_contact=env.get("OPERATOR_CONTACT") or DEFAULT_OPERATOR_CONTACT,
+        store_ack=store_ack,
     )
+
+
+CLUSTER_NEEDS_JOBS_REDIS = (
+    "REDIS_CLUSTER=true needs JOBS_REDIS_URL: the job queue (RQ) cannot run on a Redis Cluster, "
+    "so point JOBS_REDIS_URL at a plain, non-cluster Redis (see docs/cluster.md)"
+)
+
+
+def _redis_cluster(env: Mapping[str, str], redis_url: str | None) -> bool:
+    """``REDIS_CLUSTER``: true/false (also 1/0, yes/no). A cluster needs ``REDIS_URL`` (one of
+    its nodes) and ``JOBS_REDIS_URL`` (a plain Redis: the queue never defaults to the cluster)."""
+    raw = (env.get("REDIS_CLUSTER") or "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw not in ("1", "true", "yes"):
+        raise ConfigError("REDIS_CLUSTER must be true or false")
+    if not redis_url:
+        raise ConfigError("REDIS_CLUSTER=true needs REDIS_URL (any node of the cluster, e.g. redis://10.0.0.1:6379)")
+    if not env.get("JOBS_REDIS_URL"):
+        raise ConfigError(CLUSTER_NEEDS_JOBS_REDIS)
+    return True
+
+
+def _store_ack(env: Mapping[str, str], redis_url: str | None) -> StoreAck:
+    try:
+        ack = parse_store_ack(env.get("STORE_ACK"))
+    except StoreAckError as exc:
+        raise ConfigError(str(exc)) from exc
+    if ack.enabled and not redis_url:
+        raise ConfigError("STORE_ACK needs REDIS_URL (the embedded store has no replicas and no AOF)")
+    if ack.enabled and (env.get("REDIS_CLUSTER") or "").strip().lower() in ("1", "true", "yes"):
+        raise ConfigError("STORE_ACK is not supported with REDIS_CLUSTER yet; use none")
+    return ack
 
 
 def _positive_number(env: Mapping[str, str], name: str, default: float) -> float:

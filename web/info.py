@@ -5,6 +5,7 @@ from __future__ import annotations
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
+from kv.health import store_reachable
 from receipts.errors import SigningKeyUnavailable
 from receipts.limits import ratelimit_headers
 
@@ -27,6 +28,9 @@ def base_url(request: Request) -> str:
 @bp.get("/", name="root")
 @bp.get("/health", name="health")
 async def entry(request: Request) -> HTTPResponse:
+    """Always 200 (a load balancer must not cycle the service while Redis is away: it would
+    come back by itself); ``store`` says whether the store answers a PING within 1 s."""
+    reachable = await store_reachable(request.app.ctx.store)
     return json_response(
         {
             "product": "Execution Proof Service",
@@ -34,6 +38,7 @@ async def entry(request: Request) -> HTTPResponse:
             "env": request.app.ctx.settings.env,
             "docs_url": base_url(request) + "/docs",
             "endpoints": ENDPOINTS,
+            "store": "ok" if reachable else "unreachable",
         }
     )
 
