@@ -76,17 +76,21 @@ class RedisServer:
             *self.extra,
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError("redis-server did not start") from None
+        self.wait_until_ready()
+
+    def wait_until_ready(self, timeout: float = 10.0) -> None:
+        """Poll PING until the server answers (also while it loads an AOF after a restart)."""
+        deadline = time.monotonic() + timeout
+        with redis.Redis(port=self.port, socket_connect_timeout=0.2) as client:
+            while True:
+                try:
+                    if client.ping():
+                        return
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    pass
+                if time.monotonic() > deadline or (self.process is not None and self.process.poll() is not None):
+                    raise RuntimeError("redis-server did not start")
                 time.sleep(0.02)
-        client.close()
 
     def stop(self, kill: bool = False) -> None:
         if self.process and self.process.poll() is None:

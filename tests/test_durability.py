@@ -314,19 +314,6 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServicePool]:
         yield pool
 
 
-def wait_for_redis(server: RedisServer, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    with redis.Redis.from_url(server.url, socket_connect_timeout=0.2) as conn:
-        while True:
-            try:
-                if conn.ping():
-                    return
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                pass
-            assert time.monotonic() < deadline, "redis did not come back"
-            time.sleep(0.02)
-
-
 CRASH_RECEIPTS = 300
 
 
@@ -351,7 +338,7 @@ def test_kill_9_of_redis_loses_no_acknowledged_receipt(
         down = http.get(f"/v1/receipts/{acknowledged[0]['receipt_id']}")
         assert_error_body(down, 503, "store_unavailable")
         server.start()  # same --dir and --port: Redis replays its AOF
-        wait_for_redis(server)
+        server.wait_until_ready()
 
         started = time.monotonic()
         for receipt in acknowledged:  # the same service process, never restarted

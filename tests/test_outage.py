@@ -72,19 +72,6 @@ def timed(call: Any) -> tuple[httpx.Response, float]:
     return response, time.monotonic() - started
 
 
-def wait_for_redis(server: RedisServer, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    with redis.Redis.from_url(server.url, socket_connect_timeout=0.2) as conn:
-        while True:
-            try:
-                if conn.ping():
-                    return
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                pass
-            assert time.monotonic() < deadline, "redis did not come back"
-            time.sleep(0.02)
-
-
 def assert_unavailable_everywhere(http: httpx.Client, key: dict[str, Any], receipt_id: str, label: str) -> list[float]:
     """Create, read and /health during the outage; returns the three latencies."""
     created, t_create = timed(lambda: create(http, key, label))
@@ -129,7 +116,7 @@ def test_outage_answers_503_fast_and_recovers_by_itself(
 
         # 3. Restarted Redis (same directory: the AOF brings the data back, the script cache is empty).
         server.start()
-        wait_for_redis(server)
+        server.wait_until_ready()
         back = time.monotonic()
         recovered, t_recovered = timed(lambda: create(http, key, "after-restart"))
         assert recovered.status_code == 201, recovered.text  # the first create, no retry
@@ -170,7 +157,7 @@ def test_creates_racing_a_kill_leave_one_linear_chain(service: ServiceProcess, r
         server.stop(kill=True)
         time.sleep(1.0)
         server.start()
-        wait_for_redis(server)
+        server.wait_until_ready()
         time.sleep(1.0)
     finally:
         stop.set()
