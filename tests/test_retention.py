@@ -8,6 +8,7 @@ concurrency tests write receipts straight into the store with ids of chosen time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -453,3 +454,37 @@ def test_expire_with_unreachable_redis_exits_2() -> None:
     done = run_cli("expire", env={"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
     assert done.returncode == 2
     assert "unreachable" in done.stderr and "Traceback" not in done.stderr
+
+
+class SwallowingStore:
+    """A store whose sweep swallows a cancellation, as the Redis client sometimes does
+    (seen with fakeredis: the sweep then returned normally)."""
+
+    def __init__(self) -> None:
+        self.inside = asyncio.Event()
+        self.calls = 0
+        self.broken = False
+
+    async def expire_receipts(self, cutoff: int) -> dict[str, int]:
+        if self.broken:
+            raise RuntimeError("ended by the test")  # ends a loop that ignored its cancel
+        self.calls += 1
+        self.inside.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()  # until cancelled; the cancellation goes nowhere
+        return dict.fromkeys(("receipts", "hash_index", "idempotency", "search_index", "scanned"), 0)
+
+
+async def test_sweep_periodically_stops_even_when_a_store_call_swallows_the_cancel() -> None:
+    store = SwallowingStore()
+    task = asyncio.create_task(sweep_periodically(store, 1.0, interval_s=0.01))  # type: ignore[arg-type]
+    await store.inside.wait()
+    task.cancel()
+    # Bounded without cancelling again (wait_for would wait for the loop that never ends).
+    done, _ = await asyncio.wait({task}, timeout=5)
+    if not done:
+        store.broken = True
+        await asyncio.wait({task}, timeout=5)
+    assert done, "the cancelled loop kept sweeping"
+    assert task.cancelled()
+    assert store.calls == 1, "no sweep after the cancel"
