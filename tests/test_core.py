@@ -52,6 +52,22 @@ def test_ids_are_time_sortable_and_well_formed() -> None:
     assert len({new_ulid() for _ in range(1000)}) == 1000
 
 
+def test_random_id_characters_are_uniform_and_keep_the_slot_tag() -> None:
+    """Every Crockford character stands for exactly 8 of the 256 byte values (5 uniform bits),
+    and a receipt id starts its random part with its project's slot tag."""
+    from collections import Counter
+
+    from receipts.ids import CROCKFORD, RANDOM_CHAR_OF_BYTE, receipt_slot_tag, slot_tag
+
+    counts = Counter(bytes(range(256)).translate(RANDOM_CHAR_OF_BYTE).decode("ascii"))
+    assert set(counts) == set(CROCKFORD) and set(counts.values()) == {8}
+    project = new_project_id()
+    receipt_ids = [new_receipt_id(project) for _ in range(200)]
+    assert {receipt_slot_tag(i) for i in receipt_ids} == {slot_tag(project)}
+    assert all(RECEIPT_ID_RE.fullmatch(i) for i in receipt_ids)
+    assert len({i[-12:] for i in receipt_ids}) == 200, "60 random bits: no repeats in 200"
+
+
 def test_created_at_format() -> None:
     assert format_created_at(0) == "1970-01-01T00:00:00.000Z"
     assert format_created_at(1_700_000_000_123) == "2023-11-14T22:13:20.123Z"
