@@ -10,19 +10,23 @@ fails after its retries stays in RQ's failed registry. See ``docs/jobs.md``.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import sys
+import time
 import uuid
 
 import redis
-from rq import Worker
+from rq import Queue, Worker
+from rq.exceptions import DeserializationError, InvalidJobOperation
+from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from jobs.queue import QUEUE_NAME, open_queue
 from jobs.schedule import OWNER_TTL_MS, TICK_S, ScheduleOwner, ScheduleThread
 from web.config import load_settings
+from web.logs import configure_logging
+from web.metrics import count_job, start_metrics_listener
 
 EMBEDDED_MESSAGE = (
     "error: the worker needs a real Redis: set REDIS_URL (the store its jobs work on; the queue "
@@ -66,9 +70,55 @@ def worker_command(*, burst: bool = False) -> int:
     if on_cluster:
         print(f"error: {QUEUE_ON_CLUSTER_MESSAGE}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-    run_worker(settings.jobs_redis_url, burst=burst)
+    configure_logging(settings.log_format)
+    listener = (
+        start_metrics_listener(settings.metrics_host, settings.metrics_port)
+        if settings.metrics_port is not None
+        else None
+    )
+    try:
+        run_worker(settings.jobs_redis_url, burst=burst)
+    finally:
+        if listener is not None:
+            listener.stop()
     return 0
+
+
+class MeasuredWorker(Worker):
+    """RQ's forking worker that counts each job's outcome and time (``eps_jobs_total``).
+
+    Counted here, in the worker process, after the work horse has exited: the horse is a
+    short-lived fork whose own counts would die with it. The outcome is the job's status
+    as the horse (or RQ's failure handling) left it: finished is a success, a job queued or
+    scheduled again is a retry, anything else a failure.
+    """
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        started = time.perf_counter()
+        try:
+            super().execute_job(job, queue)
+        finally:
+            count_job(job_name(job), job_outcome(job), time.perf_counter() - started)
+
+
+def job_name(job: Job) -> str:
+    """The job's function path; a job whose data cannot be read is ``other``."""
+    try:
+        return str(job.func_name)
+    except DeserializationError:
+        return "other"
+
+
+def job_outcome(job: Job) -> str:
+    try:
+        status = job.get_status(refresh=True)
+    except (InvalidJobOperation, redis.RedisError):
+        return "unknown"
+    if status == JobStatus.FINISHED:
+        return "success"
+    if status in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED):
+        return "retry"
+    return "failure"
 
 
 def run_worker(
@@ -85,7 +135,7 @@ def run_worker(
     Returns whether any job ran.
     """
     connection = redis.Redis.from_url(jobs_redis_url)
-    worker = Worker([QUEUE_NAME], connection=connection, serializer=JSONSerializer, name=name or worker_name())
+    worker = MeasuredWorker([QUEUE_NAME], connection=connection, serializer=JSONSerializer, name=name or worker_name())
     schedule: ScheduleThread | None = None
     if not burst:
         # Its own connection: the thread must never share a socket with the work loop.

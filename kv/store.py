@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +20,12 @@ from typing import Any, ParamSpec, TypeVar
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError
 
 from kv import keys
 from kv.errors import UNAVAILABLE_ERRORS
 from kv.health import NO_ACK, StoreAck
+from kv.metrics import STORE_OPERATION_SECONDS, count_store_error
 from receipts.errors import StoreUnavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -31,8 +34,13 @@ T = TypeVar("T")
 
 
 def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Also the store's one measuring point: every operation's time and failures (kv.metrics)."""
+    operation = func.__name__
+    observe = STORE_OPERATION_SECONDS.labels(operation).observe
+
     @functools.wraps(func)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        started = time.perf_counter()
         try:
             client = getattr(args[0], "client", None)
             if isinstance(client, RedisCluster):
@@ -43,7 +51,17 @@ def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitabl
                 await client.initialize()
             return await func(*args, **kwargs)
         except UNAVAILABLE_ERRORS as exc:
+            count_store_error(operation, type(exc).__name__)
             raise StoreUnavailable("the receipt store is unreachable; try again shortly") from exc
+        except RedisError as exc:
+            count_store_error(operation, type(exc).__name__)
+            raise
+        except StoreUnavailable as exc:
+            if exc.details and exc.details.get("reason") == "not_acknowledged":
+                count_store_error(operation, "not_acknowledged")
+            raise
+        finally:
+            observe(time.perf_counter() - started)
 
     return wrapper
 
@@ -52,6 +70,22 @@ def _text(value: bytes | str | None) -> str | None:
     if value is None:
         return None
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _key_record(key_hash: str, raw: dict[Any, Any]) -> KeyRecord | None:
+    """A key record from its hash's fields (HGETALL), or None when the key is unknown."""
+    if not raw:
+        return None
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    return KeyRecord(
+        key_hash=key_hash,
+        project_id=fields.get("project_id") or "",
+        actor_id=fields.get("actor_id") or "",
+        plan=fields.get("plan") or "free",
+        revoked=fields.get("revoked") == "1",
+        created_at=fields.get("created_at") or "",
+        suspended_until=fields.get("suspended_until") or "",
+    )
 
 
 def _lenient_text(value: bytes | str) -> str:
@@ -165,19 +199,19 @@ class Store:
     @_unavailable_as_503
     async def find_api_key(self, key_hash: str) -> KeyRecord | None:
         """The record for a key hash, or None when unknown."""
-        raw = await self.client.hgetall(keys.api_key_key(key_hash))
-        if not raw:
-            return None
-        fields = {_text(k): _text(v) for k, v in raw.items()}
-        return KeyRecord(
-            key_hash=key_hash,
-            project_id=fields.get("project_id") or "",
-            actor_id=fields.get("actor_id") or "",
-            plan=fields.get("plan") or "free",
-            revoked=fields.get("revoked") == "1",
-            created_at=fields.get("created_at") or "",
-            suspended_until=fields.get("suspended_until") or "",
-        )
+        return _key_record(key_hash, await self.client.hgetall(keys.api_key_key(key_hash)))
+
+    @_unavailable_as_503
+    async def find_api_key_and_read_ip_counter(
+        self, key_hash: str, ip_bucket: str, scope: str, window_id: str
+    ) -> tuple[KeyRecord | None, int]:
+        """``find_api_key`` and ``read_ip_counter`` in one round trip (a pipeline, not a
+        transaction: both only read; the two keys live in different slots)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.api_key_key(key_hash))
+            pipe.get(keys.ip_counter_key(ip_bucket, scope, window_id))
+            raw, count = await pipe.execute()
+        return _key_record(key_hash, raw), int(count or 0)
 
     @_unavailable_as_503
     async def revoke_api_key(self, key_hash: str) -> bool:

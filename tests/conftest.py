@@ -186,3 +186,20 @@ def hash_of(label: str) -> str:
     import hashlib
 
     return "sha256:" + hashlib.sha256(label.encode()).hexdigest()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Any]:
+    """Starts ``python service.py worker`` processes (tests.servers.WorkerProcess); stops them after."""
+    from tests.servers import WorkerProcess
+
+    started: list[WorkerProcess] = []
+
+    def start(env: dict[str, str], *args: str) -> WorkerProcess:
+        worker = WorkerProcess(tmp_path, env, *args)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -25,6 +25,9 @@ NOT_JSON = "token-not-json"
 NO_SUCCESS = "token-no-success"
 SLOW = "token-slow"
 SLOW_S = 2.0
+HOLD = "token-hold"
+"""Answers success only once the test sets ``release`` (``held`` is set when it arrives)."""
+HOLD_LIMIT_S = 30.0
 
 
 class FakeHumanCheck:
@@ -32,6 +35,8 @@ class FakeHumanCheck:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, str]] = []
+        self.held = threading.Event()
+        self.release = threading.Event()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,6 +55,10 @@ class FakeHumanCheck:
                     self._answer(200, b'{"ok": true}')
                 elif token == FAIL:
                     self._answer(200, b'{"success": false, "error-codes": ["invalid-input-response", "Bad Code!"]}')
+                elif token == HOLD:
+                    fake.held.set()
+                    fake.release.wait(HOLD_LIMIT_S)
+                    self._answer(200, b'{"success": true}')
                 elif token == SLOW:
                     time.sleep(SLOW_S)
                     self._answer(200, b'{"success": true}')
@@ -83,6 +92,7 @@ class FakeHumanCheck:
         return f"http://{host!s}:{port}/siteverify"
 
     def close(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +48,11 @@ CONFIG_VARIABLES = (
     "RETENTION_DAYS",
     "JOBS_REDIS_URL",
     "REDIS_CLUSTER",
+    "METRICS_PORT",
+    "METRICS_HOST",
+    "METRICS_TOKEN",
+    "LOG_FORMAT",
+    "PROMETHEUS_MULTIPROC_DIR",
 )
 
 # Tests send bursts from one address; the checks still run (contract 4), just with room.
@@ -89,8 +94,11 @@ class ServiceProcess:
         signing_keys: str | None = None,
         limits: Mapping[str, Any] | None = RAISED_LIMITS,
         env: Mapping[str, str | None] | None = None,
+        app_dir: Path = REPO,
     ) -> None:
         self.port = free_port()
+        self.app_dir = app_dir
+        """Where ``service.py`` is run from (the repository, or a copy laid out like the image)."""
         self.workers = workers
         self.log_dir = log_dir
         self.stdout_path = log_dir / f"service-{self.port}.stdout"
@@ -130,7 +138,7 @@ class ServiceProcess:
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # A session of its own, so stop() can reach the worker processes by group id.
             self.process = subprocess.Popen(
-                self.command(), cwd=REPO, env=self.env, stdout=out, stderr=err, start_new_session=True
+                self.command(), cwd=self.app_dir, env=self.env, stdout=out, stderr=err, start_new_session=True
             )
         deadline = time.monotonic() + timeout
         with httpx.Client(timeout=1.0) as client:
@@ -261,12 +269,12 @@ def service_pool_fixture(scope: Literal["function", "module", "session"] = "func
 
 
 def run_cli(
-    *args: str, env: Mapping[str, str | None] | None = None, timeout: float = CLI_TIMEOUT_S
+    *args: str, env: Mapping[str, str | None] | None = None, timeout: float = CLI_TIMEOUT_S, app_dir: Path = REPO
 ) -> subprocess.CompletedProcess[str]:
-    """``python service.py ARGS`` in the repository root with a clean environment plus ``env``."""
+    """``python service.py ARGS`` in ``app_dir`` (the repository root) with a clean environment plus ``env``."""
     return subprocess.run(
         [sys.executable, "service.py", *args],
-        cwd=REPO,
+        cwd=app_dir,
         env=clean_env(env),
         capture_output=True,
         text=True,
@@ -330,3 +338,48 @@ def redis_snapshot(redis_url: str) -> dict[bytes, bytes | None]:
     """Every key of the database with its serialised value: equal snapshots mean nothing was written."""
     with redis.Redis.from_url(redis_url) as conn:
         return {name: conn.dump(name) for name in conn.scan_iter(count=1000)}  # type: ignore[misc]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class WorkerProcess:
+    """``python service.py worker`` in its own session, with its output in files."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str], *args: str) -> None:
+        self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "service.py", "worker", *args],
+                cwd=REPO,
+                env=clean_env(env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout)
+                pytest.fail(f"worker did not stop on SIGTERM:\n{self.log()[-3000:]}")
+        with contextlib.suppress(ProcessLookupError):  # the scheduler child, should it linger
+            os.killpg(self.process.pid, signal.SIGKILL)
+        return self.process.returncode

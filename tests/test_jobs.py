@@ -5,16 +5,12 @@ registry, and the schedule's single owner (in-process with a fake clock, and as 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,8 +28,8 @@ from jobs.queue import QUEUE_NAME, RETRY, open_queue
 from jobs.retention import SWEEP_JOB
 from jobs.schedule import OWNER_KEY, RETENTION_SWEEP, Periodic, ScheduleOwner, ScheduleThread
 from kv.store import Store
-from tests.conftest import REPO, free_port
-from tests.servers import clean_env, run_cli
+from tests.conftest import free_port
+from tests.servers import WorkerProcess, run_cli, wait_until
 from tests.test_retention import NOW, OLD, Planted, record_keys
 
 HOUR = 3600
@@ -46,14 +42,6 @@ def always_fails(attempts_key: str) -> None:
     with redis.Redis.from_url(os.environ["REDIS_URL"]) as connection:
         connection.rpush(attempts_key, repr(time.time()))
     raise RuntimeError("this job always fails")
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
 
 
 # --- the sweep job ----------------------------------------------------------------------
@@ -86,57 +74,6 @@ async def test_sweep_job_runs_inline_on_the_embedded_server(monkeypatch: pytest.
     raw = fakeredis.FakeRedis(server=server).hget(job.key, "data")
     assert json.loads(zlib.decompress(raw))[0] == SWEEP_JOB
     await store.close()
-
-
-class WorkerProcess:
-    """``python service.py worker`` in its own session, with its output in files."""
-
-    def __init__(self, log_dir: Path, env: dict[str, str], *args: str) -> None:
-        self.log_path = log_dir / f"worker-{time.monotonic_ns()}.log"
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "service.py", "worker", *args],
-                cwd=REPO,
-                env=clean_env(env),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 20.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout)
-                pytest.fail(f"worker did not stop on SIGTERM:\n{self.log()[-3000:]}")
-        with contextlib.suppress(ProcessLookupError):  # the scheduler child, should it linger
-            os.killpg(self.process.pid, signal.SIGKILL)
-        return self.process.returncode
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    started: list[WorkerProcess] = []
-
-    def start(env: dict[str, str], *args: str) -> WorkerProcess:
-        worker = WorkerProcess(tmp_path, env, *args)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()
 
 
 @pytest.mark.slow

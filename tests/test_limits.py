@@ -396,3 +396,28 @@ async def test_usage_endpoint(make_client: Any, store: Store) -> None:
     assert again.json["minute"]["used"] == 4, "reading usage does not use up the key's requests"
     _, unauthorized = await client.get("/v1/usage")
     assert unauthorized.status_code == 401
+
+
+async def test_a_valid_key_is_read_with_the_failed_auth_count_in_one_round_trip(
+    client: Any, store: Store, api_key: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key record and the address's failed-auth count come from one pipeline; the
+    separate reads remain only for requests without a plausible key."""
+    calls: dict[str, int] = {}
+    for name in ("find_api_key", "read_ip_counter", "find_api_key_and_read_ip_counter"):
+        original = getattr(store, name)
+
+        async def counted(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            calls[_name] = calls.get(_name, 0) + 1
+            return await _original(*args, **kwargs)
+
+        monkeypatch.setattr(store, name, counted)
+    _, created = await client.post(
+        "/v1/receipts", content=orjson.dumps({"input_hash": hash_of("one-trip")}), headers=auth(api_key)
+    )
+    assert created.status_code == 201
+    assert calls == {"find_api_key_and_read_ip_counter": 1}
+    calls.clear()
+    _, missing = await client.post("/v1/receipts", content=b"{}", headers={"Content-Type": "application/json"})
+    assert missing.status_code == 401
+    assert calls == {"read_ip_counter": 1}

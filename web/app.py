@@ -17,12 +17,14 @@ from jobs.retention import sweep_periodically
 from kv.connect import open_store
 from kv.health import StoreAckError, check_store_at_startup
 from kv.store import Store
-from web import bundles, claims, info, pages, receipts_api, search, usage
+from web import bundles, claims, info, openapi, pages, receipts_api, search, usage
 from web.config import Settings, load_settings, warn
 from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
 from web.issuing import ReceiptIssuer
 from web.limiting import Limiter
+from web.logs import configure_logging, log_request
+from web.metrics import add_metrics_route, observe_request, release_worker_metrics, route_label
 from web.request_ids import request_id_of
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -62,15 +64,21 @@ def create_app(
     app.blueprint(usage.bp)
     app.blueprint(pages.bp)
     app.blueprint(claims.bp)
+    app.blueprint(openapi.bp)
     app.static("/static", STATIC_DIR, name="static")
+
+    if settings.metrics_token:
+        add_metrics_route(app, settings.metrics_token)
 
     @app.on_request
     async def assign_request_id(request: Request) -> None:
+        request.ctx.started = time.perf_counter()
         request_id_of(request)
 
     @app.on_response
     async def add_request_id(request: Request, response: HTTPResponse) -> None:
         response.headers["X-Request-Id"] = request_id_of(request)
+        record_request(request, response.status)
 
     @app.before_server_start
     async def open_resources(app: App) -> None:
@@ -105,6 +113,7 @@ def create_app(
     async def close_resources(app: App) -> None:
         if getattr(app.ctx, "owns_store", False):
             await app.ctx.store.close()
+        release_worker_metrics()
 
     return app
 
@@ -120,6 +129,22 @@ def _attach_store(app: App, store: Store) -> None:
     app.ctx.limiter = Limiter(store, settings.limits, settings.client_ip, app.ctx.clock_ms)
 
 
+def record_request(request: Request, status: int) -> None:
+    """Once per request, errors before routing included: its metrics and its log line."""
+    ctx = request.ctx
+    if getattr(ctx, "recorded", False):
+        return
+    ctx.recorded = True
+    started = getattr(ctx, "started", None)
+    duration = time.perf_counter() - started if started is not None else 0.0
+    route = route_label(request)
+    observe_request(route, request.method, status, duration)
+    log_request(request, route, status, duration, request.app.ctx.settings.client_ip)
+
+
 def create_app_from_env() -> App:
-    """Factory for worker processes (importable by dotted path)."""
-    return create_app(load_settings(), name="eps")
+    """Factory for the serving processes (importable by dotted path); sets up their logging."""
+    settings = load_settings()
+    app = create_app(settings, name="eps")
+    configure_logging(settings.log_format)
+    return app

@@ -57,15 +57,29 @@ async def authenticate_limited(request: Request) -> KeyRecord:
     """``authenticate`` behind the failed-auth throttle of spec 8.
 
     An address that has used up its allowance of missing or invalid keys this minute is
-    refused (429) before any lookup; each further failure is counted, and past the
-    allowance answers 429 instead of 401.
+    refused (429) whatever key it sends: the key record is read in the same round trip as
+    the address's count (one pipeline) but not used. Each further failure is counted, and
+    past the allowance answers 429 instead of 401.
     """
     limiter = request.app.ctx.limiter
-    await limiter.refuse_throttled_address(request)
-    try:
-        record = await authenticate(request, request.app.ctx.store)
-    except Unauthorized:
-        await limiter.count_failed_auth(request)
-        raise
+    token = bearer_token(request)
+    if token is None or not is_plausible_key(token):
+        await limiter.refuse_throttled_address(request)
+        try:
+            record = await authenticate(request, request.app.ctx.store)
+        except Unauthorized:
+            await limiter.count_failed_auth(request)
+            raise
+    else:
+        # One round trip reads the key and the address's failed-auth count together. The
+        # count still decides first: a throttled address gets 429 whatever the key is.
+        record_or_none = await limiter.find_key_unless_throttled(request, hash_api_key(token))
+        if record_or_none is None or record_or_none.revoked:
+            await limiter.count_failed_auth(request)
+            raise Unauthorized("invalid or revoked API key")
+        record = record_or_none
+    # For the request's log line (web.logs): who asked, never with what key.
+    request.ctx.plan = record.plan
+    request.ctx.project_id = record.project_id
     refuse_suspended(record, request.app.ctx.clock_ms(), request.app.ctx.settings.operator_contact)
     return record

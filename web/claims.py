@@ -15,11 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import jinja2
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import html
 from sanic.response import json as json_response
@@ -59,18 +57,11 @@ from web.client_ip import client_ip
 from web.config import Settings
 from web.keys_admin import create_project_key
 from web.limiting import minute_counter, rate_limited
+from web.templating import TEMPLATES
 
 bp = Blueprint("claims")
 log = logging.getLogger("eps.claims")
 
-TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent / "templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    keep_trailing_newline=True,
-)
 WARNING = "store this key now: it is shown only once"
 EVENT_TTL_S = 30 * 86_400
 """How long a processed webhook event id is remembered (providers retry for days)."""

@@ -12,7 +12,10 @@ import hashlib
 import logging
 import os
 import secrets
+import shutil
+import signal
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -27,7 +30,7 @@ from receipts.errors import StoreUnavailable
 from receipts.ids import is_receipt_id
 from receipts.model import format_created_at
 from receipts.signing import KeySetError, new_key_set
-from web.config import ConfigError, load_settings
+from web.config import ConfigError, Settings, load_settings
 from web.offline_verify import DEFAULT_BASE_URL, VerifyOptions, render_report, run_verify
 from web.submit import add_submit_arguments, submit_command
 
@@ -143,18 +146,46 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    own_metrics_dir = None
+    if settings.metrics_exposed and not settings.embedded and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Sanic's workers each count in files here and a scrape sums them. Set before
+        # prometheus_client is imported anywhere: it picks its value class at import, and the
+        # spawned workers inherit this environment.
+        own_metrics_dir = tempfile.mkdtemp(prefix="eps-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = own_metrics_dir
+    listener = None
+    try:
+        if settings.metrics_port is not None:
+            from web.metrics import start_metrics_listener
+
+            # The one metrics listener of the service: this (main or only) process, never a worker.
+            listener = start_metrics_listener(settings.metrics_host, settings.metrics_port)
+        return _run_server(args, settings)
+    finally:
+        # The server has stopped; a repeated SIGTERM must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if listener is not None:
+            listener.stop()
+        if own_metrics_dir is not None:
+            shutil.rmtree(own_metrics_dir, ignore_errors=True)
+
+
+def _run_server(args: argparse.Namespace, settings: Settings) -> int:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
 
     from web.app import create_app_from_env
 
-    settings = load_settings()
     if settings.embedded:
         if args.workers != 1:
             print("note: the embedded store lives in one process; serving with 1 worker", file=sys.stderr)
         app = create_app_from_env()
         app.run(host=args.host, port=args.port, single_process=True, access_log=False, motd=False)
         return 0
+    from web import sanic_fixes
+
+    sanic_fixes.install()  # a SIGTERM during start-up must not hang the manager
     loader = AppLoader(factory=create_app_from_env)
     app = loader.load()
     app.prepare(host=args.host, port=args.port, workers=args.workers, access_log=False, motd=False)
@@ -172,6 +203,9 @@ def _with_store(action: Callable[[Any, argparse.Namespace], Awaitable[int]], arg
         )
         return 2
     from kv.connect import open_store
+    from web.logs import configure_logging
+
+    configure_logging(settings.log_format)  # the audit log of `receipts delete` (eps.audit)
 
     async def run() -> int:
         try:
@@ -268,7 +302,7 @@ async def _receipts_delete(store: Any, args: argparse.Namespace) -> int:
         print(f"error: no receipt {args.receipt_id}", file=sys.stderr)
         return 1
     event = {"event": "receipt_deleted", **removed, "reason": args.reason, "at": format_created_at(_now_ms())}
-    audit_log.warning("%s", orjson.dumps(event).decode())
+    audit_log.warning("%s", orjson.dumps(event).decode(), extra={"fields": event})
     print(orjson.dumps(event).decode())
     return 0
 

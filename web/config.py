@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -11,11 +12,14 @@ from kv.health import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 from receipts.limits import Limits, LimitsError, load_limits
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from web.client_ip import ClientIpConfig
+from web.logs import json_logging
 
 EMPTY_KEY_RING = KeyRing(keys={}, active_kid=None, active_signer=None)
 DEFAULT_HUMAN_CHECK_VERIFY_URL = "https://challenges.cloudflare.com/turnstile/v0/siteverify"
 DEFAULT_HUMAN_CHECK_SCRIPT_URL = "https://challenges.cloudflare.com/turnstile/v0/api.js"
 DEFAULT_OPERATOR_CONTACT = "the operator (OPERATOR_CONTACT is not set)"
+DEFAULT_METRICS_HOST = "127.0.0.1"
+LOG_FORMATS = ("json", "text")
 
 
 class ConfigError(ValueError):
@@ -44,10 +48,22 @@ class Settings:
     """``STORE_ACK``: what a create waits for after its write (docs/redis.md)."""
     redis_cluster: bool = False
     """``REDIS_CLUSTER=true``: ``REDIS_URL`` names a Redis Cluster node (docs/cluster.md)."""
+    metrics_port: int | None = None
+    """``METRICS_PORT``: a separate plain-HTTP listener for ``GET /metrics`` (docs/observability.md)."""
+    metrics_host: str = DEFAULT_METRICS_HOST
+    metrics_token: str | None = None
+    """``METRICS_TOKEN``: ``GET /metrics`` on the main port with this bearer token; unset: 404."""
+    log_format: str = "text"
+    """``LOG_FORMAT``: ``json`` (one object per line) or ``text``."""
 
     @property
     def embedded(self) -> bool:
         return not self.redis_url
+
+    @property
+    def metrics_exposed(self) -> bool:
+        """Whether anything serves the metrics (a metrics port or the token route)."""
+        return self.metrics_port is not None or self.metrics_token is not None
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -105,7 +121,30 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         human_check_script_url=env.get("HUMAN_CHECK_SCRIPT_URL") or DEFAULT_HUMAN_CHECK_SCRIPT_URL,
         operator_contact=env.get("OPERATOR_CONTACT") or DEFAULT_OPERATOR_CONTACT,
         store_ack=store_ack,
+        metrics_port=_metrics_port(env),
+        metrics_host=env.get("METRICS_HOST") or DEFAULT_METRICS_HOST,
+        metrics_token=env.get("METRICS_TOKEN") or None,
+        log_format=_log_format(env, redis_url),
     )
+
+
+def _metrics_port(env: Mapping[str, str]) -> int | None:
+    raw = (env.get("METRICS_PORT") or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ConfigError("METRICS_PORT must be a TCP port number (1-65535), or unset for no metrics listener")
+    return int(raw)
+
+
+def _log_format(env: Mapping[str, str], redis_url: str | None) -> str:
+    """``LOG_FORMAT``: json by default in production (``REDIS_URL`` set), text for the demo."""
+    raw = (env.get("LOG_FORMAT") or "").strip().lower()
+    if not raw:
+        return "json" if redis_url else "text"
+    if raw not in LOG_FORMATS:
+        raise ConfigError("LOG_FORMAT must be json or text")
+    return raw
 
 
 CLUSTER_NEEDS_JOBS_REDIS = (
@@ -155,5 +194,9 @@ def _positive_number(env: Mapping[str, str], name: str, default: float) -> float
 
 
 def warn(message: str) -> None:
-    """Operator-facing warnings go to stderr, never with secret values."""
+    """Operator-facing warnings go to stderr (a JSON log record under ``LOG_FORMAT=json``),
+    never with secret values."""
+    if json_logging():
+        logging.getLogger("eps").warning(message)
+        return
     print(f"WARNING: {message}", file=sys.stderr, flush=True)

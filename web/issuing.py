@@ -36,6 +36,7 @@ from receipts.model import (
 )
 from receipts.signing import KeyRing
 from web.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
+from web.metrics import count_receipt
 
 MAX_ATTEMPTS = 32
 TIP_CACHE_SIZE = 10_000
@@ -155,6 +156,7 @@ class ReceiptIssuer:
                 month_usage = Usage("month", plan.monthly, result.month_used, month, month.retry_after_s)
                 if result.outcome is IssueOutcome.ISSUED:
                     self._remember_tip(project_id, receipt["receipt_hash"] if placement.advances_tip else tip)
+                    count_receipt(False, key.plan)
                     return Issued(receipt_json, receipt, rkey, False, minute_usage, month_usage)
                 if result.outcome is IssueOutcome.TIP_MOVED:
                     tip = result.tip
@@ -163,6 +165,7 @@ class ReceiptIssuer:
                 if result.outcome is IssueOutcome.REPLAY:
                     stored = await self.store.get_receipt_json(result.receipt_id or "")
                     if stored is not None:
+                        count_receipt(True, key.plan)
                         return Issued(stored, orjson.loads(stored), rkey, True, minute_usage, month_usage)
                     # The earlier receipt was deleted: its idempotency record is stale, and
                     # the same request now gets a new receipt in its place.

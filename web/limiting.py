@@ -16,6 +16,7 @@ from kv.store import Counter, KeyRecord, Store
 from receipts.errors import QuotaExceeded, RateLimited
 from receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
 from web.client_ip import ClientIpConfig, client_ip
+from web.metrics import count_refusal
 
 MINUTE_S = 60
 
@@ -25,6 +26,8 @@ def minute_counter(window: Window, limit: int) -> Counter:
 
 
 def rate_limited(usage: Usage, message: str) -> RateLimited:
+    """The 429 for a full ``usage`` window; counted in ``eps_limit_refusals_total`` (web.metrics)."""
+    count_refusal(usage.policy)
     headers = {"Retry-After": str(usage.window.retry_after_s), **ratelimit_headers([usage])}
     return RateLimited(
         message,
@@ -34,6 +37,7 @@ def rate_limited(usage: Usage, message: str) -> RateLimited:
 
 
 def quota_exceeded(usage: Usage, plan: str, extra_headers: dict[str, str]) -> QuotaExceeded:
+    count_refusal(usage.policy)
     headers = {"Retry-After": str(usage.window.retry_after_s), **extra_headers}
     return QuotaExceeded(
         f"the monthly receipt quota of the {plan} plan ({usage.limit}) is used up",
@@ -50,7 +54,11 @@ class Limiter:
         self.clock_ms = clock_ms
 
     def client(self, request: Request) -> str:
-        return client_ip(request, self.ip_config)
+        """The request's client bucket, worked out once per request (the log line reuses it)."""
+        bucket: str | None = getattr(request.ctx, "client_ip", None)
+        if bucket is None:
+            bucket = request.ctx.client_ip = client_ip(request, self.ip_config)
+        return bucket
 
     async def hit_ip(self, request: Request, scope: str) -> Usage:
         """Count the request in its address's ``scope`` bucket; raise ``RateLimited`` when full."""
@@ -67,9 +75,18 @@ class Limiter:
         limit = self.limits.ip_per_minute["unauthenticated"]
         window = minute_window(self.clock_ms())
         count = await self.store.read_ip_counter(self.client(request), "unauthenticated", window.id)
-        if count >= limit:
-            usage = Usage("ip-unauthenticated", limit, count, window, MINUTE_S)
-            raise rate_limited(usage, "too many requests with a missing or invalid API key from this address")
+        _refuse_if_throttled(count, limit, window)
+
+    async def find_key_unless_throttled(self, request: Request, key_hash: str) -> KeyRecord | None:
+        """The key's record, read in the same round trip as the address's failed-auth count;
+        ``RateLimited`` when the address has used up its allowance (the record is not used)."""
+        limit = self.limits.ip_per_minute["unauthenticated"]
+        window = minute_window(self.clock_ms())
+        record, count = await self.store.find_api_key_and_read_ip_counter(
+            key_hash, self.client(request), "unauthenticated", window.id
+        )
+        _refuse_if_throttled(count, limit, window)
+        return record
 
     async def count_failed_auth(self, request: Request) -> None:
         """After a failed authentication: count it; past the limit the answer is 429, not 401."""
@@ -84,6 +101,13 @@ class Limiter:
         if not allowed:
             raise key_rate_limited(usage, key.plan)
         return usage
+
+
+def _refuse_if_throttled(failed: int, limit: int, window: Window) -> None:
+    """429 for an address that used up its failed-authentication allowance this minute."""
+    if failed >= limit:
+        usage = Usage("ip-unauthenticated", limit, failed, window, MINUTE_S)
+        raise rate_limited(usage, "too many requests with a missing or invalid API key from this address")
 
 
 def key_rate_limited(usage: Usage, plan: str) -> RateLimited:

@@ -1,9 +1,15 @@
-"""Static pages: the public verification page and the API summary."""
+"""Pages: the public verification page (static files) and the API reference, rendered from
+the OpenAPI document (``web.openapi``) so the page and ``/openapi.json`` always agree."""
 
 from __future__ import annotations
 
+import functools
+
 from sanic import Blueprint, HTTPResponse, Request
-from sanic.response import file
+from sanic.response import file, html
+
+from web.openapi import reference_view
+from web.templating import TEMPLATES
 
 bp = Blueprint("pages")
 
@@ -36,6 +42,30 @@ async def verify_page(request: Request) -> HTTPResponse:
     )
 
 
+# The reference page has no script at all, and loads only its own stylesheet.
+DOCS_PAGE_HEADERS = {
+    "Content-Security-Policy": "; ".join(
+        [
+            "default-src 'none'",
+            "style-src 'self'",
+            "img-src 'self' data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        ]
+    ),
+    "Cache-Control": "public, max-age=300",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+@functools.cache
+def render_reference() -> str:
+    """The reference page; the document is fixed at import, so it is rendered once."""
+    return TEMPLATES.get_template("api_reference.html").render(**reference_view())
+
+
 @bp.get("/docs")
 async def docs_page(request: Request) -> HTTPResponse:
-    return await file(request.app.ctx.static_dir / "docs.html", mime_type="text/html; charset=utf-8")
+    return html(render_reference(), headers=DOCS_PAGE_HEADERS)

@@ -1,0 +1,268 @@
+"""fly.toml and the Dockerfile, checked against the code they deploy (docs/deploy.md).
+
+A deploy file that names a verb the CLI does not have, a port nothing listens on, a health
+path that is not a route, or a variable the code never reads fails here, not in production.
+The image's file layout is also run for real: the final stage's COPY sources, copied to an
+empty directory, serve and issue receipts on a real Redis (no Docker daemon needed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from sanic.config import DEFAULT_CONFIG
+
+from tests.conftest import REPO, hash_of
+from tests.servers import ServicePool, run_cli, service_pool_fixture
+from web.cli import _parser
+from web.config import load_settings
+
+FLY = tomllib.loads((REPO / "fly.toml").read_text())
+FLY_ENV: dict[str, str] = FLY["env"]
+CODE_DIRS = ("receipts", "kv", "jobs", "web")
+service_factory = service_pool_fixture()
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [argument for name, argument in self.instructions if name == keyword]
+
+    def last(self, keyword: str) -> str:
+        found = self.all(keyword)
+        assert found, f"no {keyword} in the stage FROM {self.base}"
+        return found[-1]
+
+
+def dockerfile_stages(text: str) -> list[Stage]:
+    """Instructions per stage: comments dropped, backslash continuations joined."""
+    joined = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    stages: list[Stage] = []
+    for line in joined.splitlines():
+        if not line.strip():
+            continue
+        keyword, _, argument = line.strip().partition(" ")
+        keyword, argument = keyword.upper(), argument.strip()
+        if keyword == "FROM":
+            words = argument.split()
+            stages.append(Stage(base=words[0], name=words[2] if len(words) == 3 and words[1].upper() == "AS" else None))
+        else:
+            assert stages, f"{keyword} before FROM"
+            stages[-1].instructions.append((keyword, argument))
+    return stages
+
+
+STAGES = dockerfile_stages((REPO / "Dockerfile").read_text())
+IMAGE = STAGES[-1]
+
+
+def command_words(command: str) -> list[str]:
+    """A Dockerfile CMD (exec form) or a fly.toml process command, as argv."""
+    return list(json.loads(command)) if command.startswith("[") else shlex.split(command)
+
+
+def assert_runs_service_py(argv: list[str], verb: str) -> None:
+    assert argv[:2] == ["python", "service.py"], argv
+    assert argv[2] == verb
+    parsed = _parser().parse_args(argv[2:])  # the CLI accepts exactly these arguments
+    assert parsed.verb == verb
+
+
+# --- fly.toml -------------------------------------------------------------------------------
+
+
+def test_fly_process_groups_run_the_web_service_and_the_worker() -> None:
+    processes = FLY["processes"]
+    assert set(processes) == {"web", "worker"}
+    assert_runs_service_py(command_words(processes["web"]), "serve")
+    assert_runs_service_py(command_words(processes["worker"]), "worker")
+
+
+def test_fly_http_service_is_the_web_group_on_the_port_the_service_listens_on() -> None:
+    http = FLY["http_service"]
+    assert http["processes"] == ["web"]
+    assert http["internal_port"] == int(FLY_ENV["PORT"])
+    # `serve` takes its port and host from PORT and HOST when no flag is given (the fly command has none).
+    assert "--port" not in command_words(FLY["processes"]["web"])
+    serve = _parser().parse_args(["serve"])
+    assert serve.port == 8000, "the parser default (PORT unset in this test process)"
+    assert FLY_ENV["HOST"] == "0.0.0.0", "Fly's proxy connects to the machine's address, not loopback"
+    assert int(FLY_ENV["WEB_WORKERS"]) >= 2, "several Sanic workers per web machine"
+    concurrency = http["concurrency"]
+    assert concurrency["type"] == "requests"
+    assert 0 < concurrency["soft_limit"] <= concurrency["hard_limit"]
+
+
+async def test_fly_health_check_path_is_the_health_route(client: Any) -> None:
+    (check,) = FLY["http_service"]["checks"]
+    assert check["method"] == "GET"
+    path = check["path"]
+    assert path == "/health"
+    _, response = await client.get(path)
+    assert response.status_code == 200
+    assert response.json["store"] == "ok"
+    # The check's timeout leaves room for /health's own 1 s store probe.
+    assert float(check["timeout"].rstrip("s")) > 1.0
+
+
+def test_fly_env_names_only_variables_the_code_reads() -> None:
+    sources = (
+        "\n".join(path.read_text() for directory in CODE_DIRS for path in (REPO / directory).rglob("*.py"))
+        + (REPO / "service.py").read_text()
+    )
+    for name in FLY_ENV:
+        if name.startswith("SANIC_"):
+            assert name.removeprefix("SANIC_") in DEFAULT_CONFIG, f"{name} is not a Sanic setting"
+        else:
+            assert re.search(rf"[\"']{name}[\"']", sources), f"fly.toml sets {name}, which no code reads"
+
+
+def test_fly_env_is_a_valid_production_configuration() -> None:
+    """The [env] block plus the secrets a deploy sets gives settings the service accepts."""
+    secrets = {
+        "REDIS_URL": "redis://redis.internal:6379",
+        "SIGNING_KEYS": (REPO / "tests/assets/signing_keys.json").read_text(),
+    }
+    settings = load_settings({**FLY_ENV, **secrets})
+    assert settings.client_ip.real_ip_header == "Fly-Client-IP"
+    assert settings.client_ip.proxies_count == 0, "only the configured header, no X-Forwarded-For counting"
+    assert settings.env == "production"
+    assert settings.public_base_url == FLY_ENV["PUBLIC_BASE_URL"]
+    for secret in ("REDIS_URL", "SIGNING_KEYS", "PAYMENT_WEBHOOK_SECRET", "HUMAN_CHECK_SECRET"):
+        assert secret not in FLY_ENV, f"{secret} is a secret: `fly secrets set`, never fly.toml"
+
+
+def test_fly_stops_gracefully_within_its_kill_timeout() -> None:
+    assert FLY["kill_signal"] == "SIGTERM"
+    grace = float(FLY_ENV["SANIC_GRACEFUL_SHUTDOWN_TIMEOUT"])
+    assert FLY["kill_timeout"] > grace, "Fly would SIGKILL before Sanic's graceful stop ends"
+    assert IMAGE.last("STOPSIGNAL") == FLY["kill_signal"]
+
+
+def test_fly_scrapes_metrics_on_the_metrics_port_of_both_groups() -> None:
+    port = int(FLY_ENV["METRICS_PORT"])
+    assert port != FLY["http_service"]["internal_port"], "metrics must not share the public port"
+    (metrics,) = FLY["metrics"]
+    assert metrics["port"] == port
+    assert metrics["path"] == "/metrics"
+    assert set(metrics["processes"]) == {"web", "worker"}
+    worker_check = FLY["checks"]["worker_alive"]
+    assert worker_check["processes"] == ["worker"]
+    assert (worker_check["port"], worker_check["path"]) == (port, "/metrics")
+
+
+# --- Dockerfile ------------------------------------------------------------------------------
+
+
+def test_image_is_slim_python_matching_the_project() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    minimum = re.fullmatch(r">=(\d+\.\d+)", pyproject["project"]["requires-python"])
+    assert minimum
+    for stage in STAGES:
+        assert re.fullmatch(rf"python:{re.escape(minimum.group(1))}(\.\d+)?-slim(-\w+)?", stage.base), stage.base
+    assert sys.version_info[:2] == tuple(int(part) for part in minimum.group(1).split(".")), "tests run what ships"
+
+
+def test_image_runs_as_a_non_root_user() -> None:
+    user = IMAGE.last("USER").split(":")[0]
+    assert user not in ("root", "0"), user
+    created = " ".join(IMAGE.all("RUN"))
+    assert re.search(rf"useradd\b.*--uid {user}\b", created) or re.search(rf"useradd\b.*\b{user}$", created)
+
+
+def test_image_command_and_port_match_fly_and_service_py() -> None:
+    argv = command_words(IMAGE.last("CMD"))
+    assert_runs_service_py(argv, "serve")
+    assert argv == command_words(FLY["processes"]["web"])
+    assert int(IMAGE.last("EXPOSE")) == FLY["http_service"]["internal_port"]
+    env = dict(re.findall(r"(\w+)=(\S+)", " ".join(IMAGE.all("ENV"))))
+    assert env["PORT"] == FLY_ENV["PORT"]
+    assert env["HOST"] == "0.0.0.0"
+
+
+def image_copies() -> list[str]:
+    """Sources the final stage copies from the build context (not from another stage)."""
+    sources = []
+    for argument in IMAGE.all("COPY"):
+        if argument.startswith("--from="):
+            continue
+        *paths, _destination = argument.split()
+        sources.extend(paths)
+    return sources
+
+
+def test_image_holds_only_what_runs() -> None:
+    copied = image_copies()
+    assert "service.py" in copied
+    assert {"receipts", "kv", "jobs", "web", "static"} <= set(copied)
+    for unwanted in ("tests", "docs", "bench", ".", ".git", ".venv"):
+        assert unwanted not in copied, f"the image copies {unwanted}"
+    ignored = (REPO / ".dockerignore").read_text().splitlines()
+    assert "*" in ignored, ".dockerignore starts from nothing"
+    for source in copied:
+        assert (REPO / source).exists(), f"the Dockerfile copies {source}, which does not exist"
+        assert f"!{source.rstrip('/')}/" in ignored or f"!{source}" in ignored, f".dockerignore drops {source}"
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_the_image_file_layout_serves_issues_and_works_jobs(
+    tmp_path: Path, redis_url: str, signing_keys_json: str, service_factory: ServicePool
+) -> None:
+    """Only the final stage's files, in a fresh directory: `serve` (2 workers) issues a receipt,
+    serves the pages from its own static copy, and `worker --burst` runs."""
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    for source in image_copies():
+        origin = REPO / source
+        if origin.is_dir():
+            shutil.copytree(origin, app_dir / source, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(origin, app_dir / source)
+    found = run_cli("--help", app_dir=app_dir)
+    assert found.returncode == 0, found.stderr
+    # The copy's packages are the ones imported (not the repository's, installed in editable mode).
+    where = subprocess.run(
+        [sys.executable, "-c", "import jobs, kv, receipts, web; print(jobs.__file__, kv.__file__, receipts.__file__, web.__file__)"],
+        cwd=app_dir, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert all(Path(module).is_relative_to(app_dir) for module in where.stdout.split()), where.stdout
+
+    service = service_factory.start(workers=2, redis_url=redis_url, signing_keys=signing_keys_json, app_dir=app_dir)
+    created_key = run_cli(
+        "keys", "create", "--project", "image", "--plan", "pro", env={"REDIS_URL": redis_url}, app_dir=app_dir
+    )
+    assert created_key.returncode == 0, created_key.stderr
+    api_key = orjson.loads(created_key.stdout)["api_key"]
+    with httpx.Client(base_url=service.base_url, timeout=10) as http:
+        created = http.post(
+            "/v1/receipts",
+            json={"input_hash": hash_of("image-in"), "output_hash": hash_of("image-out")},
+            headers={"Authorization": f"Bearer {api_key}"},
+        )
+        assert created.status_code == 201, created.text
+        for page in ("/verify", "/docs", "/claim/free"):
+            response = http.get(page)
+            assert response.status_code == 200, (page, response.text[:300])
+            assert response.headers["content-type"].startswith("text/html")
+        script = http.get("/static/verify.js")
+        assert script.status_code == 200
+        assert script.content == (app_dir / "static/verify.js").read_bytes()
+    burst = run_cli("worker", "--burst", env={"REDIS_URL": redis_url}, app_dir=app_dir)
+    assert burst.returncode == 0, burst.stderr

@@ -1,0 +1,145 @@
+"""Logs: one JSON object per line (``LOG_FORMAT=json``) or readable text, always on stderr.
+
+stdout is left to what commands print for people and scripts (the demo key, the JSON of
+``keys create``); every log record, including the one line per HTTP request, goes to stderr.
+A request line carries ids, the route, status and timing, and the authenticated plan and
+project. It never carries a header, a query string, a body, an API key or any other secret
+(docs/observability.md); a path segment shaped like one of this service's API keys is masked.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from web.client_ip import ClientIpConfig, client_ip
+from web.request_ids import request_id_of
+
+request_log = logging.getLogger("eps.request")
+LOG_LEVEL = logging.INFO
+PATH_LIMIT = 512
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+SANIC_LOGGERS = ("sanic.root", "sanic.error", "sanic.access", "sanic.server", "sanic.websockets")
+QUIET_LOGGERS = ("httpx", "httpcore")
+"""Libraries that log every outgoing call at INFO: kept to warnings."""
+API_KEY_SHAPE = re.compile(r"eps_[A-Za-z0-9_-]{16,}")
+_state = {"json": False}
+
+
+def format_ts(created: float) -> str:
+    """ISO 8601 UTC with milliseconds, e.g. ``2026-01-31T12:00:00.123Z``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created * 1000) % 1000:03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``ts``, ``level``, ``logger``, ``msg``, ``pid``, then the record's
+    ``fields`` (a dict passed as ``extra={"fields": ...}``), then ``exc`` for a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": format_ts(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "pid": record.process,
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            entry.update(fields)
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["exc"] = record.exc_text
+        return orjson.dumps(entry, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """Readable lines for the demo: the message, then the record's ``fields`` as key=value."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            line += " " + " ".join(f"{k}={v}" for k, v in fields.items() if v is not None and k != "event")
+        return line
+
+
+class _OurHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler ``configure_logging`` installs (recognised so a second call replaces it)."""
+
+
+def configure_logging(log_format: str) -> None:
+    """Send every log record of the process to stderr in ``log_format`` (``json`` or ``text``).
+
+    json: the root logger's one handler; Sanic's loggers lose their own handlers and
+    propagate to it, so Sanic's start-up and shutdown lines are JSON too. text: the root
+    logger gets a readable handler and Sanic keeps its own console output (no duplicates).
+    Safe to call again (the previous handler is replaced).
+    """
+    json_mode = log_format == "json"
+    handler = _OurHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if json_mode else TextFormatter())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _OurHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(LOG_LEVEL)
+    for name in SANIC_LOGGERS:
+        sanic_logger = logging.getLogger(name)
+        if json_mode:
+            for own in list(sanic_logger.handlers):
+                sanic_logger.removeHandler(own)
+        sanic_logger.propagate = json_mode
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # Thread and process names appear in no line: skip looking them up for every record
+    # (the logging HOWTO's own optimisation). The pid is kept.
+    logging.logThreads = False
+    logging.logMultiprocessing = False
+    _state["json"] = json_mode
+
+
+def json_logging() -> bool:
+    """Whether ``configure_logging("json")`` is in force in this process."""
+    return _state["json"]
+
+
+def mask_path(path: str) -> str:
+    """The path as logged: cut to ``PATH_LIMIT`` characters, API-key-shaped segments masked."""
+    if len(path) > PATH_LIMIT:
+        path = path[:PATH_LIMIT] + "..."
+    if "eps_" in path:
+        path = API_KEY_SHAPE.sub("eps_[masked]", path)
+    return path
+
+
+def log_request(request: Any, route: str, status: int, duration_s: float, ip_config: ClientIpConfig) -> None:
+    """The request's one log line (skipped cheaply when INFO is not enabled)."""
+    if not request_log.isEnabledFor(LOG_LEVEL):
+        return
+    ctx = request.ctx
+    fields = {
+        "event": "request",
+        "request_id": request_id_of(request),
+        "method": str(request.method)[:16],
+        "route": route,
+        "path": mask_path(request.path),
+        "status": status,
+        "duration_ms": round(duration_s * 1000, 3),
+        "plan": getattr(ctx, "plan", None),
+        "project_id": getattr(ctx, "project_id", None),
+        "client_ip": getattr(ctx, "client_ip", None) or client_ip(request, ip_config),
+    }
+    # makeRecord + handle is logger.info without its stack walk for the caller's line (which
+    # is always this one): half the cost of the line, paid on every request.
+    request_log.handle(
+        request_log.makeRecord(request_log.name, LOG_LEVEL, __file__, 0, "request", (), None, extra={"fields": fields})
+    )

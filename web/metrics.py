@@ -1,0 +1,270 @@
+"""Prometheus metrics: what the service counts, and the two ways to read them.
+
+Not public by default (docs/observability.md). ``METRICS_PORT`` opens a separate plain-HTTP
+listener for ``GET /metrics`` on ``METRICS_HOST`` (default 127.0.0.1), run by one process:
+the Sanic main process, the single embedded process, or the job worker. ``METRICS_TOKEN``
+adds ``GET /metrics`` on the main port behind ``Authorization: Bearer <token>``; without the
+token (or with a wrong one) it is the same 404 as any unknown path.
+
+With several Sanic workers, ``serve`` points ``PROMETHEUS_MULTIPROC_DIR`` at a private
+directory before any worker starts; each worker writes its values there and a scrape sums
+them (``MultiProcessCollector``).
+
+Labels are fixed sets: Sanic route names (``unmatched`` when no route matched), a closed
+list of methods, status codes, plans, limit policies and job names. Never a raw path, an id
+or a key. The request hook looks each label set up once and keeps the bound ``inc`` and
+``observe`` methods, so a request allocates no metric objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client import multiprocess as prometheus_multiprocess
+from sanic import HTTPResponse, Request
+from sanic import exceptions as sanic_errors
+
+from web.auth import bearer_token
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+UNMATCHED = "unmatched"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER = "other"
+HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+JOB_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0)
+SCRAPE_TIMEOUT_S = 10
+
+log = logging.getLogger("eps.metrics")
+# The *_created series double every counter for nothing a dashboard here uses (and
+# multiprocess mode has none): one shape whichever way the service runs.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+HTTP_REQUESTS = Counter(
+    "eps_http_requests",
+    "HTTP requests answered, by Sanic route name (unmatched: no route), method and status",
+    ["route", "method", "status"],
+)
+HTTP_REQUEST_SECONDS = Histogram(
+    "eps_http_request_duration_seconds",
+    "Time from the request's arrival at the app to its response, by route name",
+    ["route"],
+    buckets=HTTP_BUCKETS,
+)
+RECEIPTS_ISSUED = Counter(
+    "eps_receipts_issued",
+    "Successful creates: a new receipt (outcome=new) or an idempotent replay (outcome=replay), by plan",
+    ["outcome", "plan"],
+)
+LIMIT_REFUSALS = Counter(
+    "eps_limit_refusals",
+    "Requests refused by a limit or quota (429), by kind (key_per_minute, per_ip, failed_auth, quota) and policy",
+    ["kind", "policy"],
+)
+JOBS = Counter(
+    "eps_jobs",
+    "Background job runs finished by this worker, by job and outcome (success, failure, retry)",
+    ["job", "outcome"],
+)
+JOB_SECONDS = Histogram(
+    "eps_job_duration_seconds", "Time of one background job run, by job", ["job"], buckets=JOB_BUCKETS
+)
+
+_route_labels: dict[str, str] = {}
+_request_counters: dict[tuple[str, str, int], Callable[[], None]] = {}
+_request_timers: dict[str, Callable[[float], None]] = {}
+_receipt_counters: dict[tuple[bool, str], Callable[[], None]] = {}
+
+
+def route_label(request: Any) -> str:
+    """The route's name without the app's prefix (``receipts.create_receipt``), or ``unmatched``."""
+    route = getattr(request, "route", None)
+    if route is None:
+        return UNMATCHED
+    name: str = route.name
+    label = _route_labels.get(name)
+    if label is None:
+        label = _route_labels[name] = name.partition(".")[2] or name
+    return label
+
+
+def observe_request(route: str, method: str, status: int, duration_s: float) -> None:
+    """Count one answered request and its duration (label children are cached)."""
+    if method not in METHODS:
+        method = OTHER
+    key = (route, method, status)
+    count = _request_counters.get(key)
+    if count is None:
+        count = _request_counters[key] = HTTP_REQUESTS.labels(route, method, str(status)).inc
+    count()
+    time_it = _request_timers.get(route)
+    if time_it is None:
+        time_it = _request_timers[route] = HTTP_REQUEST_SECONDS.labels(route).observe
+    time_it(duration_s)
+
+
+def count_receipt(replayed: bool, plan: str) -> None:
+    count = _receipt_counters.get((replayed, plan))
+    if count is None:
+        outcome = "replay" if replayed else "new"
+        count = _receipt_counters[(replayed, plan)] = RECEIPTS_ISSUED.labels(outcome, plan).inc
+    count()
+
+
+def refusal_kind(policy: str) -> str:
+    """The kind of limit behind a ``RateLimit-Policy`` name (``key``, ``month``, ``ip-<scope>``)."""
+    if policy == "key":
+        return "key_per_minute"
+    if policy == "month":
+        return "quota"
+    if policy == "ip-unauthenticated":
+        return "failed_auth"
+    return "per_ip"
+
+
+def count_refusal(policy: str) -> None:
+    """Count one 429 (refusals are the rare path: ``labels`` is looked up here)."""
+    LIMIT_REFUSALS.labels(refusal_kind(policy), policy).inc()
+
+
+def count_job(job: str, outcome: str, duration_s: float) -> None:
+    name = job if job.startswith("jobs.") else OTHER
+    JOBS.labels(name, outcome).inc()
+    JOB_SECONDS.labels(name).observe(duration_s)
+
+
+# --- exposition ---------------------------------------------------------------------------
+
+
+def metrics_registry() -> CollectorRegistry:
+    """The registry to expose: every process's files in multiprocess mode, else this process's."""
+    path = os.environ.get(MULTIPROC_ENV)
+    if not path:
+        return REGISTRY
+    registry = CollectorRegistry()
+    prometheus_multiprocess.MultiProcessCollector(registry, path)  # type: ignore[no-untyped-call]
+    return registry
+
+
+def render_metrics() -> bytes:
+    """The Prometheus text format of every metric (blocking file reads in multiprocess mode)."""
+    return generate_latest(metrics_registry())
+
+
+def release_worker_metrics() -> None:
+    """At a multiprocess worker's exit: drop its live-gauge files (its counters stay summed)."""
+    if os.environ.get(MULTIPROC_ENV):
+        prometheus_multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+class _ScrapeHandler(BaseHTTPRequestHandler):
+    timeout = SCRAPE_TIMEOUT_S
+
+    def do_GET(self) -> None:
+        if urlsplit(self.path).path != "/metrics":
+            self._answer(404, b"not found\n", "text/plain; charset=utf-8")
+            return
+        try:
+            body = render_metrics()
+        except Exception:  # a failed scrape is logged and answered 500; the listener keeps serving
+            log.exception("metrics scrape failed")
+            self._answer(500, b"metrics unavailable\n", "text/plain; charset=utf-8")
+            return
+        self._answer(200, body, CONTENT_TYPE_LATEST)
+
+    def _answer(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not API requests: no log line for each."""
+
+
+class _MetricsHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host's FQDN (a DNS lookup); nothing here needs it.
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(self.server_address)
+        self.server_address = self.socket.getsockname()
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
+
+
+class MetricsListener:
+    """``GET /metrics`` on its own port, served from a daemon thread of this process."""
+
+    def __init__(self, host: str, port: int) -> None:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        server_class = type("MetricsServer", (_MetricsHTTPServer,), {"address_family": family})
+        self.server: ThreadingHTTPServer = server_class((host, port), _ScrapeHandler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="metrics-listener", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def start(self) -> MetricsListener:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_metrics_listener(host: str, port: int) -> MetricsListener:
+    """Bind now (``OSError`` if the port is taken) and serve in the background."""
+    return MetricsListener(host, port).start()
+
+
+# --- GET /metrics on the main port, behind METRICS_TOKEN ------------------------------------
+
+ALL_METHODS = sorted(METHODS)
+
+
+def add_metrics_route(app: Any, token: str) -> None:
+    """``GET /metrics`` for ``Authorization: Bearer <token>``; anything else is the plain 404
+    of an unknown path (any method, so no 405 tells that the path exists)."""
+    expected = hashlib.sha256(token.encode()).digest()
+
+    async def metrics(request: Request) -> HTTPResponse:
+        presented = bearer_token(request) if request.method == "GET" else None
+        offered = hashlib.sha256((presented or "").encode()).digest()
+        if not hmac.compare_digest(offered, expected):
+            raise sanic_errors.NotFound()
+        body = await asyncio.to_thread(render_metrics)
+        return HTTPResponse(body, content_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
+
+    def unknown_method(request: Request, exception: Exception) -> HTTPResponse:
+        # A method no route lists (BREW, TRACE) is a 405 on a known path but a 404 on an
+        # unknown one: /metrics must answer like the unknown path.
+        if request.path == "/metrics":
+            exception = sanic_errors.NotFound()
+        response: HTTPResponse = app.error_handler.default(request, exception)
+        return response
+
+    app.add_route(metrics, "/metrics", methods=ALL_METHODS, name="metrics")
+    app.error_handler.add(sanic_errors.MethodNotAllowed, unknown_method)
