@@ -1,0 +1,1024 @@
+"""The benchmark: ``python -m bench`` (see ``--help`` and bench/RESULTS.md).
+
+Starts its own redis-server, the service (``python service.py serve --workers 1``, limits
+raised through ``LIMITS`` so every check still runs, JSON request logs and metrics on as in
+production) and the ceiling (bench/ceiling.py: a bare Sanic app on the same routes), then
+loads each with the same generator (wrk when installed, else bench/loadgen.py), alternating
+service and ceiling, for several rounds. Reports requests per second, p50/p99 latency,
+errors and the ratio to the ceiling per scenario, Redis memory per stored receipt, and with
+``--preload N`` every figure again with N more receipts stored.
+
+Exit status: 0 when the harness ran (targets met or not, unless ``--check-targets``), 1 when
+``--check-targets`` is given and a target is missed, 2 when the harness itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import redis
+
+from bench.preload import preload
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+SCENARIOS = ("create32", "hot", "read", "verify")
+SCENARIO_TITLES = {
+    "create32": "create, 32 projects",
+    "hot": "create, 1 hot project",
+    "read": "public read",
+    "verify": "verify",
+}
+RATIO_TARGETS = {"create32": 0.40, "hot": 0.25, "read": 0.50, "verify": 0.30}
+P99_CREATE32_TARGET_MS = 25.0
+BYTES_PER_RECEIPT_TARGET = 1000.0
+PRELOAD_TOLERANCE = 0.10
+PROJECTS = 32
+PRELOAD_PROJECTS = 256
+ITEMS_SAMPLE = 10_000
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+# The same raised limits as tests/servers.py: every counter still runs, none refuses.
+RAISED_LIMITS = {
+    "plans": {name: {"per_minute": 1_000_000_000, "monthly": 1_000_000_000} for name in ("free", "basic", "pro")},
+    "ip_per_minute": {
+        "public_key": 1_000_000_000,
+        "get_receipt": 1_000_000_000,
+        "unauthenticated": 1_000_000_000,
+        "authenticated": 1_000_000_000,
+    },
+}
+# Variables that would change what the service does; the benchmark states its own.
+SERVICE_VARIABLES = (
+    "REDIS_URL", "SIGNING_KEYS", "LIMITS", "PUBLIC_BASE_URL", "SERVICE_BASE_URL", "SERVICE_API_KEY", "SERVICE_ENV",
+    "HOST", "PORT", "WEB_WORKERS", "RETENTION_DAYS", "JOBS_REDIS_URL", "REDIS_CLUSTER", "STORE_ACK", "LOG_FORMAT",
+    "METRICS_HOST", "METRICS_PORT", "METRICS_TOKEN", "PROMETHEUS_MULTIPROC_DIR", "REAL_IP_HEADER", "PROXIES_COUNT",
+    "PAYMENT_WEBHOOK_SECRET", "HUMAN_CHECK_SECRET", "HUMAN_CHECK_SITE_KEY", "BENCH_CEILING_SIZES",
+)  # fmt: skip
+MEMORY_KINDS = (
+    ("receipt (`r:`)", "r:*"),
+    ("receipt-hash index (`h:`)", "h:*"),
+    ("idempotency record (`i:`)", "i:*"),
+    ("input-hash search index (`x:…:i:`)", "x:*:i:*"),
+    ("output-hash search index (`x:…:o:`)", "x:*:o:*"),
+)
+
+
+class HarnessError(RuntimeError):
+    """The benchmark could not run (a process failed, a scenario got no answer at all)."""
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Proc:
+    """A child process in its own session (so its workers can be stopped by group id)."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def start(cls, name: str, cmd: Sequence[str], *, env: dict[str, str], log_path: Path) -> Proc:
+        with open(log_path, "wb") as out:
+            process = subprocess.Popen(  # noqa: S603 - our own command lines
+                list(cmd), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return cls(name, process, log_path)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(STOP_TIMEOUT_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # a worker that outlived its manager
+
+
+def pinned(cmd: Sequence[str], cpus: str | None) -> list[str]:
+    return ["taskset", "-c", cpus, *cmd] if cpus else list(cmd)
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARIABLES}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def wait_http(proc: Proc, url: str, timeout: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=1.0) as client:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if client.get(url).status_code == 200:
+                    return
+            if not proc.alive():
+                raise HarnessError(f"{proc.name} exited early ({proc.process.returncode}):\n{proc.tail()}")
+            if time.monotonic() > deadline:
+                raise HarnessError(f"{proc.name} did not answer {url} within {timeout:.0f} s:\n{proc.tail()}")
+            time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        mem_kb = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
+    redis_version = _first_line(["redis-server", "--version"])
+    wrk = shutil.which("wrk")
+    import sanic
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "sanic": sanic.__version__,
+        "redis": redis_version,
+        "wrk": _first_line([wrk, "--version"]) if wrk else None,
+    }
+
+
+def _first_line(cmd: Sequence[str]) -> str:
+    try:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=10, check=False)  # noqa: S603
+    except OSError:
+        return "unknown"
+    text = (done.stdout or done.stderr).strip()
+    return text.splitlines()[0] if text else "unknown"
+
+
+def cpu_busy_share(seconds: float) -> float:
+    """Share (0-1) of all cores busy over ``seconds``, from /proc/stat (the machine's own load)."""
+
+    def read() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    try:
+        total0, idle0 = read()
+        time.sleep(seconds)
+        total1, idle1 = read()
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    total = total1 - total0
+    return 1.0 - (idle1 - idle0) / total if total > 0 else float("nan")
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+# --------------------------------------------------------------------------- redis
+
+
+def start_redis(tmp: Path, cpus: str | None, aof_always: bool) -> tuple[Proc, str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise HarnessError("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    data = tmp / "redis"
+    data.mkdir()
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if aof_always else ["--appendonly", "no"]
+    cmd = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--save", "",
+        *persistence, "--maxmemory-policy", "noeviction", "--logfile", str(data / "redis.log"),
+    ]  # fmt: skip
+    proc = Proc.start("redis-server", pinned(cmd, cpus), env=base_env(), log_path=tmp / "redis.stdout")
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    with redis.Redis(port=port, socket_connect_timeout=0.2) as client:
+        while True:
+            with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
+                if client.ping():
+                    return proc, url
+            if not proc.alive() or time.monotonic() > deadline:
+                raise HarnessError(f"redis-server did not start:\n{proc.tail()}")
+            time.sleep(0.05)
+
+
+def used_memory(url: str) -> int:
+    with redis.Redis.from_url(url) as client:
+        return int(client.info("memory")["used_memory"])
+
+
+def memory_breakdown(url: str, sample: int = 200) -> list[tuple[str, float, int]]:
+    """(kind, mean MEMORY USAGE bytes, keys sampled) for each per-receipt key kind."""
+    rows = []
+    with redis.Redis.from_url(url) as client:
+        for title, pattern in MEMORY_KINDS:
+            sizes: list[int] = []
+            for name in client.scan_iter(match=pattern, count=1000):
+                sizes.append(int(client.memory_usage(name, samples=0) or 0))
+                if len(sizes) >= sample:
+                    break
+            rows.append((title, statistics.fmean(sizes) if sizes else 0.0, len(sizes)))
+    return rows
+
+
+def redis_settings(url: str) -> str:
+    with redis.Redis.from_url(url, decode_responses=True) as client:
+        parts = []
+        for name in ("save", "appendonly", "appendfsync", "maxmemory-policy"):
+            value = client.config_get(name).get(name, "?")
+            parts.append(f'{name} "{value}"' if name == "save" else f"{name} {value}")
+        return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- setup
+
+
+async def _create_projects(url: str, prefix: str, count: int) -> list[dict[str, Any]]:
+    from kv.connect import open_store
+    from web.keys_admin import create_project_key
+
+    store = open_store(url)
+    try:
+        return [await create_project_key(store, project_name=f"{prefix}-{n}", plan="pro") for n in range(count)]
+    finally:
+        await store.close()
+
+
+def create_projects(url: str, prefix: str, count: int) -> list[dict[str, Any]]:
+    return asyncio.run(_create_projects(url, prefix, count))
+
+
+def new_signing_keys() -> str:
+    done = subprocess.run(
+        [sys.executable, "service.py", "signing-key", "new", "--kid", "bench"],
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise HarnessError(f"signing-key new failed: {done.stderr}")
+    return done.stdout
+
+
+# --------------------------------------------------------------------------- load
+
+
+@dataclass
+class Target:
+    name: str  # "service" or "ceiling"
+    port: int
+
+
+@dataclass
+class Setup:
+    tmp: Path
+    generator: str  # "wrk" or "python"
+    connections: int
+    wrk_threads: int
+    server_cpus: str | None
+    generator_cpus: str | None
+    items: dict[str, Path] = field(default_factory=dict)
+    item_lists: dict[str, list[str]] = field(default_factory=dict)
+
+
+def run_load(setup: Setup, target: Target, scenario: str, seconds: float) -> dict[str, Any]:
+    """One timed run of ``scenario`` against ``target``: the generator's normalised result."""
+    nonce = secrets.token_hex(8)
+    seconds = max(1.0, seconds)
+    if setup.generator == "wrk":
+        cmd = [
+            "wrk", "-t", str(setup.wrk_threads), "-c", str(setup.connections), "-d", f"{round(seconds)}s",
+            "--timeout", "10s", "-s", str(BENCH / "scenario.lua"), f"http://127.0.0.1:{target.port}",
+            "--", scenario, str(setup.items[scenario]), nonce,
+        ]  # fmt: skip
+    else:
+        spec = {
+            "target_host": "127.0.0.1",
+            "target_port": target.port,
+            "host": f"127.0.0.1:{target.port}",
+            "connections": setup.connections,
+            "seconds": seconds,
+            "mode": scenario,
+            "items": setup.item_lists[scenario],
+            "nonce": nonce,
+        }
+        spec_path = setup.tmp / f"spec-{scenario}.json"
+        spec_path.write_bytes(orjson.dumps(spec))
+        cmd = [sys.executable, "-m", "bench.loadgen", "run", str(spec_path)]
+    done = subprocess.run(  # noqa: S603 - our own command line
+        pinned(cmd, setup.generator_cpus),
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=False,
+    )
+    match = re.search(r"^BENCHJSON (.*)$", done.stdout, re.MULTILINE)
+    if done.returncode != 0 or match is None:
+        raise HarnessError(
+            f"{setup.generator} failed on {scenario}/{target.name} ({done.returncode}):\n{done.stdout[-2000:]}\n"
+            f"{done.stderr[-2000:]}"
+        )
+    raw = orjson.loads(match.group(1))
+    result = raw if setup.generator == "python" else _normalise_wrk(raw)
+    ok = sum(n for code, n in result["statuses"].items() if 200 <= int(code) < 300)
+    if ok == 0:
+        raise HarnessError(f"{scenario}/{target.name}: no 2xx answer at all: {result}")
+    return result
+
+
+def _normalise_wrk(raw: dict[str, Any]) -> dict[str, Any]:
+    duration = raw["duration_us"] / 1e6
+    statuses = {str(k): int(v) for k, v in sorted(raw["statuses"].items(), key=lambda kv: int(kv[0]))}
+    non_2xx = sum(n for code, n in statuses.items() if not 200 <= int(code) < 300)
+    socket_errors = raw["connect"] + raw["read"] + raw["write"] + raw["timeout"]
+    return {
+        "generator": "wrk",
+        "requests": raw["requests"],
+        "duration_s": duration,
+        "rps": raw["requests"] / duration if duration > 0 else 0.0,
+        "p50_ms": raw["p50_us"] / 1000,
+        "p99_ms": raw["p99_us"] / 1000,
+        "errors": non_2xx + socket_errors,
+        "conn_errors": raw["connect"] + raw["read"] + raw["write"],
+        "timeouts": raw["timeout"],
+        "statuses": statuses,
+    }
+
+
+def generator_ceiling(setup: Setup, seconds: float) -> dict[str, Any]:
+    """The generator against a trivial asyncio HTTP responder: its own maximum rate."""
+    port = free_port()
+    proc = Proc.start(
+        "null-server",
+        pinned([sys.executable, "-m", "bench.loadgen", "null-server", "--port", str(port)], setup.server_cpus),
+        env=base_env(),
+        log_path=setup.tmp / "null-server.log",
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            if not proc.alive() or time.monotonic() > deadline:
+                raise HarnessError(f"null server did not start:\n{proc.tail()}")
+            time.sleep(0.05)
+        return run_load(setup, Target("null", port), "create32", seconds)
+    finally:
+        proc.stop()
+
+
+def run_pass(
+    setup: Setup, targets: Sequence[Target], scenarios: Sequence[str], rounds: int, seconds: float, warmup: float
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Warm up, then ``rounds`` rounds of every scenario on every target (order alternating)."""
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {s: {t.name: [] for t in targets} for s in scenarios}
+    if warmup > 0:
+        for scenario in scenarios:
+            for target in targets:
+                run_load(setup, target, scenario, warmup)
+    for number in range(rounds):
+        order = list(targets) if number % 2 == 0 else list(reversed(targets))
+        for scenario in scenarios:
+            for target in order:
+                result = run_load(setup, target, scenario, seconds)
+                results[scenario][target.name].append(result)
+                log(
+                    f"round {number + 1}/{rounds} {scenario:8s} {target.name:7s} {result['rps']:9.0f} rps  "
+                    f"p50 {result['p50_ms']:6.2f} ms  p99 {result['p99_ms']:6.2f} ms  errors {result['errors']}"
+                )
+    return results
+
+
+def summarise(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, dict[str, Any]]:
+    """Per scenario: medians over rounds, total errors, and the median of per-round ratios."""
+    summary = {}
+    for scenario, by_target in results.items():
+        service, ceiling = by_target["service"], by_target["ceiling"]
+        ratios = [s["rps"] / c["rps"] for s, c in zip(service, ceiling, strict=True) if c["rps"] > 0]
+        summary[scenario] = {
+            "service_rps": statistics.median(r["rps"] for r in service),
+            "service_p50_ms": statistics.median(r["p50_ms"] for r in service),
+            "service_p99_ms": statistics.median(r["p99_ms"] for r in service),
+            "service_errors": sum(r["errors"] for r in service),
+            "service_requests": sum(r["requests"] for r in service),
+            "ceiling_rps": statistics.median(r["rps"] for r in ceiling),
+            "ceiling_p50_ms": statistics.median(r["p50_ms"] for r in ceiling),
+            "ceiling_p99_ms": statistics.median(r["p99_ms"] for r in ceiling),
+            "ceiling_errors": sum(r["errors"] for r in ceiling),
+            "ratio": statistics.median(ratios) if ratios else 0.0,
+            "service_statuses": _merge_statuses(service),
+        }
+    return summary
+
+
+def _merge_statuses(runs: Sequence[dict[str, Any]]) -> dict[str, int]:
+    merged: dict[str, int] = {}
+    for run in runs:
+        for code, n in run["statuses"].items():
+            merged[code] = merged.get(code, 0) + n
+    return merged
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def target_rows(summary: dict[str, dict[str, Any]], bytes_per_receipt: float | None) -> list[tuple[str, str, bool]]:
+    rows = []
+    for scenario, need in RATIO_TARGETS.items():
+        if scenario not in summary:
+            continue
+        s = summary[scenario]
+        label = f"{SCENARIO_TITLES[scenario]}: ratio to ceiling >= {need:.2f}"
+        ok = s["ratio"] >= need
+        measured = f"{s['ratio']:.2f}"
+        if scenario == "hot":
+            label += ", zero errors"
+            ok = ok and s["service_errors"] == 0
+            measured += f", {s['service_errors']} errors"
+        rows.append((label, measured, ok))
+    if "create32" in summary:
+        p99 = summary["create32"]["service_p99_ms"]
+        rows.append(
+            (
+                f"p99 create (32 projects) <= {P99_CREATE32_TARGET_MS:.0f} ms",
+                f"{p99:.2f} ms",
+                p99 <= P99_CREATE32_TARGET_MS,
+            )
+        )
+    if bytes_per_receipt is not None:
+        rows.append(
+            (
+                f"Redis bytes per receipt <= {BYTES_PER_RECEIPT_TARGET:.0f}",
+                _fmt(bytes_per_receipt),
+                bytes_per_receipt <= BYTES_PER_RECEIPT_TARGET,
+            )
+        )
+    return rows
+
+
+def throughput_table(summary: dict[str, dict[str, Any]]) -> list[str]:
+    lines = [
+        "| scenario | service rps | p50 ms | p99 ms | errors | ceiling rps | ceiling p50 ms | ceiling p99 ms "
+        "| ratio | target | met? |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for scenario, s in summary.items():
+        need = RATIO_TARGETS[scenario]
+        ok = s["ratio"] >= need and (scenario != "hot" or s["service_errors"] == 0)
+        target = f">= {need:.2f}" + (", 0 errors" if scenario == "hot" else "")
+        lines.append(
+            f"| {SCENARIO_TITLES[scenario]} | {_fmt(s['service_rps'])} | {s['service_p50_ms']:.2f} "
+            f"| {s['service_p99_ms']:.2f} | {s['service_errors']} | {_fmt(s['ceiling_rps'])} "
+            f"| {s['ceiling_p50_ms']:.2f} | {s['ceiling_p99_ms']:.2f} | {s['ratio']:.2f} | {target} | {_met(ok)} |"
+        )
+    return lines
+
+
+def rounds_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
+    lines = [
+        "| scenario | round | target | rps | p50 ms | p99 ms | requests | errors | statuses |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for scenario, by_target in results.items():
+        for name, runs in by_target.items():
+            for number, run in enumerate(runs, 1):
+                statuses = ", ".join(f"{code}: {n}" for code, n in run["statuses"].items())
+                lines.append(
+                    f"| {scenario} | {number} | {name} | {_fmt(run['rps'])} | {run['p50_ms']:.2f} "
+                    f"| {run['p99_ms']:.2f} | {run['requests']} | {run['errors']} | {statuses} |"
+                )
+    return lines
+
+
+def comparison_rows(
+    empty: dict[str, dict[str, Any]], full: dict[str, dict[str, Any]], bytes_empty: float, bytes_full: float
+) -> list[tuple[str, float, float, float, bool]]:
+    """(figure, empty, preloaded, change, within tolerance): |change| <= 10 %, either way.
+
+    Symmetric on purpose: a figure that moves by more than 10 % in either direction between
+    the two passes means the store size matters, or the machine's load changed between them
+    (a measurement to repeat), and neither may count as "within 10 %"."""
+    rows = []
+    for scenario in empty:
+        e, f = empty[scenario], full[scenario]
+        for key, label in (
+            ("service_rps", "rps"),
+            ("service_p50_ms", "p50 ms"),
+            ("service_p99_ms", "p99 ms"),
+            ("ratio", "ratio"),
+        ):
+            a, b = float(e[key]), float(f[key])
+            change = (b - a) / a if a else 0.0
+            ok = abs(change) <= PRELOAD_TOLERANCE
+            rows.append((f"{SCENARIO_TITLES[scenario]}: {label}", a, b, change, ok))
+    change = (bytes_full - bytes_empty) / bytes_empty if bytes_empty else 0.0
+    rows.append(("Redis bytes per receipt", bytes_empty, bytes_full, change, abs(change) <= PRELOAD_TOLERANCE))
+    return rows
+
+
+@dataclass
+class Report:
+    started: str
+    command: str
+    machine: dict[str, Any]
+    setup_notes: list[str]
+    load_before: str
+    load_after: str
+    busy_before: float
+    busy_after: float
+    generator: str
+    generator_ceiling: dict[str, Any]
+    sizes: dict[str, int]
+    memory: dict[str, Any]
+    empty: dict[str, dict[str, list[dict[str, Any]]]]
+    preloaded: dict[str, dict[str, list[dict[str, Any]]]] | None
+    preload_info: dict[str, Any] | None
+    quick: bool
+    duration_s: float = 0.0
+
+    def targets(self) -> list[tuple[str, str, bool]]:
+        rows = target_rows(summarise(self.empty), self.memory["bytes_per_receipt"])
+        if self.preloaded is not None and self.preload_info is not None:
+            within = all(
+                ok
+                for *_, ok in comparison_rows(
+                    summarise(self.empty),
+                    summarise(self.preloaded),
+                    self.memory["bytes_per_receipt"],
+                    self.preload_info["bytes_per_receipt"],
+                )
+            )
+            rows.append(
+                (
+                    f"{self.preload_info['count']:,} receipts stored: every figure within 10 % of the empty store",
+                    "see the comparison",
+                    within,
+                )
+            )
+        return rows
+
+    def markdown(self) -> str:
+        m = self.machine
+        out = [
+            "# Benchmark results",
+            "",
+            f"- Date: {self.started} (took {self.duration_s:.0f} s)",
+            f"- Command: `{self.command}`",
+            f"- Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, Linux {m['kernel']}",
+            f"- Software: Python {m['python']}, Sanic {m['sanic']}, {m['redis']}",
+            f"- Generator: {self.generator}"
+            + (f" ({m['wrk']})" if self.generator == "wrk" and m.get("wrk") else " (bench/loadgen.py)"),
+            f"- Machine load: load average {self.load_before} before, {self.load_after} after; "
+            f"CPU busy while the benchmark was idle: {self.busy_before:.0%} before, {self.busy_after:.0%} after",
+            *(f"- {note}" for note in self.setup_notes),
+            "",
+        ]
+        if self.quick:
+            out += ["**Quick smoke run: figures are indicative only.**", ""]
+        if self.busy_before > 0.15 or self.busy_after > 0.15:
+            out += [
+                "**The machine was shared with other work during this run** (see the CPU-busy figures above): "
+                "the figures are noisy and must be re-measured on a quiet machine before they are trusted.",
+                "",
+            ]
+        out += ["## Targets", "", "| target | measured | met? |", "|---|---|---|"]
+        out += [f"| {label} | {measured} | {_met(ok)} |" for label, measured, ok in self.targets()]
+        out += [
+            "",
+            "## Throughput and latency (empty store)",
+            "",
+            "Median over rounds of requests per second and of each run's p50/p99; errors summed over rounds "
+            "(non-2xx answers, connection errors, timeouts); ratio = median over rounds of service rps / "
+            "ceiling rps measured in the same round.",
+            "",
+            *throughput_table(summarise(self.empty)),
+            "",
+        ]
+        gc = self.generator_ceiling
+        out += [
+            "## Generator's own ceiling",
+            "",
+            f"The same generator against a trivial asyncio HTTP responder (bench/loadgen.py `null-server`, "
+            f"pinned like the servers): {_fmt(gc['rps'])} rps, p50 {gc['p50_ms']:.2f} ms, p99 {gc['p99_ms']:.2f} ms. "
+            + self._generator_note(),
+            "",
+            "## Redis memory per receipt",
+            "",
+            f"`INFO memory` used_memory grew by {_fmt(self.memory['delta'])} bytes for "
+            f"{self.memory['count']:,} receipts written through the service's issue path "
+            f"(bench/preload.py): **{_fmt(self.memory['bytes_per_receipt'])} bytes per receipt**, all keys "
+            f"included. Mean `MEMORY USAGE` of each key kind a receipt writes (one of each per receipt):",
+            "",
+            "| key | bytes (mean) | keys sampled |",
+            "|---|---:|---:|",
+        ]
+        out += [f"| {kind} | {_fmt(mean)} | {n} |" for kind, mean, n in self.memory["breakdown"]]
+        total = sum(mean for _, mean, _ in self.memory["breakdown"])
+        out += [
+            f"| sum of the above | {_fmt(total)} | |",
+            "",
+            "The rest of the delta is Redis's own per-key bookkeeping (main dictionary growth and "
+            "allocator rounding). Per-project and per-window keys (project, counters) are not per receipt.",
+            "",
+            "Response sizes the ceiling imitates (bytes, measured on the service): "
+            + ", ".join(f"{k} {v}" for k, v in self.sizes.items()),
+            "",
+        ]
+        if self.preloaded is not None and self.preload_info is not None:
+            p = self.preload_info
+            out += [
+                f"## With {p['count']:,} receipts stored",
+                "",
+                f"Preloaded through the service's issue path over {p['projects']} further projects in "
+                f"{p['seconds']:.0f} s ({_fmt(p['count'] / p['seconds'])} receipts/s, {p['processes']} processes); "
+                f"used_memory grew by {_fmt(p['delta'])} bytes: {_fmt(p['bytes_per_receipt'])} bytes per receipt. "
+                f"Redis used_memory after: {_fmt(p['used_after'] / 2**20)} MiB.",
+                "",
+                *throughput_table(summarise(self.preloaded)),
+                "",
+                "Comparison with the empty store (within 10 % = moved by at most 10 % either way; a bigger move "
+                "in either direction is a difference the store size made or a change in the machine's load "
+                "between the passes, so the ratio, measured against the ceiling in the same round, is the "
+                "figure to trust on a shared machine):",
+                "",
+                "| figure | empty store | preloaded | change | within 10 %? |",
+                "|---|---:|---:|---:|---|",
+            ]
+            for label, a, b, change, ok in comparison_rows(
+                summarise(self.empty),
+                summarise(self.preloaded),
+                self.memory["bytes_per_receipt"],
+                p["bytes_per_receipt"],
+            ):
+                out.append(f"| {label} | {a:,.2f} | {b:,.2f} | {change:+.1%} | {_met(ok)} |")
+            out += [""]
+        out += ["## Every run", "", "Empty store:", "", *rounds_table(self.empty), ""]
+        if self.preloaded is not None:
+            out += ["Preloaded store:", "", *rounds_table(self.preloaded), ""]
+        return "\n".join(out)
+
+    def _generator_note(self) -> str:
+        summary = summarise(self.empty)
+        top = max((s["ceiling_rps"] for s in summary.values()), default=0.0)
+        if top and self.generator_ceiling["rps"] < 1.5 * top:
+            return (
+                f"**Warning**: that is less than 1.5x the fastest ceiling run ({_fmt(top)} rps): the generator may "
+                "limit the ceiling figures, which would flatter the ratios."
+            )
+        return f"The fastest ceiling run ({_fmt(top)} rps) stays well below it, so the generator is not the bottleneck."
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every scenario (default 3)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per scenario run (default 10)")
+    parser.add_argument("--connections", type=int, default=32, help="concurrent keep-alive connections (default 32)")
+    parser.add_argument("--preload", type=int, default=0, help="receipts to add before a second pass (1000000 = 1M)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma list of " + ",".join(SCENARIOS))
+    parser.add_argument("--out", help="markdown file to write (default bench/RESULTS.md; --quick: none)")
+    parser.add_argument("--json", dest="json_out", help="also write the raw results as JSON here")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round of 2 s, small fixtures")
+    parser.add_argument("--generator", choices=("auto", "wrk", "python"), default="auto", help="auto: wrk if installed")
+    parser.add_argument("--wrk-threads", type=int, default=2)
+    parser.add_argument(
+        "--pin", choices=("auto", "off"), default="auto", help="taskset pinning (auto: with >= 2 cores)"
+    )
+    parser.add_argument("--aof-always", action="store_true", help="Redis appendonly yes + appendfsync always")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="the service's LOG_FORMAT")
+    parser.add_argument("--no-metrics", action="store_true", help="run the service without METRICS_PORT")
+    parser.add_argument("--memory-receipts", type=int, default=20_000, help="receipts written to measure memory")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of unrecorded load per scenario and target")
+    parser.add_argument("--from-json", help="do not run: render the report of a saved --json file again")
+    parser.add_argument("--note", action="append", default=[], help="a line for RESULTS.md (repeatable)")
+    parser.add_argument("--check-targets", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.quick:
+        args.rounds, args.seconds, args.warmup = 1, 2.0, 1.0
+        args.memory_receipts = min(args.memory_receipts, 2000)
+    elif args.out is None:
+        args.out = str(BENCH / "RESULTS.md")
+    args.scenario_list = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = set(args.scenario_list) - set(SCENARIOS)
+    if unknown or not args.scenario_list:
+        parser.error(f"--scenarios: unknown {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
+    if args.rounds < 1 or args.seconds <= 0 or args.connections < 1:
+        parser.error("--rounds, --seconds and --connections must be positive")
+    return args
+
+
+def cpu_plan(mode: str) -> tuple[str | None, str | None, str | None]:
+    """(server cpus, redis cpus, generator cpus) or Nones when not pinning."""
+    if mode == "off" or shutil.which("taskset") is None:
+        return None, None, None
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return None, None, None
+    if len(cores) < 2:
+        return None, None, None
+    server, redis_cpu = str(cores[0]), str(cores[1])
+    generator = ",".join(str(c) for c in cores[2:]) if len(cores) > 2 else redis_cpu
+    return server, redis_cpu, generator
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.from_json:
+        report = Report(**orjson.loads(Path(args.from_json).read_bytes()))
+        report.setup_notes += [f"Note: {text}" for text in args.note]
+    else:
+        try:
+            report = run(args)
+        except HarnessError as exc:
+            log(f"HARNESS FAILURE: {exc}")
+            return 2
+        report.busy_after = cpu_busy_share(0.5 if args.quick else 2.0)
+        report.load_after = loadavg()
+    text = report.markdown()
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+        log(f"wrote {args.out}")
+    if args.json_out:
+        Path(args.json_out).write_bytes(orjson.dumps(dataclasses.asdict(report), option=orjson.OPT_INDENT_2))
+        log(f"wrote {args.json_out}")
+    if args.check_targets and not all(ok for *_, ok in report.targets()):
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace) -> Report:
+    started_at = time.monotonic()
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = " ".join(["python -m bench", *args.argv]).strip()
+    machine = machine_info()
+    generator = args.generator
+    if generator == "auto":
+        generator = "wrk" if machine["wrk"] else "python"
+    elif generator == "wrk" and not machine["wrk"]:
+        raise HarnessError("--generator wrk: wrk is not installed")
+    server_cpus, redis_cpus, generator_cpus = cpu_plan(args.pin)
+    load_before = loadavg()
+    busy_before = cpu_busy_share(0.5 if args.quick else 2.0)
+    log(f"generator {generator}; pinning server={server_cpus} redis={redis_cpus} generator={generator_cpus}")
+    tmp = Path(tempfile.mkdtemp(prefix="eps-bench-"))
+    procs: list[Proc] = []
+    try:
+        redis_proc, redis_url = start_redis(tmp, redis_cpus, args.aof_always)
+        procs.append(redis_proc)
+        signing_keys = new_signing_keys()
+        projects = create_projects(redis_url, "bench", PROJECTS)
+        hot = create_projects(redis_url, "bench-hot", 1)
+
+        # Fixtures for read/verify, and the memory measurement, through the real issue path.
+        count = max(args.memory_receipts, 500)
+        before = used_memory(redis_url)
+        issued, secs = preload(
+            redis_url,
+            signing_keys,
+            projects,
+            count,
+            nonce=secrets.token_hex(8),
+            collect=True,
+            processes=1 if count < 20_000 else 2,
+        )
+        delta = used_memory(redis_url) - before
+        memory = {
+            "count": count,
+            "delta": delta,
+            "bytes_per_receipt": delta / count,
+            "breakdown": memory_breakdown(redis_url),
+            "seconds": secs,
+        }
+        log(f"{count} fixture receipts in {secs:.1f} s: {memory['bytes_per_receipt']:.0f} bytes per receipt")
+
+        setup = Setup(tmp, generator, args.connections, args.wrk_threads, server_cpus, generator_cpus)
+        rng = secrets.SystemRandom()
+        sample = rng.sample(issued, min(ITEMS_SAMPLE, len(issued)))
+        setup.item_lists = {
+            "create32": [p["api_key"] for p in projects],
+            "hot": [hot[0]["api_key"]],
+            "read": [i.receipt_id for i in sample],
+            "verify": [f"{projects[i.project_index]['api_key']} {i.receipt_id} {i.input_hash}" for i in sample],
+        }
+        for name, lines in setup.item_lists.items():
+            path = tmp / f"items-{name}.txt"
+            path.write_text("\n".join(lines) + "\n")
+            setup.items[name] = path
+
+        service_port = free_port()
+        metrics_port = None if args.no_metrics else free_port()
+        env = base_env()
+        env.update(
+            {
+                "REDIS_URL": redis_url,
+                "SIGNING_KEYS": signing_keys,
+                "LIMITS": orjson.dumps(RAISED_LIMITS).decode(),
+                "LOG_FORMAT": args.log_format,
+                "SERVICE_ENV": "bench",
+            }
+        )
+        if metrics_port is not None:
+            env["METRICS_PORT"] = str(metrics_port)
+        service_cmd = [
+            sys.executable, "service.py", "serve", "--host", "127.0.0.1", "--port", str(service_port), "--workers", "1",
+        ]  # fmt: skip
+        service = Proc.start("service", pinned(service_cmd, server_cpus), env=env, log_path=tmp / "service.log")
+        procs.append(service)
+        wait_http(service, f"http://127.0.0.1:{service_port}/health")
+        sizes = sample_sizes(service_port, setup, sample[0])
+
+        ceiling_port = free_port()
+        ceiling_env = base_env()
+        ceiling_env["BENCH_CEILING_SIZES"] = orjson.dumps(sizes).decode()
+        ceiling = Proc.start(
+            "ceiling",
+            pinned([sys.executable, "-m", "bench.ceiling", "--port", str(ceiling_port)], server_cpus),
+            env=ceiling_env,
+            log_path=tmp / "ceiling.log",
+        )
+        procs.append(ceiling)
+        wait_http(ceiling, f"http://127.0.0.1:{ceiling_port}/health")
+
+        log("measuring the generator's own ceiling")
+        gen_ceiling = generator_ceiling(setup, 2.0 if args.quick else 4.0)
+        log(f"generator ceiling {gen_ceiling['rps']:.0f} rps")
+
+        targets = [Target("service", service_port), Target("ceiling", ceiling_port)]
+        empty = run_pass(setup, targets, args.scenario_list, args.rounds, args.seconds, args.warmup)
+
+        preloaded = None
+        preload_info = None
+        if args.preload > 0:
+            more = create_projects(redis_url, "bench-preload", PRELOAD_PROJECTS)
+            before = used_memory(redis_url)
+            log(f"preloading {args.preload:,} receipts")
+            _, secs = preload(redis_url, signing_keys, more, args.preload, nonce=secrets.token_hex(8), processes=2)
+            after = used_memory(redis_url)
+            preload_info = {
+                "count": args.preload,
+                "projects": PRELOAD_PROJECTS,
+                "seconds": secs,
+                "processes": 2,
+                "delta": after - before,
+                "bytes_per_receipt": (after - before) / args.preload,
+                "used_after": after,
+            }
+            log(f"preloaded in {secs:.0f} s: {preload_info['bytes_per_receipt']:.0f} bytes per receipt")
+            preloaded = run_pass(setup, targets, args.scenario_list, args.rounds, args.seconds, args.warmup)
+
+        for proc in procs:
+            if not proc.alive():
+                raise HarnessError(f"{proc.name} died during the run:\n{proc.tail()}")
+        notes = [
+            f"Redis: own redis-server on a loopback port, {redis_settings(redis_url)} "
+            + (
+                "(the production durability setting)."
+                if args.aof_always
+                else "(no persistence: production runs appendonly yes + appendfsync always; "
+                "measure that with `--aof-always`)."
+            ),
+            "Service: `python service.py serve --workers 1` with REDIS_URL, SIGNING_KEYS, LIMITS raised to "
+            "10^9 (every limit and quota check still runs), "
+            f"LOG_FORMAT={args.log_format} (one log line per request, to a file), "
+            + ("metrics on (METRICS_PORT set, as in production)." if metrics_port else "metrics off."),
+            "Ceiling: bench/ceiling.py, a bare Sanic app (1 worker, same routes and status codes, parses the JSON "
+            "body, answers a JSON body of the service's size; no Redis, no signing).",
+            f"Load: {args.connections} keep-alive connections, closed loop, {args.rounds} round(s) of "
+            f"{args.seconds:g} s per scenario and target after {args.warmup:g} s of warm-up, service and ceiling "
+            "alternating (order reversed every other round). Every create sends input/output hashes never sent "
+            "before (a new receipt, not a replay); create32 picks one of 32 projects' keys at random per request, "
+            f"hot always uses one key; read and verify pick among {len(sample):,} receipts at random.",
+            (
+                f"CPU pinning (taskset): service and ceiling on CPU {server_cpus}, redis on CPU {redis_cpus}, "
+                f"generator on CPU {generator_cpus}."
+                if server_cpus
+                else "No CPU pinning."
+            ),
+        ]
+        notes += [f"Note: {text}" for text in args.note]
+        return Report(
+            started=started,
+            command=command,
+            machine=machine,
+            setup_notes=notes,
+            load_before=load_before,
+            load_after="",
+            busy_before=busy_before,
+            busy_after=float("nan"),  # measured by main() once every process of ours has stopped
+            generator=generator,
+            generator_ceiling=gen_ceiling,
+            sizes=sizes,
+            memory=memory,
+            empty=empty,
+            preloaded=preloaded,
+            preload_info=preload_info,
+            quick=args.quick,
+            duration_s=time.monotonic() - started_at,
+        )
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sample_sizes(port: int, setup: Setup, fixture: Any) -> dict[str, int]:
+    """One request of each kind to the service: checks it works, and measures its body sizes."""
+    base = f"http://127.0.0.1:{port}"
+    key = setup.item_lists["create32"][0]
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with httpx.Client(timeout=10.0) as client:
+        nonce = secrets.token_hex(8)
+        body = {
+            "input_hash": f"sha256:{nonce}{'0' * 48}",
+            "output_hash": f"sha256:{nonce}{'1' * 48}",
+            "receipt_kind": "release",
+            "tags": {"workflow_stage": "build"},
+        }
+        created = client.post(base + "/v1/receipts", headers=headers, content=orjson.dumps(body))
+        read = client.get(base + f"/v1/receipts/{fixture.receipt_id}")
+        verify_key = setup.item_lists["verify"][0].split()[0]
+        verified = client.post(
+            base + "/v1/verify",
+            headers={**headers, "Authorization": f"Bearer {verify_key}"},
+            content=orjson.dumps(
+                {
+                    "receipt_id": setup.item_lists["verify"][0].split()[1],
+                    "input_hash": setup.item_lists["verify"][0].split()[2],
+                }
+            ),
+        )
+    for name, response, status in (("create", created, 201), ("read", read, 200), ("verify", verified, 200)):
+        if response.status_code != status:
+            raise HarnessError(f"service {name} answered {response.status_code}, not {status}: {response.text[:500]}")
+    if not orjson.loads(verified.content).get("ok"):
+        raise HarnessError(f"service verify of a fixture receipt is not ok: {verified.text[:500]}")
+    return {"create": len(created.content), "read": len(read.content), "verify": len(verified.content)}
