@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 from kv import keys
 from kv.errors import UNAVAILABLE_ERRORS
 from kv.health import NO_ACK, StoreAck
+from kv.link import FastLink, LuaScript, PyLink, link_for
 from kv.metrics import STORE_OPERATION_SECONDS, count_store_error
 from receipts.errors import StoreUnavailable
 
@@ -72,19 +73,22 @@ def _text(value: bytes | str | None) -> str | None:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _key_record(key_hash: str, raw: dict[Any, Any]) -> KeyRecord | None:
-    """A key record from its hash's fields (HGETALL), or None when the key is unknown."""
-    if not raw:
+KEY_RECORD_FIELDS = ("project_id", "actor_id", "plan", "revoked", "created_at", "suspended_until")
+
+
+def _key_record(key_hash: str, values: list[Any]) -> KeyRecord | None:
+    """A key record from ``HMGET`` of ``KEY_RECORD_FIELDS``, or None when the key is unknown."""
+    project_id, actor_id, plan, revoked, created_at, suspended_until = (_text(v) for v in values)
+    if project_id is None and plan is None and created_at is None:
         return None
-    fields = {_text(k): _text(v) for k, v in raw.items()}
     return KeyRecord(
         key_hash=key_hash,
-        project_id=fields.get("project_id") or "",
-        actor_id=fields.get("actor_id") or "",
-        plan=fields.get("plan") or "free",
-        revoked=fields.get("revoked") == "1",
-        created_at=fields.get("created_at") or "",
-        suspended_until=fields.get("suspended_until") or "",
+        project_id=project_id or "",
+        actor_id=actor_id or "",
+        plan=plan or "free",
+        revoked=revoked == "1",
+        created_at=created_at or "",
+        suspended_until=suspended_until or "",
     )
 
 
@@ -151,15 +155,19 @@ class Store:
         """The in-process fakeredis server in embedded mode (jobs share it), else None."""
         self.ack: StoreAck = NO_ACK
         """What a create waits for after its write (``STORE_ACK``, docs/redis.md)."""
-        self._issue = client.register_script((LUA_DIR / "issue_receipt.lua").read_text())
+        self.link: FastLink | PyLink = link_for(client)
+        """The per-request commands' way to Redis (kv/link.py): one pipelined connection to a
+        plain Redis, else the redis-py client itself."""
+        self._issue = LuaScript.register(client, (LUA_DIR / "issue_receipt.lua").read_text())
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
-        self._hit_counter = client.register_script((LUA_DIR / "hit_counter.lua").read_text())
+        self._hit_counter = LuaScript.register(client, (LUA_DIR / "hit_counter.lua").read_text())
         self._delete_receipt = client.register_script((LUA_DIR / "delete_receipt.lua").read_text())
         self._delete_if_names = client.register_script((LUA_DIR / "delete_if_names.lua").read_text())
         self._index_checkout = client.register_script((LUA_DIR / "index_checkout.lua").read_text())
         self._claim_checkout = client.register_script((LUA_DIR / "claim_checkout.lua").read_text())
 
     async def close(self) -> None:
+        await self.link.close()
         await self.client.aclose()
 
     @_unavailable_as_503
@@ -199,19 +207,17 @@ class Store:
     @_unavailable_as_503
     async def find_api_key(self, key_hash: str) -> KeyRecord | None:
         """The record for a key hash, or None when unknown."""
-        return _key_record(key_hash, await self.client.hgetall(keys.api_key_key(key_hash)))
+        return _key_record(key_hash, await self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS))
 
     @_unavailable_as_503
     async def find_api_key_and_read_ip_counter(
         self, key_hash: str, ip_bucket: str, scope: str, window_id: str
     ) -> tuple[KeyRecord | None, int]:
-        """``find_api_key`` and ``read_ip_counter`` in one round trip (a pipeline, not a
-        transaction: both only read; the two keys live in different slots)."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.api_key_key(key_hash))
-            pipe.get(keys.ip_counter_key(ip_bucket, scope, window_id))
-            raw, count = await pipe.execute()
-        return _key_record(key_hash, raw), int(count or 0)
+        """``find_api_key`` and ``read_ip_counter`` in one round trip (pipelined on the link,
+        not a transaction: both only read; the two keys live in different slots)."""
+        record = self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS)
+        count = self.link.send("GET", keys.ip_counter_key(ip_bucket, scope, window_id))
+        return _key_record(key_hash, await record), int(await count or 0)
 
     @_unavailable_as_503
     async def revoke_api_key(self, key_hash: str) -> bool:
@@ -293,11 +299,9 @@ class Store:
     @_unavailable_as_503
     async def read_tip(self, project_id: str) -> tuple[bool, str | None]:
         """(project exists, main chain tip or None)."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.exists(keys.project_key(project_id))
-        pipe.hget(keys.project_key(project_id), "tip")
-        exists, tip = await pipe.execute()
-        return bool(exists), _text(tip) or None
+        exists = self.link.send("EXISTS", keys.project_key(project_id))
+        tip = self.link.send("HGET", keys.project_key(project_id), "tip")
+        return bool(await exists), _text(await tip) or None
 
     @_unavailable_as_503
     async def issue_receipt(
@@ -349,7 +353,7 @@ class Store:
         if self.ack.enabled:
             reply = await self._issue_acknowledged(script_keys, script_args, receipt_id)
         else:
-            reply = await self._issue(keys=script_keys, args=script_args)
+            reply = await self.link.run_script(self._issue, script_keys, script_args)
         outcome = IssueOutcome(int(reply[0]))
         value = _text(reply[1]) or None
         return IssueResult(
@@ -370,7 +374,7 @@ class Store:
         """
         client: Any = self.client  # a plain Redis: start-up refuses STORE_ACK with a cluster
         async with client.client() as conn:
-            reply: Any = await self._issue(keys=script_keys, args=script_args, client=conn)
+            reply: Any = await self._issue.registered(keys=script_keys, args=script_args, client=conn)
             code = int(reply[0])
             if code not in (IssueOutcome.ISSUED.value, IssueOutcome.REPLAY.value):
                 return reply
@@ -399,7 +403,7 @@ class Store:
         return reply
 
     async def _hit(self, key: str, counter: Counter) -> tuple[bool, int]:
-        reply: Any = await self._hit_counter(keys=[key], args=[counter.limit, counter.ttl_s])
+        reply: Any = await self.link.run_script(self._hit_counter, [key], [counter.limit, counter.ttl_s])
         return bool(int(reply[0])), int(reply[1])
 
     @_unavailable_as_503
@@ -415,7 +419,7 @@ class Store:
     @_unavailable_as_503
     async def read_ip_counter(self, ip_bucket: str, scope: str, window_id: str) -> int:
         """The current count, without counting."""
-        return int(await self.client.get(keys.ip_counter_key(ip_bucket, scope, window_id)) or 0)
+        return int(await self.link.send("GET", keys.ip_counter_key(ip_bucket, scope, window_id)) or 0)
 
     @_unavailable_as_503
     async def read_usage(self, project_id: str, key_hash: str, minute_window_id: str, month_id: str) -> tuple[int, int]:
@@ -431,13 +435,13 @@ class Store:
     @_unavailable_as_503
     async def get_receipt_json(self, receipt_id: str) -> bytes | None:
         """The stored receipt bytes, or None (unknown, expired or deleted)."""
-        value = await self.client.get(keys.receipt_key(receipt_id))
+        value = await self.link.send("GET", keys.receipt_key(receipt_id))
         return value.encode("utf-8") if isinstance(value, str) else value
 
     @_unavailable_as_503
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
         """The id of the project's receipt with this hash, or None."""
-        return _text(await self.client.get(keys.receipt_hash_key(project_id, receipt_hash)))
+        return _text(await self.link.send("GET", keys.receipt_hash_key(project_id, receipt_hash)))
 
     @_unavailable_as_503
     async def search_receipts(

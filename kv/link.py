@@ -1,0 +1,334 @@
+"""The store's hot path to Redis: one multiplexed, automatically pipelined connection.
+
+Profiling a create (bench/PROFILE.md) put about 43 % of a worker's CPU in redis-py and the
+asyncio machinery under it: each command takes a pooled connection (an asyncio condition),
+arms a timeout, writes, waits and parses, 50-90 us apiece. ``FastLink`` is what the store's
+per-request commands (key lookup, counters, the issue script, receipt reads) go through when
+the store is one plain-TCP Redis:
+
+- every command of the process shares one connection; replies come back in order (RESP), so
+  each waits on a future in a FIFO queue;
+- commands sent during one event-loop turn leave in one ``write`` (automatic pipelining, as
+  ioredis does): 32 concurrent requests cost one system call, not 32;
+- commands are packed and replies parsed by hiredis (C);
+- one timer per connection, not one per command, enforces the command timeout: when the
+  oldest unanswered command is older than ``command_timeout_s`` the connection is dropped and
+  every waiting command fails with ``redis.exceptions.TimeoutError``;
+- a lost or refused connection fails the waiting commands with
+  ``redis.exceptions.ConnectionError`` and the next command reconnects, so the store's
+  existing mapping to 503 ``store_unavailable`` applies unchanged.
+
+A command in flight when its caller is cancelled still gets its reply (it is dropped); the
+order of the queue never breaks. ``PyLink`` offers the same two calls over any redis-py
+client (fakeredis for the embedded store and unit tests, Redis Cluster, TLS), so the store
+has one code path; ``link_for`` picks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from hashlib import sha1
+from typing import Any
+
+import hiredis
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+from redis._parsers.base import BaseParser
+from redis.asyncio.connection import Connection
+
+Arg = bytes | str | int | float
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    """A script's source and SHA-1, with the redis-py ``Script`` that ``PyLink`` runs."""
+
+    source: str
+    sha: str
+    registered: Any
+
+    @classmethod
+    def register(cls, client: Any, source: str) -> LuaScript:
+        sha = sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+        return cls(source, sha, client.register_script(source))
+
+
+class PyLink:
+    """The link over a redis-py client: each command is an ordinary redis-py call."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def send(self, *args: Arg) -> Awaitable[Any]:
+        return self.client.execute_command(*args)  # type: ignore[no-any-return]
+
+    async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        return await script.registered(keys=list(keys), args=list(args))
+
+    async def close(self) -> None:
+        """The redis-py client is closed by its owner (the store)."""
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, link: FastLink) -> None:
+        self.link = link
+        self.reader = hiredis.Reader()
+        self.transport: Any = None  # asyncio's or uvloop's TCP transport
+        self.waiting: deque[asyncio.Future[Any]] = deque()
+        self.sent_at: deque[float] = deque()
+        self.lost: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        reader = self.reader
+        reader.feed(data)
+        waiting, sent_at = self.waiting, self.sent_at
+        while (reply := reader.gets()) is not False:
+            if not waiting:  # a reply nobody asked for: the stream is out of step
+                self.fail(redis_errors.ConnectionError("Redis sent a reply that no command asked for"))
+                return
+            future = waiting.popleft()
+            sent_at.popleft()
+            if future.done():  # its caller was cancelled; the reply still kept the order
+                continue
+            if isinstance(reply, hiredis.ReplyError):
+                _fail_quietly(future, BaseParser.parse_error(str(reply)))  # type: ignore[no-untyped-call]
+            else:
+                future.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.fail(redis_errors.ConnectionError(f"the connection to Redis was lost: {exc or 'closed'}"))
+
+    def fail(self, error: BaseException) -> None:
+        """Fail every waiting command with ``error`` and drop the connection."""
+        if self.lost is None:
+            self.lost = error
+        self.link._forget(self)
+        if self.transport is not None:
+            self.transport.abort()
+            self.transport = None
+        while self.waiting:
+            future = self.waiting.popleft()
+            if not future.done():
+                _fail_quietly(future, error)
+        self.sent_at.clear()
+
+
+class FastLink:
+    """One pipelined connection to a plain-TCP Redis (see the module's description)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        db: int = 0,
+        username: str | None = None,
+        password: str | None = None,
+        connect_timeout_s: float = 2.0,
+        command_timeout_s: float = 5.0,
+    ) -> None:
+        self.host, self.port, self.db = host, port, db
+        self.username, self.password = username, password
+        self.connect_timeout_s = connect_timeout_s
+        self.command_timeout_s = command_timeout_s
+        self._protocol: _Protocol | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connecting: asyncio.Future[_Protocol] | None = None
+        self._outgoing: list[bytes] = []
+        self._flush_scheduled = False
+        self._watchdog: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def for_client(cls, client: aioredis.Redis) -> FastLink | None:
+        """A link to the same server, database and credentials as ``client``'s pool, or None
+        when the pool's connections are not plain TCP (TLS, Unix socket): those keep redis-py."""
+        pool = client.connection_pool
+        if pool.connection_class is not Connection:
+            return None
+        kwargs = pool.connection_kwargs
+        if kwargs.get("credential_provider") is not None:
+            return None
+        return cls(
+            kwargs.get("host", "localhost"),
+            int(kwargs.get("port", 6379)),
+            db=int(kwargs.get("db", 0) or 0),
+            username=kwargs.get("username"),
+            password=kwargs.get("password"),
+            connect_timeout_s=float(kwargs.get("socket_connect_timeout") or 2.0),
+            command_timeout_s=float(kwargs.get("socket_timeout") or 5.0),
+        )
+
+    # -- sending
+
+    def send(self, *args: Arg) -> asyncio.Future[Any]:
+        """Queue one command; the future resolves to its raw reply (bytes, int, list, None)."""
+        loop = asyncio.get_running_loop()
+        protocol = self._protocol
+        if protocol is not None and self._loop is loop:
+            return self._enqueue(protocol, _pack(args))
+        future: asyncio.Future[Any] = loop.create_future()
+        packed = _pack(args)
+        task = loop.create_task(self._send_after_connect(packed))
+        task.add_done_callback(lambda done: _chain(done, future))
+        return future
+
+    async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        """EVALSHA, loading the script with EVAL when the server does not know it yet."""
+        try:
+            return await self.send("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            return await self.send("EVAL", script.source, len(keys), *keys, *args)
+
+    def _enqueue(self, protocol: _Protocol, packed: bytes) -> asyncio.Future[Any]:
+        loop = self._loop
+        assert loop is not None
+        future: asyncio.Future[Any] = loop.create_future()
+        protocol.waiting.append(future)
+        protocol.sent_at.append(time.monotonic())
+        self._outgoing.append(packed)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(self.command_timeout_s, self._check_timeouts)
+        return future
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        outgoing, self._outgoing = self._outgoing, []
+        protocol = self._protocol
+        if protocol is not None and protocol.transport is not None and outgoing:
+            protocol.transport.write(b"".join(outgoing))
+
+    def _check_timeouts(self) -> None:
+        self._watchdog = None
+        protocol = self._protocol
+        if protocol is None or not protocol.sent_at:
+            return
+        waited = time.monotonic() - protocol.sent_at[0]
+        if waited >= self.command_timeout_s:
+            protocol.fail(redis_errors.TimeoutError(f"Redis did not answer within {self.command_timeout_s:g} s"))
+            return
+        assert self._loop is not None
+        self._watchdog = self._loop.call_later(self.command_timeout_s - waited, self._check_timeouts)
+
+    async def _send_after_connect(self, packed: bytes) -> Any:
+        protocol = await self._connected()
+        return await self._enqueue(protocol, packed)
+
+    # -- connecting
+
+    async def _connected(self) -> _Protocol:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # first use, or the store moved to another event loop
+            if self._loop is not None and self._loop.is_closed():
+                self._protocol = None  # its transport and futures went with the closed loop
+            self._drop()
+            self._loop, self._connecting, self._watchdog = loop, None, None
+            self._outgoing, self._flush_scheduled = [], False
+        if self._protocol is not None:
+            return self._protocol
+        if self._connecting is None:
+            self._connecting = loop.create_future()
+            connecting = self._connecting
+            try:
+                protocol = await self._connect(loop)
+            except BaseException as exc:
+                self._connecting = None
+                connecting.set_exception(exc)
+                connecting.exception()  # retrieved: the callers waiting on it get it raised
+                raise
+            self._connecting = None
+            self._protocol = protocol
+            connecting.set_result(protocol)
+            return protocol
+        return await asyncio.shield(self._connecting)
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Protocol:
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, protocol = await loop.create_connection(lambda: _Protocol(self), self.host, self.port)
+        except TimeoutError as exc:
+            raise redis_errors.TimeoutError(f"connecting to Redis at {self.host}:{self.port} timed out") from exc
+        except OSError as exc:
+            raise redis_errors.ConnectionError(f"cannot connect to Redis at {self.host}:{self.port}: {exc}") from exc
+        setup: list[tuple[Arg, ...]] = []
+        if self.password is not None:
+            setup.append(("AUTH", self.username, self.password) if self.username else ("AUTH", self.password))
+        if self.db:
+            setup.append(("SELECT", self.db))
+        if setup:
+            assert protocol.transport is not None
+            futures = []
+            for _ in setup:
+                future: asyncio.Future[Any] = loop.create_future()
+                protocol.waiting.append(future)
+                protocol.sent_at.append(time.monotonic())
+                futures.append(future)
+            protocol.transport.write(b"".join(_pack(command) for command in setup))
+            try:
+                async with asyncio.timeout(self.connect_timeout_s):
+                    for future in futures:
+                        await future
+            except BaseException:
+                protocol.fail(redis_errors.ConnectionError("Redis refused the connection's set-up"))
+                raise
+        return protocol
+
+    def _forget(self, protocol: _Protocol) -> None:
+        if self._protocol is protocol:
+            self._protocol = None
+            self._outgoing = []
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
+
+    def _drop(self) -> None:
+        protocol = self._protocol
+        if protocol is not None:
+            protocol.fail(redis_errors.ConnectionError("the link was closed"))
+
+    async def close(self) -> None:
+        self._drop()
+
+
+def _pack(args: tuple[Arg, ...]) -> bytes:
+    """One command in RESP, packed by hiredis (its stubs type the tuple as one element)."""
+    packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]
+    return packed
+
+
+def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Fail ``future``; whoever awaits it gets ``error`` raised. Marked as seen, so a future
+    nobody awaits any more (its partner in a pair failed first) logs no "never retrieved"."""
+    future.set_exception(error)
+    future.exception()
+
+
+def _chain(done: asyncio.Task[Any], future: asyncio.Future[Any]) -> None:
+    if future.done():
+        return
+    if done.cancelled():
+        future.cancel()
+    elif (exc := done.exception()) is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(done.result())
+
+
+def link_for(client: Any) -> FastLink | PyLink:
+    """``FastLink`` for a plain redis-py ``Redis`` on TCP; ``PyLink`` for anything else
+    (fakeredis, Redis Cluster, TLS or Unix-socket connections)."""
+    if type(client) is aioredis.Redis:
+        fast = FastLink.for_client(client)
+        if fast is not None:
+            return fast
+    return PyLink(client)

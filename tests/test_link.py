@@ -1,0 +1,204 @@
+"""kv/link.py: the store's pipelined connection to a plain Redis, on a real redis-server.
+
+Each test states one promise of ``FastLink``: replies reach their own callers, commands of
+one event-loop turn leave in one write, errors keep the reply order, a lost or silent
+server fails the waiting commands with the errors the store maps to 503 and the next
+command reconnects, and credentials and the database number are applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio as aioredis
+from hypothesis import given
+from hypothesis import strategies as st
+from redis import exceptions as redis_errors
+from sanic.response.types import HEADER_TRANSLATION_TABLE
+
+from kv.link import FastLink, LuaScript, PyLink, link_for
+from kv.store import Store
+from receipts.errors import StoreUnavailable
+from tests.conftest import RedisServer
+from web.sanic_fixes import _sanitize_header_value
+
+pytestmark = pytest.mark.real_redis
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+@pytest.fixture
+async def link(redis_url: str) -> AsyncIterator[FastLink]:
+    fast = FastLink("127.0.0.1", port_of(redis_url), command_timeout_s=2.0)
+    yield fast
+    await fast.close()
+
+
+class CountingTransport:
+    """Wraps the link's transport to count writes."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.writes = 0
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+        self.transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+async def test_concurrent_commands_get_their_own_replies_and_leave_in_one_write(link: FastLink) -> None:
+    await link.send("PING")  # connected
+    protocol = link._protocol
+    assert protocol is not None
+    counting = CountingTransport(protocol.transport)
+    protocol.transport = counting
+    replies = await asyncio.gather(*(link.send("ECHO", f"value-{i}") for i in range(200)))
+    assert replies == [f"value-{i}".encode() for i in range(200)]
+    assert counting.writes == 1, "200 commands of one event-loop turn are one write"
+
+
+async def test_a_command_error_is_raised_to_its_caller_only(link: FastLink) -> None:
+    await link.send("SET", "text", "not a number")
+    before = link.send("SET", "a", 1)
+    failing = link.send("INCR", "text")
+    after = link.send("GET", "a")
+    assert await before == b"OK"
+    with pytest.raises(redis_errors.ResponseError, match="not an integer"):
+        await failing
+    assert await after == b"1", "the replies after an error stay in order"
+
+
+async def test_a_script_unknown_to_the_server_is_loaded_and_run(link: FastLink, redis_url: str) -> None:
+    script = LuaScript.register(aioredis.Redis(), "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}")
+    with redis.Redis.from_url(redis_url) as plain:
+        plain.script_flush()
+        assert plain.script_exists(script.sha) == [False]
+        assert await link.run_script(script, ["counter"], ["arg"]) == [b"counter", b"arg", 1]
+        assert plain.script_exists(script.sha) == [True]
+    assert await link.run_script(script, ["counter"], ["again"]) == [b"counter", b"again", 2]
+
+
+async def test_a_cancelled_caller_does_not_shift_the_replies(link: FastLink) -> None:
+    await link.send("SET", "k", "v")
+    abandoned = link.send("GET", "k")
+    abandoned.cancel()
+    assert await link.send("ECHO", "mine") == b"mine"
+    assert await link.send("GET", "k") == b"v"
+
+
+async def test_a_killed_connection_fails_waiting_commands_and_the_next_one_reconnects(
+    link: FastLink, redis_url: str
+) -> None:
+    await link.send("SET", "k", "v")
+    with redis.Redis.from_url(redis_url) as plain:
+        blocked = link.send("BLPOP", "never-filled", 0)  # waits in Redis until its connection dies
+        await asyncio.sleep(0)  # let it leave
+        await asyncio.sleep(0.05)
+        assert plain.client_kill_filter(_type="normal", skipme=True) >= 1
+    with pytest.raises(redis_errors.ConnectionError):
+        await asyncio.wait_for(blocked, 5)
+    assert await link.send("GET", "k") == b"v", "the next command opened a new connection"
+
+
+async def test_a_server_that_does_not_answer_times_out_every_waiting_command() -> None:
+    silent = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    fast = FastLink("127.0.0.1", port, command_timeout_s=0.3)
+    try:
+        results = await asyncio.gather(fast.send("GET", "a"), fast.send("GET", "b"), return_exceptions=True)
+        assert all(isinstance(r, redis_errors.TimeoutError) for r in results), results
+    finally:
+        await fast.close()
+        silent.close()
+        await silent.wait_closed()
+
+
+async def test_a_refused_connection_is_a_connection_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    fast = FastLink("127.0.0.1", port, connect_timeout_s=1.0)
+    with pytest.raises(redis_errors.ConnectionError, match="cannot connect"):
+        await fast.send("PING")
+
+
+async def test_the_store_answers_503_when_its_link_cannot_reach_redis() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = Store(aioredis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.5))
+    assert isinstance(store.link, FastLink)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.get_receipt_json("rcpt_x")
+    finally:
+        await store.close()
+
+
+async def test_username_password_and_database_are_applied(redis_url: str) -> None:
+    port = port_of(redis_url)
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.acl_setuser("linktest", enabled=True, passwords=["+s3cret"], keys=["*"], commands=["+@all"])
+        try:
+            fast = FastLink.for_client(aioredis.from_url(f"redis://linktest:s3cret@127.0.0.1:{port}/5"))
+            assert fast is not None
+            await fast.send("SET", "in-db-5", "yes")
+            await fast.close()
+            assert redis.Redis(port=port, db=5).get("in-db-5") == b"yes"
+            assert redis.Redis(port=port, db=0).get("in-db-5") is None
+            wrong = FastLink("127.0.0.1", port, username="linktest", password="wrong")
+            with pytest.raises(redis_errors.AuthenticationError):
+                await wrong.send("PING")
+        finally:
+            admin.acl_deluser("linktest")
+
+
+def test_the_link_follows_the_store_from_one_event_loop_to_the_next(redis_url: str) -> None:
+    fast = FastLink("127.0.0.1", port_of(redis_url))
+
+    async def call(*args: Any) -> Any:
+        return await fast.send(*args)
+
+    assert asyncio.run(call("SET", "loop", "one")) == b"OK"
+    assert asyncio.run(call("GET", "loop")) == b"one"
+
+
+async def test_link_for_takes_the_fast_path_only_for_a_plain_tcp_redis(tmp_path: Any) -> None:
+    assert isinstance(link_for(aioredis.from_url("redis://127.0.0.1:6399/0")), FastLink)
+    assert isinstance(link_for(fakeredis.FakeAsyncRedis()), PyLink)
+    assert isinstance(link_for(aioredis.from_url(f"unix://{tmp_path}/redis.sock")), PyLink)
+    assert isinstance(link_for(aioredis.from_url("rediss://127.0.0.1:6399/0")), PyLink)
+
+
+async def test_the_store_uses_the_link_on_real_redis(redis_server: RedisServer, redis_url: str) -> None:
+    store = Store(aioredis.from_url(redis_url))
+    try:
+        assert isinstance(store.link, FastLink)
+        assert await store.get_receipt_json("rcpt_missing") is None
+        assert store.link._protocol is not None, "the read went through the link"
+    finally:
+        await store.close()
+        with contextlib.suppress(Exception):
+            await store.link.close()
+
+
+@given(st.text())
+def test_fast_header_sanitising_is_sanics_for_every_string(value: str) -> None:
+    assert _sanitize_header_value(value) == value.translate(HEADER_TRANSLATION_TABLE)
+
+
+@pytest.mark.parametrize("value", ["plain", "a\r\nInjected: 1", "nul\x00", "tab\tok", "line\u2028sep", ""])
+def test_fast_header_sanitising_examples(value: str) -> None:
+    assert _sanitize_header_value(value) == value.translate(HEADER_TRANSLATION_TABLE)
