@@ -21,6 +21,10 @@ import orjson
 from sanic import HTTPResponse, Request, Sanic
 from sanic.worker.loader import AppLoader
 
+from web import sanic_fixes
+
+sanic_fixes.fast_header_values()  # the service's own help with Sanic, so the ratio stays fair
+
 DEFAULT_SIZES = {"create": 1500, "read": 1000, "verify": 200}
 JSON = "application/json"
 

@@ -17,7 +17,7 @@ from jobs.retention import sweep_periodically
 from kv.connect import open_store
 from kv.health import StoreAckError, check_store_at_startup
 from kv.store import Store
-from web import bundles, claims, info, openapi, pages, receipts_api, search, usage
+from web import bundles, claims, info, openapi, pages, receipts_api, sanic_fixes, search, usage
 from web.config import Settings, load_settings, warn
 from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
@@ -26,6 +26,8 @@ from web.limiting import Limiter
 from web.logs import configure_logging, log_request
 from web.metrics import add_metrics_route, observe_request, release_worker_metrics, route_label
 from web.request_ids import request_id_of
+
+sanic_fixes.fast_header_values()
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SOCKET_BODY_LIMIT = 16 * 1024

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sanic.response.types import HEADER_TRANSLATION_TABLE, BaseHTTPResponse
 from sanic.worker.manager import WorkerManager
 
 _original_wait_for_ack = WorkerManager.wait_for_ack
@@ -53,3 +54,20 @@ def _log_and_kill(manager: Any, message: str) -> None:
 def install() -> None:
     """Patch the manager class (idempotent). Only the serving process calls this."""
     WorkerManager.wait_for_ack = wait_for_ack  # type: ignore[method-assign]
+
+
+def _sanitize_header_value(value: str) -> str:
+    """Sanic's header-value sanitising (drop CR, LF and NUL) without its cost when there is
+    nothing to drop: ``str.translate`` with a deletion table walks every character in Python
+    objects (about 1.2 us for a 60-character value, 20 values per create response), while
+    ``isprintable`` is one C scan (0.08 us) and is False for every character the table drops.
+    The result is identical for every string."""
+    if value.isprintable():
+        return value
+    return value.translate(HEADER_TRANSLATION_TABLE)
+
+
+def fast_header_values() -> None:
+    """Install ``_sanitize_header_value`` (idempotent). The serving workers call this at import
+    of the app, and bench/ceiling.py does too, so the ceiling gets the same help."""
+    BaseHTTPResponse._sanitize_header_value = staticmethod(_sanitize_header_value)  # type: ignore[method-assign]
