@@ -7,9 +7,11 @@ RFC 8785 (JCS) of that payload, UTF-8; ``receipt_hash`` = ``sha256:`` + hex of S
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 import rfc8785
 
 from receipts.encoding import HashStr, sha256_tag
@@ -17,9 +19,51 @@ from receipts.encoding import HashStr, sha256_tag
 UNSIGNED_FIELDS = frozenset({"receipt_hash", "signature", "sig_kid", "receipt_kind"})
 
 
+MAX_SAFE_INTEGER = 2**53 - 1
+"""RFC 8785 (I-JSON) numbers are IEEE doubles: rfc8785 refuses integers beyond this."""
+FAST_PATH_MAX_DEPTH = 64
+"""Deeper values take rfc8785 (orjson refuses nesting past 255; receipts nest 2 deep)."""
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
 def canonical_bytes(value: Any) -> bytes:
-    """RFC 8785 canonical JSON of ``value``. Raises ``rfc8785.CanonicalizationError``."""
+    """RFC 8785 canonical JSON of ``value``. Raises ``rfc8785.CanonicalizationError``.
+
+    Values made only of strings, safe integers, booleans, null, lists and objects whose keys
+    have no character beyond U+FFFF (every receipt) are written by orjson with sorted keys,
+    about 30 times faster than rfc8785's pure Python; anything else (floats, astral keys,
+    big integers, subclasses, deep nesting) goes to rfc8785. For such values the two give the
+    same bytes: JCS escapes exactly ``"``, ``\\`` and U+0000-U+001F as orjson does, writes
+    integers alike, and sorts keys by UTF-16 code units, which is code-point order (orjson's)
+    as long as no key has a surrogate pair. tests/test_canonical.py checks the equality on
+    generated values and the fallback on the rest.
+    """
+    if _fast_path_applies(value, 0):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass  # a lone surrogate, say: rfc8785 decides (and raises its own error)
     return rfc8785.dumps(value)
+
+
+def _fast_path_applies(value: Any, depth: int) -> bool:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
+    if depth >= FAST_PATH_MAX_DEPTH:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (not key.isascii() and _ASTRAL.search(key)):
+                return False
+            if not _fast_path_applies(item, depth + 1):
+                return False
+        return True
+    if kind is list:
+        return all(_fast_path_applies(item, depth + 1) for item in value)
+    return False
 
 
 def signed_payload(receipt: Mapping[str, Any]) -> dict[str, Any]:
