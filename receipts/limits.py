@@ -115,11 +115,25 @@ def minute_window(now_ms: int) -> Window:
 
 
 def month_window(now_ms: int) -> Window:
-    """The UTC calendar month holding ``now_ms``; it ends at the first instant of the next."""
+    """The UTC calendar month holding ``now_ms``; it ends at the first instant of the next.
+    The last month's bounds are kept, so most calls do no calendar arithmetic."""
+    global _last_month
+    starts, ends, month_id = _last_month
+    if not starts <= now_ms < ends:
+        starts, ends, month_id = _last_month = _month_bounds(now_ms)
+    return Window(month_id, ends, now_ms)
+
+
+def _month_bounds(now_ms: int) -> tuple[int, int, str]:
+    """(first ms, first ms of the next month, ``YYYYMM``) of the UTC month holding ``now_ms``."""
     moment = datetime.fromtimestamp(now_ms / 1000, UTC)
     year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    starts = int(datetime(moment.year, moment.month, 1, tzinfo=UTC).timestamp() * 1000)
     ends = int(datetime(year, month, 1, tzinfo=UTC).timestamp() * 1000)
-    return Window(f"{moment.year:04d}{moment.month:02d}", ends, now_ms)
+    return starts, ends, f"{moment.year:04d}{moment.month:02d}"
+
+
+_last_month: tuple[int, int, str] = (0, 0, "")
 
 
 DAY_MS = 86_400_000

@@ -6,7 +6,7 @@ import re
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from receipts.apikeys import hash_api_key, is_plausible_key, new_api_key
@@ -205,3 +205,24 @@ def test_bare_options_mean_serve(monkeypatch: pytest.MonkeyPatch, argv: list[str
     monkeypatch.setattr(cli, "_serve", fake_serve)
     assert cli.main(argv) == 0
     assert seen == [port]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=4_102_444_800_000), min_size=1, max_size=20))
+def test_cached_month_windows_and_timestamps_match_the_calendar(moments: list[int]) -> None:
+    """month_window and format_created_at keep results between calls; in any order of
+    instants (month ends included), they must give what the calendar says."""
+    from datetime import UTC, datetime, timedelta
+
+    from receipts.limits import month_window
+    from receipts.model import format_created_at
+
+    for ms in moments + [m - 1 for m in moments] + [m + 1 for m in moments]:
+        if ms < 0:
+            continue
+        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+        window = month_window(ms)
+        first_next = datetime(moment.year + moment.month // 12, moment.month % 12 + 1, 1, tzinfo=UTC)
+        assert window.id == f"{moment.year:04d}{moment.month:02d}"
+        assert window.ends_ms == int(first_next.timestamp() * 1000)
+        assert format_created_at(ms) == moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
