@@ -103,7 +103,9 @@ def restore_logging() -> Iterator[None]:
         name: (list(logging.getLogger(name).handlers), logging.getLogger(name).propagate) for name in logs.SANIC_LOGGERS
     }
     saved_json = logs.json_logging()
+    saved_direct = logs._Direct.handler
     yield
+    logs._Direct.handler = saved_direct
     root.handlers[:] = saved_root[0]
     root.setLevel(saved_root[1])
     for name, (handlers, propagate) in saved.items():
@@ -300,3 +302,34 @@ def test_live_service_logs_one_json_line_per_request_and_no_secret(
     for secret in secrets:
         assert secret not in printed, f"a secret ({secret[:6]}...) is in the service's output"
     assert "W" * 43 not in printed and "not-it" not in printed and "token=abc" not in printed
+
+
+def test_request_lines_skip_the_logging_machinery_with_the_same_fields(
+    restore_logging: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In JSON mode a request line is written straight to stderr's bytes, exactly what the
+    formatter writes; with any other handler present (a capture), it goes through logging."""
+    from types import SimpleNamespace
+
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, encoding="utf-8", write_through=True))
+    logs.configure_logging("json")
+    ctx = SimpleNamespace(request_id="req_test", plan="pro", project_id="prj_x", client_ip="203.0.113.9")
+    request = SimpleNamespace(ctx=ctx, method="GET", path="/v1/receipts/eps_" + "k" * 30)
+    logs.log_request(request, "receipts.get_receipt", 200, 0.0012345, ClientIpConfig())
+    direct = raw.getvalue()
+    records: list[logging.LogRecord] = []
+    capture = logging.Handler()
+    capture.emit = records.append  # type: ignore[method-assign]
+    logging.root.addHandler(capture)
+    try:
+        logs.log_request(request, "receipts.get_receipt", 200, 0.0012345, ClientIpConfig())
+    finally:
+        logging.root.removeHandler(capture)
+    through_logging = raw.getvalue()[len(direct) :]
+    assert len(records) == 1, "another handler sees the line: it went through logging"
+    assert direct.endswith(b"\n") and direct.count(b"\n") == 1
+    fast, slow = orjson.loads(direct), orjson.loads(through_logging)
+    assert TS.match(fast.pop("ts")) and TS.match(slow.pop("ts"))
+    assert list(fast.items()) == list(slow.items())
+    assert fast["path"] == "/v1/receipts/eps_[masked]" and fast["duration_ms"] == 1.234

@@ -9,7 +9,9 @@ project. It never carries a header, a query string, a body, an API key or any ot
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import re
 import sys
 import time
@@ -17,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from receipts.model import format_created_at
 from web.client_ip import ClientIpConfig, client_ip
 from web.request_ids import request_id_of
 
@@ -31,9 +34,16 @@ API_KEY_SHAPE = re.compile(r"eps_[A-Za-z0-9_-]{16,}")
 _state = {"json": False}
 
 
+class _Direct:
+    """JSON mode's fast lane for request lines (see ``log_request``)."""
+
+    handler: logging.Handler | None = None
+    flush_scheduled = False
+
+
 def format_ts(created: float) -> str:
     """ISO 8601 UTC with milliseconds, e.g. ``2026-01-31T12:00:00.123Z``."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created * 1000) % 1000:03d}Z"
+    return format_created_at(int(created * 1000))
 
 
 class JsonFormatter(logging.Formatter):
@@ -105,6 +115,7 @@ def configure_logging(log_format: str) -> None:
     logging.logThreads = False
     logging.logMultiprocessing = False
     _state["json"] = json_mode
+    _Direct.handler = handler if json_mode else None
 
 
 def json_logging() -> bool:
@@ -138,8 +149,52 @@ def log_request(request: Any, route: str, status: int, duration_s: float, ip_con
         "project_id": getattr(ctx, "project_id", None),
         "client_ip": getattr(ctx, "client_ip", None) or client_ip(request, ip_config),
     }
+    buffer = _direct_buffer()
+    if buffer is not None:
+        created = time.time()
+        line: dict[str, Any] = {"ts": format_ts(created), "level": "info", "logger": request_log.name}
+        line["msg"], line["pid"] = "request", os.getpid()
+        line.update(fields)
+        buffer.write(orjson.dumps(line, default=str) + b"\n")
+        _flush_soon(buffer)
+        return
     # makeRecord + handle is logger.info without its stack walk for the caller's line (which
     # is always this one): half the cost of the line, paid on every request.
     request_log.handle(
         request_log.makeRecord(request_log.name, LOG_LEVEL, __file__, 0, "request", (), None, extra={"fields": fields})
     )
+
+
+def _direct_buffer() -> Any:
+    """stderr's byte buffer when a request line may skip the logging machinery: JSON mode,
+    and our handler alone receives ``eps.request`` records (no filter, no other handler, as
+    a test's log capture would add). The line is byte for byte what ``JsonFormatter`` writes
+    (about 4 us instead of 15 us)."""
+    handler = _Direct.handler
+    if handler is None:
+        return None
+    root = logging.root
+    handlers = root.handlers
+    if len(handlers) != 1 or handlers[0] is not handler or request_log.handlers or request_log.filters:
+        return None
+    if root.filters or handler.filters or handler.level > LOG_LEVEL:
+        return None
+    return getattr(getattr(handler, "stream", None), "buffer", None)
+
+
+def _flush_soon(buffer: Any) -> None:
+    """Flush once per event-loop turn (every line of the turn in one write), or now outside a loop."""
+    if _Direct.flush_scheduled:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        buffer.flush()
+        return
+    _Direct.flush_scheduled = True
+
+    def flush() -> None:
+        _Direct.flush_scheduled = False
+        buffer.flush()
+
+    loop.call_soon(flush)
