@@ -143,6 +143,28 @@ class IssueResult:
     tip: str | None = None
     minute_used: int = 0
     month_used: int = 0
+    unacknowledged: StoreUnavailable | None = None
+    """With ``STORE_ACK``: the 503 for an issued or replayed receipt whose write was not
+    acknowledged in time (the receipt is written; the same request again replays it)."""
+
+
+@dataclass(frozen=True)
+class IssueItem:
+    """One signed receipt for ``Store.issue_receipts``, with what its script checks and counts."""
+
+    receipt_id: str
+    receipt_hash: str
+    receipt_json: bytes
+    built_on_tip: str | None
+    on_main: bool
+    replay_key: str
+    fingerprint: str
+    key_hash: str
+    minute: Counter
+    month: Counter
+    stale_receipt_id: str = ""
+    input_hash: str | None = None
+    output_hash: str | None = None
 
 
 class Store:
@@ -324,60 +346,98 @@ class Store:
     ) -> IssueResult:
         """Record a signed receipt if its tip still holds, it is not a replay, and the key's
         minute limit and the project's monthly quota allow it; count it in both at once.
-        The receipt id joins the search indexes of its ``input_hash`` and ``output_hash``."""
-        search_keys, indexed = self._search_keys(project_id, input_hash, output_hash)
-        script_keys = [
-            keys.project_key(project_id),
-            keys.idempotency_key(project_id, replay_key),
-            keys.receipt_key(receipt_id),
-            keys.receipt_hash_key(project_id, receipt_hash),
-            keys.key_minute_counter_key(project_id, key_hash, minute.window_id),
-            keys.project_month_counter_key(project_id, month.window_id),
-            *search_keys,
-        ]
-        script_args: list[Any] = [
-            built_on_tip or "",
-            receipt_json,
-            receipt_id,
-            receipt_hash,
-            "1" if on_main else "0",
-            fingerprint,
-            minute.limit,
-            minute.ttl_s,
-            month.limit,
-            month.ttl_s,
-            stale_receipt_id,
-            keys.receipt_created_ms(receipt_id),
-            indexed,
-        ]
+        The receipt id joins the search indexes of its ``input_hash`` and ``output_hash``.
+        (``issue_receipts`` with one receipt; raises the not-acknowledged 503 itself.)"""
+        item = IssueItem(
+            receipt_id, receipt_hash, receipt_json, built_on_tip, on_main, replay_key, fingerprint,
+            key_hash, minute, month, stale_receipt_id, input_hash, output_hash,
+        )  # fmt: skip
+        [result] = await self._issue_receipts(project_id, [item])
+        if result.unacknowledged is not None:
+            raise result.unacknowledged
+        return result
+
+    @_unavailable_as_503
+    async def issue_receipts(self, project_id: str, items: list[IssueItem]) -> list[IssueResult]:
+        """Group commit: record ``items`` (receipts of one project, each chained on the one
+        before it where it is on main) in order, in one script call. The first receipt that
+        is not issued ends the call: the result list stops with it, and the receipts after
+        it (built on it) are the caller's to rebuild. With ``STORE_ACK``, an issued or
+        replayed result whose write was not acknowledged carries the 503 in ``unacknowledged``."""
+        return await self._issue_receipts(project_id, items)
+
+    async def _issue_receipts(self, project_id: str, items: list[IssueItem]) -> list[IssueResult]:
+        script_keys: list[Any] = []
+        script_args: list[Any] = []
+        project_key = keys.project_key(project_id)
+        for item in items:
+            search_keys, indexed = self._search_keys(project_id, item.input_hash, item.output_hash)
+            script_keys += [
+                project_key,
+                keys.idempotency_key(project_id, item.replay_key),
+                keys.receipt_key(item.receipt_id),
+                keys.receipt_hash_key(project_id, item.receipt_hash),
+                keys.key_minute_counter_key(project_id, item.key_hash, item.minute.window_id),
+                keys.project_month_counter_key(project_id, item.month.window_id),
+                *search_keys,
+            ]
+            script_args += [
+                item.built_on_tip or "",
+                item.receipt_json,
+                item.receipt_id,
+                item.receipt_hash,
+                "1" if item.on_main else "0",
+                item.fingerprint,
+                item.minute.limit,
+                item.minute.ttl_s,
+                item.month.limit,
+                item.month.ttl_s,
+                item.stale_receipt_id,
+                keys.receipt_created_ms(item.receipt_id),
+                indexed,
+            ]
         if self.ack.enabled:
-            reply = await self._issue_acknowledged(script_keys, script_args, receipt_id)
+            reply, unacknowledged = await self._issue_acknowledged(script_keys, script_args, items)
         else:
-            reply = await self.link.run_script(self._issue, script_keys, script_args)
-        outcome = IssueOutcome(int(reply[0]))
-        value = _text(reply[1]) or None
-        return IssueResult(
-            outcome,
-            receipt_id=value if outcome is IssueOutcome.REPLAY else None,
-            tip=value if outcome is IssueOutcome.TIP_MOVED else None,
-            minute_used=int(reply[2]),
-            month_used=int(reply[3]),
-        )
+            reply, unacknowledged = await self.link.run_script(self._issue, script_keys, script_args), None
+        results = []
+        for at in range(0, len(reply), 4):
+            outcome = IssueOutcome(int(reply[at]))
+            value = _text(reply[at + 1]) or None
+            results.append(
+                IssueResult(
+                    outcome,
+                    receipt_id=value if outcome is IssueOutcome.REPLAY else None,
+                    tip=value if outcome is IssueOutcome.TIP_MOVED else None,
+                    minute_used=int(reply[at + 2]),
+                    month_used=int(reply[at + 3]),
+                    unacknowledged=(
+                        unacknowledged(items[at // 4].receipt_id if outcome is IssueOutcome.ISSUED else value or "")
+                        if unacknowledged is not None and outcome in (IssueOutcome.ISSUED, IssueOutcome.REPLAY)
+                        else None
+                    ),
+                )
+            )
+        return results
 
-    async def _issue_acknowledged(self, script_keys: list[Any], script_args: list[Any], receipt_id: str) -> Any:
+    async def _issue_acknowledged(
+        self, script_keys: list[Any], script_args: list[Any], items: list[IssueItem]
+    ) -> tuple[Any, Callable[[str], StoreUnavailable] | None]:
         """The issue script, then WAIT / WAITAOF on the same connection (both count that
-        connection's writes). Only an issue or a replay is waited for: a replay's minute
-        counter is a later write, so its WAIT covers the earlier receipt as well.
+        connection's writes, so one wait covers the whole group). Only an issue or a replay
+        is waited for: a replay's minute counter is a later write, so its WAIT covers the
+        earlier receipt as well.
 
-        Not reached within the timeout: 503 ``store_unavailable`` naming the receipt, which
-        IS written and chained; the same request again replays it and waits again.
+        Not reached within the timeout: each issued or replayed receipt's result carries a
+        503 ``store_unavailable`` naming the receipt, which IS written and chained; the same
+        request again replays it and waits again.
         """
         client: Any = self.client  # a plain Redis: start-up refuses STORE_ACK with a cluster
         async with client.client() as conn:
             reply: Any = await self._issue.registered(keys=script_keys, args=script_args, client=conn)
-            code = int(reply[0])
-            if code not in (IssueOutcome.ISSUED.value, IssueOutcome.REPLAY.value):
-                return reply
+            codes = {int(reply[at]) for at in range(0, len(reply), 4)}
+            if not codes & {IssueOutcome.ISSUED.value, IssueOutcome.REPLAY.value}:
+                return reply, None
             ack = self.ack
             if ack.mode == "aof":
                 counts: Any = await conn.execute_command("WAITAOF", 1, 0, ack.timeout_ms)
@@ -386,9 +446,11 @@ class Store:
             else:
                 got = int(await conn.execute_command("WAIT", ack.replicas, ack.timeout_ms))
                 reached, required = got >= ack.replicas, ack.replicas
-        if not reached:
-            written_id = receipt_id if code == IssueOutcome.ISSUED.value else _text(reply[1]) or ""
-            raise StoreUnavailable(
+        if reached:
+            return reply, None
+
+        def not_acknowledged(written_id: str) -> StoreUnavailable:
+            return StoreUnavailable(
                 f"the receipt was written but not acknowledged by {ack.describe()}; "
                 "send the same request again to confirm it (it replays the same receipt)",
                 details={
@@ -400,7 +462,8 @@ class Store:
                     "ack": ack.mode,
                 },
             )
-        return reply
+
+        return reply, not_acknowledged
 
     async def _hit(self, key: str, counter: Counter) -> tuple[bool, int]:
         reply: Any = await self.link.run_script(self._hit_counter, [key], [counter.limit, counter.ttl_s])
