@@ -322,8 +322,10 @@ def test_two_workers_are_summed_in_one_scrape(
     assert receipts == sent
     timed = samples[("eps_http_request_duration_seconds_count", (("route", "receipts.create_receipt"),))]
     assert timed == sent
-    issue_ops = samples[("eps_store_operation_duration_seconds_count", (("operation", "issue_receipt"),))]
-    assert issue_ops >= sent
+    # Group commit: one store operation per group of a project's concurrent creates (more
+    # when the two workers' groups race for the tip and one is sent again).
+    issue_ops = samples[("eps_store_operation_duration_seconds_count", (("operation", "issue_receipts"),))]
+    assert issue_ops >= 1
 
     # The token route on the main port, served by either worker, sees the same sum.
     with httpx.Client(base_url=service.base_url, timeout=10) as http:
