@@ -64,7 +64,11 @@ class PyLink:
         self.client = client
 
     def send(self, *args: Arg) -> Awaitable[Any]:
-        return self.client.execute_command(*args)  # type: ignore[no-any-return]
+        """The command as a task (already under way, like ``FastLink.send``'s queued command);
+        a failure nobody awaits is marked seen, as ``FastLink`` does."""
+        task: asyncio.Future[Any] = asyncio.ensure_future(self.client.execute_command(*args))
+        task.add_done_callback(_seen)
+        return task
 
     async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         return await script.registered(keys=list(keys), args=list(args))
@@ -298,6 +302,11 @@ class FastLink:
 
     async def close(self) -> None:
         self._drop()
+
+
+def _seen(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _pack(args: tuple[Arg, ...]) -> bytes:

@@ -495,6 +495,29 @@ class Store:
         )
         return int(values[0] or 0), int(values[1] or 0)
 
+    def prefetch(self, *command: Any) -> Awaitable[Any]:
+        """Send a read now, so it leaves in the same write as the next command of this
+        event-loop turn (a limit check, say); hand the result to ``prefetched_receipt_json``
+        or ``prefetched_text``. A prefetch nobody awaits (the request was refused) is dropped."""
+        return self.link.send(*command)
+
+    def prefetch_receipt_json(self, receipt_id: str) -> Awaitable[Any]:
+        return self.prefetch("GET", keys.receipt_key(receipt_id))
+
+    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> Awaitable[Any]:
+        return self.prefetch("GET", keys.receipt_hash_key(project_id, receipt_hash))
+
+    @_unavailable_as_503
+    async def prefetched_receipt_json(self, sent: Awaitable[Any]) -> bytes | None:
+        """The stored receipt bytes of a ``prefetch_receipt_json``, or None."""
+        value = await sent
+        return value.encode("utf-8") if isinstance(value, str) else value
+
+    @_unavailable_as_503
+    async def prefetched_text(self, sent: Awaitable[Any]) -> str | None:
+        """The text of a prefetched string value (``prefetch_receipt_id_by_hash``), or None."""
+        return _text(await sent)
+
     @_unavailable_as_503
     async def get_receipt_json(self, receipt_id: str) -> bytes | None:
         """The stored receipt bytes, or None (unknown, expired or deleted)."""

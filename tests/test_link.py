@@ -202,3 +202,47 @@ def test_fast_header_sanitising_is_sanics_for_every_string(value: str) -> None:
 @pytest.mark.parametrize("value", ["plain", "a\r\nInjected: 1", "nul\x00", "tab\tok", "line\u2028sep", ""])
 def test_fast_header_sanitising_examples(value: str) -> None:
     assert _sanitize_header_value(value) == value.translate(HEADER_TRANSLATION_TABLE)
+
+
+async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
+    redis_url: str, settings: Any, keyring: Any
+) -> None:
+    """A public read by id is one write to Redis (limit check and read together); a verify of
+    a chained receipt is four (key, limit + receipt, key limit + previous id, previous)."""
+    import orjson
+
+    from tests.conftest import auth, hash_of
+    from web.app import create_app
+    from web.keys_admin import create_project_key
+
+    store = Store(aioredis.from_url(redis_url))
+    client = create_app(settings, store=store).asgi_client
+    try:
+        key = await create_project_key(store, project_name="trips", plan="pro")
+        created = []
+        for label in ("first", "second"):
+            _, response = await client.post(
+                "/v1/receipts", content=orjson.dumps({"input_hash": hash_of(label)}), headers=auth(key)
+            )
+            assert response.status_code == 201
+            created.append(response.json["receipt"])
+        assert isinstance(store.link, FastLink) and store.link._protocol is not None
+        counting = CountingTransport(store.link._protocol.transport)
+        store.link._protocol.transport = counting
+
+        _, read = await client.get(f"/v1/receipts/{created[1]['receipt_id']}")
+        assert read.status_code == 200 and read.json["receipt"] == created[1]
+        assert counting.writes == 1
+
+        counting.writes = 0
+        body = {"receipt_id": created[1]["receipt_id"], "input_hash": hash_of("second")}
+        _, verified = await client.post("/v1/verify", content=orjson.dumps(body), headers=auth(key))
+        assert verified.status_code == 200 and verified.json["ok"] is True, verified.json
+        assert verified.json["chain"]["prev_found"] is True
+        assert counting.writes == 4
+
+        counting.writes = 0
+        _, missing = await client.get("/v1/receipts/rcpt_01M7YR62DJ67JXQHA2S1YESJGE")
+        assert missing.status_code == 404 and counting.writes == 1
+    finally:
+        await store.close()

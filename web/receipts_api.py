@@ -91,8 +91,17 @@ async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes
 
 @bp.get("/v1/receipts/<receipt_ref:str>")
 async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
+    store: Store = request.app.ctx.store
+    # A read by id leaves together with the address's limit check (one round trip); a
+    # refused request simply drops what was read.
+    prefetched = store.prefetch_receipt_json(receipt_ref) if is_receipt_id(receipt_ref) else None
     usage = await request.app.ctx.limiter.hit_ip(request, "get_receipt")
-    stored = await _load_receipt(request.app.ctx.store, receipt_ref, request.args.get("project_id"))
+    if prefetched is not None:
+        stored = await store.prefetched_receipt_json(prefetched)
+        if stored is None:
+            raise NotFound("receipt not found (unknown id, or past its retention window)")
+    else:
+        stored = await _load_receipt(store, receipt_ref, request.args.get("project_id"))
     body = _splice([("ok", b"true"), ("receipt", stored)])
     headers = {**PUBLIC_READ_HEADERS, **ratelimit_headers([usage])}
     return HTTPResponse(body, status=200, headers=headers, content_type=JSON)
@@ -104,15 +113,24 @@ async def verify(request: Request) -> HTTPResponse:
     check_body_size(request, VERIFY_BODY_LIMIT)
     key = await authenticate_limited(request)
     req = parse_verify_request(json_body(request))
+    # The receipt is read in the same round trip as the address's limit check (a refused
+    # request drops it); the key's limit and the previous receipt's lookup share the next.
+    prefetched = store.prefetch_receipt_json(req.receipt_id) if is_receipt_id(req.receipt_id) else None
     ip_usage = await request.app.ctx.limiter.hit_ip(request, "authenticated")
+    stored = await store.prefetched_receipt_json(prefetched) if prefetched is not None else None
+    receipt: dict[str, Any] | None = orjson.loads(stored) if stored is not None else None
+    prev_hash = receipt.get("prev_receipt_hash") if receipt is not None else None
+    prev_id_sent = (
+        store.prefetch_receipt_id_by_hash(key.project_id, prev_hash)
+        if isinstance(prev_hash, str) and receipt is not None and receipt.get("project_id") == key.project_id
+        else None
+    )
     key_usage = await request.app.ctx.limiter.hit_key(key)
-    stored = await store.get_receipt_json(req.receipt_id) if is_receipt_id(req.receipt_id) else None
-    if stored is None:
+    if receipt is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
-    receipt: dict[str, Any] = orjson.loads(stored)
     if receipt.get("project_id") != key.project_id:
         raise Forbidden("this receipt belongs to another project")
-    prev = await _find_prev(store, receipt)
+    prev = await _find_prev(store, receipt, prev_id_sent)
     result = verify_receipt(
         receipt,
         request.app.ctx.settings.keyring,
@@ -124,10 +142,13 @@ async def verify(request: Request) -> HTTPResponse:
     return HTTPResponse(orjson.dumps(result), status=200, headers=headers, content_type=JSON)
 
 
-async def _find_prev(store: Store, receipt: dict[str, Any]) -> dict[str, Any] | None:
+async def _find_prev(store: Store, receipt: dict[str, Any], prev_id_sent: Any) -> dict[str, Any] | None:
     prev_hash = receipt.get("prev_receipt_hash")
     if not isinstance(prev_hash, str):
         return None
-    prev_id = await store.find_receipt_id_by_hash(receipt["project_id"], prev_hash)
+    if prev_id_sent is not None:
+        prev_id = await store.prefetched_text(prev_id_sent)
+    else:
+        prev_id = await store.find_receipt_id_by_hash(receipt["project_id"], prev_hash)
     prev_json = await store.get_receipt_json(prev_id) if prev_id else None
     return orjson.loads(prev_json) if prev_json is not None else None
