@@ -16,7 +16,10 @@ the store is one plain-TCP Redis:
   every waiting command fails with ``redis.exceptions.TimeoutError``;
 - a lost or refused connection fails the waiting commands with
   ``redis.exceptions.ConnectionError`` and the next command reconnects, so the store's
-  existing mapping to 503 ``store_unavailable`` applies unchanged.
+  existing mapping to 503 ``store_unavailable`` applies unchanged;
+- a connection that has heard nothing for ``idle_reconnect_s`` (the pool's
+  ``health_check_interval``, 30 s) is replaced before its next command, so a connection
+  dropped silently by a firewall or the server never costs a request the 5 s timeout.
 
 A command in flight when its caller is cancelled still gets its reply (it is dropped); the
 order of the queue never breaks. ``PyLink`` offers the same two calls over any redis-py
@@ -85,11 +88,13 @@ class _Protocol(asyncio.Protocol):
         self.waiting: deque[asyncio.Future[Any]] = deque()
         self.sent_at: deque[float] = deque()
         self.lost: BaseException | None = None
+        self.last_heard = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self.last_heard = time.monotonic()
         reader = self.reader
         reader.feed(data)
         waiting, sent_at = self.waiting, self.sent_at
@@ -138,8 +143,12 @@ class FastLink:
         password: str | None = None,
         connect_timeout_s: float = 2.0,
         command_timeout_s: float = 5.0,
+        idle_reconnect_s: float = 30.0,
     ) -> None:
         self.host, self.port, self.db = host, port, db
+        self.idle_reconnect_s = idle_reconnect_s
+        """A connection that has not heard from Redis for this long is replaced before its next
+        command (redis-py's ``health_check_interval`` pings instead; this costs no round trip)."""
         self.username, self.password = username, password
         self.connect_timeout_s = connect_timeout_s
         self.command_timeout_s = command_timeout_s
@@ -168,6 +177,7 @@ class FastLink:
             password=kwargs.get("password"),
             connect_timeout_s=float(kwargs.get("socket_connect_timeout") or 2.0),
             command_timeout_s=float(kwargs.get("socket_timeout") or 5.0),
+            idle_reconnect_s=float(kwargs.get("health_check_interval") or 30.0),
         )
 
     # -- sending
@@ -177,7 +187,11 @@ class FastLink:
         loop = asyncio.get_running_loop()
         protocol = self._protocol
         if protocol is not None and self._loop is loop:
-            return self._enqueue(protocol, _pack(args))
+            if protocol.waiting or time.monotonic() - protocol.last_heard < self.idle_reconnect_s:
+                return self._enqueue(protocol, _pack(args))
+            # Quiet for a while: a firewall or the server may have dropped it without a word
+            # (the next command would wait out the timeout). Nothing is waiting on it: replace it.
+            protocol.fail(redis_errors.ConnectionError("an idle connection was replaced"))
         future: asyncio.Future[Any] = loop.create_future()
         packed = _pack(args)
         task = loop.create_task(self._send_after_connect(packed))

@@ -112,6 +112,20 @@ async def test_a_killed_connection_fails_waiting_commands_and_the_next_one_recon
     assert await link.send("GET", "k") == b"v", "the next command opened a new connection"
 
 
+async def test_a_connection_quiet_for_longer_than_the_health_interval_is_replaced(link: FastLink) -> None:
+    """A connection idle past ``idle_reconnect_s`` may have been dropped silently: the next
+    command goes out on a new one instead of waiting out the timeout on the old one."""
+    assert await link.send("SET", "idle", "1") == b"OK"
+    first = link._protocol
+    assert first is not None
+    assert await link.send("GET", "idle") == b"1"
+    assert link._protocol is first, "a connection in use is kept"
+    first.last_heard -= link.idle_reconnect_s + 1
+    assert await link.send("GET", "idle") == b"1"
+    assert link._protocol is not None and link._protocol is not first
+    assert first.transport is None, "the old connection was closed"
+
+
 async def test_a_server_that_does_not_answer_times_out_every_waiting_command() -> None:
     silent = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
     port = silent.sockets[0].getsockname()[1]
