@@ -30,6 +30,7 @@ has one code path; ``link_for`` picks.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Sequence
@@ -156,6 +157,7 @@ class FastLink:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connecting: asyncio.Future[_Protocol] | None = None
         self._outgoing: list[bytes] = []
+        self._pid = os.getpid()
         self._flush_scheduled = False
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -247,10 +249,13 @@ class FastLink:
     async def _connected(self) -> _Protocol:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # first use, or the store moved to another event loop
-            if self._loop is not None and self._loop.is_closed():
-                self._protocol = None  # its transport and futures went with the closed loop
+            if self._loop is not None and (self._loop.is_closed() or self._pid != os.getpid()):
+                # Its transport and futures went with the closed loop, or belong to the process
+                # this one was forked from: forget them without touching the shared socket.
+                self._protocol = None
             self._drop()
             self._loop, self._connecting, self._watchdog = loop, None, None
+            self._pid = os.getpid()
             self._outgoing, self._flush_scheduled = [], False
         if self._protocol is not None:
             return self._protocol

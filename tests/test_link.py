@@ -260,3 +260,38 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
         assert missing.status_code == 404 and counting.writes == 1
     finally:
         await store.close()
+
+
+def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(redis_url: str) -> None:
+    """A process forked while the link is connected (an RQ work horse, say) must not use or
+    close the parent's socket: it reconnects, and the parent's connection keeps working."""
+    import os
+
+    fast = FastLink("127.0.0.1", port_of(redis_url))
+    loop = asyncio.new_event_loop()
+
+    async def call(*args: Any) -> Any:
+        return await fast.send(*args)
+
+    try:
+        assert loop.run_until_complete(call("SET", "forked", "parent")) == b"OK"
+        parent_protocol = fast._protocol
+        pid = os.fork()
+        if pid == 0:  # the child: a fresh loop, as asyncio.run gives a job
+            code = 1
+            try:
+
+                async def child() -> Any:
+                    await fast.send("SET", "forked", "child")
+                    return await fast.send("GET", "forked")
+
+                code = 0 if asyncio.run(child()) == b"child" and fast._protocol is not parent_protocol else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert fast._protocol is parent_protocol
+        assert loop.run_until_complete(call("GET", "forked")) == b"child", "the parent's socket still works"
+    finally:
+        loop.run_until_complete(fast.close())
+        loop.close()
