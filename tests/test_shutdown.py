@@ -164,3 +164,85 @@ def test_sanic_manager_stops_when_sigterm_arrives_before_the_workers_ack() -> No
 
     sanic_fixes.install()
     assert WorkerManager.wait_for_ack is sanic_fixes.wait_for_ack
+
+
+class StoppingManager:
+    """The parts of Sanic's WorkerManager that the stop path touches. Its shared worker state
+    refuses every access made from inside the signal handler, which is what broke a read that
+    the handler interrupted."""
+
+    def __init__(self) -> None:
+        self._shutting_down = False
+        self.sent: list[Any] = []
+        self.monitor_publisher = self
+        self.in_handler = False
+        self.shutdowns = 0
+        self.kills = 0
+        self.polls: list[Any] = []
+
+    @property
+    def worker_state(self) -> dict[str, Any]:
+        if self.in_handler:
+            raise AssertionError("the signal handler touched the manager's shared state")
+        return {}
+
+    def send(self, message: Any) -> None:
+        self.sent.append(message)
+
+    def shutdown(self) -> None:
+        self.worker_state  # noqa: B018 - Sanic's shutdown() writes every worker's state
+        self.shutdowns += 1
+        self._shutting_down = True
+
+    def kill(self) -> None:
+        self.kills += 1
+        from sanic.exceptions import ServerKilled
+
+        raise ServerKilled
+
+    def wait_for_ack(self) -> None:
+        pass
+
+    def _poll_monitor(self) -> Any:
+        from sanic.worker.manager import MonitorCycle
+
+        self.polls.append(self.sent[:])
+        return MonitorCycle.BREAK if None in self.sent else None
+
+    def _sync_states(self) -> None:
+        self.worker_state  # noqa: B018
+
+    def _cleanup_non_tracked_workers(self) -> None:
+        pass
+
+
+def test_sigterm_only_asks_the_monitor_to_stop_and_the_monitor_terminates_the_workers() -> None:
+    from web import sanic_fixes
+
+    sanic_original = StoppingManager()
+    sanic_original.in_handler = True
+    with pytest.raises(AssertionError, match="touched the manager's shared state"):
+        sanic_fixes._original_shutdown_signal(sanic_original, signal.SIGTERM, None)  # type: ignore[arg-type]
+
+    manager = StoppingManager()
+    manager.in_handler = True
+    sanic_fixes.shutdown_signal(manager, signal.SIGTERM, None)
+    manager.in_handler = False
+    assert manager.sent == [None] and manager.shutdowns == 0, "the handler only posts the stop message"
+
+    sanic_fixes.monitor(manager)
+    assert manager.shutdowns == 1, "the monitor terminated the workers once it read the stop message"
+
+    manager.in_handler = True
+    sanic_fixes.shutdown_signal(manager, signal.SIGTERM, None)
+    assert manager.kills == 1, "a second signal kills, as in Sanic"
+
+
+def test_install_replaces_the_stop_path_of_the_manager() -> None:
+    from sanic.worker.manager import WorkerManager
+
+    from web import sanic_fixes
+
+    sanic_fixes.install()
+    assert WorkerManager.shutdown_signal is sanic_fixes.shutdown_signal
+    assert WorkerManager.monitor is sanic_fixes.monitor
