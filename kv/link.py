@@ -88,7 +88,6 @@ class _Protocol(asyncio.Protocol):
         self.transport: Any = None  # asyncio's or uvloop's TCP transport
         self.waiting: deque[asyncio.Future[Any]] = deque()
         self.sent_at: deque[float] = deque()
-        self.lost: BaseException | None = None
         self.last_heard = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -118,8 +117,6 @@ class _Protocol(asyncio.Protocol):
 
     def fail(self, error: BaseException) -> None:
         """Fail every waiting command with ``error`` and drop the connection."""
-        if self.lost is None:
-            self.lost = error
         self.link._forget(self)
         if self.transport is not None:
             self.transport.abort()
@@ -347,7 +344,7 @@ def _chain(done: asyncio.Task[Any], future: asyncio.Future[Any]) -> None:
     if done.cancelled():
         future.cancel()
     elif (exc := done.exception()) is not None:
-        future.set_exception(exc)
+        _fail_quietly(future, exc)
     else:
         future.set_result(done.result())
 

@@ -77,10 +77,11 @@ KEY_RECORD_FIELDS = ("project_id", "actor_id", "plan", "revoked", "created_at", 
 
 
 def _key_record(key_hash: str, values: list[Any]) -> KeyRecord | None:
-    """A key record from ``HMGET`` of ``KEY_RECORD_FIELDS``, or None when the key is unknown."""
-    project_id, actor_id, plan, revoked, created_at, suspended_until = (_text(v) for v in values)
-    if project_id is None and plan is None and created_at is None:
+    """A key record from ``HMGET`` of ``KEY_RECORD_FIELDS``, or None when the key is unknown
+    (HMGET of a missing hash answers every field None)."""
+    if all(value is None for value in values):
         return None
+    project_id, actor_id, plan, revoked, created_at, suspended_until = (_text(v) for v in values)
     return KeyRecord(
         key_hash=key_hash,
         project_id=project_id or "",
@@ -90,6 +91,10 @@ def _key_record(key_hash: str, values: list[Any]) -> KeyRecord | None:
         created_at=created_at or "",
         suspended_until=suspended_until or "",
     )
+
+
+def _bytes(value: bytes | str | None) -> bytes | None:
+    return value.encode("utf-8") if isinstance(value, str) else value
 
 
 def _lenient_text(value: bytes | str) -> str:
@@ -495,23 +500,20 @@ class Store:
         )
         return int(values[0] or 0), int(values[1] or 0)
 
-    def prefetch(self, *command: Any) -> Awaitable[Any]:
-        """Send a read now, so it leaves in the same write as the next command of this
-        event-loop turn (a limit check, say); hand the result to ``prefetched_receipt_json``
-        or ``prefetched_text``. A prefetch nobody awaits (the request was refused) is dropped."""
-        return self.link.send(*command)
-
     def prefetch_receipt_json(self, receipt_id: str) -> Awaitable[Any]:
-        return self.prefetch("GET", keys.receipt_key(receipt_id))
+        """Send the receipt's read now, so it leaves in the same write as the next command of
+        this event-loop turn (a limit check, say); hand the result to
+        ``prefetched_receipt_json``. A prefetch nobody awaits (the request was refused) is dropped."""
+        return self.link.send("GET", keys.receipt_key(receipt_id))
 
     def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> Awaitable[Any]:
-        return self.prefetch("GET", keys.receipt_hash_key(project_id, receipt_hash))
+        """As ``prefetch_receipt_json``, for ``prefetched_text``."""
+        return self.link.send("GET", keys.receipt_hash_key(project_id, receipt_hash))
 
     @_unavailable_as_503
     async def prefetched_receipt_json(self, sent: Awaitable[Any]) -> bytes | None:
         """The stored receipt bytes of a ``prefetch_receipt_json``, or None."""
-        value = await sent
-        return value.encode("utf-8") if isinstance(value, str) else value
+        return _bytes(await sent)
 
     @_unavailable_as_503
     async def prefetched_text(self, sent: Awaitable[Any]) -> str | None:
@@ -521,13 +523,12 @@ class Store:
     @_unavailable_as_503
     async def get_receipt_json(self, receipt_id: str) -> bytes | None:
         """The stored receipt bytes, or None (unknown, expired or deleted)."""
-        value = await self.link.send("GET", keys.receipt_key(receipt_id))
-        return value.encode("utf-8") if isinstance(value, str) else value
+        return _bytes(await self.prefetch_receipt_json(receipt_id))
 
     @_unavailable_as_503
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
         """The id of the project's receipt with this hash, or None."""
-        return _text(await self.link.send("GET", keys.receipt_hash_key(project_id, receipt_hash)))
+        return _text(await self.prefetch_receipt_id_by_hash(project_id, receipt_hash))
 
     @_unavailable_as_503
     async def search_receipts(

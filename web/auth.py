@@ -33,7 +33,11 @@ async def authenticate(request: Request, store: Store) -> KeyRecord:
         raise Unauthorized("missing or malformed Authorization header; send 'Authorization: Bearer <API key>'")
     if not is_plausible_key(token):
         raise Unauthorized("invalid API key")
-    record = await store.find_api_key(hash_api_key(token))
+    return usable_key(await store.find_api_key(hash_api_key(token)))
+
+
+def usable_key(record: KeyRecord | None) -> KeyRecord:
+    """The record of a key that may be used; ``Unauthorized`` for an unknown or revoked one."""
     if record is None or record.revoked:
         raise Unauthorized("invalid or revoked API key")
     return record
@@ -73,11 +77,11 @@ async def authenticate_limited(request: Request) -> KeyRecord:
     else:
         # One round trip reads the key and the address's failed-auth count together. The
         # count still decides first: a throttled address gets 429 whatever the key is.
-        record_or_none = await limiter.find_key_unless_throttled(request, hash_api_key(token))
-        if record_or_none is None or record_or_none.revoked:
+        try:
+            record = usable_key(await limiter.find_key_unless_throttled(request, hash_api_key(token)))
+        except Unauthorized:
             await limiter.count_failed_auth(request)
-            raise Unauthorized("invalid or revoked API key")
-        record = record_or_none
+            raise
     # For the request's log line (web.logs): who asked, never with what key.
     request.ctx.plan = record.plan
     request.ctx.project_id = record.project_id

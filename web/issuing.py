@@ -79,7 +79,6 @@ class _Pending:
 
     req: CreateRequest
     key: KeyRecord
-    header_key: str | None
     plan: PlanLimits
     fingerprint: str
     replay_key: str
@@ -94,8 +93,6 @@ class _Built:
     receipt: dict[str, Any]
     receipt_json: bytes
     advances_tip: bool
-    minute: Window
-    month: Window
 
 
 class ReceiptIssuer:
@@ -141,7 +138,7 @@ class ReceiptIssuer:
         fingerprint = idempotency_fingerprint(project_id, req)
         rkey = replay_key(fingerprint, header_key)
         future: asyncio.Future[Issued] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(project_id, []).append(_Pending(req, key, header_key, plan, fingerprint, rkey, future))
+        self._queues.setdefault(project_id, []).append(_Pending(req, key, plan, fingerprint, rkey, future))
         if project_id not in self._committers:
             self._committers[project_id] = asyncio.create_task(self._commit_queue(project_id))
         # The commit goes on if this request's caller goes away (as a write in flight would).
@@ -167,7 +164,7 @@ class ReceiptIssuer:
             self._committers.pop(project_id, None)
             if not self._queues.get(project_id):
                 self._queues.pop(project_id, None)
-            elif asyncio.get_running_loop().is_running():  # requests arrived during the last await
+            elif asyncio.get_running_loop().is_running():  # left by an exception: the rest still get a committer
                 self._committers[project_id] = asyncio.create_task(self._commit_queue(project_id))
 
     async def _commit_group(self, project_id: str, group: list[_Pending]) -> list[_Pending]:
@@ -200,7 +197,7 @@ class ReceiptIssuer:
                 keyring=self.keyring,
             )
             receipt_json = orjson.dumps(receipt)
-            built.append(_Built(pending, receipt, receipt_json, placement.advances_tip, minute, month))
+            built.append(_Built(pending, receipt, receipt_json, placement.advances_tip))
             plan = pending.plan
             items.append(
                 IssueItem(
@@ -233,7 +230,7 @@ class ReceiptIssuer:
                 self._remember_tip(project_id, result.tip)
             elif result.outcome is IssueOutcome.NO_PROJECT:
                 self._tips.pop(project_id, None)
-            again = await self._settle(done, result)
+            again = await self._settle(done, result, minute, month)
             if again:
                 retry.append(pending)
         # The receipts after the one that ended the call were built on it: build them again.
@@ -243,11 +240,12 @@ class ReceiptIssuer:
                 _fail(pending, ChainContention("the project's chain is too busy right now; retry the request"))
         return [pending for pending in retry if not pending.future.done()]
 
-    async def _settle(self, done: _Built, result: IssueResult) -> bool:
-        """Resolve one create from its script result; True when it must be built again."""
+    async def _settle(self, done: _Built, result: IssueResult, minute: Window, month: Window) -> bool:
+        """Resolve one create from its script result (``minute`` and ``month``: the group's
+        windows); True when it must be built again."""
         pending, key, plan = done.pending, done.pending.key, done.pending.plan
-        minute_usage = Usage("key", plan.per_minute, result.minute_used, done.minute, MINUTE_S)
-        month_usage = Usage("month", plan.monthly, result.month_used, done.month, done.month.retry_after_s)
+        minute_usage = Usage("key", plan.per_minute, result.minute_used, minute, MINUTE_S)
+        month_usage = Usage("month", plan.monthly, result.month_used, month, month.retry_after_s)
         outcome = result.outcome
         if outcome in (IssueOutcome.ISSUED, IssueOutcome.REPLAY) and result.unacknowledged is not None:
             _fail(pending, result.unacknowledged)

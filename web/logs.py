@@ -46,21 +46,30 @@ def format_ts(created: float) -> str:
     return format_created_at(int(created * 1000))
 
 
+def json_entry(
+    created: float, level: str, logger: str, msg: str, pid: int | None, fields: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The object of one JSON line: ``ts``, ``level``, ``logger``, ``msg``, ``pid``, then ``fields``."""
+    entry: dict[str, Any] = {"ts": format_ts(created), "level": level, "logger": logger, "msg": msg, "pid": pid}
+    if fields:
+        entry.update(fields)
+    return entry
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: ``ts``, ``level``, ``logger``, ``msg``, ``pid``, then the record's
     ``fields`` (a dict passed as ``extra={"fields": ...}``), then ``exc`` for a traceback."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "ts": format_ts(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            "pid": record.process,
-        }
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            entry.update(fields)
+        entry = json_entry(
+            record.created,
+            record.levelname.lower(),
+            record.name,
+            record.getMessage(),
+            record.process,
+            fields if isinstance(fields, dict) else None,
+        )
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -151,10 +160,7 @@ def log_request(request: Any, route: str, status: int, duration_s: float, ip_con
     }
     buffer = _direct_buffer()
     if buffer is not None:
-        created = time.time()
-        line: dict[str, Any] = {"ts": format_ts(created), "level": "info", "logger": request_log.name}
-        line["msg"], line["pid"] = "request", os.getpid()
-        line.update(fields)
+        line = json_entry(time.time(), "info", request_log.name, "request", os.getpid(), fields)
         buffer.write(orjson.dumps(line, default=str) + b"\n")
         _flush_soon(buffer)
         return
