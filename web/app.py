@@ -9,7 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sanic import HTTPResponse, Request, Sanic
+from sanic import Request, Sanic
+from sanic.compat import Header
+from sanic.response import BaseHTTPResponse
 
 from jobs.context import use_embedded_server
 from jobs.queue import open_queue
@@ -48,7 +50,7 @@ def create_app(
     Every response carries ``X-Request-Id``; every error is the contract's JSON body.
     """
     settings = settings or load_settings()
-    app: App = Sanic(name or f"eps{next(_app_numbers)}", error_handler=JsonErrorHandler())
+    app: App = Sanic(name or f"eps{next(_app_numbers)}", error_handler=JsonErrorHandler(), request_class=ServiceRequest)
     app.config.REQUEST_MAX_SIZE = SOCKET_BODY_LIMIT
     app.config.FALLBACK_ERROR_FORMAT = "json"
     app.config.ACCESS_LOG = False
@@ -71,16 +73,6 @@ def create_app(
 
     if settings.metrics_token:
         add_metrics_route(app, settings.metrics_token)
-
-    @app.on_request
-    async def assign_request_id(request: Request) -> None:
-        request.ctx.started = time.perf_counter()
-        request_id_of(request)
-
-    @app.on_response
-    async def add_request_id(request: Request, response: HTTPResponse) -> None:
-        response.headers["X-Request-Id"] = request_id_of(request)
-        record_request(request, response.status)
 
     @app.before_server_start
     async def open_resources(app: App) -> None:
@@ -131,14 +123,44 @@ def _attach_store(app: App, store: Store) -> None:
     app.ctx.limiter = Limiter(store, settings.limits, settings.client_ip, app.ctx.clock_ms)
 
 
+class ServiceRequest(Request):
+    """Sanic's request with the service's envelope folded into ``respond``, which every
+    response passes through (a handler's, an error's, a static file's, a 404/405/413 before
+    routing): it gets ``X-Request-Id`` and is recorded once (metrics and the log line).
+
+    This replaces an ``on_request``/``on_response`` middleware pair: Sanic's middleware
+    machinery (signal dispatch around each one, two more coroutines) cost about 30 µs per
+    request, a quarter of a public read's CPU (bench/PROFILE.md, issue 8).
+    """
+
+    __slots__ = ("recorded", "started")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.started = time.perf_counter()
+        self.recorded = False
+
+    async def respond(
+        self,
+        response: BaseHTTPResponse | None = None,
+        *,
+        status: int = 200,
+        headers: Header | dict[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> Any:
+        response = await super().respond(response, status=status, headers=headers, content_type=content_type)
+        if isinstance(response, BaseHTTPResponse):
+            response.headers["X-Request-Id"] = request_id_of(self)
+            record_request(self, response.status)
+        return response
+
+
 def record_request(request: Request, status: int) -> None:
     """Once per request, errors before routing included: its metrics and its log line."""
-    ctx = request.ctx
-    if getattr(ctx, "recorded", False):
+    if getattr(request, "recorded", True):
         return
-    ctx.recorded = True
-    started = getattr(ctx, "started", None)
-    duration = time.perf_counter() - started if started is not None else 0.0
+    request.recorded = True  # type: ignore[attr-defined]
+    duration = time.perf_counter() - request.started  # type: ignore[attr-defined]
     route = route_label(request)
     observe_request(route, request.method, status, duration)
     log_request(request, route, status, duration, request.app.ctx.settings.client_ip)
