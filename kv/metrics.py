@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
+from kv import tally  # noqa: F401  (its flush-first collector registers before these metrics)
+
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 STORE_OPERATION_SECONDS = Histogram(

@@ -27,6 +27,7 @@ from kv.errors import UNAVAILABLE_ERRORS
 from kv.health import NO_ACK, StoreAck
 from kv.link import FastLink, LuaScript, PyLink, link_for
 from kv.metrics import STORE_OPERATION_SECONDS, count_store_error
+from kv.tally import HistogramTally
 from receipts.errors import StoreUnavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -37,7 +38,7 @@ T = TypeVar("T")
 def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     """Also the store's one measuring point: every operation's time and failures (kv.metrics)."""
     operation = func.__name__
-    observe = STORE_OPERATION_SECONDS.labels(operation).observe
+    observe = HistogramTally(STORE_OPERATION_SECONDS.labels(operation)).observe
 
     @functools.wraps(func)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:

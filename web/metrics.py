@@ -43,6 +43,8 @@ from prometheus_client import multiprocess as prometheus_multiprocess
 from sanic import HTTPResponse, Request
 from sanic import exceptions as sanic_errors
 
+from kv import tally
+from kv.tally import CounterTally, HistogramTally
 from web.auth import bearer_token
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -113,11 +115,11 @@ def observe_request(route: str, method: str, status: int, duration_s: float) -> 
     key = (route, method, status)
     count = _request_counters.get(key)
     if count is None:
-        count = _request_counters[key] = HTTP_REQUESTS.labels(route, method, str(status)).inc
+        count = _request_counters[key] = CounterTally(HTTP_REQUESTS.labels(route, method, str(status))).inc
     count()
     time_it = _request_timers.get(route)
     if time_it is None:
-        time_it = _request_timers[route] = HTTP_REQUEST_SECONDS.labels(route).observe
+        time_it = _request_timers[route] = HistogramTally(HTTP_REQUEST_SECONDS.labels(route)).observe
     time_it(duration_s)
 
 
@@ -125,7 +127,7 @@ def count_receipt(replayed: bool, plan: str) -> None:
     count = _receipt_counters.get((replayed, plan))
     if count is None:
         outcome = "replay" if replayed else "new"
-        count = _receipt_counters[(replayed, plan)] = RECEIPTS_ISSUED.labels(outcome, plan).inc
+        count = _receipt_counters[(replayed, plan)] = CounterTally(RECEIPTS_ISSUED.labels(outcome, plan)).inc
     count()
 
 
@@ -165,12 +167,16 @@ def metrics_registry() -> CollectorRegistry:
 
 
 def render_metrics() -> bytes:
-    """The Prometheus text format of every metric (blocking file reads in multiprocess mode)."""
+    """The Prometheus text format of every metric (blocking file reads in multiprocess mode;
+    this process's batched values are flushed first, other workers' within ``tally.FLUSH_S``)."""
+    tally.flush()
     return generate_latest(metrics_registry())
 
 
 def release_worker_metrics() -> None:
-    """At a multiprocess worker's exit: drop its live-gauge files (its counters stay summed)."""
+    """At a worker's exit: flush its batched values; in multiprocess mode drop its live-gauge
+    files (its counters stay summed)."""
+    tally.flush()
     if os.environ.get(MULTIPROC_ENV):
         prometheus_multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
