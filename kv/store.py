@@ -133,6 +133,24 @@ class IssueOutcome(enum.Enum):
     QUOTA_EXCEEDED = 6
 
 
+class AuthOutcome(enum.Enum):
+    """What ``Store.authenticate`` found (kv/lua/authenticate.lua)."""
+
+    COUNTED = 0
+    THROTTLED = 1
+    UNUSABLE = 2
+    LIMITED = 3
+    NOT_COUNTED = 4
+
+
+@dataclass(frozen=True)
+class AuthResult:
+    outcome: AuthOutcome
+    count: int
+    """THROTTLED/UNUSABLE: the address's failed-auth count; COUNTED/LIMITED: its scope count."""
+    record: KeyRecord | None = None
+
+
 @dataclass(frozen=True)
 class Counter:
     """One fixed-window counter: which window, its limit, and how long the key must live."""
@@ -189,6 +207,10 @@ class Store:
         self._issue = LuaScript.register(client, (LUA_DIR / "issue_receipt.lua").read_text())
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
         self._hit_counter = LuaScript.register(client, (LUA_DIR / "hit_counter.lua").read_text())
+        self._authenticate = LuaScript.register(client, (LUA_DIR / "authenticate.lua").read_text())
+        self.one_call_auth = not isinstance(client, RedisCluster)
+        """``authenticate`` may be used: one script reads the key record and the address's
+        counters (on a Cluster they live in different slots: two round trips instead)."""
         self._delete_receipt = client.register_script((LUA_DIR / "delete_receipt.lua").read_text())
         self._delete_if_names = client.register_script((LUA_DIR / "delete_if_names.lua").read_text())
         self._index_checkout = client.register_script((LUA_DIR / "index_checkout.lua").read_text())
@@ -246,6 +268,36 @@ class Store:
         record = self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS)
         count = self.link.send("GET", keys.ip_counter_key(ip_bucket, scope, window_id))
         return _key_record(key_hash, await record), int(await count or 0)
+
+    @_unavailable_as_503
+    async def authenticate(
+        self,
+        key_hash: str,
+        ip_bucket: str,
+        scope: Counter,
+        scope_name: str,
+        failed_limit: int,
+        *,
+        count: bool,
+        claimed_project_id: str = "",
+        claimed_actor_id: str = "",
+    ) -> AuthResult:
+        """The key lookup, the address's failed-auth throttle and its ``scope_name`` counter
+        in one script call (kv/lua/authenticate.lua; only when ``one_call_auth``). Both
+        counters use ``scope``'s minute window; nothing is counted unless ``count``, the key
+        is usable, the claims match it and its project has no suspension set."""
+        reply: Any = await self.link.run_script(
+            self._authenticate,
+            [
+                keys.api_key_key(key_hash),
+                keys.ip_counter_key(ip_bucket, "unauthenticated", scope.window_id),
+                keys.ip_counter_key(ip_bucket, scope_name, scope.window_id),
+            ],
+            [failed_limit, scope.limit, scope.ttl_s, "1" if count else "0", claimed_project_id, claimed_actor_id],
+        )
+        outcome = AuthOutcome(int(reply[0]))
+        record = _key_record(key_hash, reply[2:]) if len(reply) > 2 else None
+        return AuthResult(outcome, int(reply[1]), record)
 
     @_unavailable_as_503
     async def revoke_api_key(self, key_hash: str) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
+from kv import keys
 from kv.store import Store
 from receipts.limits import (
     DEFAULT_LIMITS,
@@ -401,10 +402,12 @@ async def test_usage_endpoint(make_client: Any, store: Store) -> None:
 async def test_a_valid_key_is_read_with_the_failed_auth_count_in_one_round_trip(
     client: Any, store: Store, api_key: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The key record and the address's failed-auth count come from one pipeline; the
-    separate reads remain only for requests without a plausible key."""
+    """The key record, the address's failed-auth count and its request counter come from
+    one script call (kv/lua/authenticate.lua); the separate reads remain only for requests
+    without a plausible key (and on a Cluster: tests/test_cluster.py)."""
     calls: dict[str, int] = {}
-    for name in ("find_api_key", "read_ip_counter", "find_api_key_and_read_ip_counter"):
+    names = ("find_api_key", "read_ip_counter", "find_api_key_and_read_ip_counter", "authenticate", "hit_ip_counter")
+    for name in names:
         original = getattr(store, name)
 
         async def counted(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
@@ -416,8 +419,93 @@ async def test_a_valid_key_is_read_with_the_failed_auth_count_in_one_round_trip(
         "/v1/receipts", content=orjson.dumps({"input_hash": hash_of("one-trip")}), headers=auth(api_key)
     )
     assert created.status_code == 201
-    assert calls == {"find_api_key_and_read_ip_counter": 1}
+    assert calls == {"authenticate": 1}
+    calls.clear()
+    _, usage = await client.get("/v1/usage", headers=auth(api_key))
+    assert usage.status_code == 200
+    assert calls == {"authenticate": 1}
     calls.clear()
     _, missing = await client.post("/v1/receipts", content=b"{}", headers={"Content-Type": "application/json"})
     assert missing.status_code == 401
-    assert calls == {"read_ip_counter": 1}
+    assert calls == {"read_ip_counter": 1, "hit_ip_counter": 1}  # the throttle check, then the failure counted
+
+
+async def _refusal_outcomes(make_client: Any, store: Store, clock: Clock) -> list[tuple[str, int, str | None, str]]:
+    """Every way an authenticated request can be refused or pass, each followed by a read
+    of what it counted: (case, status, error code, the address's authenticated counter and
+    the key's usage after it)."""
+    client = make_client({"ip_per_minute": {"authenticated": 12, "unauthenticated": 3}})
+    key = await create_project_key(store, project_name="p", plan="pro")
+    other = await create_project_key(store, project_name="q", plan="pro")
+    revoked = await create_project_key(store, project_name="r", plan="pro")
+    await store.revoke_api_key(revoked["key_hash"])
+    lapsed = await create_project_key(store, project_name="s", plan="pro")  # a suspension that has ended
+    await store.set_project_suspension(lapsed["project_id"], str(ms("2026-11-01T00:00:00.000Z")))
+    suspended = await create_project_key(store, project_name="t", plan="pro")
+    await store.set_project_suspension(suspended["project_id"], "forever")
+    window = minute_window(ms("2026-11-21T10:00:15.200Z")).id
+    address = keys.ip_counter_key("unknown", "authenticated", window)  # the ASGI client's address bucket
+    ok = {"input_hash": hash_of("ok")}
+    cases: list[tuple[str, Any, dict[str, Any], str, dict[str, str]]] = [
+        ("create", key, ok, "/v1/receipts", {}),
+        ("bad body", key, {"input_hash": "nope"}, "/v1/receipts", {}),
+        ("bad header", key, ok, "/v1/receipts", {"Idempotency-Key": "\t"}),
+        ("bad body and header", key, {"input_hash": "nope"}, "/v1/receipts", {"Idempotency-Key": "\t"}),
+        ("other project", key, {**ok, "project_id": other["project_id"]}, "/v1/receipts", {}),
+        ("other actor", key, {**ok, "actor_id": other["actor_id"]}, "/v1/receipts", {}),
+        (
+            "claims and header",
+            key,
+            {**ok, "project_id": other["project_id"]},
+            "/v1/receipts",
+            {"Idempotency-Key": "\t"},
+        ),
+        ("lapsed suspension", lapsed, {"input_hash": hash_of("lapsed")}, "/v1/receipts", {}),
+        ("suspended", suspended, ok, "/v1/receipts", {}),
+        ("verify, bad body", key, {"receipt_id": 5}, "/v1/verify", {}),
+        ("revoked", revoked, ok, "/v1/receipts", {}),
+        ("unknown", "eps_unknownunknownunknown00", ok, "/v1/receipts", {}),
+        ("unknown again", "eps_unknownunknownunknown01", ok, "/v1/receipts", {}),
+        ("throttled", key, ok, "/v1/receipts", {}),
+    ]
+    outcomes = []
+    for name, who, body, path, headers in cases:
+        response = await post(client, who, body, path=path, **headers)
+        error = response.json.get("error", {}).get("code") if response.status_code >= 400 else None
+        counted = int(await store.client.get(address) or 0)
+        failed = int(await store.client.get(keys.ip_counter_key("unknown", "unauthenticated", window)) or 0)
+        minute, month = await store.read_usage(key["project_id"], key["key_hash"], window, "202611")
+        outcomes.append((name, response.status_code, error, f"ip={counted} failed={failed} key={minute} month={month}"))
+    clock.set("2026-11-21T10:01:00.000Z")
+    window = minute_window(ms("2026-11-21T10:01:00.000Z")).id
+    for i in range(3):
+        response = await post(client, key, {"input_hash": hash_of(f"fill{i}")})
+        outcomes.append((f"fill {i}", response.status_code, None, ""))
+    await store.client.set(keys.ip_counter_key("unknown", "authenticated", window), 12)
+    full = await post(client, key, {"input_hash": hash_of("full")})
+    outcomes.append(("address full", full.status_code, full.json["error"]["code"], full.headers.get("ratelimit", "")))
+    return outcomes
+
+
+async def test_one_call_authentication_refuses_and_counts_like_the_two_steps(
+    make_client: Any, store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kv/lua/authenticate.lua folds the key lookup, the failed-auth throttle and the
+    address's counter into one call: every refusal, its order and what it counts must be
+    exactly those of the two-step path that a Cluster keeps."""
+    one_call = await _refusal_outcomes(make_client, store, clock)
+    await store.client.flushdb()
+    clock.set("2026-11-21T10:00:15.200Z")
+    monkeypatch.setattr(store, "one_call_auth", False)
+    two_steps = await _refusal_outcomes(make_client, store, clock)
+    assert one_call == two_steps
+    statuses = {name: (status, error) for name, status, error, _ in one_call}
+    assert statuses["create"] == (201, None)
+    assert statuses["bad header"] == (400, "bad_request")
+    assert statuses["claims and header"][0] == 403  # the claim is checked before the header
+    assert statuses["lapsed suspension"] == (201, None)
+    assert statuses["suspended"] == (403, "forbidden")
+    assert statuses["revoked"] == (401, "unauthorized")
+    assert statuses["throttled"] == (429, "rate_limited")
+    assert statuses["address full"][:2] == (429, "rate_limited")
+    assert one_call[-1][3].startswith('"ip-authenticated";r=0;')

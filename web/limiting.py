@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from sanic import Request
 
-from kv.store import Counter, KeyRecord, Store
+from kv.store import AuthOutcome, AuthResult, Counter, KeyRecord, Store
 from receipts.errors import QuotaExceeded, RateLimited
 from receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
 from web.client_ip import ClientIpConfig, client_ip
@@ -67,7 +67,7 @@ class Limiter:
         allowed, count = await self.store.hit_ip_counter(self.client(request), scope, minute_counter(window, limit))
         usage = Usage(f"ip-{scope}", limit, count, window, MINUTE_S)
         if not allowed:
-            raise rate_limited(usage, f"too many requests from this address; limit {limit} per minute")
+            raise ip_rate_limited(usage)
         return usage
 
     async def refuse_throttled_address(self, request: Request) -> None:
@@ -87,6 +87,38 @@ class Limiter:
         )
         _refuse_if_throttled(count, limit, window)
         return record
+
+    async def authenticate(
+        self,
+        request: Request,
+        key_hash: str,
+        scope: str,
+        *,
+        count: bool,
+        claimed_project_id: str | None,
+        claimed_actor_id: str | None,
+    ) -> tuple[AuthResult, Usage | None]:
+        """``Store.authenticate``: the key, the failed-auth throttle (``RateLimited`` here) and,
+        if ``count``, the address's ``scope`` counter in one round trip. The usage is None
+        when the request was not counted."""
+        failed_limit = self.limits.ip_per_minute["unauthenticated"]
+        limit = self.limits.ip_per_minute[scope]
+        window = minute_window(self.clock_ms())
+        result = await self.store.authenticate(
+            key_hash,
+            self.client(request),
+            minute_counter(window, limit),
+            scope,
+            failed_limit,
+            count=count,
+            claimed_project_id=claimed_project_id or "",
+            claimed_actor_id=claimed_actor_id or "",
+        )
+        if result.outcome is AuthOutcome.THROTTLED:
+            _refuse_if_throttled(result.count, failed_limit, window)
+        if result.outcome in (AuthOutcome.COUNTED, AuthOutcome.LIMITED):
+            return result, Usage(f"ip-{scope}", limit, result.count, window, MINUTE_S)
+        return result, None
 
     async def count_failed_auth(self, request: Request) -> None:
         """After a failed authentication: count it; past the limit the answer is 429, not 401."""
@@ -108,6 +140,10 @@ def _refuse_if_throttled(failed: int, limit: int, window: Window) -> None:
     if failed >= limit:
         usage = Usage("ip-unauthenticated", limit, failed, window, MINUTE_S)
         raise rate_limited(usage, "too many requests with a missing or invalid API key from this address")
+
+
+def ip_rate_limited(usage: Usage) -> RateLimited:
+    return rate_limited(usage, f"too many requests from this address; limit {usage.limit} per minute")
 
 
 def key_rate_limited(usage: Usage, plan: str) -> RateLimited:

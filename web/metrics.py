@@ -45,7 +45,6 @@ from sanic import exceptions as sanic_errors
 
 from kv import tally
 from kv.tally import CounterTally, HistogramTally
-from web.auth import bearer_token
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 UNMATCHED = "unmatched"
@@ -254,6 +253,8 @@ ALL_METHODS = sorted(METHODS)
 def add_metrics_route(app: Any, token: str) -> None:
     """``GET /metrics`` for ``Authorization: Bearer <token>``; anything else is the plain 404
     of an unknown path (any method, so no 405 tells that the path exists)."""
+    from web.auth import bearer_token  # web.auth -> web.limiting -> this module
+
     expected = hashlib.sha256(token.encode()).digest()
 
     async def metrics(request: Request) -> HTTPResponse:

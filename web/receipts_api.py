@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
 from kv.store import Store
 from receipts.encoding import is_hash_str
-from receipts.errors import BadRequest, Forbidden, NotFound, SigningKeyUnavailable
+from receipts.errors import BadRequest, Forbidden, NotFound, ServiceError, SigningKeyUnavailable
 from receipts.ids import is_project_id, is_receipt_id
 from receipts.limits import quota_headers, quota_object, ratelimit_headers
 from receipts.model import (
@@ -19,11 +20,12 @@ from receipts.model import (
     parse_verify_request,
     verify_receipt,
 )
-from web.auth import authenticate_limited
+from web.auth import authenticate_counted
 from web.bodies import check_body_size, json_body
 from web.issuing import ReceiptIssuer
 
 bp = Blueprint("receipts")
+T = TypeVar("T")
 
 CREATE_BODY_LIMIT = 16 * 1024
 VERIFY_BODY_LIMIT = 8 * 1024
@@ -42,14 +44,27 @@ async def create_receipt(request: Request) -> HTTPResponse:
     check_body_size(request, CREATE_BODY_LIMIT)
     if not issuer.keyring.can_sign:
         raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
-    key = await authenticate_limited(request)
-    req = parse_create_request(json_body(request))
+    # The body and the Idempotency-Key header are checked before the key, so the key lookup
+    # and the address's count share one round trip (web.auth.authenticate_counted); their
+    # errors are raised after authentication, in the order they always were, uncounted.
+    req, body_error = _checked(lambda: parse_create_request(json_body(request)))
+    header_key, header_error = _checked(lambda: check_idempotency_header(request.headers.get("idempotency-key")))
+    key, ip_usage = await authenticate_counted(
+        request,
+        count=body_error is None and header_error is None,
+        claimed_project_id=req.claimed_project_id if req is not None else None,
+        claimed_actor_id=req.claimed_actor_id if req is not None else None,
+    )
+    if body_error is not None:
+        raise body_error
+    assert req is not None
     if req.claimed_project_id is not None and req.claimed_project_id != key.project_id:
         raise Forbidden("project_id does not match the API key's project", {"field": "project_id"})
     if req.claimed_actor_id is not None and req.claimed_actor_id != key.actor_id:
         raise Forbidden("actor_id does not match the API key's actor", {"field": "actor_id"})
-    header_key = check_idempotency_header(request.headers.get("idempotency-key"))
-    ip_usage = await request.app.ctx.limiter.hit_ip(request, "authenticated")
+    if header_error is not None:
+        raise header_error
+    assert ip_usage is not None  # counted: nothing above refused the request
     plan = request.app.ctx.settings.limits.plan(key.plan)
     issued = await issuer.issue(req, key, header_key, plan)
     body = _splice(
@@ -68,6 +83,14 @@ async def create_receipt(request: Request) -> HTTPResponse:
         **ratelimit_headers([issued.minute, ip_usage]),
     }
     return HTTPResponse(body, status=status, headers=headers, content_type=JSON)
+
+
+def _checked(parse: Callable[[], T]) -> tuple[T | None, ServiceError | None]:
+    """``parse()``, or the client error it raised (to be raised later, in its turn)."""
+    try:
+        return parse(), None
+    except ServiceError as exc:
+        return None, exc
 
 
 async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes:
@@ -111,12 +134,18 @@ async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
 async def verify(request: Request) -> HTTPResponse:
     store: Store = request.app.ctx.store
     check_body_size(request, VERIFY_BODY_LIMIT)
-    key = await authenticate_limited(request)
-    req = parse_verify_request(json_body(request))
-    # The receipt is read in the same round trip as the address's limit check (a refused
-    # request drops it); the key's limit and the previous receipt's lookup share the next.
-    prefetched = store.prefetch_receipt_json(req.receipt_id) if is_receipt_id(req.receipt_id) else None
-    ip_usage = await request.app.ctx.limiter.hit_ip(request, "authenticated")
+    req, body_error = _checked(lambda: parse_verify_request(json_body(request)))
+    # The receipt is read in the same round trip as the key lookup and the address's limit
+    # check (a refused request drops it); the key's limit and the previous receipt's lookup
+    # share the next.
+    prefetched = None
+    if req is not None and is_receipt_id(req.receipt_id):
+        prefetched = store.prefetch_receipt_json(req.receipt_id)
+    key, ip_usage = await authenticate_counted(request, count=body_error is None)
+    if body_error is not None:
+        raise body_error
+    assert req is not None
+    assert ip_usage is not None  # counted: nothing above refused the request
     stored = await store.prefetched_receipt_json(prefetched) if prefetched is not None else None
     receipt: dict[str, Any] | None = orjson.loads(stored) if stored is not None else None
     prev_hash = receipt.get("prev_receipt_hash") if receipt is not None else None

@@ -6,7 +6,7 @@ from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from receipts.limits import minute_window, month_window, ratelimit_headers
-from web.auth import authenticate_limited
+from web.auth import authenticate_counted
 
 bp = Blueprint("usage")
 
@@ -14,8 +14,8 @@ bp = Blueprint("usage")
 @bp.get("/v1/usage")
 async def usage(request: Request) -> HTTPResponse:
     """Reading usage counts against the address's authenticated limit, not the key's."""
-    key = await authenticate_limited(request)
-    ip_usage = await request.app.ctx.limiter.hit_ip(request, "authenticated")
+    key, ip_usage = await authenticate_counted(request)
+    assert ip_usage is not None  # counted: nothing refused the request
     plan = request.app.ctx.settings.limits.plan(key.plan)
     now = request.app.ctx.clock_ms()
     minute, month = minute_window(now), month_window(now)
