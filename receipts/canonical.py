@@ -58,7 +58,9 @@ def _fast_path_applies(value: Any, depth: int) -> bool:
         for key, item in value.items():
             if type(key) is not str or (not key.isascii() and _ASTRAL.search(key)):
                 return False
-            if not _fast_path_applies(item, depth + 1):
+            item_kind = type(item)
+            # Strings and nulls (nearly every receipt value) are settled here, without a call.
+            if item_kind is not str and item is not None and not _fast_path_applies(item, depth + 1):
                 return False
         return True
     if kind is list:
