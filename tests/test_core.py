@@ -68,6 +68,38 @@ def test_random_id_characters_are_uniform_and_keep_the_slot_tag() -> None:
     assert len({i[-12:] for i in receipt_ids}) == 200, "60 random bits: no repeats in 200"
 
 
+def test_id_time_characters_and_the_random_pool() -> None:
+    """The time characters are cached per millisecond and the random bytes come from a pool:
+    neither may change an id's meaning, and a forked child never repeats its parent's bytes."""
+    import os
+    import random
+
+    from receipts import ids as ids_module
+
+    def reference(ms: int) -> str:
+        return "".join(ids_module.CROCKFORD[(ms >> (5 * i)) & 31] for i in reversed(range(10)))
+
+    for ms in [0, 1, 31, 32, 2**48 - 1, *(random.randrange(2**48) for _ in range(2000))]:
+        assert new_ulid(ms)[:10] == reference(ms)
+        assert new_ulid(ms)[:10] == reference(ms)  # the cached answer
+    # More ids than one pool holds: still unique, still well formed.
+    many = [new_ulid(5) for _ in range(3 * ids_module._POOL_SIZE // 16)]
+    assert len(set(many)) == len(many)
+    read, write = os.pipe()
+    new_ulid()  # the parent's pool is filled
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os.write(write, "".join(new_ulid(7) for _ in range(8)).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 4096).decode()
+    os.close(read)
+    os.close(write)
+    parent = "".join(new_ulid(7) for _ in range(8))
+    assert len(child) == len(parent) == 8 * 26
+    assert child != parent, "the child drew the parent's pooled bytes"
+
+
 def test_created_at_format() -> None:
     assert format_created_at(0) == "1970-01-01T00:00:00.000Z"
     assert format_created_at(1_700_000_000_123) == "2023-11-14T22:13:20.123Z"
