@@ -39,6 +39,15 @@ class _Direct:
 
     handler: logging.Handler | None = None
     flush_scheduled = False
+    pid = os.getpid()
+    """This process's id (a system call each time otherwise), renewed in a forked child."""
+
+
+def _renew_pid() -> None:
+    _Direct.pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_renew_pid)
 
 
 def format_ts(created: float) -> str:
@@ -160,7 +169,7 @@ def log_request(request: Any, route: str, status: int, duration_s: float, ip_con
     }
     buffer = _direct_buffer()
     if buffer is not None:
-        line = json_entry(time.time(), "info", request_log.name, "request", os.getpid(), fields)
+        line = json_entry(time.time(), "info", request_log.name, "request", _Direct.pid, fields)
         buffer.write(orjson.dumps(line, default=str) + b"\n")
         _flush_soon(buffer)
         return

@@ -32,6 +32,7 @@ from signal import Signals
 from typing import Any
 
 from sanic.exceptions import ServerKilled
+from sanic.helpers import has_message_body
 from sanic.log import logger
 from sanic.response.types import HEADER_TRANSLATION_TABLE, BaseHTTPResponse
 from sanic.worker.manager import MonitorCycle, WorkerManager
@@ -120,7 +121,31 @@ def _sanitize_header_value(value: str) -> str:
     return value.translate(HEADER_TRANSLATION_TABLE)
 
 
+SANICS_PROCESSED_HEADERS = BaseHTTPResponse.__dict__["processed_headers"]
+"""Sanic's own property, kept for the test that compares the two."""
+
+
+def _processed_headers(self: Any) -> list[tuple[bytes, bytes]]:
+    """Sanic's ``BaseHTTPResponse.processed_headers`` as one loop with the sanitising inlined:
+    the same pairs in the same order (a list instead of a generator; its users only iterate),
+    without two method calls and a generator step per header (13 headers on a create)."""
+    if has_message_body(self.status):  # type: ignore[no-untyped-call]
+        self.headers.setdefault("content-type", self.content_type)
+    pairs = []
+    for name, value in self.headers.items():
+        if type(value) is not str:
+            value = f"{value}"
+        if not name.isprintable():
+            name = name.translate(HEADER_TRANSLATION_TABLE)
+        if not value.isprintable():
+            value = value.translate(HEADER_TRANSLATION_TABLE)
+        pairs.append((name.encode("ascii"), value.encode(errors="surrogateescape")))
+    return pairs
+
+
 def fast_header_values() -> None:
-    """Install ``_sanitize_header_value`` (idempotent). The serving workers call this at import
-    of the app, and bench/ceiling.py does too, so the ceiling gets the same help."""
+    """Install ``_sanitize_header_value`` and ``_processed_headers`` (idempotent). The serving
+    workers call this at import of the app, and bench/ceiling.py does too, so the ceiling gets
+    the same help."""
     BaseHTTPResponse._sanitize_header_value = staticmethod(_sanitize_header_value)  # type: ignore[method-assign]
+    BaseHTTPResponse.processed_headers = property(_processed_headers)  # type: ignore[assignment,method-assign]
