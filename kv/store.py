@@ -44,13 +44,12 @@ def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitabl
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         started = time.perf_counter()
         try:
-            client = getattr(args[0], "client", None)
-            if isinstance(client, RedisCluster):
+            if getattr(args[0], "is_cluster", False):
                 # Learn the slot map before the first command. redis-py 8.1's cluster client
                 # initialises lazily, and commands racing that first initialisation fail with
                 # AttributeError on a half-open connection (docs/cluster.md). Once it is
                 # initialised this is an attribute check; its own lock serialises the first.
-                await client.initialize()
+                await args[0].client.initialize()  # type: ignore[attr-defined]
             return await func(*args, **kwargs)
         except UNAVAILABLE_ERRORS as exc:
             count_store_error(operation, type(exc).__name__)
@@ -208,7 +207,10 @@ class Store:
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
         self._hit_counter = LuaScript.register(client, (LUA_DIR / "hit_counter.lua").read_text())
         self._authenticate = LuaScript.register(client, (LUA_DIR / "authenticate.lua").read_text())
-        self.one_call_auth = not isinstance(client, RedisCluster)
+        self.is_cluster = isinstance(client, RedisCluster)
+        """Decided once: ``isinstance`` against redis-py's cluster class goes through typing's
+        protocol check (about 2 us), too slow for every operation."""
+        self.one_call_auth = not self.is_cluster
         """``authenticate`` may be used: one script reads the key record and the address's
         counters (on a Cluster they live in different slots: two round trips instead)."""
         self._delete_receipt = client.register_script((LUA_DIR / "delete_receipt.lua").read_text())
