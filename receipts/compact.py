@@ -242,8 +242,8 @@ def _json(data: bytes) -> bytes:
         tags = {}
         end = at + 1
         for _ in range(data[at]):
-            key, end = _text_at(data, end)
-            tags[key], end = _text_at(data, end)
+            tag, end = _text_at(data, end)
+            tags[tag], end = _text_at(data, end)
         at = end
         out.append(orjson.dumps(tags))
     else:
