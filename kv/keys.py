@@ -51,9 +51,10 @@ SEARCH_FIELDS = {"input_hash": "i", "output_hash": "o"}
 
 
 def search_index_key(project_id: str, field: str, hash_str: str) -> str:
-    """Old layout (read, trimmed and removed, no longer written): sorted set, ids of the
-    project's receipts whose ``field`` (``input_hash`` or ``output_hash``) is ``hash_str``,
-    each scored by its creation time (Unix ms). Now a ``search_field`` in the index buckets."""
+    """Sorted set: ids of the project's receipts whose ``field`` (``input_hash`` or
+    ``output_hash``) is ``hash_str``, each scored by its creation time (Unix ms), once the
+    hash has more than four receipts (16-byte ids; up to four live in its ``search_field``).
+    Receipts written before the index buckets are here as text ids."""
     return f"x:{{{slot_tag(project_id)}}}:{project_id}:{SEARCH_FIELDS[field]}:{_hex(hash_str).lower()}"
 
 
@@ -117,7 +118,8 @@ def fingerprint_tail(fingerprint: str) -> bytes:
 
 def search_field(field: str, hash_str: str) -> bytes:
     """Field ``I`` (input_hash) or ``O`` (output_hash) + the hash's first 8 bytes; value:
-    the ids (16 bytes each, in issue order) of the project's receipts with that hash."""
+    the ids (16 bytes each, in issue order) of the project's receipts with that hash, up to
+    four (64 bytes, listpack's value limit); a fifth moves them all to ``search_index_key``."""
     return SEARCH_FIELDS[field].upper().encode() + bytes.fromhex(_hex(hash_str).lower())[:8]
 
 

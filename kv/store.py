@@ -353,8 +353,8 @@ class Store:
 
     @staticmethod
     def _search_keys(project_id: str, input_hash: Any, output_hash: Any) -> tuple[list[str], str]:
-        """The two old-layout search-index KEYS of a receipt and which of them hold it ("io",
-        "i" or "").
+        """The two search-set KEYS of a receipt (``x:``: the old layout, and a hash's ids once
+        it has more than four receipts) and which of them hold it ("io", "i" or "").
 
         Both KEYS are always passed (scripts declare fixed KEYS, all in the project's slot):
         a missing output hash repeats the input's key, a missing input hash (only in tests
@@ -420,6 +420,7 @@ class Store:
         meta_key = keys.index_meta_key(project_id)
         for item in items:
             receipt_id_bytes = keys.receipt_id_bytes(item.receipt_id)
+            search_keys, _ = self._search_keys(project_id, item.input_hash, item.output_hash)
             script_keys += [
                 project_key,
                 keys.idempotency_key(project_id, item.replay_key),
@@ -427,6 +428,7 @@ class Store:
                 meta_key,
                 keys.key_minute_counter_key(project_id, item.key_hash, item.minute.window_id),
                 keys.project_month_counter_key(project_id, item.month.window_id),
+                *search_keys,
             ]
             stale = item.stale_receipt_id
             script_args += [
@@ -598,9 +600,9 @@ class Store:
         JSON bytes, id to continue after or None). ``after`` is the last id of the previous
         page; the order is (created ms, receipt id) descending, which is the ids' own order.
 
-        The ids come from the index field (all of them: one per receipt with that hash) and,
-        for receipts written before the index buckets, from the old sorted set (a page of it,
-        in one round trip with the field). Ids whose receipt is gone (deleted or expired a
+        The ids come from the index field (up to four) and from the hash's sorted set (a
+        page of it, in the same round trip: the ids of a hash with more than four receipts,
+        and of receipts written before the index buckets). Ids whose receipt is gone (deleted or expired a
         moment ago), or whose full hash differs (the field is truncated), are skipped, so a
         page can hold fewer than ``limit`` receipts while more follow.
         """
@@ -621,9 +623,9 @@ class Store:
         replies = [field_value, *replies]
         packed = _bytes(replies[0]) or b""
         found = {keys.receipt_id_from_bytes(packed[at : at + 16]) for at in range(0, len(packed) - 15, 16)}
-        found.update(_text(m) or "" for m in replies[1])
+        found.update(_receipt_id(m) or "" for m in replies[1])
         if after is not None:
-            found.update(_text(m) or "" for m in replies[2])
+            found.update(_receipt_id(m) or "" for m in replies[2])
         ids = sorted((m for m in found if after is None or m < after), reverse=True)
         page, more = ids[:limit], len(ids) > limit
         stored = await self.client.mget([keys.receipt_key(m) for m in page]) if page else []

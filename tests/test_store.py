@@ -29,6 +29,8 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.index_meta_key(project_id),
             keys.key_minute_counter_key(project_id, hash_of("key"), "29000000"),
             keys.project_month_counter_key(project_id, "202612"),
+            keys.search_index_key(project_id, "input_hash", hash_of("in")),
+            keys.search_index_key(project_id, "output_hash", hash_of("out")),
         ],
         "find_index_field.lua": [keys.index_meta_key(project_id), keys.receipt_hash_key(project_id, hash_of("r"))],
         "expire_index_bucket.lua": [keys.index_bucket_key(project_id, 5), keys.index_meta_key(project_id)],

@@ -4,8 +4,9 @@
 -- KEYS[1] receipt record (string)
 -- KEYS[2] the project's index meta hash
 -- KEYS[3] old-layout receipt-hash index entry (string: receipt_id)
--- KEYS[4] old-layout search index of the receipt's input_hash (sorted set of receipt ids)
--- KEYS[5] old-layout search index of its output_hash (KEYS[4] again when it has none)
+-- KEYS[4] search set of the receipt's input_hash (sorted set of receipt ids: text from the
+--         old layout, 16 bytes for a hash with more than four receipts)
+-- KEYS[5] search set of its output_hash (KEYS[4] again when it has none)
 -- ARGV[1] receipt_id
 -- ARGV[2] receipt_id as 16 bytes
 -- ARGV[3] hash-index field
@@ -31,6 +32,6 @@ idx_save()
 if redis.call('GET', KEYS[3]) == ARGV[1] then
   removed = removed + redis.call('DEL', KEYS[3])
 end
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1], ARGV[2])
+redis.call('ZREM', KEYS[5], ARGV[1], ARGV[2])
 return removed

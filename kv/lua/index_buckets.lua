@@ -53,15 +53,40 @@ local function idx_put(meta, field, value)
   idx_count(redis.call('HSET', bucket, field, value))
 end
 
-local function idx_append(meta, field, value)
+-- Append `value` to a field's value (a search field's list of ids), unless the result would
+-- be longer than `max` bytes (listpack holds values up to 64): then write nothing and return
+-- false.
+local function idx_append(meta, field, value, max)
   idx_load(meta)
   local bucket = idx_bucket(field)
   local old = redis.call('HGET', bucket, field)
   if old then
+    if #old + #value > max then
+      return false
+    end
     redis.call('HSET', bucket, field, old .. value)
   else
     idx_count(redis.call('HSET', bucket, field, value))
   end
+  return true
+end
+
+-- Remove a field and return its value (false when absent).
+local function idx_take(meta, field)
+  idx_load(meta)
+  local bucket = idx_bucket(field)
+  local value = redis.call('HGET', bucket, field)
+  if value then
+    redis.call('HDEL', bucket, field)
+    idx_count(-1)
+  end
+  return value
+end
+
+-- The creation time (Unix ms) of a 16-byte receipt id: its first six bytes.
+local function idx_id_ms(id)
+  local b1, b2, b3, b4, b5, b6 = string.byte(id, 1, 6)
+  return ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
 end
 
 -- Split bucket number `split` into itself and `split + 2^level`, until the load is back

@@ -2,8 +2,8 @@
 -- why not (group commit: the receipts of one batch were chained on each other in memory).
 -- Runs after index_buckets.lua (its idx_* functions).
 --
--- The call holds N receipts: KEYS has 6 per receipt and ARGV 18 per receipt, receipt i
--- (from 0) at KEYS[6i+1..6i+6] and ARGV[18i+1..18i+18], each laid out as below. They are
+-- The call holds N receipts: KEYS has 8 per receipt and ARGV 18 per receipt, receipt i
+-- (from 0) at KEYS[8i+1..8i+8] and ARGV[18i+1..18i+18], each laid out as below. They are
 -- processed in order; the first that is not issued (code 1-6) ends the call: the receipts
 -- after it were built on it and are not looked at (the caller rebuilds and sends them
 -- again). N = 1 is a single receipt, with the same reply.
@@ -15,6 +15,10 @@
 -- KEYS[4] the project's index meta hash (its buckets: KEYS[4] .. ':' .. number)
 -- KEYS[5] the API key's request counter for the current minute window
 -- KEYS[6] the project's receipt counter for the current calendar month
+-- KEYS[7] the search set of the receipt's input_hash (sorted set: receipt ids scored by
+--         created ms; 16-byte ids once a hash has more than four receipts, text ids from
+--         records written before the index buckets)
+-- KEYS[8] the search set of its output_hash (KEYS[7] again when there is none)
 -- ARGV[1] the tip the receipt was built on ("" = the project had no tip)
 -- ARGV[2] the receipt's stored value (compact record, or JSON)
 -- ARGV[3] receipt_id
@@ -32,8 +36,12 @@
 -- ARGV[14] hash-index field (value: ARGV[13])
 -- ARGV[15] idempotency field (value: ARGV[13] .. ARGV[16])
 -- ARGV[16] the fingerprint's first 8 bytes
--- ARGV[17] input_hash search field (ARGV[13] is appended to its value; "" = none)
--- ARGV[18] output_hash search field ("" = the receipt has no output_hash)
+-- ARGV[17] input_hash search field ("" = none): ARGV[13] is appended to its value, or,
+--          when the hash's set KEYS[7] exists or the value already holds four ids (64
+--          bytes, listpack's limit), added to the set, the value's ids moving there too
+-- ARGV[18] output_hash search field ("" = the receipt has no output_hash), with KEYS[8]
+-- A search set scores each id by its creation time (Unix ms), read from the id's first
+-- six bytes.
 --
 -- Returns {code, value, minute_used, month_used} per receipt looked at, flattened (the
 -- counters after that receipt):
@@ -46,6 +54,17 @@
 --   {5, ""}           the key's per-minute limit is used up
 --   {6, ""}           the project's monthly quota is used up
 -- Codes 2-6 write nothing for their receipt; code 1 writes only its minute counter.
+
+-- The ids a search field hands to its hash's set: the field's own (it goes) and `id`.
+local function moving_ids(meta, field, id)
+  local ids = {}
+  local value = idx_take(meta, field) or ''
+  for at = 1, #value, 16 do
+    ids[#ids + 1] = string.sub(value, at, at + 15)
+  end
+  ids[#ids + 1] = id
+  return ids
+end
 
 local function issue_one(k, a)
   local minute = tonumber(redis.call('GET', KEYS[k + 5]) or '0')
@@ -103,9 +122,17 @@ local function issue_one(k, a)
   redis.call('SET', KEYS[k + 3], ARGV[a + 2])
   idx_put(KEYS[k + 4], ARGV[a + 14], id)
   idx_put(KEYS[k + 4], ARGV[a + 15], id .. ARGV[a + 16])
-  for _, field in ipairs({ARGV[a + 17], ARGV[a + 18]}) do
-    if field ~= '' then
-      idx_append(KEYS[k + 4], field, id)
+  -- A search field takes the id while it holds fewer than four; else the ids go to the set.
+  if ARGV[a + 17] ~= '' and (redis.call('EXISTS', KEYS[k + 7]) == 1
+      or not idx_append(KEYS[k + 4], ARGV[a + 17], id, 64)) then
+    for _, one in ipairs(moving_ids(KEYS[k + 4], ARGV[a + 17], id)) do
+      redis.call('ZADD', KEYS[k + 7], string.format('%d', idx_id_ms(one)), one)
+    end
+  end
+  if ARGV[a + 18] ~= '' and (redis.call('EXISTS', KEYS[k + 8]) == 1
+      or not idx_append(KEYS[k + 4], ARGV[a + 18], id, 64)) then
+    for _, one in ipairs(moving_ids(KEYS[k + 4], ARGV[a + 18], id)) do
+      redis.call('ZADD', KEYS[k + 8], string.format('%d', idx_id_ms(one)), one)
     end
   end
   idx_grow()
@@ -121,8 +148,8 @@ local function issue_one(k, a)
 end
 
 local replies = {}
-for i = 0, #KEYS / 6 - 1 do
-  local reply = issue_one(6 * i, 18 * i)
+for i = 0, #KEYS / 8 - 1 do
+  local reply = issue_one(8 * i, 18 * i)
   for _, value in ipairs(reply) do
     replies[#replies + 1] = value
   end
