@@ -5,6 +5,11 @@ multi-key script touches a single Redis Cluster hash slot. The tag is derived fr
 project id, and receipt ids carry it too (see ``receipts.ids``), so a public read by
 receipt id finds the slot without another lookup. API-key records are single-key reads,
 keyed by the key's hash.
+
+A receipt is one ``receipt_key`` plus four fields of its project's index buckets
+(``index_bucket_key``: hash index, idempotency record, input and output search entries);
+docs/redis.md ("Key layout") has the sizes and the reasons. The keys marked "old layout"
+hold records written before the index buckets, read until they expire ("Migration").
 """
 
 from __future__ import annotations

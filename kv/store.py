@@ -20,7 +20,7 @@ from typing import Any, ParamSpec, TypeVar
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from kv import keys
 from kv.errors import UNAVAILABLE_ERRORS
@@ -105,10 +105,13 @@ def _bytes(value: bytes | str | None) -> bytes | None:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
-def _seen(task: asyncio.Future[Any]) -> None:
-    """Retrieve a prefetch's outcome, so one nobody awaited (a refused request) logs nothing."""
-    if not task.cancelled():
-        task.exception()
+@dataclass(frozen=True)
+class _IndexLookup:
+    """A lookup script sent ahead (``Store.prefetch_receipt_id_by_hash``), with what it was sent with."""
+
+    sent: Awaitable[Any]
+    keys: list[Any]
+    args: list[Any]
 
 
 def _receipt_bytes(value: bytes | str | None) -> bytes | None:
@@ -556,19 +559,23 @@ class Store:
         ``prefetched_receipt_json``. A prefetch nobody awaits (the request was refused) is dropped."""
         return self.link.send("GET", keys.receipt_key(receipt_id))
 
-    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> Awaitable[Any]:
-        """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup starts now."""
-        task = asyncio.ensure_future(self._find_receipt_id(project_id, receipt_hash))
-        task.add_done_callback(_seen)
-        return task
+    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> _IndexLookup:
+        """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup script is sent
+        now (``EVALSHA``; should Redis not know the script yet, ``prefetched_text`` sends it
+        with ``EVAL``, one more round trip once per Redis start)."""
+        script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
+        script = self._find_index_field
+        sent = self.link.send("EVALSHA", script.sha, len(script_keys), *script_keys, *script_args)
+        return _IndexLookup(sent, script_keys, script_args)
 
-    async def _find_receipt_id(self, project_id: str, receipt_hash: str) -> str | None:
-        reply = await self.link.run_script(
-            self._find_index_field,
+    @staticmethod
+    def _hash_lookup(project_id: str, receipt_hash: str) -> tuple[list[Any], list[Any]]:
+        """``find_index_field.lua``'s KEYS and ARGV for a receipt hash: the index meta key and
+        the old-layout ``h:`` entry; the hash-index field."""
+        return (
             [keys.index_meta_key(project_id), keys.receipt_hash_key(project_id, receipt_hash)],
             [keys.hash_index_field(receipt_hash)],
         )
-        return _receipt_id(reply)
 
     @_unavailable_as_503
     async def prefetched_receipt_json(self, sent: Awaitable[Any]) -> bytes | None:
@@ -576,9 +583,14 @@ class Store:
         return _receipt_bytes(await sent)
 
     @_unavailable_as_503
-    async def prefetched_text(self, sent: Awaitable[Any]) -> str | None:
-        """The text of a prefetched value (``prefetch_receipt_id_by_hash``), or None."""
-        return _text(await sent)
+    async def prefetched_text(self, sent: _IndexLookup) -> str | None:
+        """The receipt id a ``prefetch_receipt_id_by_hash`` found, or None."""
+        try:
+            reply = await sent.sent
+        except NoScriptError:  # Redis restarted since, or never ran it: EVAL loads it too
+            source = self._find_index_field.source
+            reply = await self.link.send("EVAL", source, len(sent.keys), *sent.keys, *sent.args)
+        return _receipt_id(reply)
 
     @_unavailable_as_503
     async def get_receipt_json(self, receipt_id: str) -> bytes | None:
@@ -590,7 +602,8 @@ class Store:
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
         """The id of the project's receipt with this hash, or None. The index keys a
         truncated hash: the caller checks the full ``receipt_hash`` of the receipt it reads."""
-        return await self._find_receipt_id(project_id, receipt_hash)
+        script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
+        return _receipt_id(await self.link.run_script(self._find_index_field, script_keys, script_args))
 
     @_unavailable_as_503
     async def search_receipts(

@@ -222,7 +222,8 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
     redis_url: str, settings: Any, keyring: Any
 ) -> None:
     """A public read by id is one write to Redis (limit check and read together); a verify of
-    a chained receipt is four (key, limit + receipt, key limit + previous id, previous)."""
+    a chained receipt is four (key, limit + receipt, key limit + previous id, previous), once
+    Redis knows the lookup script (the first lookup after a Redis start loads it: one more)."""
     import orjson
 
     from tests.conftest import auth, hash_of
@@ -248,12 +249,13 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
         assert read.status_code == 200 and read.json["receipt"] == created[1]
         assert counting.writes == 1
 
-        counting.writes = 0
         body = {"receipt_id": created[1]["receipt_id"], "input_hash": hash_of("second")}
-        _, verified = await client.post("/v1/verify", content=orjson.dumps(body), headers=auth(key))
-        assert verified.status_code == 200 and verified.json["ok"] is True, verified.json
-        assert verified.json["chain"]["prev_found"] is True
-        assert counting.writes == 4
+        for expected_writes in (5, 4):  # the first loads the lookup script
+            counting.writes = 0
+            _, verified = await client.post("/v1/verify", content=orjson.dumps(body), headers=auth(key))
+            assert verified.status_code == 200 and verified.json["ok"] is True, verified.json
+            assert verified.json["chain"]["prev_found"] is True
+            assert counting.writes == expected_writes
 
         counting.writes = 0
         _, missing = await client.get("/v1/receipts/rcpt_01M7YR62DJ67JXQHA2S1YESJGE")
