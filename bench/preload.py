@@ -4,10 +4,10 @@ Each receipt is made by ``web.issuing.ReceiptIssuer.issue`` (the code a create r
 after authentication: request parsing, idempotency key, chain placement, Ed25519 signing)
 on a ``kv.store.Store`` whose client *records* the script calls instead of sending them one
 by one. The recorded ``issue_receipt`` calls (the exact keys and arguments ``Store`` built:
-receipt, hash index, idempotency record, both search indexes, tip, minute and month
-counters) are then sent to the real Redis as pipelined ``EVALSHA`` of the script text
-``Store`` registered, in order, and every reply must say "issued" (code 0). So the stored
-keys and bytes are those of real creates, at pipelining speed.
+the compact receipt record, its index fields, tip, minute and month counters) are then sent
+to the real Redis as pipelined ``EVALSHA`` of the script text ``Store`` registered, in order,
+and every reply must say "issued" (code 0). So the stored keys and bytes are those of real
+creates, at pipelining speed.
 
 The recorder answers every issue with "issued", so the issuer's tip advances locally exactly
 as Redis's does (the script would answer "tip moved" otherwise, and the load fails). Each

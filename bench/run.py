@@ -77,13 +77,15 @@ SERVICE_VARIABLES = (
     "METRICS_HOST", "METRICS_PORT", "METRICS_TOKEN", "PROMETHEUS_MULTIPROC_DIR", "REAL_IP_HEADER", "PROXIES_COUNT",
     "PAYMENT_WEBHOOK_SECRET", "HUMAN_CHECK_SECRET", "HUMAN_CHECK_SITE_KEY", "BENCH_CEILING_SIZES",
 )  # fmt: skip
+MEMORY_SCENARIO = "memory"
+"""``--scenarios memory``: only the memory measurement (no service, no load; about a minute)."""
 MEMORY_KINDS = (
-    ("receipt (`r:`)", "r:*"),
-    ("receipt-hash index (`h:`)", "h:*"),
-    ("idempotency record (`i:`)", "i:*"),
-    ("input-hash search index (`x:…:i:`)", "x:*:i:*"),
-    ("output-hash search index (`x:…:o:`)", "x:*:o:*"),
+    ("receipt record (`r:`)", "r:*"),
+    ("index buckets (`b:{T}:prj_…:N`: hash index, idempotency, search)", "b:*:*:*"),
+    ("index meta (`b:{T}:prj_…`: level, split, count)", "b:*"),
 )
+"""The keys a receipt's write adds to, by kind (docs/redis.md). ``b:*`` also matches the
+buckets: memory_breakdown counts each key under the first pattern that matches it."""
 
 
 class HarnessError(RuntimeError):
@@ -258,18 +260,97 @@ def used_memory(url: str) -> int:
         return int(client.info("memory")["used_memory"])
 
 
-def memory_breakdown(url: str, sample: int = 200) -> list[tuple[str, float, int]]:
-    """(kind, mean MEMORY USAGE bytes, keys sampled) for each per-receipt key kind."""
+def memory_breakdown(url: str, receipts: int) -> list[tuple[str, int, float, float]]:
+    """(kind, keys, mean MEMORY USAGE bytes per key, bytes per receipt) for each key kind a
+    receipt's write adds to: every key of the kind is measured (buckets are shared by many
+    receipts, so a sample of keys would not say what one receipt costs)."""
     rows = []
+    seen: set[bytes] = set()
     with redis.Redis.from_url(url) as client:
         for title, pattern in MEMORY_KINDS:
-            sizes: list[int] = []
-            for name in client.scan_iter(match=pattern, count=1000):
-                sizes.append(int(client.memory_usage(name, samples=0) or 0))
-                if len(sizes) >= sample:
-                    break
-            rows.append((title, statistics.fmean(sizes) if sizes else 0.0, len(sizes)))
+            names = [name for name in client.scan_iter(match=pattern, count=1000) if name not in seen]
+            seen.update(names)
+            total = 0
+            for start in range(0, len(names), 1000):
+                pipe = client.pipeline(transaction=False)
+                for name in names[start : start + 1000]:
+                    pipe.memory_usage(name, samples=0)
+                total += sum(int(size or 0) for size in pipe.execute())
+            rows.append((title, len(names), total / len(names) if names else 0.0, total / receipts))
     return rows
+
+
+def memory_markdown(memory: dict[str, Any]) -> list[str]:
+    """The "Redis memory per receipt" section."""
+    out = [
+        "## Redis memory per receipt",
+        "",
+        f"`INFO memory` used_memory grew by {_fmt(memory['delta'])} bytes for "
+        f"{memory['count']:,} receipts written through the service's issue path over {PROJECTS} projects "
+        f"(bench/preload.py): **{_fmt(memory['bytes_per_receipt'])} bytes per receipt**, all keys "
+        "included. `MEMORY USAGE` of every key of each kind a receipt writes to:",
+        "",
+        "| key | keys | bytes per key (mean) | bytes per receipt |",
+        "|---|---:|---:|---:|",
+    ]
+    rows = memory["breakdown"]
+    out += [f"| {kind} | {keys:,} | {_fmt(mean)} | {_fmt(share)} |" for kind, keys, mean, share in rows]
+    out += [
+        f"| sum of the above | | | {_fmt(sum(row[3] for row in rows))} |",
+        "",
+        "The rest of the delta is Redis's own per-key bookkeeping (main dictionary growth and "
+        "allocator rounding). Per-project and per-window keys (project, counters) are not per receipt.",
+        "",
+    ]
+    return out
+
+
+def measure_memory(
+    redis_url: str, signing_keys: str, projects: list[dict[str, Any]], count: int
+) -> tuple[dict[str, Any], list[Any]]:
+    """Write ``count`` receipts over ``projects`` through the issue path and measure them."""
+    before = used_memory(redis_url)
+    issued, secs = preload(
+        redis_url,
+        signing_keys,
+        projects,
+        count,
+        nonce=secrets.token_hex(8),
+        collect=True,
+        processes=1 if count < 20_000 else 2,
+    )
+    delta = used_memory(redis_url) - before
+    memory = {
+        "count": count,
+        "delta": delta,
+        "bytes_per_receipt": delta / count,
+        "breakdown": memory_breakdown(redis_url, count),
+        "seconds": secs,
+    }
+    log(f"{count} fixture receipts in {secs:.1f} s: {memory['bytes_per_receipt']:.0f} bytes per receipt")
+    return memory, issued
+
+
+def run_memory_only(args: argparse.Namespace) -> int:
+    """``--scenarios memory``: the memory measurement alone, printed as its RESULTS.md section."""
+    _, redis_cpus, _ = cpu_plan(args.pin)
+    tmp = Path(tempfile.mkdtemp(prefix="eps-bench-"))
+    proc = None
+    try:
+        proc, redis_url = start_redis(tmp, redis_cpus, args.aof_always)
+        projects = create_projects(redis_url, "bench", PROJECTS)
+        memory, _ = measure_memory(redis_url, new_signing_keys(), projects, max(args.memory_receipts, 500))
+    except HarnessError as exc:
+        log(f"HARNESS FAILURE: {exc}")
+        return 2
+    finally:
+        if proc is not None:
+            proc.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("\n".join(memory_markdown(memory)))
+    if args.json_out:
+        Path(args.json_out).write_bytes(orjson.dumps(memory, option=orjson.OPT_INDENT_2))
+    return 0
 
 
 def redis_settings(url: str) -> str:
@@ -666,24 +747,7 @@ class Report:
             f"pinned like the servers): {_fmt(gc['rps'])} rps, p50 {gc['p50_ms']:.2f} ms, p99 {gc['p99_ms']:.2f} ms. "
             + self._generator_note(),
             "",
-            "## Redis memory per receipt",
-            "",
-            f"`INFO memory` used_memory grew by {_fmt(self.memory['delta'])} bytes for "
-            f"{self.memory['count']:,} receipts written through the service's issue path "
-            f"(bench/preload.py): **{_fmt(self.memory['bytes_per_receipt'])} bytes per receipt**, all keys "
-            f"included. Mean `MEMORY USAGE` of each key kind a receipt writes (one of each per receipt):",
-            "",
-            "| key | bytes (mean) | keys sampled |",
-            "|---|---:|---:|",
-        ]
-        out += [f"| {kind} | {_fmt(mean)} | {n} |" for kind, mean, n in self.memory["breakdown"]]
-        total = sum(mean for _, mean, _ in self.memory["breakdown"])
-        out += [
-            f"| sum of the above | {_fmt(total)} | |",
-            "",
-            "The rest of the delta is Redis's own per-key bookkeeping (main dictionary growth and "
-            "allocator rounding). Per-project and per-window keys (project, counters) are not per receipt.",
-            "",
+            *memory_markdown(self.memory),
             "Response sizes the ceiling imitates (bytes, measured on the service): "
             + ", ".join(f"{k} {v}" for k, v in self.sizes.items()),
             "",
@@ -741,7 +805,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per scenario run (default 10)")
     parser.add_argument("--connections", type=int, default=32, help="concurrent keep-alive connections (default 32)")
     parser.add_argument("--preload", type=int, default=0, help="receipts to add before a second pass (1000000 = 1M)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma list of " + ",".join(SCENARIOS))
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help="comma list of " + ",".join(SCENARIOS) + f"; or {MEMORY_SCENARIO} alone: only Redis bytes per receipt",
+    )
     parser.add_argument("--out", help="markdown file to write (default bench/RESULTS.md; --quick: none)")
     parser.add_argument("--json", dest="json_out", help="also write the raw results as JSON here")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round of 2 s, small fixtures")
@@ -766,9 +834,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     elif args.out is None:
         args.out = str(BENCH / "RESULTS.md")
     args.scenario_list = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    unknown = set(args.scenario_list) - set(SCENARIOS)
+    unknown = set(args.scenario_list) - {*SCENARIOS, MEMORY_SCENARIO}
     if unknown or not args.scenario_list:
-        parser.error(f"--scenarios: unknown {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
+        parser.error(f"--scenarios: unknown {sorted(unknown)}; choose from {', '.join(SCENARIOS)} or {MEMORY_SCENARIO}")
+    if MEMORY_SCENARIO in args.scenario_list and len(args.scenario_list) > 1:
+        parser.error(f"--scenarios {MEMORY_SCENARIO} runs alone")
     if args.rounds < 1 or args.seconds <= 0 or args.connections < 1:
         parser.error("--rounds, --seconds and --connections must be positive")
     return args
@@ -791,6 +861,8 @@ def cpu_plan(mode: str) -> tuple[str | None, str | None, str | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.scenario_list == [MEMORY_SCENARIO]:
+        return run_memory_only(args)
     if args.from_json:
         report = Report(**orjson.loads(Path(args.from_json).read_bytes()))
         report.setup_notes += [f"Note: {text}" for text in args.note]
@@ -839,26 +911,7 @@ def run(args: argparse.Namespace) -> Report:
         hot = create_projects(redis_url, "bench-hot", 1)
 
         # Fixtures for read/verify, and the memory measurement, through the real issue path.
-        count = max(args.memory_receipts, 500)
-        before = used_memory(redis_url)
-        issued, secs = preload(
-            redis_url,
-            signing_keys,
-            projects,
-            count,
-            nonce=secrets.token_hex(8),
-            collect=True,
-            processes=1 if count < 20_000 else 2,
-        )
-        delta = used_memory(redis_url) - before
-        memory = {
-            "count": count,
-            "delta": delta,
-            "bytes_per_receipt": delta / count,
-            "breakdown": memory_breakdown(redis_url),
-            "seconds": secs,
-        }
-        log(f"{count} fixture receipts in {secs:.1f} s: {memory['bytes_per_receipt']:.0f} bytes per receipt")
+        memory, issued = measure_memory(redis_url, signing_keys, projects, max(args.memory_receipts, 500))
 
         setup = Setup(tmp, generator, args.connections, args.wrk_threads, server_cpus, generator_cpus)
         rng = secrets.SystemRandom()

@@ -5,11 +5,18 @@ multi-key script touches a single Redis Cluster hash slot. The tag is derived fr
 project id, and receipt ids carry it too (see ``receipts.ids``), so a public read by
 receipt id finds the slot without another lookup. API-key records are single-key reads,
 keyed by the key's hash.
+
+A receipt is one ``receipt_key`` plus four fields of its project's index buckets
+(``index_bucket_key``: hash index, idempotency record, input and output search entries);
+docs/redis.md ("Key layout") has the sizes and the reasons. The keys marked "old layout"
+hold records written before the index buckets, read until they expire ("Migration").
 """
 
 from __future__ import annotations
 
-from receipts.ids import CROCKFORD, is_receipt_id, receipt_slot_tag, slot_tag
+import hashlib
+
+from receipts.ids import CROCKFORD, is_receipt_id, receipt_slot_tag, slot_tag, ulid_from_bytes, ulid_to_bytes
 
 
 def _hex(hash_str: str) -> str:
@@ -27,17 +34,20 @@ def project_api_keys_key(project_id: str) -> str:
 
 
 def receipt_key(receipt_id: str) -> str:
-    """String: the receipt's JSON bytes, exactly as every read returns them."""
+    """String: the receipt's stored value: its compact record (receipts/compact.py) or, for
+    records written before it and receipts it cannot hold exactly, its JSON bytes."""
     return f"r:{{{receipt_slot_tag(receipt_id)}}}:{receipt_id}"
 
 
 def receipt_hash_key(project_id: str, receipt_hash: str) -> str:
-    """String: the receipt id for a receipt hash, within the project's slot."""
+    """Old layout (read and removed, no longer written): string, the receipt id for a
+    receipt hash. Now a ``hash_index_field`` in the project's index buckets."""
     return f"h:{{{slot_tag(project_id)}}}:{_hex(receipt_hash)}"
 
 
 def idempotency_key(project_id: str, replay_key: str) -> str:
-    """String: ``<receipt_id> <fingerprint>`` for a replay key of the project."""
+    """Old layout (read and removed, no longer written): string ``<receipt_id> <fingerprint>``
+    for a replay key of the project. Now an ``idempotency_field`` in the index buckets."""
     return f"i:{{{slot_tag(project_id)}}}:{project_id}:{replay_key}"
 
 
@@ -47,8 +57,75 @@ SEARCH_FIELDS = {"input_hash": "i", "output_hash": "o"}
 
 def search_index_key(project_id: str, field: str, hash_str: str) -> str:
     """Sorted set: ids of the project's receipts whose ``field`` (``input_hash`` or
-    ``output_hash``) is ``hash_str``, each scored by its creation time (Unix ms)."""
+    ``output_hash``) is ``hash_str``, each scored by its creation time (Unix ms), once the
+    hash has more than four receipts (16-byte ids; up to four live in its ``search_field``).
+    Receipts written before the index buckets are here as text ids."""
     return f"x:{{{slot_tag(project_id)}}}:{project_id}:{SEARCH_FIELDS[field]}:{_hex(hash_str).lower()}"
+
+
+# --- the project's index: bucketed hashes (docs/redis.md, "The receipt index") ---------
+# Every per-receipt index entry (hash index, idempotency record, both search entries) is a
+# field of one of the project's bucket hashes, small enough for Redis's listpack encoding.
+# The buckets grow by linear hashing: ``index_meta_key`` holds ``level``, ``split`` and
+# ``count`` (fields in all buckets); a field's bucket is ``index_bucket`` of its bytes 2-4.
+# Fields are binary: a kind byte, then the first bytes of a SHA-256 value (truncated: every
+# lookup checks the full value on the receipt it finds). Receipt ids in values are 16 bytes.
+
+INDEX_LOAD = 48
+"""Fields per bucket on average before the next bucket splits (kv/lua/index_buckets.lua).
+An unsplit bucket holds up to twice that, below hash-max-listpack-entries (128)."""
+
+
+def index_meta_key(project_id: str) -> str:
+    """Hash: ``level``, ``split``, ``count`` of the project's index buckets. Its name is also
+    the prefix of every bucket's name, so scripts that declare it reach the buckets (all in
+    the project's slot: the name carries the ``{TAG}``)."""
+    return f"b:{{{slot_tag(project_id)}}}:{project_id}"
+
+
+def index_bucket_key(project_id: str, bucket: int) -> str:
+    """Hash: bucket number ``bucket`` of the project's index (fields as above)."""
+    return f"{index_meta_key(project_id)}:{bucket}"
+
+
+def index_bucket(field: bytes, level: int, split: int) -> int:
+    """The bucket a field lives in (linear hashing; the same rule as index_buckets.lua)."""
+    h = int.from_bytes(field[1:4], "big")
+    bucket: int = h % (1 << level)
+    return h % (2 << level) if bucket < split else bucket
+
+
+def receipt_id_bytes(receipt_id: str) -> bytes:
+    """The 16 bytes of a valid receipt id's ULID, as index values hold it."""
+    return ulid_to_bytes(receipt_id[5:])
+
+
+def receipt_id_from_bytes(raw: bytes) -> str:
+    return "rcpt_" + ulid_from_bytes(raw)
+
+
+def hash_index_field(receipt_hash: str) -> bytes:
+    """Field ``h`` + the receipt hash's first 10 bytes; value: the receipt id (16 bytes)."""
+    return b"h" + bytes.fromhex(_hex(receipt_hash))[:10]
+
+
+def idempotency_field(replay_key: str) -> bytes:
+    """Field ``i`` + the first 12 bytes of SHA-256 of the replay key (``ik_…``, opaque);
+    value: the receipt id (16 bytes) + ``fingerprint_tail``."""
+    return b"i" + hashlib.sha256(replay_key.encode("utf-8")).digest()[:12]
+
+
+def fingerprint_tail(fingerprint: str) -> bytes:
+    """8 bytes of SHA-256 of the idempotency fingerprint, kept to tell a reused
+    ``Idempotency-Key`` with another body (409) from a replay."""
+    return hashlib.sha256(fingerprint.encode("ascii")).digest()[:8]
+
+
+def search_field(field: str, hash_str: str) -> bytes:
+    """Field ``I`` (input_hash) or ``O`` (output_hash) + the hash's first 8 bytes; value:
+    the ids (16 bytes each, in issue order) of the project's receipts with that hash, up to
+    four (64 bytes, listpack's value limit); a fifth moves them all to ``search_index_key``."""
+    return SEARCH_FIELDS[field].upper().encode() + bytes.fromhex(_hex(hash_str).lower())[:8]
 
 
 def api_key_key(key_hash: str) -> str:
@@ -78,6 +155,8 @@ def ip_counter_key(ip_bucket: str, scope: str, window_id: str) -> str:
 # ``pk:`` or any other prefix.
 
 RECEIPT_KEY_MATCH = "r:*"
+INDEX_BUCKET_KEY_MATCH = "b:*:*:*"
+"""Bucket names have three colons; the meta key ``b:{TAG}:prj_…`` has two."""
 RECEIPT_HASH_KEY_MATCH = "h:*"
 IDEMPOTENCY_KEY_MATCH = "i:*"
 SEARCH_INDEX_KEY_MATCH = "x:*"
@@ -95,6 +174,14 @@ def receipt_id_in_entry(value: str) -> str | None:
     (``receipt_id fingerprint``) names, or None when it names none."""
     receipt_id = value.partition(" ")[0]
     return receipt_id if is_receipt_id(receipt_id) else None
+
+
+def index_meta_of_bucket(name: str) -> str | None:
+    """The ``index_meta_key`` of a bucket's name, or None when ``name`` is not a bucket's."""
+    meta, _, number = name.rpartition(":")
+    if not name.startswith("b:{") or not number.isascii() or not number.isdigit() or meta.count(":") != 2:
+        return None
+    return meta
 
 
 def receipt_created_ms(receipt_id: str) -> int:

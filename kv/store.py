@@ -20,7 +20,7 @@ from typing import Any, ParamSpec, TypeVar
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from kv import keys
 from kv.errors import UNAVAILABLE_ERRORS
@@ -28,9 +28,17 @@ from kv.health import NO_ACK, StoreAck
 from kv.link import FastLink, LuaScript, PyLink, link_for
 from kv.metrics import STORE_OPERATION_SECONDS, count_store_error
 from kv.tally import HistogramTally
+from receipts import compact
 from receipts.errors import StoreUnavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
+
+
+def _index_script(name: str) -> str:
+    """A script that works on a project's index: the shared index functions, then it."""
+    return (LUA_DIR / "index_buckets.lua").read_text() + (LUA_DIR / name).read_text()
+
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -95,6 +103,28 @@ def _key_record(key_hash: str, values: list[Any]) -> KeyRecord | None:
 
 def _bytes(value: bytes | str | None) -> bytes | None:
     return value.encode("utf-8") if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class _IndexLookup:
+    """A lookup script sent ahead (``Store.prefetch_receipt_id_by_hash``), with what it was sent with."""
+
+    sent: Awaitable[Any]
+    keys: list[Any]
+    args: list[Any]
+
+
+def _receipt_bytes(value: bytes | str | None) -> bytes | None:
+    """The receipt JSON of a stored value (compact record or JSON), or None when absent."""
+    stored = _bytes(value)
+    return None if stored is None else compact.decode(stored)
+
+
+def _receipt_id(value: bytes | str | None) -> str | None:
+    """A receipt id as the index holds it (16 bytes) or an old-layout entry (text), as text."""
+    if isinstance(value, bytes) and len(value) == 16:
+        return keys.receipt_id_from_bytes(value)
+    return _text(value)
 
 
 def _lenient_text(value: bytes | str) -> str:
@@ -188,6 +218,8 @@ class IssueItem:
     stale_receipt_id: str = ""
     input_hash: str | None = None
     output_hash: str | None = None
+    stored_value: bytes = b""
+    """What the receipt record holds (``receipts.compact.encode``); b"": ``receipt_json``."""
 
 
 class Store:
@@ -203,7 +235,9 @@ class Store:
         self.link: FastLink | PyLink = link_for(client)
         """The per-request commands' way to Redis (kv/link.py): one pipelined connection to a
         plain Redis, else the redis-py client itself."""
-        self._issue = LuaScript.register(client, (LUA_DIR / "issue_receipt.lua").read_text())
+        self._issue = LuaScript.register(client, _index_script("issue_receipt.lua"))
+        self._find_index_field = LuaScript.register(client, _index_script("find_index_field.lua"))
+        self._expire_bucket = client.register_script((LUA_DIR / "expire_index_bucket.lua").read_text())
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
         self._hit_counter = LuaScript.register(client, (LUA_DIR / "hit_counter.lua").read_text())
         self._authenticate = LuaScript.register(client, (LUA_DIR / "authenticate.lua").read_text())
@@ -213,7 +247,7 @@ class Store:
         self.one_call_auth = not self.is_cluster
         """``authenticate`` may be used: one script reads the key record and the address's
         counters (on a Cluster they live in different slots: two round trips instead)."""
-        self._delete_receipt = client.register_script((LUA_DIR / "delete_receipt.lua").read_text())
+        self._delete_receipt = client.register_script(_index_script("delete_receipt.lua"))
         self._delete_if_names = client.register_script((LUA_DIR / "delete_if_names.lua").read_text())
         self._index_checkout = client.register_script((LUA_DIR / "index_checkout.lua").read_text())
         self._claim_checkout = client.register_script((LUA_DIR / "claim_checkout.lua").read_text())
@@ -348,26 +382,37 @@ class Store:
 
     @_unavailable_as_503
     async def delete_receipt(self, receipt_id: str) -> dict[str, str] | None:
-        """Remove a receipt and its hash-index entry (one script). Returns what was removed
-        (receipt_id, project_id, receipt_hash) or None when there was no such receipt."""
+        """Remove a receipt and its hash-index and search entries, new layout and old (one
+        script). Returns what was removed (receipt_id, project_id, receipt_hash) or None
+        when there was no such receipt."""
         stored = await self.get_receipt_json(receipt_id)
         if stored is None:
             return None
         receipt = orjson.loads(stored)
         project_id, receipt_hash = receipt["project_id"], receipt["receipt_hash"]
+        input_hash, output_hash = receipt.get("input_hash"), receipt.get("output_hash")
+        search_keys, _ = self._search_keys(project_id, input_hash, output_hash)
         await self._delete_receipt(
             keys=[
                 keys.receipt_key(receipt_id),
+                keys.index_meta_key(project_id),
                 keys.receipt_hash_key(project_id, receipt_hash),
-                *self._search_keys(project_id, receipt.get("input_hash"), receipt.get("output_hash"))[0],
+                *search_keys,
             ],
-            args=[receipt_id],
+            args=[
+                receipt_id,
+                keys.receipt_id_bytes(receipt_id),
+                keys.hash_index_field(receipt_hash),
+                keys.search_field("input_hash", input_hash) if isinstance(input_hash, str) else b"",
+                keys.search_field("output_hash", output_hash) if isinstance(output_hash, str) else b"",
+            ],
         )
         return {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
 
     @staticmethod
     def _search_keys(project_id: str, input_hash: Any, output_hash: Any) -> tuple[list[str], str]:
-        """The two search-index KEYS of a receipt and which of them hold it ("io", "i" or "").
+        """The two search-set KEYS of a receipt (``x:``: the old layout, and a hash's ids once
+        it has more than four receipts) and which of them hold it ("io", "i" or "").
 
         Both KEYS are always passed (scripts declare fixed KEYS, all in the project's slot):
         a missing output hash repeats the input's key, a missing input hash (only in tests
@@ -430,20 +475,23 @@ class Store:
         script_keys: list[Any] = []
         script_args: list[Any] = []
         project_key = keys.project_key(project_id)
+        meta_key = keys.index_meta_key(project_id)
         for item in items:
-            search_keys, indexed = self._search_keys(project_id, item.input_hash, item.output_hash)
+            receipt_id_bytes = keys.receipt_id_bytes(item.receipt_id)
+            search_keys, _ = self._search_keys(project_id, item.input_hash, item.output_hash)
             script_keys += [
                 project_key,
                 keys.idempotency_key(project_id, item.replay_key),
                 keys.receipt_key(item.receipt_id),
-                keys.receipt_hash_key(project_id, item.receipt_hash),
+                meta_key,
                 keys.key_minute_counter_key(project_id, item.key_hash, item.minute.window_id),
                 keys.project_month_counter_key(project_id, item.month.window_id),
                 *search_keys,
             ]
+            stale = item.stale_receipt_id
             script_args += [
                 item.built_on_tip or "",
-                item.receipt_json,
+                item.stored_value or item.receipt_json,
                 item.receipt_id,
                 item.receipt_hash,
                 "1" if item.on_main else "0",
@@ -452,9 +500,14 @@ class Store:
                 item.minute.ttl_s,
                 item.month.limit,
                 item.month.ttl_s,
-                item.stale_receipt_id,
-                keys.receipt_created_ms(item.receipt_id),
-                indexed,
+                stale,
+                keys.receipt_id_bytes(stale) if stale else b"",
+                receipt_id_bytes,
+                keys.hash_index_field(item.receipt_hash),
+                keys.idempotency_field(item.replay_key),
+                keys.fingerprint_tail(item.fingerprint),
+                keys.search_field("input_hash", item.input_hash) if item.input_hash else b"",
+                keys.search_field("output_hash", item.output_hash) if item.output_hash else b"",
             ]
         if self.ack.enabled:
             reply, unacknowledged = await self._issue_acknowledged(script_keys, script_args, items)
@@ -463,7 +516,7 @@ class Store:
         results = []
         for at in range(0, len(reply), 4):
             outcome = IssueOutcome(int(reply[at]))
-            value = _text(reply[at + 1]) or None
+            value = (_receipt_id(reply[at + 1]) if outcome is IssueOutcome.REPLAY else _text(reply[at + 1])) or None
             results.append(
                 IssueResult(
                     outcome,
@@ -561,29 +614,51 @@ class Store:
         ``prefetched_receipt_json``. A prefetch nobody awaits (the request was refused) is dropped."""
         return self.link.send("GET", keys.receipt_key(receipt_id))
 
-    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> Awaitable[Any]:
-        """As ``prefetch_receipt_json``, for ``prefetched_text``."""
-        return self.link.send("GET", keys.receipt_hash_key(project_id, receipt_hash))
+    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> _IndexLookup:
+        """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup script is sent
+        now (``EVALSHA``; should Redis not know the script yet, ``prefetched_text`` sends it
+        with ``EVAL``, one more round trip once per Redis start)."""
+        script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
+        script = self._find_index_field
+        sent = self.link.send("EVALSHA", script.sha, len(script_keys), *script_keys, *script_args)
+        return _IndexLookup(sent, script_keys, script_args)
+
+    @staticmethod
+    def _hash_lookup(project_id: str, receipt_hash: str) -> tuple[list[Any], list[Any]]:
+        """``find_index_field.lua``'s KEYS and ARGV for a receipt hash: the index meta key and
+        the old-layout ``h:`` entry; the hash-index field."""
+        return (
+            [keys.index_meta_key(project_id), keys.receipt_hash_key(project_id, receipt_hash)],
+            [keys.hash_index_field(receipt_hash)],
+        )
 
     @_unavailable_as_503
     async def prefetched_receipt_json(self, sent: Awaitable[Any]) -> bytes | None:
-        """The stored receipt bytes of a ``prefetch_receipt_json``, or None."""
-        return _bytes(await sent)
+        """The receipt JSON of a ``prefetch_receipt_json``, or None."""
+        return _receipt_bytes(await sent)
 
     @_unavailable_as_503
-    async def prefetched_text(self, sent: Awaitable[Any]) -> str | None:
-        """The text of a prefetched string value (``prefetch_receipt_id_by_hash``), or None."""
-        return _text(await sent)
+    async def prefetched_text(self, sent: _IndexLookup) -> str | None:
+        """The receipt id a ``prefetch_receipt_id_by_hash`` found, or None."""
+        try:
+            reply = await sent.sent
+        except NoScriptError:  # Redis restarted since, or never ran it: EVAL loads it too
+            source = self._find_index_field.source
+            reply = await self.link.send("EVAL", source, len(sent.keys), *sent.keys, *sent.args)
+        return _receipt_id(reply)
 
     @_unavailable_as_503
     async def get_receipt_json(self, receipt_id: str) -> bytes | None:
-        """The stored receipt bytes, or None (unknown, expired or deleted)."""
-        return _bytes(await self.prefetch_receipt_json(receipt_id))
+        """The receipt's JSON bytes, exactly as every read returns them, or None (unknown,
+        expired or deleted). The stored value may be a compact record: it is decoded here."""
+        return _receipt_bytes(await self.prefetch_receipt_json(receipt_id))
 
     @_unavailable_as_503
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
-        """The id of the project's receipt with this hash, or None."""
-        return _text(await self.prefetch_receipt_id_by_hash(project_id, receipt_hash))
+        """The id of the project's receipt with this hash, or None. The index keys a
+        truncated hash: the caller checks the full ``receipt_hash`` of the receipt it reads."""
+        script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
+        return _receipt_id(await self.link.run_script(self._find_index_field, script_keys, script_args))
 
     @_unavailable_as_503
     async def search_receipts(
@@ -593,8 +668,11 @@ class Store:
         JSON bytes, id to continue after or None). ``after`` is the last id of the previous
         page; the order is (created ms, receipt id) descending, which is the ids' own order.
 
-        Ids whose receipt is gone (deleted or expired a moment ago) are skipped, so a page
-        can hold fewer than ``limit`` receipts while more follow.
+        The ids come from the index field (up to four) and from the hash's sorted set (a
+        page of it, in the same round trip: the ids of a hash with more than four receipts,
+        and of receipts written before the index buckets). Ids whose receipt is gone (deleted or expired a
+        moment ago), or whose full hash differs (the field is truncated), are skipped, so a
+        page can hold fewer than ``limit`` receipts while more follow.
         """
         name = keys.search_index_key(project_id, field, hash_str)
         pipe = self.client.pipeline(transaction=False)
@@ -604,14 +682,27 @@ class Store:
             score = keys.receipt_created_ms(after)
             pipe.zrevrangebyscore(name, score, score)
             pipe.zrevrangebyscore(name, f"({score}", "-inf", start=0, num=limit + 1)
-        replies = await pipe.execute()
-        ids = [_text(m) or "" for m in replies[0]]
+        field_value, replies = await asyncio.gather(
+            self.link.run_script(
+                self._find_index_field, [keys.index_meta_key(project_id)], [keys.search_field(field, hash_str)]
+            ),
+            pipe.execute(),
+        )
+        replies = [field_value, *replies]
+        packed = _bytes(replies[0]) or b""
+        found = {keys.receipt_id_from_bytes(packed[at : at + 16]) for at in range(0, len(packed) - 15, 16)}
+        found.update(_receipt_id(m) or "" for m in replies[1])
         if after is not None:
-            ids = [m for m in ids if m < after] + [_text(m) or "" for m in replies[1]]
+            found.update(_receipt_id(m) or "" for m in replies[2])
+        ids = sorted((m for m in found if after is None or m < after), reverse=True)
         page, more = ids[:limit], len(ids) > limit
         stored = await self.client.mget([keys.receipt_key(m) for m in page]) if page else []
-        found = [v.encode("utf-8") if isinstance(v, str) else v for v in stored if v is not None]
-        return found, (page[-1] if more else None)
+        receipts = []
+        for value in stored:
+            receipt_json = _receipt_bytes(value)
+            if receipt_json is not None and orjson.loads(receipt_json).get(field) == hash_str:
+                receipts.append(receipt_json)
+        return receipts, (page[-1] if more else None)
 
     # --- retention (contract 7; the sweep of jobs/retention.py, design in docs/jobs.md) -----
 
@@ -622,31 +713,52 @@ class Store:
 
     @_unavailable_as_503
     async def expire_receipts(self, cutoff_ms: int, *, batch: int = SWEEP_BATCH) -> dict[str, int]:
-        """Remove every receipt created before ``cutoff_ms`` (Unix ms), its hash-index entry and
-        its idempotency record. Project records, and so each project's ``tip``, stay.
+        """Remove every receipt created before ``cutoff_ms`` (Unix ms) and every index entry
+        naming it. Project records, and so each project's ``tip``, stay.
 
-        Three SCAN passes, one per prefix: idempotency records, hash index, receipts. In that
-        order a replay never finds a record whose receipt is already gone: an identical
-        create after the sweep issues a new receipt. The age comes from the receipt id each
-        key (``r:``) or value (``h:``, ``i:``) names. An ``h:``/``i:`` entry is removed only
-        while it still names the expired receipt (``delete_if_names.lua``), so an entry
-        rewritten meanwhile stays. Safe to run twice and concurrently: each key is removed by
-        exactly one run. A fourth pass trims the ``x:`` search sets: members scored (created)
-        before the cutoff go with one ZREMRANGEBYSCORE per set, and Redis deletes a set left
-        empty. Returns the counts removed (``receipts``, ``hash_index``, ``idempotency``,
-        ``search_index`` = set members) and ``scanned``, the keys examined.
+        SCAN passes, one per prefix, in this order: the index buckets (``b:``: one
+        ``expire_index_bucket.lua`` per bucket removes its expired hash-index and
+        idempotency fields and search ids, atomically), then the old-layout idempotency
+        records and hash-index entries (``i:``, ``h:``), then the receipts (``r:``), then the
+        search sets (``x:``). In that order a replay never finds a record whose receipt is
+        already gone: an identical create after the sweep issues a new receipt. The age
+        comes from the receipt id each key (``r:``) or value names. An ``h:``/``i:`` entry is
+        removed only while it still names the expired receipt (``delete_if_names.lua``), so
+        an entry rewritten meanwhile stays. The ``x:`` sets lose members scored (created)
+        before the cutoff, one ZREMRANGEBYSCORE per set; Redis deletes a set left empty.
+        Safe to run twice and concurrently: each entry is removed by exactly one run.
+        Returns the counts removed (``receipts``, ``hash_index``, ``idempotency``,
+        ``search_index`` = search ids) and ``scanned``, the keys examined.
         """
+        (hash_b, idem_b, search_b), scanned_b = await self._expire_index_buckets(cutoff_ms, batch)
         idempotency, scanned_i = await self._expire_entries(keys.IDEMPOTENCY_KEY_MATCH, cutoff_ms, batch)
         hash_index, scanned_h = await self._expire_entries(keys.RECEIPT_HASH_KEY_MATCH, cutoff_ms, batch)
         receipts, scanned_r = await self._expire_receipt_records(cutoff_ms, batch)
         search_index, scanned_x = await self._expire_search_members(cutoff_ms, batch)
         return {
             "receipts": receipts,
-            "hash_index": hash_index,
-            "idempotency": idempotency,
-            "search_index": search_index,
-            "scanned": scanned_i + scanned_h + scanned_r + scanned_x,
+            "hash_index": hash_index + hash_b,
+            "idempotency": idempotency + idem_b,
+            "search_index": search_index + search_b,
+            "scanned": scanned_b + scanned_i + scanned_h + scanned_r + scanned_x,
         }
+
+    async def _expire_index_buckets(self, cutoff_ms: int, batch: int) -> tuple[tuple[int, int, int], int]:
+        """((hash-index fields, idempotency fields, search ids) removed, buckets scanned)."""
+        removed = [0, 0, 0]
+        scanned = 0
+        async for names in self._scan_batches(keys.INDEX_BUCKET_KEY_MATCH, batch):
+            scanned += len(names)
+            buckets = [(name, meta) for name in names if (meta := keys.index_meta_of_bucket(_lenient_text(name)))]
+            for start in range(0, len(buckets), self.SWEEP_SCRIPTS_AT_ONCE):
+                chunk = buckets[start : start + self.SWEEP_SCRIPTS_AT_ONCE]
+                results = await asyncio.gather(
+                    *(self._expire_bucket(keys=[name, meta], args=[cutoff_ms]) for name, meta in chunk)
+                )
+                for result in results:
+                    for kind in range(3):
+                        removed[kind] += int(result[kind])
+        return (removed[0], removed[1], removed[2]), scanned
 
     async def _scan_batches(self, match: str, batch: int) -> AsyncIterator[list[bytes | str]]:
         """Key names matching ``match``, ``batch`` at a time (a cluster client scans every node)."""

@@ -20,6 +20,7 @@ ReceiptId = NewType("ReceiptId", str)
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 ULID_RE = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"
+ULID_TEXT_RE = re.compile(ULID_RE)
 RECEIPT_ID_RE = re.compile(r"rcpt_" + ULID_RE)
 PROJECT_ID_RE = re.compile(r"prj_" + ULID_RE)
 ACTOR_ID_RE = re.compile(r"act_" + ULID_RE)
@@ -107,3 +108,36 @@ def is_receipt_id(value: str) -> bool:
 
 def is_project_id(value: str) -> bool:
     return PROJECT_ID_RE.fullmatch(value) is not None
+
+
+_PAIR_TEXT = [CROCKFORD[i >> 5] + CROCKFORD[i & 31] for i in range(1024)]
+_PAIR_VALUE = {text: value for value, text in enumerate(_PAIR_TEXT)}
+
+
+def ulid_to_bytes(ulid: str) -> bytes:
+    """The 16 bytes (128-bit big-endian number) of a valid 26-character ULID (its 26 base32
+    digits hold 130 bits, the top two zero). Raises ``KeyError`` or ``OverflowError`` for
+    text that is not one."""
+    value = 0
+    for at in range(0, 26, 2):
+        value = value << 10 | _PAIR_VALUE[ulid[at : at + 2]]
+    return value.to_bytes(16, "big")
+
+
+def ulid_from_bytes(raw: bytes) -> str:
+    """The ULID text of 16 bytes (the inverse of ``ulid_to_bytes``), two digits per lookup."""
+    if len(raw) != 16:
+        raise ValueError("a ULID is 16 bytes")
+    v = int.from_bytes(raw, "big")
+    t = _PAIR_TEXT
+    return (
+        t[v >> 120] + t[v >> 110 & 1023] + t[v >> 100 & 1023] + t[v >> 90 & 1023] + t[v >> 80 & 1023]
+        + t[v >> 70 & 1023] + t[v >> 60 & 1023] + t[v >> 50 & 1023] + t[v >> 40 & 1023] + t[v >> 30 & 1023]
+        + t[v >> 20 & 1023] + t[v >> 10 & 1023] + t[v & 1023]
+    )  # fmt: skip
+
+
+def ulid_time_ms(ulid: str) -> int:
+    """The creation time (Unix ms) a valid ULID's first ten characters hold."""
+    v = _PAIR_VALUE
+    return ((((v[ulid[0:2]] << 10 | v[ulid[2:4]]) << 10 | v[ulid[4:6]]) << 10 | v[ulid[6:8]]) << 10) | v[ulid[8:10]]

@@ -203,3 +203,22 @@ def workers(tmp_path: Path) -> Iterator[Any]:
     yield start
     for worker in started:
         worker.stop()
+
+
+async def index_field(store: Store, project_id: str, field: bytes) -> bytes | None:
+    """The value of one field of a project's index buckets (kv/keys.py), found as the
+    scripts find it: the meta hash's level and split name the bucket."""
+    from kv import keys
+
+    level, split = await store.client.hmget(keys.index_meta_key(project_id), "level", "split")
+    bucket = keys.index_bucket(field, int(level or 0), int(split or 0))
+    value: bytes | None = await store.client.hget(keys.index_bucket_key(project_id, bucket), field)
+    return value
+
+
+async def index_ids(store: Store, project_id: str, field: bytes) -> list[str]:
+    """The receipt ids an index field holds (16 bytes each), in their stored order."""
+    from kv import keys
+
+    value = await index_field(store, project_id, field) or b""
+    return [keys.receipt_id_from_bytes(value[at : at + 16]) for at in range(0, len(value), 16)]

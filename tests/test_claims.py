@@ -166,7 +166,8 @@ async def create_receipt(client: Any, api_key: str, label: str) -> Any:
 
 
 def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
+    # Receipt records and index entries are binary: shown escaped, still compared exactly.
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
 
 
 async def snapshot(store: Store, *, counters: bool = True) -> dict[str, Any]:

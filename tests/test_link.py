@@ -243,7 +243,8 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
 ) -> None:
     """A public read by id is one write to Redis (limit check and read together); a verify of
     a chained receipt is three (key and address limit + receipt, key limit + previous id,
-    previous)."""
+    previous), once Redis knows the lookup script (the first lookup after a Redis start loads
+    it: one more)."""
     import orjson
 
     from tests.conftest import auth, hash_of
@@ -272,12 +273,13 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
         assert read.status_code == 200 and read.json["receipt"] == created[1]
         assert counting.writes == 1
 
-        counting.writes = 0
         body = {"receipt_id": created[1]["receipt_id"], "input_hash": hash_of("second")}
-        _, verified = await client.post("/v1/verify", content=orjson.dumps(body), headers=auth(key))
-        assert verified.status_code == 200 and verified.json["ok"] is True, verified.json
-        assert verified.json["chain"]["prev_found"] is True
-        assert counting.writes == 3
+        for expected_writes in (4, 3):  # the first loads the lookup script
+            counting.writes = 0
+            _, verified = await client.post("/v1/verify", content=orjson.dumps(body), headers=auth(key))
+            assert verified.status_code == 200 and verified.json["ok"] is True, verified.json
+            assert verified.json["chain"]["prev_found"] is True
+            assert counting.writes == expected_writes
 
         counting.writes = 0
         _, missing = await client.get("/v1/receipts/rcpt_01M7YR62DJ67JXQHA2S1YESJGE")

@@ -29,6 +29,7 @@ import pytest
 import redis
 
 from kv.keys import project_key
+from receipts import compact
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
 from tests.servers import ServicePool, ServiceProcess, assert_error_body, create_key_cli
 
@@ -174,7 +175,7 @@ def test_creates_racing_a_kill_leave_one_linear_chain(service: ServiceProcess, r
 
     with redis.Redis.from_url(server.url) as conn:
         tip = conn.hget(project_key(key["project_id"]), "tip").decode()
-        stored = [orjson.loads(conn.get(name)) for name in conn.scan_iter(match="r:*", count=1000)]
+        stored = [orjson.loads(compact.decode(conn.get(name))) for name in conn.scan_iter(match="r:*", count=1000)]
     stored_hashes = {r["receipt_hash"] for r in stored if r["project_id"] == key["project_id"]}
     acknowledged = {r.json()["receipt"]["receipt_hash"]: r.json()["receipt"] for r in results if r.status_code == 201}
     with httpx.Client(base_url=service.base_url, timeout=30) as http:

@@ -27,7 +27,8 @@ from kv.store import Counter, IssueOutcome, Store
 from receipts.ids import new_receipt_id
 from receipts.signing import KeyRing
 from tests.clock import Clock
-from tests.conftest import REPO, auth, hash_of
+from tests.conftest import REPO, auth, hash_of, index_field
+from tests.old_layout import plant_old_receipt
 from tests.servers import clean_env, run_cli
 from web.app import create_app
 from web.config import Settings
@@ -62,12 +63,23 @@ async def verify(client: Any, key: Any, body: dict[str, Any]) -> Any:
     return response
 
 
+def entry(project_id: str, field: bytes) -> str:
+    """A name for one field of a project's index buckets, as ``record_keys`` lists it."""
+    return f"{keys.index_meta_key(project_id)}#{field.hex()}"
+
+
 async def record_keys(store: Store) -> set[str]:
-    """Every receipt, hash-index and idempotency key in the store."""
+    """Every receipt, hash-index and idempotency record in the store: ``r:`` keys, old-layout
+    ``h:`` and ``i:`` keys, and the ``h`` and ``i`` fields of the index buckets (``entry``)."""
     found: set[str] = set()
     for match in (keys.RECEIPT_KEY_MATCH, keys.RECEIPT_HASH_KEY_MATCH, keys.IDEMPOTENCY_KEY_MATCH):
         async for name in store.client.scan_iter(match=match, count=1000):
             found.add(name.decode() if isinstance(name, bytes) else name)
+    async for name in store.client.scan_iter(match=keys.INDEX_BUCKET_KEY_MATCH, count=1000):
+        meta = keys.index_meta_of_bucket(name.decode())
+        for field in await store.client.hkeys(name):
+            if field[:1] in (b"h", b"i"):
+                found.add(f"{meta}#{field.hex()}")
     return found
 
 
@@ -75,16 +87,19 @@ async def other_keys(store: Store) -> dict[bytes, Any]:
     """Every other key with its value: the sweep must leave all of them alone."""
     out: dict[bytes, Any] = {}
     async for name in store.client.scan_iter(count=1000):
-        if not name.startswith((b"r:", b"h:", b"i:", b"x:")):
+        if not name.startswith((b"r:", b"h:", b"i:", b"x:", b"b:")):
             out[name] = await store.client.dump(name)
     return out
 
 
 class Planted:
-    """Receipts written straight into the store (no signing), with ids of chosen creation times."""
+    """Receipts written straight into the store (no signing), with ids of chosen creation
+    times: by the current issue script (``layout="new"``) or by the old release's
+    (``layout="old"``: tests/old_layout.py)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, layout: str = "new") -> None:
         self.store = store
+        self.layout = layout
         self.tips: dict[str, str | None] = {}
         self.count = 0
 
@@ -99,30 +114,48 @@ class Planted:
         receipt_id = new_receipt_id(project_id, created_ms)
         receipt_hash = hash_of(f"planted-{receipt_id}")
         replay_key = f"ik_planted{self.count}"
-        result = await self.store.issue_receipt(
-            project_id=project_id,
-            receipt_id=receipt_id,
-            receipt_hash=receipt_hash,
-            receipt_json=orjson.dumps(
-                {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
-            ),
-            built_on_tip=self.tips[project_id],
-            on_main=True,
-            replay_key=replay_key,
-            fingerprint=f"fp{self.count}",
-            key_hash=hash_of("planted-key"),
-            minute=Counter("1", 10**9, 120),
-            month=Counter("202601", 10**9, 3600),
-        )
-        assert result.outcome is IssueOutcome.ISSUED
+        receipt = {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
+        if self.layout == "old":
+            await plant_old_receipt(
+                self.store,
+                receipt,
+                built_on_tip=self.tips[project_id],
+                on_main=True,
+                replay_key=replay_key,
+                fingerprint=f"fp{self.count}",
+            )
+        else:
+            result = await self.store.issue_receipt(
+                project_id=project_id,
+                receipt_id=receipt_id,
+                receipt_hash=receipt_hash,
+                receipt_json=orjson.dumps(receipt),
+                built_on_tip=self.tips[project_id],
+                on_main=True,
+                replay_key=replay_key,
+                fingerprint=f"fp{self.count}",
+                key_hash=hash_of("planted-key"),
+                minute=Counter("1", 10**9, 120),
+                month=Counter("202601", 10**9, 3600),
+            )
+            assert result.outcome is IssueOutcome.ISSUED
         self.tips[project_id] = receipt_hash
+        old = self.layout == "old"
         return {
             "receipt_id": receipt_id,
             "receipt_hash": receipt_hash,
             "project_id": project_id,
             "r": keys.receipt_key(receipt_id),
-            "h": keys.receipt_hash_key(project_id, receipt_hash),
-            "i": keys.idempotency_key(project_id, replay_key),
+            "h": (
+                keys.receipt_hash_key(project_id, receipt_hash)
+                if old
+                else entry(project_id, keys.hash_index_field(receipt_hash))
+            ),
+            "i": (
+                keys.idempotency_key(project_id, replay_key)
+                if old
+                else entry(project_id, keys.idempotency_field(replay_key))
+            ),
         }
 
 
@@ -158,7 +191,7 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     summary = await sweep(store, 1.0, NOW)
     assert summary["removed"] == {"receipts": 6, "hash_index": 6, "idempotency": 6, "search_index": 6}
     assert summary["retention_days"] == 1.0
-    assert summary["scanned"] == 4 * 7, "r:, h:, i: and x: (one search set per receipt here)"
+    assert summary["scanned"] == 7 + 2, "r: (7 receipts) and b: (one index bucket per project here)"
     assert await other_keys(store) == before_other, "projects, tips, API keys and counters are untouched"
 
     clock.now = NOW
@@ -171,9 +204,9 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     assert replay.status_code == 200 and replay.json["receipt"] == fresh, "a fresh receipt still replays"
     assert await record_keys(store) == {
         keys.receipt_key(fresh["receipt_id"]),
-        keys.receipt_hash_key(fresh["project_id"], fresh["receipt_hash"]),
-        keys.idempotency_key(fresh["project_id"], replay.json["idempotency"]["key"]),
-    }, "only the fresh receipt's three keys remain"
+        entry(fresh["project_id"], keys.hash_index_field(fresh["receipt_hash"])),
+        entry(fresh["project_id"], keys.idempotency_field(replay.json["idempotency"]["key"])),
+    }, "only the fresh receipt's record and its two entries remain"
 
     # The tips stay: the old-only project continues its chain from the expired tip.
     assert await store.read_tip(other["project_id"]) == (True, p2["receipt_hash"])
@@ -227,13 +260,13 @@ async def test_a_receipt_is_kept_until_it_is_older_than_the_window(
 async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_window(
     client: Any, store: Store, api_key: dict[str, Any], clock: Clock
 ) -> None:
-    """``receipts delete`` removes ``r:`` and ``h:`` only; the idempotency record left behind
+    """``receipts delete`` removes the receipt and its hash-index and search entries only; the idempotency record left behind
     is dated by the receipt id it names, so the sweep removes it once that receipt's window
     has passed (a resend before then issues a new receipt: see tests/test_operator.py)."""
     clock.now = NOW - DAY_MS // 2
     created = await create(client, api_key, {"input_hash": hash_of("deleted")})
     receipt = created.json["receipt"]
-    record = keys.idempotency_key(api_key["project_id"], created.json["idempotency"]["key"])
+    record = entry(api_key["project_id"], keys.idempotency_field(created.json["idempotency"]["key"]))
     assert await store.delete_receipt(receipt["receipt_id"]) is not None
     assert await record_keys(store) == {record}
     assert (await sweep(store, 1.0, NOW))["removed"] == {
@@ -242,7 +275,7 @@ async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_win
         "idempotency": 0,
         "search_index": 0,
     }
-    assert await store.client.exists(record) == 1, "still inside its window"
+    assert await record_keys(store) == {record}, "still inside its window"
     later = await sweep(store, 1.0, NOW + DAY_MS)
     assert later["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 1, "search_index": 0}
     assert await record_keys(store) == set()
@@ -256,6 +289,24 @@ async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_win
 
 async def test_entries_are_removed_only_while_they_name_the_expired_receipt(store: Store) -> None:
     planted = Planted(store)
+    project_id = await planted.project()
+    old = await planted.receipt(project_id, OLD)
+    fresh = await planted.receipt(project_id, NOW)
+    # Rewrite the old receipt's index fields to name the fresh receipt: the sweep keeps them.
+    fresh_id = keys.receipt_id_bytes(fresh["receipt_id"])
+    level, split = await store.client.hmget(keys.index_meta_key(project_id), "level", "split")
+    fields = {kind: bytes.fromhex(old[kind].partition("#")[2]) for kind in ("h", "i")}
+    for kind, value in (("h", fresh_id), ("i", fresh_id + b"fpXfpX12")):
+        bucket = keys.index_bucket(fields[kind], int(level or 0), int(split or 0))
+        await store.client.hset(keys.index_bucket_key(project_id, bucket), fields[kind], value)
+    summary = await store.expire_receipts(cutoff_ms(NOW, 1.0))
+    assert summary == {"receipts": 1, "hash_index": 0, "idempotency": 0, "search_index": 0, "scanned": 3}
+    assert await index_field(store, project_id, fields["h"]) == fresh_id
+    assert await index_field(store, project_id, fields["i"]) == fresh_id + b"fpXfpX12"
+
+
+async def test_old_layout_entries_are_removed_only_while_they_name_the_expired_receipt(store: Store) -> None:
+    planted = Planted(store, layout="old")
     project_id = await planted.project()
     old = await planted.receipt(project_id, OLD)
     fresh = await planted.receipt(project_id, NOW)
@@ -282,7 +333,7 @@ async def test_entries_are_removed_only_while_they_name_the_expired_receipt(stor
 
 
 async def test_the_sweep_leaves_foreign_and_malformed_keys_alone(store: Store) -> None:
-    planted = Planted(store)
+    planted = Planted(store, layout="old")
     project_id = await planted.project()
     old = await planted.receipt(project_id, OLD)
     foreign = {
@@ -292,15 +343,21 @@ async def test_the_sweep_leaves_foreign_and_malformed_keys_alone(store: Store) -
         b"i:{ABCD}:prj_x:ik_y": b"\xff\xfe not utf-8",
         b"rq:job:" + old["receipt_id"].encode(): b"{}",
         b"ip:{1.2.3.4}:scope:1": b"3",
+        b"b:{ABCD}:prj_x:0": b"a string where a bucket would be",
+        b"b:{ABCD}:prj_x:not-a-number": b"x",
     }
     for name, value in foreign.items():
         await store.client.set(name, value)
     await store.client.hset(b"h:{ABCD}:hash-typed", "f", old["receipt_id"])
+    # A bucket-shaped hash with fields that are none of the index's: left alone.
+    odd_fields = {b"zfield": b"\x00" * 16, b"I": b"not a multiple of 16", b"h": b"short"}
+    await store.client.hset(b"b:{ABCD}:prj_y:1", mapping=odd_fields)
     summary = await store.expire_receipts(cutoff_ms(NOW, 1.0))
     assert (summary["receipts"], summary["hash_index"], summary["idempotency"]) == (1, 1, 1)
     for name, value in foreign.items():
         assert await store.client.get(name) == value, name
     assert await store.client.exists(b"h:{ABCD}:hash-typed") == 1
+    assert await store.client.hgetall(b"b:{ABCD}:prj_y:1") == odd_fields
 
 
 @pytest.fixture(params=["fakeredis", "redis-server"])
@@ -318,9 +375,10 @@ async def two_stores(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Stor
     await second.close()
 
 
-async def test_two_concurrent_sweeps_remove_each_key_once(two_stores: tuple[Store, Store]) -> None:
+@pytest.mark.parametrize("layout", ["new", "old"])
+async def test_two_concurrent_sweeps_remove_each_key_once(two_stores: tuple[Store, Store], layout: str) -> None:
     first, second = two_stores
-    planted = Planted(first)
+    planted = Planted(first, layout)
     old: list[dict[str, str]] = []
     fresh: list[dict[str, str]] = []
     for _ in range(4):
@@ -354,7 +412,8 @@ async def test_sweep_periodically_sweeps_until_cancelled(store: Store) -> None:
             if not await store.client.exists(old["r"]):
                 break
             await asyncio.sleep(0.01)
-        assert not await store.client.exists(old["r"], old["h"], old["i"])
+        assert not await store.client.exists(old["r"])
+        assert not {old["h"], old["i"]} & await record_keys(store)
         await planted.receipt(project_id, NOW - 2 * DAY_MS)
         await asyncio.sleep(0.1)
         assert await record_keys(store) == set(), "later runs keep sweeping"

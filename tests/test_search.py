@@ -16,7 +16,7 @@ from kv import keys
 from kv.store import Store
 from receipts.limits import load_limits
 from tests.clock import Clock
-from tests.conftest import auth, hash_of
+from tests.conftest import auth, hash_of, index_field, index_ids
 from web.app import create_app
 from web.config import Settings
 from web.keys_admin import create_project_key
@@ -106,10 +106,8 @@ async def test_replays_do_not_duplicate_entries(client: Any, store: Store, api_k
     first = await create(client, api_key, body)
     replay = await create(client, api_key, body)
     assert replay.status_code == 200 and replay.json["idempotency"]["hit"] is True
-    index = keys.search_index_key(api_key["project_id"], "input_hash", hash_of("r"))
-    assert await store.client.zrange(index, 0, -1, withscores=True) == [
-        (first.json["receipt"]["receipt_id"].encode(), float(NOW))
-    ]
+    field = keys.search_field("input_hash", hash_of("r"))
+    assert await index_ids(store, api_key["project_id"], field) == [first.json["receipt"]["receipt_id"]]
     assert len((await search(client, api_key, output_hash=hash_of("o"))).json["receipts"]) == 1
 
 
@@ -178,10 +176,8 @@ async def test_operator_delete_removes_the_receipt_from_both_indexes(
     kept = (await create(client, api_key, {"input_hash": hash_of("i")})).json["receipt"]
     assert await store.delete_receipt(gone["receipt_id"]) is not None
     pid = api_key["project_id"]
-    assert await store.client.zrange(keys.search_index_key(pid, "input_hash", hash_of("i")), 0, -1) == [
-        kept["receipt_id"].encode()
-    ]
-    assert await store.client.exists(keys.search_index_key(pid, "output_hash", hash_of("o"))) == 0
+    assert await index_ids(store, pid, keys.search_field("input_hash", hash_of("i"))) == [kept["receipt_id"]]
+    assert await index_field(store, pid, keys.search_field("output_hash", hash_of("o"))) is None
     assert (await search(client, api_key, input_hash=hash_of("i"))).json["receipts"] == [kept]
     assert (await search(client, api_key, output_hash=hash_of("o"))).json["receipts"] == []
 
@@ -211,19 +207,20 @@ async def test_sweep_trims_the_search_sets(client: Any, store: Store, api_key: d
     fresh = (await create(client, api_key, {"input_hash": hash_of("mixed"), "run_id": "fresh"})).json
     pid = api_key["project_id"]
     names = {
-        "mixed": keys.search_index_key(pid, "input_hash", hash_of("mixed")),
-        "only_old": keys.search_index_key(pid, "input_hash", hash_of("only-old")),
-        "o1": keys.search_index_key(pid, "output_hash", hash_of("o1")),
+        "mixed": keys.search_field("input_hash", hash_of("mixed")),
+        "only_old": keys.search_field("input_hash", hash_of("only-old")),
+        "o1": keys.search_field("output_hash", hash_of("o1")),
     }
-    assert all([await store.client.exists(n) for n in names.values()])
+    assert all([await index_field(store, pid, n) for n in names.values()])
 
     summary = await sweep(store, 1.0, NOW)
     assert summary["removed"] == {"receipts": 2, "hash_index": 2, "idempotency": 2, "search_index": 3}
-    assert await store.client.zrange(names["mixed"], 0, -1) == [
-        edge["receipt"]["receipt_id"].encode(),
-        fresh["receipt"]["receipt_id"].encode(),
+    assert await index_ids(store, pid, names["mixed"]) == [
+        edge["receipt"]["receipt_id"],
+        fresh["receipt"]["receipt_id"],
     ]
-    assert await store.client.exists(names["only_old"], names["o1"]) == 0, "emptied sets are gone"
+    assert await index_field(store, pid, names["only_old"]) is None, "emptied fields are gone"
+    assert await index_field(store, pid, names["o1"]) is None
     found = (await search(client, api_key, input_hash=hash_of("mixed"))).json["receipts"]
     assert found == [fresh["receipt"], edge["receipt"]]
     assert old["receipt"] not in found and only_old["receipt"]["receipt_id"]

@@ -35,6 +35,7 @@ import pytest
 import redis
 
 from kv.store import Store
+from receipts import compact
 from receipts.apikeys import hash_api_key
 from receipts.signing import KeyRing
 from tests.conftest import ASSETS, REPO, RedisServer, auth, hash_of
@@ -360,7 +361,7 @@ def test_signing_key_rotation_end_to_end(
     # An unknown sig_kid fails closed.
     with redis.Redis.from_url(redis_url) as conn:
         name = next(iter(conn.scan_iter(match=f"r:*:{old_receipts[1]['receipt_id']}")))
-        record = orjson.loads(conn.get(name))
+        record = orjson.loads(compact.decode(conn.get(name)))
         record["sig_kid"] = "nobody-2024"
         conn.set(name, orjson.dumps(record))
     with httpx.Client(base_url=new.base_url, timeout=10) as http:

@@ -26,12 +26,14 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.project_key(project_id),
             keys.idempotency_key(project_id, "ik_abc"),
             keys.receipt_key(receipt_id),
-            keys.receipt_hash_key(project_id, hash_of("r")),
+            keys.index_meta_key(project_id),
             keys.key_minute_counter_key(project_id, hash_of("key"), "29000000"),
             keys.project_month_counter_key(project_id, "202612"),
             keys.search_index_key(project_id, "input_hash", hash_of("in")),
             keys.search_index_key(project_id, "output_hash", hash_of("out")),
         ],
+        "find_index_field.lua": [keys.index_meta_key(project_id), keys.receipt_hash_key(project_id, hash_of("r"))],
+        "expire_index_bucket.lua": [keys.index_bucket_key(project_id, 5), keys.index_meta_key(project_id)],
         "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],
         "hit_counter.lua": [keys.ip_counter_key("2001:db8::/64", "authenticated", "29000000")],
         "authenticate.lua": [
@@ -41,6 +43,7 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
         ],
         "delete_receipt.lua": [
             keys.receipt_key(receipt_id),
+            keys.index_meta_key(project_id),
             keys.receipt_hash_key(project_id, hash_of("r")),
             keys.search_index_key(project_id, "input_hash", hash_of("in")),
             keys.search_index_key(project_id, "output_hash", hash_of("out")),
@@ -52,6 +55,8 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.project_key(project_id),
             keys.project_api_keys_key(project_id),
         ],
+        # The index buckets a script reaches through its declared index meta key.
+        "index buckets": [keys.index_meta_key(project_id), *(keys.index_bucket_key(project_id, n) for n in range(64))],
     }
 
 
@@ -74,6 +79,13 @@ def test_every_script_covers_its_declared_keys() -> None:
     sets = script_key_sets(new_project_id())
     for path in sorted(LUA.glob("*.lua")):
         text = path.read_text()
+        if path.name == "index_buckets.lua":
+            # The shared index functions: the one place bucket names are made, each from the
+            # declared meta key's name (so in its slot, as the slot test above checks).
+            made = re.findall(r"(\w+(?:\.\w+)?) \.\. ':' \.\.", text)
+            assert made and set(made) == {"idx.meta"}, made
+            assert "idx = {meta = meta" in text
+            continue
         declared = {int(n) for n in re.findall(r"^-- KEYS\[(\d+)\]", text, re.M)}
         assert declared == set(range(1, len(sets[path.name]) + 1)), path.name
         assert re.search(r"^-- Returns", text, re.M), f"{path.name} must say what it returns"

@@ -56,11 +56,14 @@ async def collect_chain(
     while isinstance(current.get("prev_receipt_hash"), str):
         if len(raw) >= depth:
             return raw, parsed, False
-        prev_id = await store.find_receipt_id_by_hash(project_id, current["prev_receipt_hash"])
+        prev_hash = current["prev_receipt_hash"]
+        prev_id = await store.find_receipt_id_by_hash(project_id, prev_hash)
         stored = await store.get_receipt_json(prev_id) if prev_id else None
         if stored is None:
             return raw, parsed, False
         current = orjson.loads(stored)
+        if current.get("receipt_hash") != prev_hash:  # the index keys a truncated hash
+            return raw, parsed, False
         raw.append(stored)
         parsed.append(current)
     return raw, parsed, True

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from kv.store import Counter, IssueItem, IssueOutcome, IssueResult, KeyRecord, Store
+from receipts import compact
 from receipts.errors import (
     ChainContention,
     IdempotencyConflict,
@@ -214,6 +215,7 @@ class ReceiptIssuer:
                     stale_receipt_id=pending.stale,
                     input_hash=receipt["input_hash"],
                     output_hash=receipt["output_hash"],
+                    stored_value=compact.encode(receipt, receipt_json),
                 )
             )
             if placement.advances_tip:

@@ -105,6 +105,8 @@ async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes
             )
         receipt_id = await store.find_receipt_id_by_hash(project_id, ref.lower())
         stored = await store.get_receipt_json(receipt_id) if receipt_id else None
+        if stored is not None and orjson.loads(stored).get("receipt_hash") != ref.lower():
+            stored = None  # the index keys a truncated hash: this is another receipt
     else:
         stored = None
     if stored is None:
@@ -180,4 +182,6 @@ async def _find_prev(store: Store, receipt: dict[str, Any], prev_id_sent: Any) -
     else:
         prev_id = await store.find_receipt_id_by_hash(receipt["project_id"], prev_hash)
     prev_json = await store.get_receipt_json(prev_id) if prev_id else None
-    return orjson.loads(prev_json) if prev_json is not None else None
+    prev: dict[str, Any] | None = orjson.loads(prev_json) if prev_json is not None else None
+    # The index keys a truncated hash: a receipt with another hash is not the previous one.
+    return prev if prev is not None and prev.get("receipt_hash") == prev_hash else None

@@ -1,45 +1,70 @@
 -- issue_receipt: record a group of new receipts of one project atomically, in order, or say
 -- why not (group commit: the receipts of one batch were chained on each other in memory).
+-- Runs after index_buckets.lua (its idx_* functions).
 --
--- The call holds N receipts: KEYS has 8 per receipt and ARGV 13 per receipt, receipt i
--- (from 0) at KEYS[8i+1..8i+8] and ARGV[13i+1..13i+13], each laid out as below. They are
+-- The call holds N receipts: KEYS has 8 per receipt and ARGV 18 per receipt, receipt i
+-- (from 0) at KEYS[8i+1..8i+8] and ARGV[18i+1..18i+18], each laid out as below. They are
 -- processed in order; the first that is not issued (code 1-6) ends the call: the receipts
 -- after it were built on it and are not looked at (the caller rebuilds and sends them
--- again). N = 1 is the single receipt of the original script, with the same reply.
+-- again). N = 1 is a single receipt, with the same reply.
 --
 -- KEYS[1] project record (hash; field "tip" = main chain tip, absent when there is none)
--- KEYS[2] idempotency record (string "<receipt_id> <fingerprint>")
--- KEYS[3] receipt record (string: the receipt's JSON bytes)
--- KEYS[4] receipt-hash index (string: receipt_id)
+-- KEYS[2] old-layout idempotency record (string "<receipt_id> <fingerprint>"; read only:
+--         records written before the index buckets, until they expire)
+-- KEYS[3] receipt record (string: compact record or JSON bytes)
+-- KEYS[4] the project's index meta hash (its buckets: KEYS[4] .. ':' .. number)
 -- KEYS[5] the API key's request counter for the current minute window
 -- KEYS[6] the project's receipt counter for the current calendar month
--- KEYS[7] search index of the receipt's input_hash (sorted set: receipt_id scored by created ms)
--- KEYS[8] search index of the receipt's output_hash (KEYS[7] again when there is none)
+-- KEYS[7] the search set of the receipt's input_hash (sorted set: receipt ids scored by
+--         created ms; 16-byte ids once a hash has more than four receipts, text ids from
+--         records written before the index buckets)
+-- KEYS[8] the search set of its output_hash (KEYS[7] again when there is none)
 -- ARGV[1] the tip the receipt was built on ("" = the project had no tip)
--- ARGV[2] receipt JSON bytes
+-- ARGV[2] the receipt's stored value (compact record, or JSON)
 -- ARGV[3] receipt_id
 -- ARGV[4] receipt_hash
 -- ARGV[5] "1" when the receipt is on main (the tip advances to ARGV[4]), "0" for a branch
--- ARGV[6] idempotency fingerprint (hex SHA-256 of the logical input)
+-- ARGV[6] idempotency fingerprint (hex SHA-256 of the logical input; old-layout records)
 -- ARGV[7] per-minute limit of the key's plan
 -- ARGV[8] seconds the minute counter must live
 -- ARGV[9] monthly receipt quota of the plan
 -- ARGV[10] seconds the month counter must live
 -- ARGV[11] a receipt id known to be gone ("" = none): an idempotency record naming it is
 --          stale (its receipt was deleted) and may be taken over by this receipt
--- ARGV[12] the receipt's creation time (Unix ms): its score in the search indexes
--- ARGV[13] which search indexes to write: "io" both, "i" input only, "" none
+-- ARGV[12] ARGV[11] as 16 bytes ("" = none)
+-- ARGV[13] receipt_id as 16 bytes
+-- ARGV[14] hash-index field (value: ARGV[13])
+-- ARGV[15] idempotency field (value: ARGV[13] .. ARGV[16])
+-- ARGV[16] the fingerprint's first 8 bytes
+-- ARGV[17] input_hash search field ("" = none): ARGV[13] is appended to its value, or,
+--          when the hash's set KEYS[7] exists or the value already holds four ids (64
+--          bytes, listpack's limit), added to the set, the value's ids moving there too
+-- ARGV[18] output_hash search field ("" = the receipt has no output_hash), with KEYS[8]
+-- A search set scores each id by its creation time (Unix ms), read from the id's first
+-- six bytes.
 --
 -- Returns {code, value, minute_used, month_used} per receipt looked at, flattened (the
 -- counters after that receipt):
---   {0, ""}           issued: receipt, indexes, idempotency record, tip and both counters written
+--   {0, ""}           issued: receipt, index fields, tip and both counters written
 --   {1, receipt_id}   replay of the same logical input: only the minute counter counts it
+--                     (receipt_id: 16 bytes from the index, text from an old-layout record)
 --   {2, ""}           the idempotency key was used before with a different request
 --   {3, tip}          the tip moved (value "" = none): rebuild on it and call again
 --   {4, ""}           the project does not exist
 --   {5, ""}           the key's per-minute limit is used up
 --   {6, ""}           the project's monthly quota is used up
 -- Codes 2-6 write nothing for their receipt; code 1 writes only its minute counter.
+
+-- The ids a search field hands to its hash's set: the field's own (it goes) and `id`.
+local function moving_ids(meta, field, id)
+  local ids = {}
+  local value = idx_take(meta, field) or ''
+  for at = 1, #value, 16 do
+    ids[#ids + 1] = string.sub(value, at, at + 15)
+  end
+  ids[#ids + 1] = id
+  return ids
+end
 
 local function issue_one(k, a)
   local minute = tonumber(redis.call('GET', KEYS[k + 5]) or '0')
@@ -55,16 +80,28 @@ local function issue_one(k, a)
     end
   end
 
-  local idem = redis.call('GET', KEYS[k + 2])
-  if idem then
-    local sep = string.find(idem, ' ', 1, true)
-    local named = string.sub(idem, 1, sep - 1)
-    if string.sub(idem, sep + 1) ~= ARGV[a + 6] then
+  local entry = idx_get(KEYS[k + 4], ARGV[a + 15])
+  if entry then
+    if string.sub(entry, 17) ~= ARGV[a + 16] then
       return {2, '', minute, month}
     end
-    if named ~= ARGV[a + 11] then
+    local named = string.sub(entry, 1, 16)
+    if named ~= ARGV[a + 12] then
       count_minute()
       return {1, named, minute, month}
+    end
+  else
+    local old = redis.call('GET', KEYS[k + 2])
+    if old then
+      local sep = string.find(old, ' ', 1, true)
+      local named = string.sub(old, 1, sep - 1)
+      if string.sub(old, sep + 1) ~= ARGV[a + 6] then
+        return {2, '', minute, month}
+      end
+      if named ~= ARGV[a + 11] then
+        count_minute()
+        return {1, named, minute, month}
+      end
     end
   end
 
@@ -81,15 +118,24 @@ local function issue_one(k, a)
     return {3, tip, minute, month}
   end
 
+  local id = ARGV[a + 13]
   redis.call('SET', KEYS[k + 3], ARGV[a + 2])
-  redis.call('SET', KEYS[k + 4], ARGV[a + 3])
-  redis.call('SET', KEYS[k + 2], ARGV[a + 3] .. ' ' .. ARGV[a + 6])
-  if string.find(ARGV[a + 13], 'i', 1, true) then
-    redis.call('ZADD', KEYS[k + 7], ARGV[a + 12], ARGV[a + 3])
+  idx_put(KEYS[k + 4], ARGV[a + 14], id)
+  idx_put(KEYS[k + 4], ARGV[a + 15], id .. ARGV[a + 16])
+  -- A search field takes the id while it holds fewer than four; else the ids go to the set.
+  if ARGV[a + 17] ~= '' and (redis.call('EXISTS', KEYS[k + 7]) == 1
+      or not idx_append(KEYS[k + 4], ARGV[a + 17], id, 64)) then
+    for _, one in ipairs(moving_ids(KEYS[k + 4], ARGV[a + 17], id)) do
+      redis.call('ZADD', KEYS[k + 7], string.format('%d', idx_id_ms(one)), one)
+    end
   end
-  if string.find(ARGV[a + 13], 'o', 1, true) then
-    redis.call('ZADD', KEYS[k + 8], ARGV[a + 12], ARGV[a + 3])
+  if ARGV[a + 18] ~= '' and (redis.call('EXISTS', KEYS[k + 8]) == 1
+      or not idx_append(KEYS[k + 4], ARGV[a + 18], id, 64)) then
+    for _, one in ipairs(moving_ids(KEYS[k + 4], ARGV[a + 18], id)) do
+      redis.call('ZADD', KEYS[k + 8], string.format('%d', idx_id_ms(one)), one)
+    end
   end
+  idx_grow()
   if ARGV[a + 5] == '1' then
     redis.call('HSET', KEYS[k + 1], 'tip', ARGV[a + 4])
   end
@@ -103,7 +149,7 @@ end
 
 local replies = {}
 for i = 0, #KEYS / 8 - 1 do
-  local reply = issue_one(8 * i, 13 * i)
+  local reply = issue_one(8 * i, 18 * i)
   for _, value in ipairs(reply) do
     replies[#replies + 1] = value
   end
@@ -111,4 +157,5 @@ for i = 0, #KEYS / 8 - 1 do
     break
   end
 end
+idx_save()
 return replies
