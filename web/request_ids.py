@@ -12,7 +12,7 @@ def new_request_id() -> str:
 
 
 def request_id_of(request: Any) -> str:
-    """The request's id, making one for requests that failed before middleware ran."""
+    """The request's id, made on first use (the response envelope, an error body, a log line)."""
     ctx = getattr(request, "ctx", None)
     if ctx is None:
         return new_request_id()
