@@ -58,11 +58,8 @@ class HistogramTally:
         with _lock:
             self._counts[bisect_left(self.bounds, amount)] += 1
             self._total += amount
-            if not self.dirty:
-                self.dirty = True
-                _dirty.append(self)
-        if _timer is None or _timer_loop.is_closed():  # type: ignore[union-attr]
-            _schedule()
+            first, self.dirty = not self.dirty, True
+        _touched(self, first)
 
     def _flush(self) -> None:
         for index, count in enumerate(self._counts):
@@ -87,16 +84,23 @@ class CounterTally:
     def inc(self) -> None:
         with _lock:
             self._count += 1
-            if not self.dirty:
-                self.dirty = True
-                _dirty.append(self)
-        if _timer is None or _timer_loop.is_closed():  # type: ignore[union-attr]
-            _schedule()
+            first, self.dirty = not self.dirty, True
+        _touched(self, first)
 
     def _flush(self) -> None:
         self._child.inc(self._count)
         self._count = 0
         self.dirty = False
+
+
+def _touched(tally: HistogramTally | CounterTally, first: bool) -> None:
+    """After a value: list the tally if it is its first since the last flush, and make sure
+    a flush will come (a timer on this loop; a loop closed since, as in tests, gets a new one)."""
+    if first:
+        with _lock:
+            _dirty.append(tally)
+    if _timer is None or _timer_loop.is_closed():  # type: ignore[union-attr]
+        _schedule()
 
 
 def flush() -> None:
