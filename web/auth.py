@@ -130,10 +130,9 @@ async def authenticate_counted(
         claimed_project_id=claimed_project_id,
         claimed_actor_id=claimed_actor_id,
     )
-    if result.outcome is AuthOutcome.UNUSABLE or result.record is None:
+    if result.outcome is AuthOutcome.UNUSABLE:
         await limiter.count_failed_auth(request)
-        usable_key(None)  # raises Unauthorized
-    record = usable_key(result.record)
+    record = usable_key(result.record)  # Unauthorized for an unusable key (no record)
     _accept(request, record)
     if result.outcome is AuthOutcome.LIMITED:
         assert usage is not None

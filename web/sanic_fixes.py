@@ -135,17 +135,16 @@ def _processed_headers(self: Any) -> list[tuple[bytes, bytes]]:
     for name, value in self.headers.items():
         if type(value) is not str:
             value = f"{value}"
-        if not name.isprintable():
-            name = name.translate(HEADER_TRANSLATION_TABLE)
+        if not name.isprintable():  # the common case is decided here, without a call
+            name = _sanitize_header_value(name)
         if not value.isprintable():
-            value = value.translate(HEADER_TRANSLATION_TABLE)
+            value = _sanitize_header_value(value)
         pairs.append((name.encode("ascii"), value.encode(errors="surrogateescape")))
     return pairs
 
 
 def fast_header_values() -> None:
-    """Install ``_sanitize_header_value`` and ``_processed_headers`` (idempotent). The serving
-    workers call this at import of the app, and bench/ceiling.py does too, so the ceiling gets
-    the same help."""
-    BaseHTTPResponse._sanitize_header_value = staticmethod(_sanitize_header_value)  # type: ignore[method-assign]
+    """Install ``_processed_headers`` (idempotent; Sanic's ``_sanitize_header_value`` has no
+    other caller). The serving workers call this at import of the app, and bench/ceiling.py
+    does too, so the ceiling gets the same help."""
     BaseHTTPResponse.processed_headers = property(_processed_headers)  # type: ignore[assignment,method-assign]
