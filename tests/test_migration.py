@@ -6,14 +6,12 @@ issue script (tests/old_layout.py), as production holds them."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import replace
 from typing import Any
 
 import orjson
 import pytest
 
-from jobs.retention import DAY_MS, sweep
+from jobs.retention import sweep
 from kv import keys
 from kv.store import Store
 from receipts.ids import new_receipt_id
@@ -26,24 +24,14 @@ from receipts.model import (
     replay_key,
 )
 from receipts.signing import KeyRing
+from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import auth, hash_of, index_field
 from tests.old_layout import plant_old_receipt
-from web.app import create_app
-from web.config import Settings
+from tests.retention_fixtures import NOW, OLD
 
-NOW = int(time.time() * 1000)
-OLD = NOW - 10 * DAY_MS
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(NOW)
-
-
-@pytest.fixture
-def app(settings: Settings, store: Store, clock: Clock) -> Any:
-    return create_app(replace(settings, retention_days=1.0), store=store, clock_ms=clock)
+app = retention_fixtures.app
+clock = retention_fixtures.clock  # the shared retention-window fixtures
 
 
 class OldRelease:

@@ -12,7 +12,6 @@ import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from subprocess import PIPE
 from typing import Any
 
@@ -26,26 +25,23 @@ from kv import keys
 from kv.store import Counter, IssueOutcome, Store
 from receipts.ids import new_receipt_id
 from receipts.signing import KeyRing
+from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of, index_field
 from tests.old_layout import plant_old_receipt
+from tests.retention_fixtures import NOW, OLD
 from tests.servers import clean_env, run_cli
 from web.app import create_app
 from web.config import Settings
 from web.keys_admin import create_project_key
 
-NOW = int(time.time() * 1000)
-OLD = NOW - 10 * DAY_MS
+app = retention_fixtures.app  # the shared retention-window fixture
 
 
 @pytest.fixture
 def clock() -> Clock:
+    """Here the clock starts at ``OLD`` (the shared ``app`` reads this module's clock)."""
     return Clock(OLD)
-
-
-@pytest.fixture
-def app(settings: Settings, store: Store, clock: Clock) -> Any:
-    return create_app(replace(settings, retention_days=1.0), store=store, clock_ms=clock)
 
 
 async def create(client: Any, key: Any, body: dict[str, Any], **headers: str) -> Any:

@@ -4,7 +4,6 @@ script, operator deletion and the retention sweep."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -15,24 +14,16 @@ from jobs.retention import DAY_MS, sweep
 from kv import keys
 from kv.store import Store
 from receipts.limits import load_limits
+from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import auth, hash_of, index_field, index_ids
+from tests.retention_fixtures import NOW, OLD
 from web.app import create_app
 from web.config import Settings
 from web.keys_admin import create_project_key
 
-NOW = int(time.time() * 1000)
-OLD = NOW - 10 * DAY_MS
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(NOW)
-
-
-@pytest.fixture
-def app(settings: Settings, store: Store, clock: Clock) -> Any:
-    return create_app(replace(settings, retention_days=1.0), store=store, clock_ms=clock)
+app = retention_fixtures.app
+clock = retention_fixtures.clock  # the shared retention-window fixtures
 
 
 async def create(client: Any, key: Any, body: dict[str, Any]) -> Any:

@@ -1,0 +1,30 @@
+"""The clock and app the retention-window tests share (tests/test_retention.py,
+tests/test_search.py, tests/test_migration.py): a one-day retention window, a clock at
+``NOW``, and ``OLD`` ten days before it. Import the fixtures by name into a test module."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from jobs.retention import DAY_MS
+from kv.store import Store
+from tests.clock import Clock
+from web.app import create_app
+from web.config import Settings
+
+NOW = int(time.time() * 1000)
+OLD = NOW - 10 * DAY_MS
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(NOW)
+
+
+@pytest.fixture
+def app(settings: Settings, store: Store, clock: Clock) -> Any:
+    return create_app(replace(settings, retention_days=1.0), store=store, clock_ms=clock)
