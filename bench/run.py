@@ -58,6 +58,7 @@ PRELOAD_TOLERANCE = 0.10
 PROJECTS = 32
 PRELOAD_PROJECTS = 256
 ITEMS_SAMPLE = 10_000
+FLOOR_ITEMS = 1_000
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 # The same raised limits as tests/servers.py: every counter still runs, none refuses.
@@ -414,17 +415,24 @@ class Setup:
     generator_cpus: str | None
     items: dict[str, Path] = field(default_factory=dict)
     item_lists: dict[str, list[str]] = field(default_factory=dict)
+    own_items: dict[tuple[str, str], tuple[Path, list[str]]] = field(default_factory=dict)
+    """(target, scenario) -> items of a target that cannot read the service's receipts (the floor)."""
+
+    def items_for(self, target: str, scenario: str) -> tuple[Path, list[str]]:
+        own = self.own_items.get((target, scenario))
+        return own if own is not None else (self.items[scenario], self.item_lists[scenario])
 
 
 def run_load(setup: Setup, target: Target, scenario: str, seconds: float) -> dict[str, Any]:
     """One timed run of ``scenario`` against ``target``: the generator's normalised result."""
     nonce = secrets.token_hex(8)
     seconds = max(1.0, seconds)
+    items_path, item_list = setup.items_for(target.name, scenario)
     if setup.generator == "wrk":
         cmd = [
             "wrk", "-t", str(setup.wrk_threads), "-c", str(setup.connections), "-d", f"{round(seconds)}s",
             "--timeout", "10s", "-s", str(BENCH / "scenario.lua"), f"http://127.0.0.1:{target.port}",
-            "--", scenario, str(setup.items[scenario]), nonce,
+            "--", scenario, str(items_path), nonce,
         ]  # fmt: skip
     else:
         spec = {
@@ -434,7 +442,7 @@ def run_load(setup: Setup, target: Target, scenario: str, seconds: float) -> dic
             "connections": setup.connections,
             "seconds": seconds,
             "mode": scenario,
-            "items": setup.item_lists[scenario],
+            "items": item_list,
             "nonce": nonce,
         }
         spec_path = setup.tmp / f"spec-{scenario}.json"
@@ -545,6 +553,11 @@ def summarise(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
             "ratio": statistics.median(ratios) if ratios else 0.0,
             "service_statuses": _merge_statuses(service),
         }
+        floor = by_target.get("floor")
+        if floor:
+            floor_ratios = [f["rps"] / c["rps"] for f, c in zip(floor, ceiling, strict=True) if c["rps"] > 0]
+            summary[scenario]["floor_rps"] = statistics.median(r["rps"] for r in floor)
+            summary[scenario]["floor_ratio"] = statistics.median(floor_ratios) if floor_ratios else 0.0
     return summary
 
 
@@ -602,10 +615,11 @@ def target_rows(summary: dict[str, dict[str, Any]], bytes_per_receipt: float | N
 
 
 def throughput_table(summary: dict[str, dict[str, Any]]) -> list[str]:
+    with_floor = any("floor_ratio" in s for s in summary.values())
     lines = [
         "| scenario | service rps | p50 ms | p99 ms | errors | ceiling rps | ceiling p50 ms | ceiling p99 ms "
-        "| ratio | target | met? |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| ratio | target | met? |" + (" floor rps | floor ratio |" if with_floor else ""),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + ("---:|---:|" if with_floor else ""),
     ]
     for scenario, s in summary.items():
         need = RATIO_TARGETS[scenario]
@@ -615,8 +629,15 @@ def throughput_table(summary: dict[str, dict[str, Any]]) -> list[str]:
             f"| {SCENARIO_TITLES[scenario]} | {_fmt(s['service_rps'])} | {s['service_p50_ms']:.2f} "
             f"| {s['service_p99_ms']:.2f} | {s['service_errors']} | {_fmt(s['ceiling_rps'])} "
             f"| {s['ceiling_p50_ms']:.2f} | {s['ceiling_p99_ms']:.2f} | {s['ratio']:.2f} | {target} | {_met(ok)} |"
+            + floor_cells(s, with_floor)
         )
     return lines
+
+
+def floor_cells(s: dict[str, Any], with_floor: bool) -> str:
+    if "floor_ratio" in s:
+        return f" {_fmt(s['floor_rps'])} | {s['floor_ratio']:.2f} |"
+    return " | |" if with_floor else ""
 
 
 def rounds_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
@@ -822,6 +843,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-format", choices=("json", "text"), default="json", help="the service's LOG_FORMAT")
     parser.add_argument("--no-metrics", action="store_true", help="run the service without METRICS_PORT")
     parser.add_argument("--memory-receipts", type=int, default=20_000, help="receipts written to measure memory")
+    parser.add_argument("--no-floor", dest="floor", action="store_false", help="skip the floor (bench/floor.py)")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of unrecorded load per scenario and target")
     parser.add_argument("--from-json", help="do not run: render the report of a saved --json file again")
     parser.add_argument("--note", action="append", default=[], help="a line for RESULTS.md (repeatable)")
@@ -960,13 +982,22 @@ def run(args: argparse.Namespace) -> Report:
         )
         procs.append(ceiling)
         wait_http(ceiling, f"http://127.0.0.1:{ceiling_port}/health")
+        targets = [Target("service", service_port), Target("ceiling", ceiling_port)]
+        if args.floor:
+            floor_port = free_port()
+            floor_cmd = [sys.executable, "-m", "bench.floor", "--port", str(floor_port), "--redis-url", redis_url]
+            floor = Proc.start("floor", pinned(floor_cmd, server_cpus), env=base_env(), log_path=tmp / "floor.log")
+            procs.append(floor)
+            wait_http(floor, f"http://127.0.0.1:{floor_port}/health")
+            seed_floor(floor_port, setup, FLOOR_ITEMS if not args.quick else 50)
+            targets.append(Target("floor", floor_port))
 
         log("measuring the generator's own ceiling")
         gen_ceiling = generator_ceiling(setup, 2.0 if args.quick else 4.0)
         log(f"generator ceiling {gen_ceiling['rps']:.0f} rps")
 
-        targets = [Target("service", service_port), Target("ceiling", ceiling_port)]
         empty = run_pass(setup, targets, args.scenario_list, args.rounds, args.seconds, args.warmup)
+        targets = targets[:2]  # the floor stores nothing of the service's: once is enough
 
         preloaded = None
         preload_info = None
@@ -1005,6 +1036,16 @@ def run(args: argparse.Namespace) -> Report:
             + ("metrics on (METRICS_PORT set, as in production)." if metrics_port else "metrics off."),
             "Ceiling: bench/ceiling.py, a bare Sanic app (1 worker, same routes and status codes, parses the JSON "
             "body, answers a JSON body of the service's size; no Redis, no signing).",
+            *(
+                [
+                    "Floor: bench/floor.py, the least each route must do on this stack (parse, hash the key, "
+                    "one Redis round trip, build, hash and sign the receipt or verify its signature; no limits, "
+                    "idempotency, chain, validation, log line or metrics), run with the empty store only: its "
+                    "ratio is the best any implementation could reach here."
+                ]
+                if args.floor
+                else []
+            ),
             f"Load: {args.connections} keep-alive connections, closed loop, {args.rounds} round(s) of "
             f"{args.seconds:g} s per scenario and target after {args.warmup:g} s of warm-up, service and ceiling "
             "alternating (order reversed every other round). Every create sends input/output hashes never sent "
@@ -1041,6 +1082,27 @@ def run(args: argparse.Namespace) -> Report:
         for proc in reversed(procs):
             proc.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def seed_floor(port: int, setup: Setup, count: int) -> None:
+    """Receipts for the floor's read and verify runs, issued by the floor itself (it keeps its
+    own records, under ``floor:``)."""
+    key = setup.item_lists["create32"][0]
+    reads, verifies = [], []
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as client:
+        for _ in range(count):
+            input_hash = f"sha256:{secrets.token_hex(32)}"
+            body = {"input_hash": input_hash, "output_hash": f"sha256:{'b' * 64}", "tags": {"stage": "bench"}}
+            created = client.post("/v1/receipts", json=body, headers={"Authorization": f"Bearer {key}"})
+            if created.status_code != 201:
+                raise HarnessError(f"floor create answered {created.status_code}: {created.text[:300]}")
+            receipt_id = orjson.loads(created.content)["receipt"]["receipt_id"]
+            reads.append(receipt_id)
+            verifies.append(f"{key} {receipt_id} {input_hash}")
+    for scenario, lines in (("read", reads), ("verify", verifies)):
+        path = setup.tmp / f"items-floor-{scenario}.txt"
+        path.write_text("\n".join(lines) + "\n")
+        setup.own_items[("floor", scenario)] = (path, lines)
 
 
 def sample_sizes(port: int, setup: Setup, fixture: Any) -> dict[str, int]:
