@@ -137,6 +137,60 @@ def test_json_mode_sends_every_logger_through_one_formatter(
     assert lines[-1]["level"] == "warning"
 
 
+class _CountingRaw(io.RawIOBase):
+    """An unbuffered byte stream (stderr under ``PYTHONUNBUFFERED=1``) that counts its writes."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.chunks.append(bytes(data))
+        return len(data)
+
+
+class _FakeRequest:
+    def __init__(self, path: str) -> None:
+        self.ctx = type("Ctx", (), {"client_ip": "192.0.2.1"})()
+        self.method = "GET"
+        self.path = path
+        self.headers: dict[str, str] = {}
+
+
+def test_request_lines_of_one_loop_turn_leave_in_one_write_even_unbuffered(
+    restore_logging: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    raw = _CountingRaw()
+    stream = io.TextIOWrapper(raw, write_through=True)  # type: ignore[arg-type]
+    monkeypatch.setattr(sys, "stderr", stream)
+    logs.configure_logging("json")
+    root = logging.getLogger()
+    root.handlers[:] = [h for h in root.handlers if isinstance(h, logs._OurHandler)]  # not pytest's capture
+    ip_config = ClientIpConfig()
+
+    async def one_turn() -> None:
+        for n in range(5):
+            logs.log_request(_FakeRequest(f"/v1/receipts/rcpt_{n}"), "receipts.get_receipt", 200, 0.001, ip_config)
+        assert raw.chunks == []  # nothing written during the turn
+        await asyncio.sleep(0)  # the turn ends: the flush runs
+        await asyncio.sleep(0)
+        assert len(raw.chunks) == 1
+        logs.log_request(_FakeRequest("/v1/receipts/rcpt_5"), "receipts.get_receipt", 200, 0.001, ip_config)
+        logging.getLogger("eps.audit").warning("receipt deleted")  # another record: after the pending line
+
+    asyncio.run(one_turn())
+    lines = [orjson.loads(line) for line in b"".join(raw.chunks).splitlines()]
+    assert [e.get("path", e["msg"]) for e in lines] == [
+        *(f"/v1/receipts/rcpt_{n}" for n in range(6)),
+        "receipt deleted",
+    ]
+    assert len(raw.chunks[0].splitlines()) == 5
+
+
 def test_text_mode_is_readable(restore_logging: None, monkeypatch: pytest.MonkeyPatch) -> None:
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)

@@ -25,7 +25,7 @@ from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
 from web.issuing import ReceiptIssuer
 from web.limiting import Limiter
-from web.logs import configure_logging, log_request
+from web.logs import configure_logging, flush_request_lines, log_request
 from web.metrics import add_metrics_route, observe_request, release_worker_metrics, route_label
 from web.request_ids import request_id_of
 
@@ -108,6 +108,7 @@ def create_app(
         if getattr(app.ctx, "owns_store", False):
             await app.ctx.store.close()
         release_worker_metrics()
+        flush_request_lines()
 
     return app
 

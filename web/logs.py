@@ -10,6 +10,7 @@ project. It never carries a header, a query string, a body, an API key or any ot
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import re
@@ -39,6 +40,10 @@ class _Direct:
 
     handler: logging.Handler | None = None
     flush_scheduled = False
+    pending: list[bytes] = []  # noqa: RUF012 - one list for the process, on purpose
+    """Request lines of this event-loop turn, written together by ``flush_request_lines``."""
+    target: Any = None
+    """The byte stream the pending lines go to (stderr's buffer)."""
     pid = os.getpid()
     """This process's id (a system call each time otherwise), renewed in a forked child."""
 
@@ -102,6 +107,10 @@ class TextFormatter(logging.Formatter):
 
 class _OurHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler ``configure_logging`` installs (recognised so a second call replaces it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        flush_request_lines()  # request lines of this turn first: the lines stay in order
+        super().emit(record)
 
 
 def configure_logging(log_format: str) -> None:
@@ -170,8 +179,11 @@ def log_request(request: Any, route: str, status: int, duration_s: float, ip_con
     buffer = _direct_buffer()
     if buffer is not None:
         line = json_entry(time.time(), "info", request_log.name, "request", _Direct.pid, fields)
-        buffer.write(orjson.dumps(line, default=str) + b"\n")
-        _flush_soon(buffer)
+        if _Direct.target is not buffer:
+            flush_request_lines()
+            _Direct.target = buffer
+        _Direct.pending.append(orjson.dumps(line, default=str) + b"\n")
+        _flush_soon()
         return
     # makeRecord + handle is logger.info without its stack walk for the caller's line (which
     # is always this one): half the cost of the line, paid on every request.
@@ -197,19 +209,38 @@ def _direct_buffer() -> Any:
     return getattr(getattr(handler, "stream", None), "buffer", None)
 
 
-def _flush_soon(buffer: Any) -> None:
-    """Flush once per event-loop turn (every line of the turn in one write), or now outside a loop."""
+def _flush_soon() -> None:
+    """Write once per event-loop turn (every line of the turn in one write), or now outside a loop."""
     if _Direct.flush_scheduled:
         return
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        buffer.flush()
+        flush_request_lines()
         return
     _Direct.flush_scheduled = True
+    loop.call_soon(flush_request_lines)
 
-    def flush() -> None:
-        _Direct.flush_scheduled = False
-        buffer.flush()
 
-    loop.call_soon(flush)
+def flush_request_lines() -> None:
+    """Write the pending request lines in one write and flush the stream.
+
+    The lines are kept here, not in the stream's own buffer: under ``PYTHONUNBUFFERED=1`` (the
+    Dockerfile's setting) stderr has no buffer, and each line would cost a system call of its
+    own (bench/PROFILE.md). Called at the end of each event-loop turn that logged a request,
+    before any other record is written, and at exit."""
+    _Direct.flush_scheduled = False
+    pending = _Direct.pending
+    if not pending:
+        return
+    data = b"".join(pending)
+    pending.clear()
+    target = _Direct.target
+    try:
+        target.write(data)
+        target.flush()
+    except (OSError, ValueError):  # stderr closed or gone (shutdown): the lines cannot be written
+        pass
+
+
+atexit.register(flush_request_lines)
