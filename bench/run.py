@@ -2,7 +2,8 @@
 
 Starts its own redis-server, the service (``python service.py serve --workers 1``, limits
 raised through ``LIMITS`` so every check still runs, JSON request logs and metrics on as in
-production) and the ceiling (bench/ceiling.py: a bare Sanic app on the same routes), then
+production), the ceiling (bench/ceiling.py: a bare Sanic app on the same routes) and, unless
+``--no-floor``, the floor (bench/floor.py: only what every implementation must do), then
 loads each with the same generator (wrk when installed, else bench/loadgen.py), alternating
 service and ceiling, for several rounds. Reports requests per second, p50/p99 latency,
 errors and the ratio to the ceiling per scenario, Redis memory per stored receipt, and with
