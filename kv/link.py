@@ -339,11 +339,16 @@ def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
 
 
 def _chain(done: asyncio.Task[Any], future: asyncio.Future[Any]) -> None:
+    if done.cancelled():
+        if not future.done():
+            future.cancel()
+        return
+    # Retrieved even when nobody waits any more (the request was cancelled: its client hung
+    # up): otherwise asyncio logs "Task exception was never retrieved" as an error.
+    exc = done.exception()
     if future.done():
         return
-    if done.cancelled():
-        future.cancel()
-    elif (exc := done.exception()) is not None:
+    if exc is not None:
         _fail_quietly(future, exc)
     else:
         future.set_result(done.result())

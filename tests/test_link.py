@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -97,6 +98,26 @@ async def test_a_cancelled_caller_does_not_shift_the_replies(link: FastLink) -> 
     abandoned.cancel()
     assert await link.send("ECHO", "mine") == b"mine"
     assert await link.send("GET", "k") == b"v"
+
+
+async def test_a_failed_first_command_whose_caller_left_is_not_an_unretrieved_error(link: FastLink) -> None:
+    """The first command waits for the connection in a task of its own. When its caller is
+    cancelled meanwhile (a client hung up) and the command then fails (here: a script Redis
+    does not know), asyncio must not report "Task exception was never retrieved"."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        abandoned = link.send("EVALSHA", "0" * 40, 0)  # no connection yet: goes through a task
+        abandoned.cancel()
+        assert await link.send("ECHO", "after") == b"after"
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()  # the task is gone: an unretrieved exception is reported now
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert reported == []
 
 
 async def test_a_killed_connection_fails_waiting_commands_and_the_next_one_reconnects(
