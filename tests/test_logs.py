@@ -14,14 +14,17 @@ import io
 import json
 import logging
 import re
+import socket
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
 import pytest
+import redis
 
 from receipts.signing import KeyRing
 from tests.conftest import auth, hash_of
@@ -387,3 +390,36 @@ def test_request_lines_skip_the_logging_machinery_with_the_same_fields(
     assert TS.match(fast.pop("ts")) and TS.match(slow.pop("ts"))
     assert list(fast.items()) == list(slow.items())
     assert fast["path"] == "/v1/receipts/eps_[masked]" and fast["duration_ms"] == 1.234
+
+
+def test_a_client_that_hangs_up_mid_request_is_recorded_as_499_not_as_a_server_error(
+    service_factory: ServicePool, redis_url: str, signing_keys_json: str
+) -> None:
+    """Sanic cancels the handler of a request whose connection is lost. That was rendered as an
+    unhandled 500 with an error record: a 5xx alert for every impatient client. Redis is
+    paused for writes so the create is surely in flight when the client hangs up."""
+    service = service_factory.start(
+        workers=1, redis_url=redis_url, signing_keys=signing_keys_json, limits=RAISED_LIMITS
+    )
+    api_key = create_key_cli(redis_url, project="hangs-up", plan="pro")["api_key"]
+    body = orjson.dumps({"input_hash": hash_of("hangs-up")})
+    target = urlsplit(service.base_url)
+    request = (
+        f"POST /v1/receipts HTTP/1.1\r\nHost: {target.netloc}\r\nAuthorization: Bearer {api_key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+        with socket.create_connection((target.hostname, target.port), timeout=5) as sock:
+            sock.sendall(request)
+        (line,) = [
+            orjson.loads(m.group(0))
+            for m in service.wait_for_output(r'\{[^\n]*"route":"receipts.create_receipt"[^\n]*\}', timeout=10)
+        ]
+    finally:
+        client.execute_command("CLIENT", "UNPAUSE")
+        client.close()
+    assert line["status"] == 499, line
+    assert "RequestCancelled" not in service.stderr()
+    assert not [e for e in map(orjson.loads, service.stderr().splitlines()) if e.get("level") == "error"]

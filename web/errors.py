@@ -52,8 +52,18 @@ def as_service_error(exception: Exception) -> ServiceError:
     return ServiceError("internal error")
 
 
+CLIENT_CLOSED_REQUEST = 499
+"""The status a request is recorded with (log line, metrics) when its client closed the
+connection before the answer: nginx's "client closed request". No client ever receives it."""
+
+
 class JsonErrorHandler(ErrorHandler):
     def default(self, request: Request, exception: Exception) -> HTTPResponse:
+        if isinstance(exception, sanic_errors.RequestCancelled):
+            # The client went away mid-request (Sanic cancels the handler): not a server
+            # error, so no error record and no 500 in the metrics. A create's write goes on
+            # regardless (web/issuing.py); this answer only names what happened.
+            return HTTPResponse(b"", status=CLIENT_CLOSED_REQUEST, headers={"X-Request-Id": request_id_of(request)})
         error = as_service_error(exception)
         if error.status >= 500 and not isinstance(exception, ServiceError):
             log.error(
