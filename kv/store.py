@@ -240,6 +240,7 @@ class Store:
         self._expire_bucket = client.register_script((LUA_DIR / "expire_index_bucket.lua").read_text())
         self._create_project = client.register_script((LUA_DIR / "create_project.lua").read_text())
         self._hit_counter = LuaScript.register(client, (LUA_DIR / "hit_counter.lua").read_text())
+        self._refund_counter = LuaScript.register(client, (LUA_DIR / "refund_counter.lua").read_text())
         self._authenticate = LuaScript.register(client, (LUA_DIR / "authenticate.lua").read_text())
         self.is_cluster = isinstance(client, RedisCluster)
         """Decided once: ``isinstance`` against redis-py's cluster class goes through typing's
@@ -315,13 +316,11 @@ class Store:
         failed_limit: int,
         *,
         count: bool,
-        claimed_project_id: str = "",
-        claimed_actor_id: str = "",
     ) -> AuthResult:
         """The key lookup, the address's failed-auth throttle and its ``scope_name`` counter
         in one script call (kv/lua/authenticate.lua; only when ``one_call_auth``). Both
         counters use ``scope``'s minute window; nothing is counted unless ``count``, the key
-        is usable, the claims match it and its project has no suspension set."""
+        is usable and its project has no suspension set."""
         reply: Any = await self.link.run_script(
             self._authenticate,
             [
@@ -329,7 +328,7 @@ class Store:
                 keys.ip_counter_key(ip_bucket, "unauthenticated", scope.window_id),
                 keys.ip_counter_key(ip_bucket, scope_name, scope.window_id),
             ],
-            [failed_limit, scope.limit, scope.ttl_s, "1" if count else "0", claimed_project_id, claimed_actor_id],
+            [failed_limit, scope.limit, scope.ttl_s, "1" if count else "0"],
         )
         outcome = AuthOutcome(int(reply[0]))
         record = _key_record(key_hash, reply[2:]) if len(reply) > 2 else None
@@ -591,6 +590,13 @@ class Store:
     async def hit_ip_counter(self, ip_bucket: str, scope: str, counter: Counter) -> tuple[bool, int]:
         """Count one request from a client address under ``scope``: (allowed, count)."""
         return await self._hit(keys.ip_counter_key(ip_bucket, scope, counter.window_id), counter)
+
+    @_unavailable_as_503
+    async def refund_ip_counter(self, ip_bucket: str, scope: str, window_id: str) -> int:
+        """Take back one request counted under ``scope`` (one that was then refused for its
+        body); the count after it. A counter already gone stays gone."""
+        key = keys.ip_counter_key(ip_bucket, scope, window_id)
+        return int(await self.link.run_script(self._refund_counter, [key], []))
 
     @_unavailable_as_503
     async def read_ip_counter(self, ip_bucket: str, scope: str, window_id: str) -> int:

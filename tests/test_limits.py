@@ -21,6 +21,7 @@ from receipts.limits import (
 from receipts.signing import KeyRing
 from tests.clock import Clock, ms
 from tests.conftest import auth, hash_of
+from web import receipts_api
 from web.app import create_app
 from web.client_ip import ClientIpConfig
 from web.config import ConfigError, Settings, load_settings
@@ -279,6 +280,74 @@ async def test_bad_keys_are_throttled_at_the_11th_attempt(make_client: Any, stor
     assert_429(await post(client, valid, {"input_hash": hash_of("x")}), "rate_limited", 45)
     clock.set("2026-11-21T10:01:00.000Z")
     assert (await post(client, valid, {"input_hash": hash_of("x")})).status_code == 201
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-call", "two-steps"])
+async def test_a_request_refused_for_its_key_or_address_never_reads_its_body(
+    make_client: Any, store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch, one_call: bool
+) -> None:
+    """Authentication and the address's limits come before the body is parsed or scanned,
+    so a bad key cannot make the server scan 2 KB of adversarial strings per request."""
+    monkeypatch.setattr(store, "one_call_auth", one_call)
+    parsed: list[int] = []
+    original = receipts_api.parse_create_request
+
+    def counted(body: Any) -> Any:
+        parsed.append(1)
+        return original(body)
+
+    monkeypatch.setattr(receipts_api, "parse_create_request", counted)
+    client = make_client({"ip_per_minute": {"authenticated": 2, "unauthenticated": 2}})
+    valid = await create_project_key(store, project_name="p", plan="free")
+    body = {"input_hash": hash_of("x"), "code_ref": "a." * 128, "tags": {f"t{i}": "a." * 128 for i in range(7)}}
+    refused = [
+        await post(client, "eps_wrongwrongwrongwrong00", body),  # unknown key: 401
+        await post(client, "short", body),  # implausible key: 401
+        await post(client, "eps_wrongwrongwrongwrong01", body),  # the address is now throttled: 429
+        await post(client, valid, body),  # throttled whatever the key
+    ]
+    assert [r.status_code for r in refused] == [401, 401, 429, 429]
+    assert parsed == []
+    clock.set("2026-11-21T10:01:00.000Z")
+    ok = [await post(client, valid, {"input_hash": hash_of(f"ok{i}")}) for i in range(2)]
+    assert [r.status_code for r in ok] == [201, 201]
+    assert len(parsed) == 2
+    full = await post(client, valid, body)  # the address's authenticated allowance is used up
+    assert_429(full, "rate_limited", 60)
+    assert len(parsed) == 2
+
+
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-call", "two-steps"])
+async def test_a_request_refused_for_its_body_is_refunded(
+    make_client: Any, store: Store, clock: Clock, monkeypatch: pytest.MonkeyPatch, one_call: bool
+) -> None:
+    """The address's count is taken with the key lookup (one round trip), before the body is
+    read; a body, claim or header then refused gives it back, so refusals use up nothing."""
+    monkeypatch.setattr(store, "one_call_auth", one_call)
+    client = make_client({"ip_per_minute": {"authenticated": 3}})
+    key = await create_project_key(store, project_name="p", plan="pro")
+    other = await create_project_key(store, project_name="q", plan="pro")
+    address = keys.ip_counter_key("unknown", "authenticated", minute_window(clock()).id)
+    assert (await post(client, key, {"input_hash": hash_of("a")})).status_code == 201
+    assert await store.client.get(address) == b"1"
+    for body, headers, status in [
+        ({"input_hash": "nope"}, {}, 400),
+        ({"input_hash": hash_of("b"), "run_id": "a@b.example"}, {}, 400),
+        ({"input_hash": hash_of("b"), "project_id": other["project_id"]}, {}, 403),
+        ({"input_hash": hash_of("b")}, {"Idempotency-Key": "\t"}, 400),
+    ]:
+        response = await post(client, key, body, **headers)
+        assert response.status_code == status, response.text
+        assert await store.client.get(address) == b"1", body
+    await store.client.delete(address)
+    assert (await post(client, key, {"input_hash": "nope"})).status_code == 400
+    assert await store.client.exists(address) == 0, "a refund leaves no counter behind"
+    assert [(await post(client, key, {"input_hash": hash_of(f"c{i}")})).status_code for i in range(4)] == [
+        201,
+        201,
+        201,
+        429,
+    ]
 
 
 async def test_authenticated_requests_per_address(make_client: Any, store: Store) -> None:

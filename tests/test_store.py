@@ -36,6 +36,7 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
         "expire_index_bucket.lua": [keys.index_bucket_key(project_id, 5), keys.index_meta_key(project_id)],
         "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],
         "hit_counter.lua": [keys.ip_counter_key("2001:db8::/64", "authenticated", "29000000")],
+        "refund_counter.lua": [keys.ip_counter_key("2001:db8::/64", "authenticated", "29000000")],
         "authenticate.lua": [
             keys.api_key_key(hash_of("key")),
             keys.ip_counter_key("2001:db8::/64", "unauthenticated", "29000000"),

@@ -95,22 +95,13 @@ def _accept(request: Request, record: KeyRecord) -> None:
     refuse_suspended(record, request.app.ctx.clock_ms(), request.app.ctx.settings.operator_contact)
 
 
-def claims_match(record: KeyRecord, claimed_project_id: str | None, claimed_actor_id: str | None) -> bool:
-    return claimed_project_id in (None, record.project_id) and claimed_actor_id in (None, record.actor_id)
-
-
 async def authenticate_counted(
-    request: Request,
-    scope: str = "authenticated",
-    *,
-    count: bool = True,
-    claimed_project_id: str | None = None,
-    claimed_actor_id: str | None = None,
+    request: Request, scope: str = "authenticated", *, count: bool = True
 ) -> tuple[KeyRecord, Usage | None]:
     """``authenticate_limited``, then the address's ``scope`` counter: the request is counted
-    only if ``count`` (the caller found nothing to refuse in the request itself) and the
-    project and actor it claims (if any) are the key's. Returns the record and the address's
-    usage (None when not counted); raises as the two steps would, in the same order.
+    only if ``count`` (the caller found nothing to refuse in the request itself). Returns the
+    record and the address's usage (None when not counted); raises as the two steps would, in
+    the same order.
 
     On a plain Redis both steps are one script call (kv/lua/authenticate.lua): one round
     trip instead of two on every authenticated request. On a Cluster the key record and the
@@ -120,16 +111,8 @@ async def authenticate_counted(
     token = bearer_token(request)
     if token is None or not is_plausible_key(token) or not request.app.ctx.store.one_call_auth:
         record = await authenticate_limited(request)
-        counts = count and claims_match(record, claimed_project_id, claimed_actor_id)
-        return record, (await limiter.hit_ip(request, scope) if counts else None)
-    result, usage = await limiter.authenticate(
-        request,
-        hash_api_key(token),
-        scope,
-        count=count,
-        claimed_project_id=claimed_project_id,
-        claimed_actor_id=claimed_actor_id,
-    )
+        return record, (await limiter.hit_ip(request, scope) if count else None)
+    result, usage = await limiter.authenticate(request, hash_api_key(token), scope, count=count)
     if result.outcome is AuthOutcome.UNUSABLE:
         await limiter.count_failed_auth(request)
     record = usable_key(result.record)  # Unauthorized for an unusable key (no record)
@@ -137,7 +120,7 @@ async def authenticate_counted(
     if result.outcome is AuthOutcome.LIMITED:
         assert usage is not None
         raise ip_rate_limited(usage)
-    if usage is None and count and claims_match(record, claimed_project_id, claimed_actor_id):
+    if usage is None and count:
         # The key's project has a suspension set that is not in force: the script leaves
         # that decision (and the count) to this side.
         usage = await limiter.hit_ip(request, scope)

@@ -95,8 +95,6 @@ class Limiter:
         scope: str,
         *,
         count: bool,
-        claimed_project_id: str | None,
-        claimed_actor_id: str | None,
     ) -> tuple[AuthResult, Usage | None]:
         """``Store.authenticate``: the key, the failed-auth throttle (``RateLimited`` here) and,
         if ``count``, the address's ``scope`` counter in one round trip. The usage is None
@@ -111,14 +109,17 @@ class Limiter:
             scope,
             failed_limit,
             count=count,
-            claimed_project_id=claimed_project_id or "",
-            claimed_actor_id=claimed_actor_id or "",
         )
         if result.outcome is AuthOutcome.THROTTLED:
             _refuse_if_throttled(result.count, failed_limit, window)
         if result.outcome in (AuthOutcome.COUNTED, AuthOutcome.LIMITED):
             return result, Usage(f"ip-{scope}", limit, result.count, window, MINUTE_S)
         return result, None
+
+    async def refund_ip(self, request: Request, scope: str, usage: Usage) -> None:
+        """Take back a request that ``hit_ip`` (or ``authenticate``) counted in its address's
+        ``scope`` bucket and that was then refused for its body: it uses up nothing."""
+        await self.store.refund_ip_counter(self.client(request), scope, usage.window.id)
 
     async def count_failed_auth(self, request: Request) -> None:
         """After a failed authentication: count it; past the limit the answer is 429, not 401."""

@@ -44,27 +44,23 @@ async def create_receipt(request: Request) -> HTTPResponse:
     check_body_size(request, CREATE_BODY_LIMIT)
     if not issuer.keyring.can_sign:
         raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
-    # The body and the Idempotency-Key header are checked before the key, so the key lookup
-    # and the address's count share one round trip (web.auth.authenticate_counted); their
-    # errors are raised after authentication, in the order they always were, uncounted.
-    req, body_error = _checked(lambda: parse_create_request(json_body(request)))
-    header_key, header_error = _checked(lambda: check_idempotency_header(request.headers.get("idempotency-key")))
-    key, ip_usage = await authenticate_counted(
-        request,
-        count=body_error is None and header_error is None,
-        claimed_project_id=req.claimed_project_id if req is not None else None,
-        claimed_actor_id=req.claimed_actor_id if req is not None else None,
-    )
-    if body_error is not None:
-        raise body_error
-    assert req is not None
-    if req.claimed_project_id is not None and req.claimed_project_id != key.project_id:
-        raise Forbidden("project_id does not match the API key's project", {"field": "project_id"})
-    if req.claimed_actor_id is not None and req.claimed_actor_id != key.actor_id:
-        raise Forbidden("actor_id does not match the API key's actor", {"field": "actor_id"})
-    if header_error is not None:
-        raise header_error
-    assert ip_usage is not None  # counted: nothing above refused the request
+    # The key and the address's limits come first: a request refused for its key or its
+    # address costs no parse and no content scan of its body. The request is counted in the
+    # same round trip as the key lookup (web.auth.authenticate_counted); one then refused
+    # for its body, its claims or its header is refunded, so it uses up nothing (the extra
+    # round trip is on that refused path only).
+    key, ip_usage = await authenticate_counted(request)
+    assert ip_usage is not None  # counted: authenticate_counted refuses what it does not count
+    try:
+        req = parse_create_request(json_body(request))
+        if req.claimed_project_id is not None and req.claimed_project_id != key.project_id:
+            raise Forbidden("project_id does not match the API key's project", {"field": "project_id"})
+        if req.claimed_actor_id is not None and req.claimed_actor_id != key.actor_id:
+            raise Forbidden("actor_id does not match the API key's actor", {"field": "actor_id"})
+        header_key = check_idempotency_header(request.headers.get("idempotency-key"))
+    except ServiceError:
+        await request.app.ctx.limiter.refund_ip(request, "authenticated", ip_usage)
+        raise
     plan = request.app.ctx.settings.limits.plan(key.plan)
     issued = await issuer.issue(req, key, header_key, plan)
     body = _splice(

@@ -10,16 +10,14 @@
 -- ARGV[3] seconds the scope counter must live
 -- ARGV[4] "1": count the request if the key may be used; "0": never count (the request
 --         will be refused for its body)
--- ARGV[5] the project_id the request claims ("" none), ARGV[6] the actor_id it claims ("" none):
---         a claim that differs from the key's is refused (403) and not counted
 --
 -- Returns {code, n, project_id, actor_id, plan, revoked, created_at, suspended_until}:
 --   {1, failed}             the address is throttled (nothing read or written; no fields)
 --   {2, failed}             the key is unknown or revoked (nothing written; no fields)
 --   {0, count, fields...}   counted: the scope counter after this request
 --   {3, count, fields...}   the scope's limit is used up: refused, nothing written
---   {4, 0, fields...}       usable key, not counted: ARGV[4] was "0", a claim differs, or the
---                           key's project has a suspension set (the caller decides whether it
+--   {4, 0, fields...}       usable key, not counted: ARGV[4] was "0", or the key's project
+--                           has a suspension set (the caller decides whether it
 --                           is in force and counts by itself if not)
 
 local failed = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -45,8 +43,7 @@ local function reply(code, n)
   return out
 end
 
-if ARGV[4] ~= '1' or (fields[6] and fields[6] ~= '')
-    or (ARGV[5] ~= '' and ARGV[5] ~= fields[1]) or (ARGV[6] ~= '' and ARGV[6] ~= fields[2]) then
+if ARGV[4] ~= '1' or (fields[6] and fields[6] ~= '') then
   return reply(4, 0)
 end
 local count = tonumber(redis.call('GET', KEYS[3]) or '0')
