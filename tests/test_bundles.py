@@ -14,6 +14,7 @@ import pytest
 from kv.store import Store
 from receipts.limits import load_limits
 from receipts.signing import load_key_ring, new_key_set
+from tests.clock import Clock
 from tests.conftest import auth, hash_of
 from tests.independent_verifier import verify as independent_verify
 from tests.independent_verifier import verify_chain_link
@@ -142,7 +143,8 @@ async def test_service_is_the_public_base_url_when_configured(
 
 async def test_bundle_reads_count_against_the_per_ip_read_limit(settings: Settings, store: Store) -> None:
     limited = replace(settings, limits=load_limits(orjson.dumps({"ip_per_minute": {"get_receipt": 2}})))
-    client = create_app(limited, store=store).asgi_client
+    # A fixed clock: on the real one, a minute boundary between the reads resets the window.
+    client = create_app(limited, store=store, clock_ms=Clock("2026-11-21T10:00:15.200Z")).asgi_client
     key = await create_project_key(store, project_name="p", plan="free")
     receipt = await create(client, key, {"input_hash": hash_of("x")})
     assert (await bundle(client, receipt["receipt_id"])).status_code == 200
