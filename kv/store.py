@@ -29,7 +29,7 @@ from kv.link import FastLink, LuaScript, PyLink, link_for
 from kv.metrics import STORE_OPERATION_SECONDS, count_store_error
 from kv.tally import HistogramTally
 from receipts import compact
-from receipts.errors import StoreUnavailable
+from receipts.errors import CorruptRecord, StoreUnavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
 
@@ -118,6 +118,18 @@ def _receipt_bytes(value: bytes | str | None) -> bytes | None:
     """The receipt JSON of a stored value (compact record or JSON), or None when absent."""
     stored = _bytes(value)
     return None if stored is None else compact.decode(stored)
+
+
+def _checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:
+    """``_receipt_bytes`` for a read by ``receipt_id`` (of ``project_id``, when given): None when
+    absent; ``CorruptRecord`` for a value that cannot be decoded or is another receipt's."""
+    stored = _bytes(value)
+    if stored is None:
+        return None
+    try:
+        return compact.decode_as(stored, receipt_id, project_id)
+    except ValueError as exc:
+        raise CorruptRecord(receipt_id, str(exc)) from None
 
 
 def _receipt_id(value: bytes | str | None) -> str | None:
@@ -639,9 +651,9 @@ class Store:
         )
 
     @_unavailable_as_503
-    async def prefetched_receipt_json(self, sent: Awaitable[Any]) -> bytes | None:
-        """The receipt JSON of a ``prefetch_receipt_json``, or None."""
-        return _receipt_bytes(await sent)
+    async def prefetched_receipt_json(self, sent: Awaitable[Any], receipt_id: str) -> bytes | None:
+        """The receipt JSON of ``prefetch_receipt_json(receipt_id)``, or None; as ``get_receipt_json``."""
+        return _checked_receipt_bytes(await sent, receipt_id)
 
     @_unavailable_as_503
     async def prefetched_text(self, sent: _IndexLookup) -> str | None:
@@ -654,10 +666,14 @@ class Store:
         return _receipt_id(reply)
 
     @_unavailable_as_503
-    async def get_receipt_json(self, receipt_id: str) -> bytes | None:
+    async def get_receipt_json(self, receipt_id: str, project_id: str | None = None) -> bytes | None:
         """The receipt's JSON bytes, exactly as every read returns them, or None (unknown,
-        expired or deleted). The stored value may be a compact record: it is decoded here."""
-        return _receipt_bytes(await self.prefetch_receipt_json(receipt_id))
+        expired or deleted). The stored value may be a compact record: it is decoded here.
+
+        Raises ``CorruptRecord`` when the stored value cannot be decoded, or is not this
+        receipt's record (another ``receipt_id``; another project than ``project_id``, when
+        given): a read never hands out another receipt than the one it was asked for."""
+        return _checked_receipt_bytes(await self.prefetch_receipt_json(receipt_id), receipt_id, project_id)
 
     @_unavailable_as_503
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:

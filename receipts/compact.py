@@ -78,8 +78,36 @@ def decode(stored: bytes) -> bytes:
         return stored
     try:
         return _json(stored)
-    except (IndexError, KeyError, UnicodeDecodeError) as exc:
+    except (IndexError, KeyError, UnicodeError, ValueError, OverflowError, TypeError) as exc:
         raise ValueError("not a stored receipt") from exc
+
+
+def decode_as(stored: bytes, receipt_id: str, project_id: str | None = None) -> bytes:
+    """``decode``, refusing a value that is not ``receipt_id``'s record (of ``project_id``,
+    when given): every read hands out only the receipt it was asked for.
+
+    A compact record is checked on its id fields before it is decoded (no JSON parse); a JSON
+    record (rare: written before the compact form, or not compactable) is parsed, so what a
+    read splices into its answer is always one JSON object. Raises ``ValueError`` naming
+    what is wrong.
+    """
+    if stored and stored[0] == VERSION_1:
+        if stored[3:29] != receipt_id[5:].encode("ascii") or len(receipt_id) != 31:
+            raise ValueError("a record of another receipt id")
+        if project_id is not None and stored[29:45] != _id_bytes(project_id[4:]):
+            raise ValueError("a record of another project")
+        return decode(stored)
+    try:
+        receipt = orjson.loads(stored)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError("not a stored receipt") from exc
+    if type(receipt) is not dict:
+        raise ValueError("not a stored receipt")
+    if receipt.get("receipt_id") != receipt_id:
+        raise ValueError("a record of another receipt id")
+    if project_id is not None and receipt.get("project_id") != project_id:
+        raise ValueError("a record of another project")
+    return stored
 
 
 def is_compact(stored: bytes) -> bool:

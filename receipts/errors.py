@@ -88,6 +88,17 @@ class InternalError(ServiceError):
     status = 500
 
 
+class CorruptRecord(InternalError):
+    """A stored receipt record that cannot be decoded, or that is not the receipt it was read
+    by (another id, or another project than the hash index's): a fault of the server's data,
+    answered 500 ``internal_error``. ``receipt_id`` and ``reason`` are for the log only."""
+
+    def __init__(self, receipt_id: str, reason: str) -> None:
+        super().__init__("internal error")
+        self.receipt_id = receipt_id
+        self.reason = reason
+
+
 class SigningKeyUnavailable(ServiceError):
     code = "signing_key_unavailable"
     status = 500

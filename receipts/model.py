@@ -379,6 +379,7 @@ def verify_receipt(
     }
     return {
         "ok": all(checks.values()),
+        "receipt_id": receipt.get("receipt_id"),
         "checks": checks,
         "sig_kid": receipt.get("sig_kid"),
         "receipt_hash": stored_hash,
@@ -388,4 +389,18 @@ def verify_receipt(
             "prev_found": prev_found,
             "prev_receipt_hash_recompute": prev_recompute_ok,
         },
+    }
+
+
+def unreadable_receipt_result(receipt_id: str) -> dict[str, Any]:
+    """The verify response for a stored record that cannot be used (undecodable, or another
+    receipt's): nothing can be checked, so every check is false and ``ok`` is false."""
+    return {
+        "ok": False,
+        "receipt_id": receipt_id,
+        "checks": {"signature": False, "hash_match": False, "receipt_hash_recompute": False, "chain_link": False},
+        "sig_kid": None,
+        "receipt_hash": None,
+        "recomputed_receipt_hash": None,
+        "chain": {"prev_receipt_hash": None, "prev_found": False, "prev_receipt_hash_recompute": False},
     }

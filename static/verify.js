@@ -115,6 +115,10 @@ async function fetchKeys() {
 async function fetchReceipt(id) {
   const body = await fetchJson('/v1/receipts/' + encodeURIComponent(id), `the receipt ${id}`);
   if (!core.isObject(body) || !core.isObject(body.receipt)) throw new PageError('The service answered without a receipt.');
+  // A genuine receipt of another id would pass every check: the answer must be the one asked for.
+  if (body.receipt.receipt_id !== id) {
+    throw new PageError(`The service answered with the receipt ${String(body.receipt.receipt_id)} when asked for ${id}; it is not checked.`);
+  }
   return body.receipt;
 }
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from kv.store import Store
 from receipts.apikeys import hash_api_key
@@ -498,6 +500,7 @@ async def test_verify_all_checks_pass(client: Any, api_key: dict[str, Any]) -> N
     assert response.status_code == 200
     assert response.json == {
         "ok": True,
+        "receipt_id": first["receipt_id"],
         "checks": {"signature": True, "hash_match": True, "receipt_hash_recompute": True, "chain_link": True},
         "sig_kid": "test-2026",
         "receipt_hash": first["receipt_hash"],
@@ -613,3 +616,103 @@ async def test_verify_receipt_signed_by_retired_key(client: Any, api_key: dict[s
     new_receipt = (await create(client, api_key, {"input_hash": H2})).json["receipt"]
     assert new_receipt["sig_kid"] == "test-2026"
     assert new_receipt["prev_receipt_hash"] == old_receipt["receipt_hash"]
+
+
+# --- stored records: checked against the id asked for, and decoded safely ---------------------
+
+
+def corrupt_records(caplog: pytest.LogCaptureFixture, receipt_id: str) -> list[Any]:
+    """The error records of corrupt or misplaced stored receipts that name ``receipt_id``."""
+    return [
+        r
+        for r in caplog.records
+        if r.name == "eps.records" and r.levelno >= logging.ERROR and r.fields["receipt_id"] == receipt_id  # type: ignore[attr-defined]
+    ]
+
+
+def corrupt_count(route: str) -> float:
+    return REGISTRY.get_sample_value("eps_corrupt_records_total", {"route": route}) or 0.0
+
+
+async def test_a_record_stored_under_another_id_is_refused(
+    client: Any, api_key: dict[str, Any], store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Receipt A's stored bytes under receipt B's key: read, verify and the by-hash read
+    refuse it (an integrity fault of the server: 500, verify ok:false), logged and counted."""
+    from kv.keys import receipt_key
+
+    a = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
+    b = (await create(client, api_key, {"input_hash": H2})).json["receipt"]
+    stored_a = await store.client.get(receipt_key(a["receipt_id"]))
+    await store.client.set(receipt_key(b["receipt_id"]), stored_a)
+    before = {route: corrupt_count(route) for route in ("receipts.get_receipt", "receipts.verify")}
+    caplog.set_level(logging.INFO)
+
+    _, response = await client.get(f"/v1/receipts/{b['receipt_id']}")
+    assert_error(response, 500, "internal_error")
+    assert a["receipt_id"] not in response.text
+    _, response = await client.get(f"/v1/receipts/{b['receipt_hash']}?project_id={b['project_id']}")
+    assert_error(response, 500, "internal_error")
+    response = await verify(client, api_key, {"receipt_id": b["receipt_id"], "input_hash": H1})
+    assert response.status_code == 200
+    assert response.json["ok"] is False and response.json["receipt_id"] == b["receipt_id"]
+    assert response.json["checks"] == {
+        "signature": False,
+        "hash_match": False,
+        "receipt_hash_recompute": False,
+        "chain_link": False,
+    }
+    assert len(corrupt_records(caplog, b["receipt_id"])) == 3, "one error record per event"
+    assert corrupt_count("receipts.get_receipt") == before["receipts.get_receipt"] + 2
+    assert corrupt_count("receipts.verify") == before["receipts.verify"] + 1
+    # A itself is untouched, and verify names the id it checked.
+    response = await verify(client, api_key, {"receipt_id": a["receipt_id"], "input_hash": H1})
+    assert response.json["ok"] is True and response.json["receipt_id"] == a["receipt_id"]
+
+
+async def test_a_record_of_another_project_is_refused_by_the_hash_read(
+    client: Any, api_key: dict[str, Any], store: Store
+) -> None:
+    """The hash index of project P names receipt X, whose stored record says another project."""
+    from kv.keys import receipt_key
+
+    receipt = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
+    moved = {**receipt, "project_id": "prj_01AAAAAAAAAAAAAAAAAAAAAAAA"}
+    await store.client.set(receipt_key(receipt["receipt_id"]), orjson.dumps(moved))
+    _, response = await client.get(f"/v1/receipts/{receipt['receipt_hash']}?project_id={receipt['project_id']}")
+    assert_error(response, 500, "internal_error")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "trailing", "not_an_object"])
+async def test_corrupt_records_give_valid_json_and_are_logged_once(
+    client: Any, api_key: dict[str, Any], store: Store, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    from kv.keys import receipt_key
+
+    receipt = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
+    later = (await create(client, api_key, {"input_hash": H2})).json["receipt"]
+    name = receipt_key(receipt["receipt_id"])
+    stored = await store.client.get(name)
+    broken = {
+        "garbage": b"{garbage",
+        "truncated": stored[:-5],
+        "trailing": stored + b"x",
+        "not_an_object": b"[1, 2]",
+    }[damage]
+    await store.client.set(name, broken)
+    caplog.set_level(logging.INFO)
+    before = corrupt_count("receipts.get_receipt")
+
+    _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}")
+    assert_error(response, 500, "internal_error")  # parses the body as JSON
+    assert corrupt_count("receipts.get_receipt") == before + 1
+    response = await verify(client, api_key, {"receipt_id": receipt["receipt_id"], "input_hash": H1})
+    assert response.status_code == 200, response.text
+    assert response.json["ok"] is False and response.json["receipt_id"] == receipt["receipt_id"]
+    assert response.json["checks"]["receipt_hash_recompute"] is False
+    # The later receipt is fine, but its previous one cannot be read: its chain link fails.
+    response = await verify(client, api_key, {"receipt_id": later["receipt_id"], "input_hash": H2})
+    assert response.status_code == 200, response.text
+    assert response.json["checks"]["chain_link"] is False and response.json["checks"]["signature"] is True
+    assert len(corrupt_records(caplog, receipt["receipt_id"])) == 3, "one error record per event"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR and r.name != "eps.records"]

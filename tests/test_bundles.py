@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from kv.store import Store
 from receipts.limits import load_limits
@@ -111,6 +113,43 @@ async def test_a_missing_link_ends_the_chain(client: Any, store: Store, api_key:
     branch = await create(client, api_key, {"input_hash": hash_of("b"), "prev_receipt_hash": hash_of("nowhere")})
     body = orjson.loads((await bundle(client, branch["receipt_id"])).body)
     assert body["chain"] == [] and body["chain_complete"] is False
+
+
+async def test_a_record_stored_under_another_id_is_refused(
+    client: Any, store: Store, api_key: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Receipt A's stored bytes under B's key: B's bundle is a JSON 500, and a later receipt's
+    bundle ends its chain at B (incomplete) rather than carrying A as B; each logged once."""
+    from kv.keys import receipt_key
+
+    receipts = await chain_of(client, api_key, 3)
+    a, b, c = (r["receipt_id"] for r in receipts)
+    await store.client.set(receipt_key(b), await store.client.get(receipt_key(a)))
+    caplog.set_level(logging.INFO)
+    before = REGISTRY.get_sample_value("eps_corrupt_records_total", {"route": "bundles.get_bundle"}) or 0.0
+    response = await bundle(client, b)
+    assert response.status_code == 500 and response.json["error"]["code"] == "internal_error"
+    body = orjson.loads((await bundle(client, c)).body)
+    assert body["chain"] == [] and body["chain_complete"] is False
+    logged = [r for r in caplog.records if r.name == "eps.records" and r.levelno >= logging.ERROR]
+    assert [r.fields["receipt_id"] for r in logged] == [b, b]  # type: ignore[attr-defined]
+    after = REGISTRY.get_sample_value("eps_corrupt_records_total", {"route": "bundles.get_bundle"})
+    assert after == before + 2
+
+
+@pytest.mark.parametrize("broken", [b"{garbage", b"\x01\x00"])
+async def test_a_corrupt_record_is_a_json_500_logged_once(
+    client: Any, store: Store, api_key: dict[str, Any], caplog: pytest.LogCaptureFixture, broken: bytes
+) -> None:
+    from kv.keys import receipt_key
+
+    receipts = await chain_of(client, api_key, 1)
+    await store.client.set(receipt_key(receipts[0]["receipt_id"]), broken)
+    caplog.set_level(logging.INFO)
+    response = await bundle(client, receipts[0]["receipt_id"])
+    assert response.status_code == 500 and response.json["error"]["code"] == "internal_error"
+    (logged,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert logged.name == "eps.records" and logged.fields["receipt_id"] == receipts[0]["receipt_id"]  # type: ignore[attr-defined]
 
 
 async def test_bundle_lists_every_signing_kid_and_leaves_unknown_ones_out(

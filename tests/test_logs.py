@@ -423,3 +423,28 @@ def test_a_client_that_hangs_up_mid_request_is_recorded_as_499_not_as_a_server_e
     assert line["status"] == 499, line
     assert "RequestCancelled" not in service.stderr()
     assert not [e for e in map(orjson.loads, service.stderr().splitlines()) if e.get("level") == "error"]
+
+
+# --- a client's bad request is never an error-level record ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("get", "/static/..%2fweb%2fconfig.py", 404, "not_found"),
+        ("get", "/static/%2e%2e/web/config.py", 404, "not_found"),
+        ("get", "/static/no-such-file.js", 404, "not_found"),
+        ("get", "/static/..%2f..%2fetc%2fpasswd", 404, "not_found"),
+        ("delete", "/static/verify.js", 405, "method_not_allowed"),
+        ("patch", "/v1/receipts", 405, "method_not_allowed"),
+    ],
+)
+async def test_a_clients_bad_request_writes_no_error_record(
+    client: Any, caplog: pytest.LogCaptureFixture, method: str, path: str, status: int, code: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    _, response = await getattr(client, method)(path)
+    assert response.status_code == status
+    body = orjson.loads(response.body)
+    assert body["error"]["code"] == code and body["request_id"] == response.headers["x-request-id"]
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -22,11 +22,13 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import redis
 
 from tests.conftest import ASSETS, REPO, RedisServer, missing_binary
 from tests.servers import ServicePool, create_key_cli
 
 CHROMIUM = "/usr/bin/chromium"
+JSON = "application/json"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -316,6 +318,33 @@ def test_unknown_id_is_an_error(tab: Page) -> None:
     assert "Not found" in text
     # The browser logs the 404 response itself; that is not a page error.
     tab.errors = [e for e in tab.errors if "404" not in e]
+
+
+def test_a_receipt_answered_for_another_id_is_refused(
+    tab: Page, site: dict[str, Any], redis_server: RedisServer
+) -> None:
+    """Receipt A's stored bytes under id B: the service refuses the read (500), and the page,
+    should anything hand it A when it asked for B, refuses that too."""
+    from kv.keys import receipt_key
+    from receipts.ids import new_receipt_id
+
+    genuine = site["second"]
+    other = new_receipt_id(genuine["project_id"])
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.set(receipt_key(other), client.get(receipt_key(genuine["receipt_id"])))
+    tab.open(f"?receipt_id={other}")
+    verdict, text = tab.verdict()
+    assert verdict == "error", text
+    assert "HTTP 500" in text and genuine["receipt_id"] not in text
+    # The browser logs the 500 response itself; that is not a page error.
+    tab.errors = [e for e in tab.errors if "500" not in e]
+
+    body = json.dumps({"ok": True, "receipt": genuine})
+    tab.page.route(f"**/v1/receipts/{other}", lambda route: route.fulfill(status=200, content_type=JSON, body=body))
+    tab.open(f"?receipt_id={other}")
+    verdict, text = tab.verdict()
+    assert verdict == "error", text
+    assert f"answered with the receipt {genuine['receipt_id']} when asked for {other}" in text
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,12 @@ import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
 from kv.store import Store
-from receipts.errors import BadRequest, NotFound
+from receipts.errors import BadRequest, CorruptRecord, NotFound
 from receipts.ids import is_receipt_id
 from receipts.limits import ratelimit_headers
 from receipts.model import format_created_at
 from receipts.signing import KeyRing
+from web.errors import report_corrupt_record
 from web.info import base_url
 from web.receipts_api import JSON, PUBLIC_READ_HEADERS, _splice
 
@@ -40,14 +41,15 @@ def parse_depth(value: str | None) -> int:
 
 
 async def collect_chain(
-    store: Store, receipt: dict[str, Any], depth: int
+    request: Request, store: Store, receipt: dict[str, Any], depth: int
 ) -> tuple[list[bytes], list[dict[str, Any]], bool]:
     """Up to ``depth`` earlier receipts of ``receipt``'s project, newest first, following
     ``prev_receipt_hash`` through the project's hash index: (stored bytes, parsed, complete).
 
     ``complete`` is True when the segment ends at a receipt whose ``prev_receipt_hash`` is
     null (``receipt`` itself, when it starts its chain). A link that is not found (expired,
-    deleted, or a branch naming a hash never issued) ends the segment incomplete.
+    deleted, or a branch naming a hash never issued) ends the segment incomplete, as does
+    a stored record that cannot be used (``CorruptRecord``: logged and counted).
     """
     raw: list[bytes] = []
     parsed: list[dict[str, Any]] = []
@@ -58,7 +60,11 @@ async def collect_chain(
             return raw, parsed, False
         prev_hash = current["prev_receipt_hash"]
         prev_id = await store.find_receipt_id_by_hash(project_id, prev_hash)
-        stored = await store.get_receipt_json(prev_id) if prev_id else None
+        try:
+            stored = await store.get_receipt_json(prev_id, project_id) if prev_id else None
+        except CorruptRecord as exc:
+            report_corrupt_record(request, exc)
+            return raw, parsed, False
         if stored is None:
             return raw, parsed, False
         current = orjson.loads(stored)
@@ -91,7 +97,7 @@ async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
     if stored is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
     receipt: dict[str, Any] = orjson.loads(stored)
-    chain_raw, chain, complete = await collect_chain(store, receipt, depth)
+    chain_raw, chain, complete = await collect_chain(request, store, receipt, depth)
     keyring: KeyRing = request.app.ctx.settings.keyring
     body = _splice(
         [

@@ -12,14 +12,38 @@ from sanic.handlers import ErrorHandler
 
 from receipts.errors import (
     BadRequest,
+    CorruptRecord,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
     ServiceError,
 )
+from web.metrics import count_corrupt_record, route_label
 from web.request_ids import request_id_of
 
 log = logging.getLogger("eps.errors")
+records_log = logging.getLogger("eps.records")
+
+
+def report_corrupt_record(request: Request, error: CorruptRecord) -> None:
+    """One error record and one count (``eps_corrupt_records_total``) for a stored receipt
+    record a request could not use: the receipt id and what is wrong, never its bytes."""
+    route = route_label(request)
+    count_corrupt_record(route)
+    records_log.error(
+        "stored receipt record %s is unusable: %s",
+        error.receipt_id,
+        error.reason,
+        extra={
+            "fields": {
+                "event": "corrupt_record",
+                "receipt_id": error.receipt_id,
+                "reason": error.reason,
+                "route": route,
+                "request_id": request_id_of(request),
+            }
+        },
+    )
 
 
 def error_response(request: Request | None, error: ServiceError) -> HTTPResponse:
@@ -65,6 +89,8 @@ class JsonErrorHandler(ErrorHandler):
             # regardless (web/issuing.py); this answer only names what happened.
             return HTTPResponse(b"", status=CLIENT_CLOSED_REQUEST, headers={"X-Request-Id": request_id_of(request)})
         error = as_service_error(exception)
+        if isinstance(exception, CorruptRecord):
+            report_corrupt_record(request, exception)
         if error.status >= 500 and not isinstance(exception, ServiceError):
             log.error(
                 "unhandled %s on %s %s (request %s)",

@@ -145,6 +145,28 @@ def configure_logging(log_format: str) -> None:
     _Direct.handler = handler if json_mode else None
 
 
+class _ClientRefusalFilter(logging.Filter):
+    """Sanic's static-file handler writes an error record ("File not found: path=...") when it
+    refuses a path that leaves the folder (``/static/..%2fweb%2fconfig.py``); anyone could fill
+    the error log that way. It is a client's bad request, answered with the JSON 404 and
+    recorded by the request line: the record is lowered to debug (kept only when debug is on)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and str(record.msg).startswith("File not found: path="):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info = record.exc_text = None  # Sanic logs it with an empty traceback
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_CLIENT_REFUSALS = _ClientRefusalFilter()
+
+
+def quiet_client_refusals() -> None:
+    """Keep a client's bad request out of the error level (see ``_ClientRefusalFilter``); idempotent."""
+    logging.getLogger("sanic.error").addFilter(_CLIENT_REFUSALS)
+
+
 def json_logging() -> bool:
     """Whether ``configure_logging("json")`` is in force in this process."""
     return _state["json"]

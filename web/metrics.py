@@ -88,6 +88,11 @@ JOBS = Counter(
 JOB_SECONDS = Histogram(
     "eps_job_duration_seconds", "Time of one background job run, by job", ["job"], buckets=JOB_BUCKETS
 )
+CORRUPT_RECORDS = Counter(
+    "eps_corrupt_records",
+    "Stored receipt records a read could not use (undecodable, or another receipt's), by route",
+    ["route"],
+)
 
 _route_labels: dict[str, str] = {}
 _request_counters: dict[tuple[str, str, int], Callable[[], None]] = {}
@@ -144,6 +149,11 @@ def refusal_kind(policy: str) -> str:
 def count_refusal(policy: str) -> None:
     """Count one 429 (refusals are the rare path: ``labels`` is looked up here)."""
     LIMIT_REFUSALS.labels(refusal_kind(policy), policy).inc()
+
+
+def count_corrupt_record(route: str) -> None:
+    """Count one corrupt or misplaced stored record (a rare fault: ``labels`` is looked up here)."""
+    CORRUPT_RECORDS.labels(route).inc()
 
 
 def count_job(job: str, outcome: str, duration_s: float) -> None:

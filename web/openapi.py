@@ -326,6 +326,7 @@ SCHEMAS: dict[str, Any] = {
     "VerifyResult": _obj(
         {
             "ok": {"type": "boolean", "description": "true only when every check passed."},
+            "receipt_id": _string("The receipt that was checked (the request's `receipt_id`)."),
             "checks": _obj(
                 {
                     "signature": {"type": "boolean"},
@@ -334,8 +335,8 @@ SCHEMAS: dict[str, Any] = {
                     "chain_link": {"type": "boolean", "description": "true when there is no previous hash."},
                 }
             ),
-            "sig_kid": _string("The receipt's signing key id."),
-            "receipt_hash": schema_ref("Hash"),
+            "sig_kid": nullable(_string("The receipt's signing key id; null when its stored record is unusable.")),
+            "receipt_hash": nullable(schema_ref("Hash")),
             "recomputed_receipt_hash": nullable(schema_ref("Hash")),
             "chain": _obj(
                 {
@@ -345,7 +346,10 @@ SCHEMAS: dict[str, Any] = {
                 }
             ),
         },
-        description="A failed check is 200 with `ok: false` and that check false.",
+        description=(
+            "A failed check is 200 with `ok: false` and that check false. A stored record that cannot be"
+            " decoded or is another receipt's is 200 with every check false and null hashes and kid."
+        ),
     ),
     "UsageWindow": _obj(
         {

@@ -10,7 +10,7 @@ from sanic import Blueprint, HTTPResponse, Request
 
 from kv.store import Store
 from receipts.encoding import is_hash_str
-from receipts.errors import BadRequest, Forbidden, NotFound, ServiceError, SigningKeyUnavailable
+from receipts.errors import BadRequest, CorruptRecord, Forbidden, NotFound, ServiceError, SigningKeyUnavailable
 from receipts.ids import is_project_id, is_receipt_id
 from receipts.limits import quota_headers, quota_object, ratelimit_headers
 from receipts.model import (
@@ -18,10 +18,12 @@ from receipts.model import (
     check_idempotency_header,
     parse_create_request,
     parse_verify_request,
+    unreadable_receipt_result,
     verify_receipt,
 )
 from web.auth import authenticate_counted
 from web.bodies import check_body_size, json_body
+from web.errors import report_corrupt_record
 from web.issuing import ReceiptIssuer
 
 bp = Blueprint("receipts")
@@ -100,7 +102,8 @@ async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes
                 {"field": "project_id"},
             )
         receipt_id = await store.find_receipt_id_by_hash(project_id, ref.lower())
-        stored = await store.get_receipt_json(receipt_id) if receipt_id else None
+        # The record must be the id's, and of the project whose index named it (CorruptRecord).
+        stored = await store.get_receipt_json(receipt_id, project_id) if receipt_id else None
         if stored is not None and orjson.loads(stored).get("receipt_hash") != ref.lower():
             stored = None  # the index keys a truncated hash: this is another receipt
     else:
@@ -118,7 +121,7 @@ async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
     prefetched = store.prefetch_receipt_json(receipt_ref) if is_receipt_id(receipt_ref) else None
     usage = await request.app.ctx.limiter.hit_ip(request, "get_receipt")
     if prefetched is not None:
-        stored = await store.prefetched_receipt_json(prefetched)
+        stored = await store.prefetched_receipt_json(prefetched, receipt_ref)
         if stored is None:
             raise NotFound("receipt not found (unknown id, or past its retention window)")
     else:
@@ -144,7 +147,11 @@ async def verify(request: Request) -> HTTPResponse:
         raise body_error
     assert req is not None
     assert ip_usage is not None  # counted: nothing above refused the request
-    stored = await store.prefetched_receipt_json(prefetched) if prefetched is not None else None
+    unreadable: CorruptRecord | None = None
+    try:
+        stored = await store.prefetched_receipt_json(prefetched, req.receipt_id) if prefetched is not None else None
+    except CorruptRecord as exc:  # answered below, after the key's limit, as a failed verification
+        stored, unreadable = None, exc
     receipt: dict[str, Any] | None = orjson.loads(stored) if stored is not None else None
     prev_hash = receipt.get("prev_receipt_hash") if receipt is not None else None
     prev_id_sent = (
@@ -153,11 +160,16 @@ async def verify(request: Request) -> HTTPResponse:
         else None
     )
     key_usage = await request.app.ctx.limiter.hit_key(key)
+    headers = ratelimit_headers([key_usage, ip_usage])
+    if unreadable is not None:
+        report_corrupt_record(request, unreadable)
+        body = orjson.dumps(unreadable_receipt_result(req.receipt_id))
+        return HTTPResponse(body, status=200, headers=headers, content_type=JSON)
     if receipt is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
     if receipt.get("project_id") != key.project_id:
         raise Forbidden("this receipt belongs to another project")
-    prev = await _find_prev(store, receipt, prev_id_sent)
+    prev = await _find_prev(request, store, receipt, prev_id_sent)
     result = verify_receipt(
         receipt,
         request.app.ctx.settings.keyring,
@@ -165,11 +177,12 @@ async def verify(request: Request) -> HTTPResponse:
         output_hash=req.output_hash,
         prev_receipt=prev,
     )
-    headers = ratelimit_headers([key_usage, ip_usage])
     return HTTPResponse(orjson.dumps(result), status=200, headers=headers, content_type=JSON)
 
 
-async def _find_prev(store: Store, receipt: dict[str, Any], prev_id_sent: Any) -> dict[str, Any] | None:
+async def _find_prev(
+    request: Request, store: Store, receipt: dict[str, Any], prev_id_sent: Any
+) -> dict[str, Any] | None:
     prev_hash = receipt.get("prev_receipt_hash")
     if not isinstance(prev_hash, str):
         return None
@@ -177,7 +190,11 @@ async def _find_prev(store: Store, receipt: dict[str, Any], prev_id_sent: Any) -
         prev_id = await store.prefetched_text(prev_id_sent)
     else:
         prev_id = await store.find_receipt_id_by_hash(receipt["project_id"], prev_hash)
-    prev_json = await store.get_receipt_json(prev_id) if prev_id else None
+    try:
+        prev_json = await store.get_receipt_json(prev_id, receipt["project_id"]) if prev_id else None
+    except CorruptRecord as exc:  # an unusable previous record is not found: chain_link fails
+        report_corrupt_record(request, exc)
+        return None
     prev: dict[str, Any] | None = orjson.loads(prev_json) if prev_json is not None else None
     # The index keys a truncated hash: a receipt with another hash is not the previous one.
     return prev if prev is not None and prev.get("receipt_hash") == prev_hash else None
