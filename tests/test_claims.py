@@ -651,9 +651,13 @@ async def test_unreachable_queue_is_503_and_the_event_can_be_delivered_again(
 
 
 @pytest.mark.real_redis
-def test_real_rq_worker_indexes_the_checkout(redis_url: str, keyring: KeyRing, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_rq_worker_indexes_the_checkout(
+    redis_url: str, keyring: KeyRing, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Not inline: the webhook enqueues on the real Redis; until a worker runs the job the
-    claim is 409 claim_pending; after a burst worker ran it, the claim succeeds."""
+    claim is 409 claim_pending; after a burst worker ran it, the claim succeeds. The job's
+    id, arguments and RQ's log lines about it hold the checkout's reference, not its id."""
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("REDIS_URL", redis_url)
     settings = Settings(
         redis_url=redis_url,
@@ -674,7 +678,9 @@ def test_real_rq_worker_indexes_the_checkout(redis_url: str, keyring: KeyRing, m
             await store.close()
 
     async def before_worker(client: Any) -> None:
-        response = await send_webhook(client, clock, checkout_event("cs_worker", plan="basic", created=clock.unix))
+        response = await send_webhook(
+            client, clock, checkout_event("cs_worker", plan="basic", created=clock.unix, event_id="evt_w")
+        )
         assert response.json == {"ok": True, "received": True}
         assert_error(await claim(client, "cs_worker"), 409, "claim_pending")
 
@@ -688,8 +694,9 @@ def test_real_rq_worker_indexes_the_checkout(redis_url: str, keyring: KeyRing, m
         assert job.args == [ref, "basic", clock.unix]
         assert "cs_worker" not in f"{job.id} {job.description}"
         worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
-        assert worker.work(burst=True)
+        assert worker.work(burst=True, logging_level="INFO")
         assert job.get_status(refresh=True) == "finished"
+    assert f"Job OK ({job_id_for(ref)})" in caplog.text
 
     async def after_worker(client: Any) -> None:
         response = await claim(client, "cs_worker")
@@ -698,6 +705,7 @@ def test_real_rq_worker_indexes_the_checkout(redis_url: str, keyring: KeyRing, m
         assert_error(await claim(client, "cs_worker"), 409, "already_claimed")
 
     asyncio.run(phase(after_worker))
+    assert "cs_worker" not in caplog.text
 
 
 # --- free claim -------------------------------------------------------------------------------
