@@ -197,15 +197,33 @@ def webhook_event_key(event_id: str) -> str:
     return f"we:{event_id}"
 
 
-def checkout_lookup_key(session_id: str) -> str:
+CHECKOUT_REF_HEX = 32
+"""Hex digits of a checkout reference: 128 bits of SHA-256."""
+
+
+def checkout_ref(session_id: str) -> str:
+    """The opaque reference of a checkout session: the first 32 hex digits of SHA-256 of its
+    id (UTF-8). The session id reveals the paid key, so Redis, job ids and arguments, project
+    names and log lines carry this reference instead; a claim hashes the id it is given."""
+    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:CHECKOUT_REF_HEX]
+
+
+def is_checkout_ref(value: object) -> bool:
+    """Whether ``value`` is shaped like a ``checkout_ref`` (32 lowercase hex digits)."""
+    return (
+        isinstance(value, str) and len(value) == CHECKOUT_REF_HEX and all(char in "0123456789abcdef" for char in value)
+    )
+
+
+def checkout_lookup_key(ref: str) -> str:
     """Hash: ``seen_at`` (the webhook arrived) and, once indexed, the pre-assigned ``project_id``.
 
     A single key in its own slot: it finds the project slot that holds the session record.
     """
-    return f"cs:{session_id}"
+    return f"cs:{ref}"
 
 
-def checkout_session_key(project_id: str, session_id: str) -> str:
+def checkout_session_key(project_id: str, ref: str) -> str:
     """Hash in the pre-assigned project's slot: plan, created_ms, state (claimable/claimed),
-    indexed_at, and after the claim claimed_at, actor_id, key_hash."""
-    return f"cs:{{{slot_tag(project_id)}}}:{session_id}"
+    indexed_at, and after the claim claimed_at, actor_id, key_hash, project_id."""
+    return f"cs:{{{slot_tag(project_id)}}}:{ref}"

@@ -860,43 +860,46 @@ class Store:
         await self.client.delete(keys.webhook_event_key(event_id))
 
     @_unavailable_as_503
-    async def mark_checkout_seen(self, session_id: str, seen_at_ms: int) -> None:
-        """The webhook for a paid checkout arrived (claims answer 409 ``claim_pending`` until indexed)."""
-        await self.client.hsetnx(keys.checkout_lookup_key(session_id), "seen_at", str(seen_at_ms))
+    async def mark_checkout_seen(self, ref: str, seen_at_ms: int) -> None:
+        """The webhook for a paid checkout arrived (claims answer 409 ``claim_pending`` until indexed).
+
+        ``ref`` is the checkout's reference (``keys.checkout_ref``): no method here takes or
+        stores a session id."""
+        await self.client.hsetnx(keys.checkout_lookup_key(ref), "seen_at", str(seen_at_ms))
 
     @_unavailable_as_503
     async def index_checkout(
-        self, *, session_id: str, candidate_project_id: str, plan: str, created_ms: int, indexed_at_ms: int
+        self, *, ref: str, candidate_project_id: str, plan: str, created_ms: int, indexed_at_ms: int
     ) -> str:
-        """Make a paid checkout claimable. Returns the project id assigned to the session.
+        """Make a paid checkout claimable. Returns the project id assigned to the checkout.
 
         The first run assigns ``candidate_project_id`` (HSETNX on the single-key lookup);
         every later run finds that one and writes nothing, so the job is idempotent.
         """
-        lookup = keys.checkout_lookup_key(session_id)
+        lookup = keys.checkout_lookup_key(ref)
         await self.client.hsetnx(lookup, "project_id", candidate_project_id)
         project_id = _text(await self.client.hget(lookup, "project_id")) or candidate_project_id
         await self._index_checkout(
-            keys=[keys.checkout_session_key(project_id, session_id)],
+            keys=[keys.checkout_session_key(project_id, ref)],
             args=[plan, created_ms, indexed_at_ms],
         )
         return project_id
 
     @_unavailable_as_503
-    async def find_checkout(self, session_id: str) -> CheckoutRecord | None:
-        """What the store knows about a checkout session, or None when no webhook was seen."""
-        lookup = await self.client.hgetall(keys.checkout_lookup_key(session_id))
+    async def find_checkout(self, ref: str) -> CheckoutRecord | None:
+        """What the store knows about a checkout, or None when no webhook was seen."""
+        lookup = await self.client.hgetall(keys.checkout_lookup_key(ref))
         if not lookup:
             return None
         project_id = {_text(k): _text(v) for k, v in lookup.items()}.get("project_id")
         if not project_id:
-            return CheckoutRecord(session_id, None, "seen")
-        raw = await self.client.hgetall(keys.checkout_session_key(project_id, session_id))
+            return CheckoutRecord(ref, None, "seen")
+        raw = await self.client.hgetall(keys.checkout_session_key(project_id, ref))
         if not raw:
-            return CheckoutRecord(session_id, project_id, "seen")
+            return CheckoutRecord(ref, project_id, "seen")
         fields = {_text(k) or "": _text(v) or "" for k, v in raw.items()}
         return CheckoutRecord(
-            session_id,
+            ref,
             project_id,
             fields.get("state") or "claimable",
             plan=fields.get("plan") or "",
@@ -905,9 +908,9 @@ class Store:
 
     @_unavailable_as_503
     async def claim_checkout(
-        self, *, session_id: str, project_name: str, key: KeyRecord, now_ms: int, window_ms: int
+        self, *, ref: str, project_name: str, key: KeyRecord, now_ms: int, window_ms: int
     ) -> ClaimOutcome:
-        """Create the session's project with ``key`` and mark the session claimed, atomically.
+        """Create the checkout's project with ``key`` and mark the checkout claimed, atomically.
 
         The key record lives in its own slot, so it is written first: until the script
         creates the project it points at nothing, and nobody has seen the key. If the script
@@ -916,7 +919,7 @@ class Store:
         await self._write_key_record(key)
         code: Any = await self._claim_checkout(
             keys=[
-                keys.checkout_session_key(key.project_id, session_id),
+                keys.checkout_session_key(key.project_id, ref),
                 keys.project_key(key.project_id),
                 keys.project_api_keys_key(key.project_id),
             ],
@@ -930,12 +933,12 @@ class Store:
 
 @dataclass(frozen=True)
 class CheckoutRecord:
-    """A checkout session as the store holds it.
+    """A checkout as the store holds it, under its reference (``keys.checkout_ref``).
 
     ``state``: "seen" (webhook arrived, not indexed yet), "claimable" or "claimed".
     """
 
-    session_id: str
+    ref: str
     project_id: str | None
     state: str
     plan: str = ""

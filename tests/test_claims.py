@@ -314,7 +314,7 @@ async def test_webhook_job_claim_and_use(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     client = make_client()
-    event = checkout_event("cs_test_e2e", plan="pro", created=clock.unix - 60)
+    event = checkout_event("cs_test_e2e", plan="pro", created=clock.unix - 60, event_id="evt_e2e")
     response = await send_webhook(client, clock, event)
     assert response.status_code == 200, response.text
     assert response.json == {"ok": True, "received": True}
@@ -347,8 +347,17 @@ async def test_webhook_job_claim_and_use(
     assert "reissue" in refused["error"]["message"]
     assert body["api_key"] not in again.text
     assert await snapshot(store, counters=False) == before, "a refused claim writes nothing"
-    for secret in (body["api_key"], SECRET, "cs_test_e2e" + body["api_key"]):
+    for secret in (body["api_key"], SECRET, "cs_test_e2e"):
         assert secret not in caplog.text
+    # The session id reveals the key: the store (its records, the project's name, the job's
+    # record on the shared embedded server) holds only the checkout's reference.
+    ref = keys.checkout_ref("cs_test_e2e")
+    assert (await store.get_project(body["project_id"]) or {})["name"] == f"pro plan (checkout {ref})"
+    assert await store.client.hget(keys.checkout_lookup_key(ref), "project_id") == body["project_id"].encode()
+    stored = repr(await snapshot(store))
+    assert ref in stored
+    assert "cs_test_e2e" not in stored
+    assert "test_e2e" not in stored
 
 
 async def test_every_claim_status(make_client: MakeClient, store: Store, clock: Clock) -> None:
@@ -359,13 +368,14 @@ async def test_every_claim_status(make_client: MakeClient, store: Store, clock: 
     assert (await claim(client, "cs_never_paid")).headers["retry-after"] == "3"
 
     # Webhook seen, job not finished: only the marker exists.
-    await store.mark_checkout_seen("cs_seen", clock.now)
+    await store.mark_checkout_seen(keys.checkout_ref("cs_seen"), clock.now)
     assert_error(await claim(client, "cs_seen"), 409, "claim_pending")
     # The job assigned the project but stopped before writing the session record.
-    await store.client.hset(keys.checkout_lookup_key("cs_half"), mapping={"seen_at": "1", "project_id": "prj_X"})
+    half = keys.checkout_lookup_key(keys.checkout_ref("cs_half"))
+    await store.client.hset(half, mapping={"seen_at": "1", "project_id": "prj_X"})
     assert_error(await claim(client, "cs_half"), 409, "claim_pending")
     after = await snapshot(store, counters=False)
-    assert set(after) - set(before) == {keys.checkout_lookup_key("cs_seen"), keys.checkout_lookup_key("cs_half")}
+    assert set(after) - set(before) == {keys.checkout_lookup_key(keys.checkout_ref("cs_seen")), half}
 
     for bad in [None, 5, "", "cs with spaces", "cs_{slot}", "x" * 256, ["cs_1"]]:
         assert_error(await claim(client, bad), 400, "bad_request")
@@ -505,7 +515,8 @@ async def test_duplicate_event_processed_once(
     client = make_client()
     event = checkout_event("cs_dup", plan="basic", created=clock.unix - 5)
     assert (await send_webhook(client, clock, event)).json == {"ok": True, "received": True}
-    assert enqueued == [("jobs.claims.index_checkout", "cs_dup", "basic", clock.unix - 5, job_id_for("cs_dup"))]
+    ref = keys.checkout_ref("cs_dup")
+    assert enqueued == [("jobs.claims.index_checkout", ref, "basic", clock.unix - 5, f"index_checkout-{ref}")]
     before = await snapshot(store)
     clock.now += 60_000  # the provider's retry, re-signed later
     repeat = await send_webhook(client, clock, event)
@@ -567,15 +578,14 @@ async def test_claim_script_race_exactly_one_wins(store: Store) -> None:
     """The store-level race: 16 claims that all passed the pre-checks reach the script at
     once, each with its own (already written) key record; one creates the project."""
     now_ms = ms(START)
-    project_id = await index_checkout_in(store, "cs_script_race", "basic", now_ms // 1000 - 10)
+    ref = keys.checkout_ref("cs_script_race")
+    project_id = await index_checkout_in(store, ref, "basic", now_ms // 1000 - 10)
     records = [
         KeyRecord(hash_api_key(new_api_key()), project_id, new_actor_id(), "basic", False, START) for _ in range(16)
     ]
     outcomes = await asyncio.gather(
         *(
-            store.claim_checkout(
-                session_id="cs_script_race", project_name="race", key=record, now_ms=now_ms, window_ms=DAY_S * 1000
-            )
+            store.claim_checkout(ref=ref, project_name="race", key=record, now_ms=now_ms, window_ms=DAY_S * 1000)
             for record in records
         )
     )
@@ -583,7 +593,7 @@ async def test_claim_script_race_exactly_one_wins(store: Store) -> None:
     winner = records[outcomes.index(ClaimOutcome.CLAIMED)]
     assert [k for k in await snapshot(store) if k.startswith("k:")] == [keys.api_key_key(winner.key_hash)]
     assert [r.key_hash for r in await store.list_project_keys(project_id)] == [winner.key_hash]
-    checkout = await store.find_checkout("cs_script_race")
+    checkout = await store.find_checkout(ref)
     assert checkout is not None
     assert checkout.state == "claimed"
 
@@ -599,11 +609,12 @@ async def test_claim_attempts_are_rate_limited(make_client: MakeClient) -> None:
 
 
 async def test_index_job_is_idempotent(store: Store) -> None:
-    project_id = await index_checkout_in(store, "cs_idem", "basic", 1_795_000_000, now_ms=1)
+    ref = keys.checkout_ref("cs_idem")
+    project_id = await index_checkout_in(store, ref, "basic", 1_795_000_000, now_ms=1)
     before = await snapshot(store)
-    assert await index_checkout_in(store, "cs_idem", "pro", 1_795_000_999, now_ms=2) == project_id
+    assert await index_checkout_in(store, ref, "pro", 1_795_000_999, now_ms=2) == project_id
     assert await snapshot(store) == before
-    record = await store.find_checkout("cs_idem")
+    record = await store.find_checkout(ref)
     assert record is not None
     assert (record.project_id, record.plan, record.created_ms, record.state) == (
         project_id,
@@ -611,9 +622,17 @@ async def test_index_job_is_idempotent(store: Store) -> None:
         1_795_000_000_000,
         "claimable",
     )
-    for args in [("cs bad", "basic", 1), ("cs_1", "free", 1), ("cs_1", "pro", 0), ("cs_1", "pro", True)]:
-        with pytest.raises(ValueError, match=r"session_id|plan|created_unix"):
+    # A raw session id is not a reference: the job refuses it (and its message does not echo it).
+    for args in [
+        ("cs_1", "basic", 1),
+        (ref.upper(), "basic", 1),
+        (ref, "free", 1),
+        (ref, "pro", 0),
+        (ref, "pro", True),
+    ]:
+        with pytest.raises(ValueError, match=r"ref|plan|created_unix") as refused:
             await index_checkout_in(store, *args)  # type: ignore[arg-type]
+        assert str(args[0]) not in str(refused.value)
 
 
 async def test_unreachable_queue_is_503_and_the_event_can_be_delivered_again(
@@ -632,9 +651,13 @@ async def test_unreachable_queue_is_503_and_the_event_can_be_delivered_again(
 
 
 @pytest.mark.real_redis
-def test_real_rq_worker_indexes_the_checkout(redis_url: str, keyring: KeyRing, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_rq_worker_indexes_the_checkout(
+    redis_url: str, keyring: KeyRing, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Not inline: the webhook enqueues on the real Redis; until a worker runs the job the
-    claim is 409 claim_pending; after a burst worker ran it, the claim succeeds."""
+    claim is 409 claim_pending; after a burst worker ran it, the claim succeeds. The job's
+    id, arguments and RQ's log lines about it hold the checkout's reference, not its id."""
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("REDIS_URL", redis_url)
     settings = Settings(
         redis_url=redis_url,
@@ -655,20 +678,25 @@ def test_real_rq_worker_indexes_the_checkout(redis_url: str, keyring: KeyRing, m
             await store.close()
 
     async def before_worker(client: Any) -> None:
-        response = await send_webhook(client, clock, checkout_event("cs_worker", plan="basic", created=clock.unix))
+        response = await send_webhook(
+            client, clock, checkout_event("cs_worker", plan="basic", created=clock.unix, event_id="evt_w")
+        )
         assert response.json == {"ok": True, "received": True}
         assert_error(await claim(client, "cs_worker"), 409, "claim_pending")
 
     asyncio.run(phase(before_worker))
     with redis.Redis.from_url(redis_url) as connection:
         queue = Queue(QUEUE_NAME, connection=connection, serializer=JSONSerializer)
-        assert queue.job_ids == [job_id_for("cs_worker")]
-        job = Job.fetch(job_id_for("cs_worker"), connection=connection, serializer=JSONSerializer)
+        ref = keys.checkout_ref("cs_worker")
+        assert queue.job_ids == [job_id_for(ref)]
+        job = Job.fetch(job_id_for(ref), connection=connection, serializer=JSONSerializer)
         assert job.func_name == "jobs.claims.index_checkout"
-        assert job.args == ["cs_worker", "basic", clock.unix]
+        assert job.args == [ref, "basic", clock.unix]
+        assert "cs_worker" not in f"{job.id} {job.description}"
         worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
-        assert worker.work(burst=True)
+        assert worker.work(burst=True, logging_level="INFO")
         assert job.get_status(refresh=True) == "finished"
+    assert f"Job OK ({job_id_for(ref)})" in caplog.text
 
     async def after_worker(client: Any) -> None:
         response = await claim(client, "cs_worker")
@@ -677,6 +705,7 @@ def test_real_rq_worker_indexes_the_checkout(redis_url: str, keyring: KeyRing, m
         assert_error(await claim(client, "cs_worker"), 409, "already_claimed")
 
     asyncio.run(phase(after_worker))
+    assert "cs_worker" not in caplog.text
 
 
 # --- free claim -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from kv.connect import open_store
-from kv.keys import project_key, receipt_key
+from kv.keys import checkout_ref, project_key, receipt_key
 from kv.store import ClaimOutcome, Store
 from receipts.errors import StoreUnavailable
 from receipts.ids import new_project_id, slot_tag
@@ -187,7 +187,7 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
     # A paid checkout: the lookup key lives in its own slot, the session in the project's.
     project_id = new_project_id()
     assigned = await cluster_store.index_checkout(
-        session_id="cs_test_1", candidate_project_id=project_id, plan="basic", created_ms=1, indexed_at_ms=2
+        ref=checkout_ref("cs_test_1"), candidate_project_id=project_id, plan="basic", created_ms=1, indexed_at_ms=2
     )
     assert assigned == project_id
     key = await create_project_key(cluster_store, project_name="operator", plan="pro")
@@ -196,7 +196,7 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
 
     record = KeyRecord(hash_api_key(new_api_key()), project_id, "act_x", "basic", False, "2026-11-21T00:00:00.000Z")
     outcome = await cluster_store.claim_checkout(
-        session_id="cs_test_1", project_name="claimed", key=record, now_ms=3, window_ms=DAY_MS
+        ref=checkout_ref("cs_test_1"), project_name="claimed", key=record, now_ms=3, window_ms=DAY_MS
     )
     assert outcome is ClaimOutcome.CLAIMED
     assert (await cluster_store.get_project(project_id) or {}).get("name") == "claimed"

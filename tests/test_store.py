@@ -50,9 +50,9 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.search_index_key(project_id, "output_hash", hash_of("out")),
         ],
         "delete_if_names.lua": [keys.receipt_hash_key(project_id, hash_of("r"))],
-        "index_checkout.lua": [keys.checkout_session_key(project_id, "cs_test_1")],
+        "index_checkout.lua": [keys.checkout_session_key(project_id, keys.checkout_ref("cs_test_1"))],
         "claim_checkout.lua": [
-            keys.checkout_session_key(project_id, "cs_test_1"),
+            keys.checkout_session_key(project_id, keys.checkout_ref("cs_test_1")),
             keys.project_key(project_id),
             keys.project_api_keys_key(project_id),
         ],

@@ -7,7 +7,8 @@ claimable; ``POST /v1/claim`` then creates project, actor and key in one atomic 
 reveals the key once. Free: ``POST /v1/claim/free`` asks the human-verification provider,
 then issues one free key per client address per UTC day.
 
-Keys and tokens are never logged.
+Keys, tokens and checkout session ids are never logged or stored: the store, the job and the
+log lines name a checkout by its reference (``kv.keys.checkout_ref``, a hash of the id).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sanic.response import json as json_response
 
 from jobs.claims import JOB_FUNC, job_id_for
 from jobs.queue import enqueue
+from kv.keys import checkout_ref
 from kv.store import CheckoutRecord, ClaimOutcome, Counter, KeyRecord, Store
 from receipts.apikeys import hash_api_key, new_api_key
 from receipts.errors import (
@@ -151,22 +153,18 @@ async def payment_webhook(request: Request) -> HTTPResponse:
         level = logging.WARNING if event.type == COMPLETED else logging.INFO
         log.log(level, "payment event %s (%s) not acted on: %s", event.event_id, event.type, event.ignored)
         return _ok({"ok": True, "received": True, "ignored": True})
+    ref = checkout_ref(checkout.session_id)
     try:
-        await store.mark_checkout_seen(checkout.session_id, now_ms)
+        await store.mark_checkout_seen(ref, now_ms)
         await enqueue(
-            request.app.ctx.queue,
-            JOB_FUNC,
-            checkout.session_id,
-            checkout.plan,
-            checkout.created_unix,
-            job_id=job_id_for(checkout.session_id),
+            request.app.ctx.queue, JOB_FUNC, ref, checkout.plan, checkout.created_unix, job_id=job_id_for(ref)
         )
     except StoreUnavailable as exc:
         with contextlib.suppress(StoreUnavailable):
             await store.forget_webhook_event(event.event_id)
         log.warning("payment event %s not queued (%s); the provider retries", event.event_id, type(exc).__name__)
         raise StoreUnavailable("the event could not be queued; deliver it again shortly") from None
-    log.info("payment event %s: checkout queued for indexing (plan %s)", event.event_id, checkout.plan)
+    log.info("payment event %s: checkout %s queued for indexing (plan %s)", event.event_id, ref, checkout.plan)
     return _ok({"ok": True, "received": True})
 
 
@@ -228,7 +226,8 @@ async def claim(request: Request) -> HTTPResponse:
     store = _store(request)
     now_ms = _now(request)
     window_ms = int(settings.claim_window_days * DAY_MS)
-    project_id, plan = _claimable(await store.find_checkout(session_id), now_ms, window_ms, settings)
+    ref = checkout_ref(session_id)
+    project_id, plan = _claimable(await store.find_checkout(ref), now_ms, window_ms, settings)
     api_key = new_api_key()
     key = KeyRecord(
         key_hash=hash_api_key(api_key),
@@ -239,8 +238,8 @@ async def claim(request: Request) -> HTTPResponse:
         created_at=format_created_at(now_ms),
     )
     outcome = await store.claim_checkout(
-        session_id=session_id,
-        project_name=f"{plan} plan (checkout {session_id})",
+        ref=ref,
+        project_name=f"{plan} plan (checkout {ref})",
         key=key,
         now_ms=now_ms,
         window_ms=window_ms,
@@ -251,7 +250,7 @@ async def claim(request: Request) -> HTTPResponse:
         raise _expired(settings)
     if outcome is ClaimOutcome.NOT_INDEXED:  # the record vanished between the read and the script
         raise ClaimPending("the payment is being processed; try again in a few seconds")
-    log.info("paid claim: project %s created (plan %s)", key.project_id, key.plan)
+    log.info("paid claim: checkout %s, project %s created (plan %s)", ref, key.project_id, key.plan)
     return _ok(
         {
             "ok": True,

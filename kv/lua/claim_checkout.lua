@@ -1,6 +1,6 @@
 -- claim_checkout: turn a claimable checkout session into a project, actor and key. All or nothing.
 --
--- KEYS[1] the session record (hash: plan, created_ms, state, ...)
+-- KEYS[1] the checkout record cs:{TAG}:<ref> (hash: plan, created_ms, state, ...)
 -- KEYS[2] the pre-assigned project's record (hash)
 -- KEYS[3] the project's API-key set
 -- ARGV[1] now, Unix milliseconds

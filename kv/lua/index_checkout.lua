@@ -1,6 +1,7 @@
 -- index_checkout: make a paid checkout session claimable, once (the background job).
 --
--- KEYS[1] the session record, in the slot of the project pre-assigned to the session (hash)
+-- KEYS[1] the checkout record cs:{TAG}:<ref>, in the slot of the project pre-assigned to the checkout (hash)
+--         (<ref>: the checkout's reference, a hash of the session id; the id itself is never stored)
 -- ARGV[1] plan ("basic" or "pro")
 -- ARGV[2] the checkout's creation time, Unix milliseconds (the claim window starts here)
 -- ARGV[3] indexing time, Unix milliseconds
