@@ -448,3 +448,33 @@ async def test_a_clients_bad_request_writes_no_error_record(
     body = orjson.loads(response.body)
     assert body["error"]["code"] == code and body["request_id"] == response.headers["x-request-id"]
     assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_sanic_records_never_carry_a_query_string(settings: Settings, store: Any) -> None:
+    """Sanic's own records name a request's full URL (a client that hangs up, an error
+    handler that fails): the claim page's ``?session_id=`` would reach the log with them."""
+    create_app(settings, store=store)  # installs the filters on Sanic's loggers
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    secret = "cs_live_a1B2c3D4e5F6g7H8"
+    keep = Keep()
+    for name in logs.SANIC_LOGGERS:
+        logging.getLogger(name).addHandler(keep)
+    try:
+        url = f"http://127.0.0.1:8000/claim/success?session_id={secret}&x=1"
+        logging.getLogger("sanic.root").info(f"Request: GET {url} stopped. Transport is closed.")
+        logging.getLogger("sanic.error").error('Exception raised in exception handler "%s" for uri: %s', "h", repr(url))
+        logging.getLogger("sanic.access").info("plain record with no query")
+    finally:
+        for name in logs.SANIC_LOGGERS:
+            logging.getLogger(name).removeHandler(keep)
+    messages = [record.getMessage() for record in seen]
+    assert len(messages) == 3
+    assert all(secret not in message for message in messages), messages
+    assert "GET http://127.0.0.1:8000/claim/success?[query removed] stopped" in messages[0]
+    assert messages[1].endswith("for uri: 'http://127.0.0.1:8000/claim/success?[query removed]'")
+    assert messages[2] == "plain record with no query"

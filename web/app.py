@@ -25,7 +25,7 @@ from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
 from web.issuing import ReceiptIssuer
 from web.limiting import Limiter
-from web.logs import configure_logging, flush_request_lines, log_request, quiet_client_refusals
+from web.logs import configure_logging, flush_request_lines, install_sanic_log_filters, log_request
 from web.metrics import add_metrics_route, observe_request, release_worker_metrics, route_label
 from web.request_ids import request_id_of
 
@@ -70,7 +70,7 @@ def create_app(
     app.blueprint(claims.bp)
     app.blueprint(openapi.bp)
     app.static("/static", STATIC_DIR, name="static")
-    quiet_client_refusals()
+    install_sanic_log_filters()
 
     if settings.metrics_token:
         add_metrics_route(app, settings.metrics_token)

@@ -161,10 +161,32 @@ class _ClientRefusalFilter(logging.Filter):
 
 _CLIENT_REFUSALS = _ClientRefusalFilter()
 
+_QUERY = re.compile(r"\?[^\s'\"]*")
 
-def quiet_client_refusals() -> None:
-    """Keep a client's bad request out of the error level (see ``_ClientRefusalFilter``); idempotent."""
+
+class _QueryRedactionFilter(logging.Filter):
+    """Sanic names a request's full URL in a few records of its own ("Request: GET
+    http://host/claim/success?session_id=cs_... stopped. Transport is closed.", the error
+    handler's "for uri: ..."), and a query string can hold a credential: the checkout session
+    id of the claim page is enough to reveal a paid key. Every query in such a record is
+    replaced by ``?[query removed]``; our request line already logs the path alone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "?" in message:
+            record.msg, record.args = _QUERY.sub("?[query removed]", message), None
+        return True
+
+
+_QUERY_REDACTION = _QueryRedactionFilter()
+
+
+def install_sanic_log_filters() -> None:
+    """Keep a client's bad request out of the error level (``_ClientRefusalFilter``) and query
+    strings out of Sanic's own records (``_QueryRedactionFilter``); idempotent."""
     logging.getLogger("sanic.error").addFilter(_CLIENT_REFUSALS)
+    for name in SANIC_LOGGERS:
+        logging.getLogger(name).addFilter(_QUERY_REDACTION)
 
 
 def json_logging() -> bool:
