@@ -100,6 +100,21 @@ def _obj(properties: dict[str, Any], required: Iterable[str] | None = None, **ex
     }
 
 
+def _issue_response(idempotency: str, description: str) -> dict[str, Any]:
+    """``POST /v1/receipts``'s body; 201 and 200 differ only in ``idempotency.hit``, which each
+    states as a required constant (generators turn an optional ``const`` into broken code)."""
+    return _obj(
+        {
+            "ok": {"const": True},
+            "receipt": schema_ref("Receipt"),
+            "idempotency": schema_ref(idempotency),
+            "chain": schema_ref("Chain"),
+            "quota": schema_ref("Quota"),
+        },
+        description=description,
+    )
+
+
 # --- component schemas ------------------------------------------------------------------------
 
 TIMESTAMP = {
@@ -232,7 +247,13 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Idempotency": _obj(
         {
-            "hit": {"type": "boolean", "description": "false: newly issued; true: an earlier receipt replayed."},
+            "hit": {"const": False, "description": "false: newly issued (201)."},
+            "key": _string("Opaque replay key.", pattern="^ik_[A-Za-z0-9_-]{43}$"),
+        }
+    ),
+    "IdempotencyReplay": _obj(
+        {
+            "hit": {"const": True, "description": "true: an earlier receipt replayed (200)."},
             "key": _string("Opaque replay key.", pattern="^ik_[A-Za-z0-9_-]{43}$"),
         }
     ),
@@ -252,15 +273,8 @@ SCHEMAS: dict[str, Any] = {
             "monthly_reset_at": schema_ref("Timestamp"),
         }
     ),
-    "IssueResponse": _obj(
-        {
-            "ok": {"const": True},
-            "receipt": schema_ref("Receipt"),
-            "idempotency": schema_ref("Idempotency"),
-            "chain": schema_ref("Chain"),
-            "quota": schema_ref("Quota"),
-        }
-    ),
+    "IssueResponse": _issue_response("Idempotency", "A newly issued receipt (201)."),
+    "ReplayResponse": _issue_response("IdempotencyReplay", "An idempotent replay of an earlier receipt (200)."),
     "ReceiptRead": _obj({"ok": {"const": True}, "receipt": schema_ref("Receipt")}),
     "SearchPage": _obj(
         {
@@ -447,8 +461,14 @@ SCHEMAS: dict[str, Any] = {
         {
             "ok": {"const": True},
             "received": {"const": True},
-            "duplicate": {"const": True, "description": "This event id was already processed."},
-            "ignored": {"const": True, "description": "The event is not a paid checkout of a paid plan."},
+            "duplicate": {
+                "type": "boolean",
+                "description": "Present, and true, only when this event id was already processed.",
+            },
+            "ignored": {
+                "type": "boolean",
+                "description": "Present, and true, only when the event is not a paid checkout of a paid plan.",
+            },
         },
         required=["ok", "received"],
     ),
@@ -616,14 +636,9 @@ def ok_json(description: str, schema: str, headers: Iterable[str] = ()) -> dict[
 
 
 def issue_response(description: str, *, replayed: bool) -> dict[str, Any]:
-    """``IssueResponse`` with ``idempotency.hit`` fixed: false for 201, true for a 200 replay."""
-    response = ok_json(description, "IssueResponse", ["Location", *QUOTA_HEADERS, *RATE_HEADERS])
-    hit = {
-        "type": "object",
-        "properties": {"idempotency": {"type": "object", "properties": {"hit": {"const": replayed}}}},
-    }
-    response["content"][JSON]["schema"] = {"allOf": [schema_ref("IssueResponse"), hit]}
-    return response
+    """``IssueResponse`` (``idempotency.hit`` false) for 201, ``ReplayResponse`` (true) for a 200 replay."""
+    schema = "ReplayResponse" if replayed else "IssueResponse"
+    return ok_json(description, schema, ["Location", *QUOTA_HEADERS, *RATE_HEADERS])
 
 
 def html_page(description: str, headers: Iterable[str] = ("Content-Security-Policy",)) -> dict[str, Any]:
@@ -787,8 +802,10 @@ PATHS: dict[str, Any] = {
             "tags": ["Receipts"],
             "summary": "Search your receipts by hash",
             "description": (
-                "Your project's receipts with the given input or output hash, newest first. Give exactly one "
-                "of `input_hash` and `output_hash` (else 400); unknown query parameters are 400."
+                "Your project's receipts with the given input hash, output hash, or both (then the receipts "
+                "that have both), newest first. Give at least one of `input_hash` and `output_hash` (else 400); "
+                "unknown query parameters are 400. A page can hold fewer than `limit` receipts, even none, while "
+                "`next_cursor` says more follow."
             ),
             "security": BEARER,
             "parameters": [
@@ -922,7 +939,8 @@ PATHS: dict[str, Any] = {
             "description": (
                 "Called by the payment provider. The signature is checked on the raw body first (400 otherwise); "
                 "each event id is processed once; a completed, paid checkout is queued for indexing, "
-                "after which `POST /v1/claim` can reveal its key."
+                "after which `POST /v1/claim` can reveal its key. Without a webhook secret "
+                "(`PAYMENT_WEBHOOK_SECRET` unset, as in the embedded demo) it answers 503 `claim_not_ready`."
             ),
             "security": PUBLIC,
             "parameters": [
@@ -952,7 +970,8 @@ PATHS: dict[str, Any] = {
             "summary": "Reveal the API key of a paid checkout (once)",
             "description": (
                 "Creates project, actor and key for a completed checkout and reveals the key once. "
-                "Limited per address like unauthenticated requests."
+                "Limited per address like unauthenticated requests. Without payments configured "
+                "(`PAYMENT_WEBHOOK_SECRET` unset, as in the embedded demo) it answers 503 `claim_not_ready`."
             ),
             "security": PUBLIC,
             "requestBody": _json_body("ClaimRequest", "The checkout session."),
@@ -974,7 +993,8 @@ PATHS: dict[str, Any] = {
             "operationId": "claimFreeKey",
             "tags": ["Keys"],
             "summary": "Claim a free API key after a human check",
-            "description": "One free key per client address per UTC day.",
+            "description": "One free key per client address per UTC day. Without the human check configured "
+            "(`HUMAN_CHECK_SECRET` unset, as in the embedded demo) it answers 503 `not_configured`.",
             "security": PUBLIC,
             "requestBody": _json_body("FreeClaimRequest", "The human-verification token."),
             "responses": {
