@@ -125,6 +125,14 @@ def test_no_optional_property_is_a_constant() -> None:
     assert optional_consts == []
 
 
+def test_signed_timestamps_are_plain_strings() -> None:
+    """No ``format: date-time``: a generated client would parse it into a date object and write it
+    back in another form, while the receipt hash covers the exact string."""
+    dated = [node for node in walk(DOCUMENT) if isinstance(node, dict) and node.get("format") == "date-time"]
+    assert dated == []
+    assert DOCUMENT["components"]["schemas"]["Timestamp"]["type"] == "string"
+
+
 def test_receipt_schema_lists_every_receipt_field() -> None:
     receipt = DOCUMENT["components"]["schemas"]["Receipt"]
     assert list(receipt["properties"]) == list(RECEIPT_FIELDS)

@@ -100,28 +100,14 @@ def _obj(properties: dict[str, Any], required: Iterable[str] | None = None, **ex
     }
 
 
-def _issue_response(idempotency: str, description: str) -> dict[str, Any]:
-    """``POST /v1/receipts``'s body; 201 and 200 differ only in ``idempotency.hit``, which each
-    states as a required constant (generators turn an optional ``const`` into broken code)."""
-    return _obj(
-        {
-            "ok": {"const": True},
-            "receipt": schema_ref("Receipt"),
-            "idempotency": schema_ref(idempotency),
-            "chain": schema_ref("Chain"),
-            "quota": schema_ref("Quota"),
-        },
-        description=description,
-    )
-
-
 # --- component schemas ------------------------------------------------------------------------
 
+# No ``format: date-time``: generated clients would turn the value into a date object and write
+# it back differently (``+00:00``, other digits), while a receipt's hash covers these exact bytes.
 TIMESTAMP = {
     "type": "string",
-    "format": "date-time",
     "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$",
-    "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`.",
+    "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ` (RFC 3339), kept as this exact string: it is signed.",
     "examples": ["2026-11-03T09:15:27.412Z"],
 }
 COUNT = {"type": "integer", "minimum": 0}
@@ -247,13 +233,10 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Idempotency": _obj(
         {
-            "hit": {"const": False, "description": "false: newly issued (201)."},
-            "key": _string("Opaque replay key.", pattern="^ik_[A-Za-z0-9_-]{43}$"),
-        }
-    ),
-    "IdempotencyReplay": _obj(
-        {
-            "hit": {"const": True, "description": "true: an earlier receipt replayed (200)."},
+            "hit": {
+                "type": "boolean",
+                "description": "false: newly issued (201); true: an earlier receipt replayed (200).",
+            },
             "key": _string("Opaque replay key.", pattern="^ik_[A-Za-z0-9_-]{43}$"),
         }
     ),
@@ -273,8 +256,19 @@ SCHEMAS: dict[str, Any] = {
             "monthly_reset_at": schema_ref("Timestamp"),
         }
     ),
-    "IssueResponse": _issue_response("Idempotency", "A newly issued receipt (201)."),
-    "ReplayResponse": _issue_response("IdempotencyReplay", "An idempotent replay of an earlier receipt (200)."),
+    "IssueResponse": _obj(
+        {
+            "ok": {"const": True},
+            "receipt": schema_ref("Receipt"),
+            "idempotency": schema_ref("Idempotency"),
+            "chain": schema_ref("Chain"),
+            "quota": schema_ref("Quota"),
+        },
+        description=(
+            "A new receipt (201, `idempotency.hit` false) or an idempotent replay of an earlier one "
+            "(200, `idempotency.hit` true). One schema for both, so a generated client has one type to return."
+        ),
+    ),
     "ReceiptRead": _obj({"ok": {"const": True}, "receipt": schema_ref("Receipt")}),
     "SearchPage": _obj(
         {
@@ -635,10 +629,9 @@ def ok_json(description: str, schema: str, headers: Iterable[str] = ()) -> dict[
     }
 
 
-def issue_response(description: str, *, replayed: bool) -> dict[str, Any]:
-    """``IssueResponse`` (``idempotency.hit`` false) for 201, ``ReplayResponse`` (true) for a 200 replay."""
-    schema = "ReplayResponse" if replayed else "IssueResponse"
-    return ok_json(description, schema, ["Location", *QUOTA_HEADERS, *RATE_HEADERS])
+def issue_response(description: str) -> dict[str, Any]:
+    """``IssueResponse``, for 201 (a new receipt) and for a 200 replay."""
+    return ok_json(description, "IssueResponse", ["Location", *QUOTA_HEADERS, *RATE_HEADERS])
 
 
 def html_page(description: str, headers: Iterable[str] = ("Content-Security-Policy",)) -> dict[str, Any]:
@@ -781,10 +774,8 @@ PATHS: dict[str, Any] = {
             ],
             "requestBody": _json_body("CreateReceiptRequest", "The hashes and labels to sign."),
             "responses": {
-                "201": issue_response("A new receipt (`idempotency.hit` false).", replayed=False),
-                "200": issue_response(
-                    "An idempotent replay: the earlier receipt, `idempotency.hit` true.", replayed=True
-                ),
+                "201": issue_response("A new receipt (`idempotency.hit` false)."),
+                "200": issue_response("An idempotent replay: the earlier receipt, `idempotency.hit` true."),
                 "400": E400_CREATE,
                 "401": E401,
                 "403": E403,
