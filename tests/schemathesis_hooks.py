@@ -1,4 +1,5 @@
-"""Schemathesis hooks for tests/test_schemathesis.py (loaded through ``SCHEMATHESIS_HOOKS``).
+"""Schemathesis hooks, loaded by ``schemathesis.toml`` (``hooks``) when ``schemathesis run`` is
+started from the repository root: the README's command and tests/test_schemathesis.py.
 
 A few request rules cross fields or parameters in ways OpenAPI 3.1 cannot state; the document
 states them in prose. Without help, schemathesis would draw "schema-valid" requests that the
@@ -8,13 +9,16 @@ service rightly refuses with 400 and report them as positive data rejected. So:
   are kept: any rejection is right for them). Each rule below is written out here, not
   borrowed from the service's validators, so a validator bug still shows up.
 - ``before_call`` completes positive cases whose query parameters depend on each other (the
-  examples phase does not run ``filter_case``): a search gets exactly one of ``input_hash``
+  examples phase does not run ``filter_case``): a search gets at least one of ``input_hash``
   and ``output_hash`` and no ``cursor`` (only a previous page can make a valid one); a read
-  by receipt hash gets the test project's ``project_id``.
-- ``before_call`` signs webhook deliveries with the test secret, as the payment provider
-  does, so the webhook's body is actually examined instead of every request stopping at
-  the signature check. A case whose ``Payment-Signature`` is itself the broken part (missing
-  or malformed) is sent unsigned, and must be refused.
+  by receipt hash gets the key's ``project_id`` (``EPS_TEST_PROJECT_ID``, else asked once of
+  ``GET /v1/usage`` with the run's ``Authorization`` header).
+- ``before_call`` signs webhook deliveries with ``PAYMENT_WEBHOOK_SECRET`` when it is set, as
+  the payment provider does, so the webhook's body is actually examined instead of every
+  request stopping at the signature check. A case whose ``Payment-Signature`` is itself the
+  broken part (missing or malformed) is sent unsigned, and must be refused. Without the
+  secret (a service without payments, such as the demo) nothing is signed: the service
+  answers 503 ``claim_not_ready`` before it reads the signature.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import re
 import time
 from typing import Any
 
+import requests
 import schemathesis
 from requests.compat import json as requests_json
 
@@ -115,23 +120,37 @@ def before_call(context: schemathesis.HookContext, case: schemathesis.Case, kwar
     if label == "POST /v1/webhooks/payment":
         _sign_webhook(case)
     elif _is_positive(case) and label in ("GET /v1/receipts", "GET /v1/receipts/{receipt_id}"):
-        _complete_query(case, label)
+        _complete_query(case, label, kwargs)
 
 
-def _complete_query(case: schemathesis.Case, label: str) -> None:
+def _complete_query(case: schemathesis.Case, label: str, kwargs: dict[str, Any]) -> None:
     query = dict(case.query or {})
     if label == "GET /v1/receipts":
-        if "input_hash" in query and "output_hash" in query:
-            del query["output_hash"]
-        elif "input_hash" not in query and "output_hash" not in query:
+        if "input_hash" not in query and "output_hash" not in query:
             query["input_hash"] = "sha256:" + "0" * 64
         query.pop("cursor", None)
     else:
         ref = str((case.path_parameters or {}).get("receipt_id", ""))
         if not HASH.fullmatch(ref) or PROJECT_ID.fullmatch(str(query.get("project_id", ""))):
             return
-        query["project_id"] = os.environ[PROJECT_ID_ENV]
+        query["project_id"] = _project_id(str(kwargs.get("url", "")), kwargs.get("headers") or {})
     case.query = query
+
+
+_PROJECT_IDS: dict[str, str] = {}
+
+
+def _project_id(url: str, headers: dict[str, Any]) -> str:
+    """The project of the run's key: ``EPS_TEST_PROJECT_ID``, else ``GET /v1/usage`` (asked once)."""
+    if os.environ.get(PROJECT_ID_ENV):
+        return os.environ[PROJECT_ID_ENV]
+    authorization = next((str(v) for k, v in headers.items() if k.lower() == "authorization"), "")
+    if authorization not in _PROJECT_IDS:
+        base = url.split("/v1/receipts/", 1)[0]
+        answer = requests.get(base + "/v1/usage", headers={"Authorization": authorization}, timeout=10)
+        answer.raise_for_status()
+        _PROJECT_IDS[authorization] = str(answer.json()["project_id"])
+    return _PROJECT_IDS[authorization]
 
 
 def _sign_webhook(case: schemathesis.Case) -> None:

@@ -110,6 +110,29 @@ def test_every_operation_documents_its_errors_and_headers() -> None:
     assert "/metrics" not in DOCUMENT["paths"]
 
 
+def test_no_optional_property_is_a_constant() -> None:
+    """Client generators mishandle an optional ``const`` (openapi-python-client 0.29 writes code that
+    does not parse): a constant is always a required property (``tests/test_client_generation.py``
+    generates real clients)."""
+    optional_consts = []
+    for node in walk(DOCUMENT):
+        if not isinstance(node, dict) or not isinstance(node.get("properties"), dict):
+            continue
+        required = set(node.get("required", []))
+        optional_consts += [
+            name for name, prop in node["properties"].items() if "const" in prop and name not in required
+        ]
+    assert optional_consts == []
+
+
+def test_signed_timestamps_are_plain_strings() -> None:
+    """No ``format: date-time``: a generated client would parse it into a date object and write it
+    back in another form, while the receipt hash covers the exact string."""
+    dated = [node for node in walk(DOCUMENT) if isinstance(node, dict) and node.get("format") == "date-time"]
+    assert dated == []
+    assert DOCUMENT["components"]["schemas"]["Timestamp"]["type"] == "string"
+
+
 def test_receipt_schema_lists_every_receipt_field() -> None:
     receipt = DOCUMENT["components"]["schemas"]["Receipt"]
     assert list(receipt["properties"]) == list(RECEIPT_FIELDS)
@@ -263,6 +286,10 @@ async def test_real_bodies_match_the_documented_schemas(
     assert len(bundle["chain"]) == 1
     _, response = await client.get(f"/v1/receipts?output_hash={hash_of('out-2')}&limit=1", headers=headers)
     assert len(documented.check("get", "/v1/receipts", response)["receipts"]) == 1
+    both = f"input_hash={hash_of('doc-2')}&output_hash={hash_of('out-2')}"
+    _, response = await client.get(f"/v1/receipts?{both}", headers=headers)
+    assert response.status_code == 200, response.body
+    assert documented.check("get", "/v1/receipts", response)["receipts"] == [receipt]
     for check in ({"input_hash": hash_of("doc-2")}, {"input_hash": hash_of("wrong")}):
         body = orjson.dumps({"receipt_id": receipt_id, **check})
         _, response = await client.post("/v1/verify", content=body, headers=headers)

@@ -1,12 +1,18 @@
-"""Schemathesis against the live service: ``python service.py serve`` on a real redis-server,
-driven by the service's own ``/openapi.json``, every check enabled, 0 failures allowed.
+"""Schemathesis against the live service: the README's ``schemathesis run`` command, every
+check enabled, 0 failures allowed, against two configurations:
 
-The run uses the ``schemathesis run`` command line (the engine schemathesis supports best)
-in a subprocess, deterministic generation, a bounded number of examples per operation, and
-reads the outcome from its JSON report. ``tests/schemathesis_hooks.py`` holds the few rules
-OpenAPI cannot state (why each exists is written there). Both outside providers are
-configured (a fake human check, a webhook secret) so the claim endpoints are exercised
-rather than answering 503 ``not_configured``.
+- the demo: ``python service.py serve`` with nothing configured (embedded store, ephemeral
+  signing key, no payments, no human check) except the README's ``LIMITS`` (room for a
+  fuzzer's bursts), authenticated with the demo key it prints. The claim and webhook
+  endpoints answer their documented 503s here.
+- a fully configured service: a real redis-server, fixed signing keys, and both outside
+  providers (a fake human check, a webhook secret), so the claim endpoints are exercised
+  rather than answering 503.
+
+The command is read from README.md (API section) and run as a subprocess with the repository's
+``schemathesis.toml`` (which loads ``tests/schemathesis_hooks.py``: the few rules OpenAPI cannot
+state); the test adds only what makes a run bounded and readable: deterministic generation, a
+number of examples, one worker, a request timeout and the JSON report it reads the outcome from.
 
 Checks: ``--checks all`` - every built-in check of schemathesis 4.32, among them
 not_a_server_error, status_code_conformance, content_type_conformance,
@@ -17,6 +23,8 @@ allow_header_conformance, ignored_auth and the stateful ones. None is excluded.
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -34,22 +42,84 @@ from web.openapi import DOCUMENT
 service_factory = service_pool_fixture()
 
 WEBHOOK_SECRET = "whsec_schemathesis_test"
-# schemathesis's default list of statuses that count as rejecting invalid data, plus 413:
-# an oversized invalid body (say, a huge object where a string belongs) is refused for its
-# size before its shape is read, which is a rejection too.
-CONFIG = """
-[checks.negative_data_rejection]
-expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
-"""
+README_BASE = "http://127.0.0.1:8000"
 MAX_EXAMPLES = 100
 # One worker: with several, schemathesis 4.32.5's coverage phase sometimes failed inside its own
 # code (SystemError: AST constructor recursion depth mismatch), whatever the service answered.
 RUN_TIMEOUT_S = 240
 
 
+def readme_commands() -> tuple[dict[str, Any], list[str]]:
+    """The README's demo ``LIMITS`` and its ``schemathesis run`` command (as words)."""
+    readme = (REPO / "README.md").read_text()
+    limits = re.search(r"^LIMITS='([^']+)' \\\n\s+python service\.py serve --port 8000", readme, re.M)
+    command = re.search(r"^schemathesis run .+$", readme, re.M)
+    assert limits and command, "README.md no longer shows the schemathesis commands"
+    return orjson.loads(limits.group(1)), shlex.split(command.group(0))
+
+
+def run_readme_command(base_url: str, api_key: str, tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Run the README's command against ``base_url``; the JSON report, checked for a clean run."""
+    _, words = readme_commands()
+    assert words[:3] == ["schemathesis", "run", README_BASE + "/openapi.json"], words
+    assert words[3:] == ["--checks", "all", "-H", "Authorization: Bearer $KEY"], words
+    report = tmp_path / "schemathesis.json"
+    command = [
+        sys.executable, "-m", "schemathesis.cli", "--config-file", str(REPO / "schemathesis.toml"),
+        "run", base_url + "/openapi.json",
+        *(word.replace("$KEY", api_key) for word in words[3:]),
+        "--max-examples", str(MAX_EXAMPLES),
+        "--generation-deterministic",
+        "--workers", "1",
+        "--request-timeout", "10",
+        "--no-color",
+        "--report", "json",
+        "--report-json-path", str(report),
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=clean_env({"PYTHONPATH": str(REPO), **env}),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    output = done.stdout[-20_000:] + done.stderr[-5_000:]
+    assert report.exists(), output
+    result: dict[str, Any] = orjson.loads(report.read_bytes())
+    print(
+        f"schemathesis: {result['operations']['tested']} operations, "
+        f"{result['test_cases']['generated']} test cases, {len(result['failures'])} failures, {elapsed:.1f} s"
+    )
+    assert result["failures"] == [], output
+    assert result["errors"] == [], output
+    assert done.returncode == 0, output
+    assert result["complete"] is True, output
+    # The key was accepted: otherwise the protected operations would only have seen 401.
+    assert result["warnings"]["missing_auth"] == [], output
+    documented = sum(len(item) for item in DOCUMENT["paths"].values())
+    # Schemathesis leaves out the operation that serves the document it tests.
+    assert result["operations"]["tested"] == documented - 1, output
+    assert result["operations"]["errored"] == 0, output
+    assert result["test_cases"]["generated"] >= 10 * documented, output
+    return result
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_no_failure_on_the_demo(service_factory: ServicePool, tmp_path: Path) -> None:
+    limits, _ = readme_commands()
+    service = service_factory.start(redis_url=None, signing_keys=None, limits=limits)
+    (found,) = service.wait_for_output(r"API key:\s+(eps_[A-Za-z0-9_-]{43})\b")
+    assert "NOTHING SURVIVES A RESTART" in service.stderr(), "not the embedded demo"
+    run_readme_command(service.base_url, found.group(1), tmp_path, {})
+
+
 @pytest.mark.slow
 @pytest.mark.real_redis
-def test_schemathesis_finds_no_failure_on_the_live_service(
+def test_schemathesis_finds_no_failure_on_a_configured_service(
     service_factory: ServicePool, redis_url: str, signing_keys_json: str, tmp_path: Path
 ) -> None:
     human = FakeHumanCheck()
@@ -64,52 +134,7 @@ def test_schemathesis_finds_no_failure_on_the_live_service(
             },
         )
         key = create_key_cli(redis_url, project="schemathesis", plan="pro")
-        report = tmp_path / "schemathesis.json"
-        config = tmp_path / "schemathesis.toml"
-        config.write_text(CONFIG)
-        command = [
-            sys.executable, "-m", "schemathesis.cli", "--config-file", str(config),
-            "run", service.base_url + "/openapi.json",
-            "--header", f"Authorization: Bearer {key['api_key']}",
-            "--checks", "all",
-            "--max-examples", str(MAX_EXAMPLES),
-            "--generation-deterministic",
-            "--workers", "1",
-            "--request-timeout", "10",
-            "--no-color",
-            "--report", "json",
-            "--report-json-path", str(report),
-        ]  # fmt: skip
-        env = clean_env(
-            {
-                "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
-                "PYTHONPATH": str(REPO),
-                "PAYMENT_WEBHOOK_SECRET": WEBHOOK_SECRET,
-                "EPS_TEST_PROJECT_ID": key["project_id"],
-            }
-        )
-        started = time.monotonic()
-        done = subprocess.run(
-            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
-        )
-        elapsed = time.monotonic() - started
+        env = {"PAYMENT_WEBHOOK_SECRET": WEBHOOK_SECRET, "EPS_TEST_PROJECT_ID": key["project_id"]}
+        run_readme_command(service.base_url, key["api_key"], tmp_path, env)
     finally:
         human.close()
-    output = done.stdout[-20_000:] + done.stderr[-5_000:]
-    assert report.exists(), output
-    result: dict[str, Any] = orjson.loads(report.read_bytes())
-    print(
-        f"schemathesis: {result['operations']['tested']} operations, "
-        f"{result['test_cases']['generated']} test cases, {elapsed:.1f} s"
-    )
-    assert result["failures"] == [], output
-    assert result["errors"] == [], output
-    assert done.returncode == 0, output
-    assert result["complete"] is True, output
-    # The key was accepted: otherwise the protected operations would only have seen 401.
-    assert result["warnings"]["missing_auth"] == [], output
-    documented = sum(len(item) for item in DOCUMENT["paths"].values())
-    # Schemathesis leaves out the operation that serves the document it tests.
-    assert result["operations"]["tested"] == documented - 1, output
-    assert result["operations"]["errored"] == 0, output
-    assert result["test_cases"]["generated"] >= 10 * documented, output

@@ -117,12 +117,38 @@ async def test_never_across_projects(client: Any, store: Store, api_key: dict[st
     assert refused.status_code == 400 and refused.json["error"]["details"]["field"] == "cursor"
 
 
+async def test_both_hashes_find_the_receipts_with_both(client: Any, api_key: dict[str, Any], clock: Clock) -> None:
+    """input_hash and output_hash together: the receipts that have both (an AND), paginated."""
+    both = []
+    for i in range(5):
+        clock.now = NOW + 2 * i
+        body = {"input_hash": hash_of("and-in"), "output_hash": hash_of("and-out"), "run_id": f"b{i}"}
+        both.append((await create(client, api_key, body)).json["receipt"])
+        clock.now = NOW + 2 * i + 1
+        await create(client, api_key, {"input_hash": hash_of("and-in"), "output_hash": hash_of("x"), "run_id": f"i{i}"})
+        await create(
+            client, api_key, {"input_hash": hash_of("y"), "output_hash": hash_of("and-out"), "run_id": f"o{i}"}
+        )
+    await create(client, api_key, {"input_hash": hash_of("and-in"), "run_id": "no-output"})
+    query = {"input_hash": hash_of("and-in"), "output_hash": hash_of("and-out").upper().replace("SHA256:", "sha256:")}
+    first = await search(client, api_key, **query)
+    assert first.status_code == 200, first.text
+    assert [r["receipt_id"] for r in first.json["receipts"]] == [r["receipt_id"] for r in reversed(both)]
+    for limit in (1, 2, 3, 7):
+        found, _ = await search_all(client, api_key, limit, **query)
+        assert [r["receipt_id"] for r in found] == [r["receipt_id"] for r in reversed(both)], limit
+    nothing = await search(client, api_key, input_hash=hash_of("and-in"), output_hash=hash_of("y"))
+    assert nothing.status_code == 200
+    assert nothing.json["receipts"] == []
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [
         ({}, None),
-        ({"input_hash": hash_of("a"), "output_hash": hash_of("b")}, None),
         ({"input_hash": "sha256:abc"}, "input_hash"),
+        ({"input_hash": hash_of("a"), "output_hash": "sha256:abc"}, "output_hash"),
+        ({"input_hash": hash_of("a"), "output_hash": hash_of("b"), "cursor": "x"}, "cursor"),
         ({"output_hash": "md5:" + "0" * 32}, "output_hash"),
         ({"input_hash": ""}, "input_hash"),
         ({"input_hash": hash_of("a"), "limit": "0"}, "limit"),

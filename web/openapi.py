@@ -102,11 +102,12 @@ def _obj(properties: dict[str, Any], required: Iterable[str] | None = None, **ex
 
 # --- component schemas ------------------------------------------------------------------------
 
+# No ``format: date-time``: generated clients would turn the value into a date object and write
+# it back differently (``+00:00``, other digits), while a receipt's hash covers these exact bytes.
 TIMESTAMP = {
     "type": "string",
-    "format": "date-time",
     "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$",
-    "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`.",
+    "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ` (RFC 3339), kept as this exact string: it is signed.",
     "examples": ["2026-11-03T09:15:27.412Z"],
 }
 COUNT = {"type": "integer", "minimum": 0}
@@ -232,7 +233,10 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Idempotency": _obj(
         {
-            "hit": {"type": "boolean", "description": "false: newly issued; true: an earlier receipt replayed."},
+            "hit": {
+                "type": "boolean",
+                "description": "false: newly issued (201); true: an earlier receipt replayed (200).",
+            },
             "key": _string("Opaque replay key.", pattern="^ik_[A-Za-z0-9_-]{43}$"),
         }
     ),
@@ -259,7 +263,11 @@ SCHEMAS: dict[str, Any] = {
             "idempotency": schema_ref("Idempotency"),
             "chain": schema_ref("Chain"),
             "quota": schema_ref("Quota"),
-        }
+        },
+        description=(
+            "A new receipt (201, `idempotency.hit` false) or an idempotent replay of an earlier one "
+            "(200, `idempotency.hit` true). One schema for both, so a generated client has one type to return."
+        ),
     ),
     "ReceiptRead": _obj({"ok": {"const": True}, "receipt": schema_ref("Receipt")}),
     "SearchPage": _obj(
@@ -451,8 +459,14 @@ SCHEMAS: dict[str, Any] = {
         {
             "ok": {"const": True},
             "received": {"const": True},
-            "duplicate": {"const": True, "description": "This event id was already processed."},
-            "ignored": {"const": True, "description": "The event is not a paid checkout of a paid plan."},
+            "duplicate": {
+                "type": "boolean",
+                "description": "Present, and true, only when this event id was already processed.",
+            },
+            "ignored": {
+                "type": "boolean",
+                "description": "Present, and true, only when the event is not a paid checkout of a paid plan.",
+            },
         },
         required=["ok", "received"],
     ),
@@ -619,15 +633,9 @@ def ok_json(description: str, schema: str, headers: Iterable[str] = ()) -> dict[
     }
 
 
-def issue_response(description: str, *, replayed: bool) -> dict[str, Any]:
-    """``IssueResponse`` with ``idempotency.hit`` fixed: false for 201, true for a 200 replay."""
-    response = ok_json(description, "IssueResponse", ["Location", *QUOTA_HEADERS, *RATE_HEADERS])
-    hit = {
-        "type": "object",
-        "properties": {"idempotency": {"type": "object", "properties": {"hit": {"const": replayed}}}},
-    }
-    response["content"][JSON]["schema"] = {"allOf": [schema_ref("IssueResponse"), hit]}
-    return response
+def issue_response(description: str) -> dict[str, Any]:
+    """``IssueResponse``, for 201 (a new receipt) and for a 200 replay."""
+    return ok_json(description, "IssueResponse", ["Location", *QUOTA_HEADERS, *RATE_HEADERS])
 
 
 def html_page(description: str, headers: Iterable[str] = ("Content-Security-Policy",)) -> dict[str, Any]:
@@ -770,10 +778,8 @@ PATHS: dict[str, Any] = {
             ],
             "requestBody": _json_body("CreateReceiptRequest", "The hashes and labels to sign."),
             "responses": {
-                "201": issue_response("A new receipt (`idempotency.hit` false).", replayed=False),
-                "200": issue_response(
-                    "An idempotent replay: the earlier receipt, `idempotency.hit` true.", replayed=True
-                ),
+                "201": issue_response("A new receipt (`idempotency.hit` false)."),
+                "200": issue_response("An idempotent replay: the earlier receipt, `idempotency.hit` true."),
                 "400": E400_CREATE,
                 "401": E401,
                 "403": E403,
@@ -791,8 +797,10 @@ PATHS: dict[str, Any] = {
             "tags": ["Receipts"],
             "summary": "Search your receipts by hash",
             "description": (
-                "Your project's receipts with the given input or output hash, newest first. Give exactly one "
-                "of `input_hash` and `output_hash` (else 400); unknown query parameters are 400."
+                "Your project's receipts with the given input hash, output hash, or both (then the receipts "
+                "that have both), newest first. Give at least one of `input_hash` and `output_hash` (else 400); "
+                "unknown query parameters are 400. A page can hold fewer than `limit` receipts, even none, while "
+                "`next_cursor` says more follow."
             ),
             "security": BEARER,
             "parameters": [
@@ -926,7 +934,8 @@ PATHS: dict[str, Any] = {
             "description": (
                 "Called by the payment provider. The signature is checked on the raw body first (400 otherwise); "
                 "each event id is processed once; a completed, paid checkout is queued for indexing, "
-                "after which `POST /v1/claim` can reveal its key."
+                "after which `POST /v1/claim` can reveal its key. Without a webhook secret "
+                "(`PAYMENT_WEBHOOK_SECRET` unset, as in the embedded demo) it answers 503 `claim_not_ready`."
             ),
             "security": PUBLIC,
             "parameters": [
@@ -956,7 +965,8 @@ PATHS: dict[str, Any] = {
             "summary": "Reveal the API key of a paid checkout (once)",
             "description": (
                 "Creates project, actor and key for a completed checkout and reveals the key once. "
-                "Limited per address like unauthenticated requests."
+                "Limited per address like unauthenticated requests. Without payments configured "
+                "(`PAYMENT_WEBHOOK_SECRET` unset, as in the embedded demo) it answers 503 `claim_not_ready`."
             ),
             "security": PUBLIC,
             "requestBody": _json_body("ClaimRequest", "The checkout session."),
@@ -978,7 +988,8 @@ PATHS: dict[str, Any] = {
             "operationId": "claimFreeKey",
             "tags": ["Keys"],
             "summary": "Claim a free API key after a human check",
-            "description": "One free key per client address per UTC day.",
+            "description": "One free key per client address per UTC day. Without the human check configured "
+            "(`HUMAN_CHECK_SECRET` unset, as in the embedded demo) it answers 503 `not_configured`.",
             "security": PUBLIC,
             "requestBody": _json_body("FreeClaimRequest", "The human-verification token."),
             "responses": {

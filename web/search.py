@@ -1,7 +1,10 @@
-"""Search a project's own receipts by input or output hash.
+"""Search a project's own receipts by input or output hash, or both.
 
-``GET /v1/receipts?input_hash=sha256:...`` (or ``?output_hash=``), Bearer API key, newest
-first, paginated with an opaque cursor. Only the key's own project is ever searched: the
+``GET /v1/receipts?input_hash=sha256:...`` (or ``?output_hash=``, or both: the receipts with
+both hashes), Bearer API key, newest first, paginated with an opaque cursor. With both, the
+input hash's index is paged and each page keeps the receipts whose output hash matches too,
+so a page costs what a one-hash page costs (it may hold fewer receipts, even none, while
+``next_cursor`` says more follow). Only the key's own project is ever searched: the
 index keys carry the project id (``kv.keys.search_index_key``), so another project's
 receipts with the same hash are never seen. Counts like ``POST /v1/verify``: the address's
 authenticated-request limit and the key's per-minute limit.
@@ -63,6 +66,11 @@ def parse_limit(value: str | None) -> int:
     return int(value)
 
 
+def _matches(receipt_json: bytes, wanted: dict[str, str]) -> bool:
+    receipt = orjson.loads(receipt_json)
+    return all(receipt.get(name) == value for name, value in wanted.items())
+
+
 @bp.get("/v1/receipts")
 async def search_receipts(request: Request) -> HTTPResponse:
     key = await authenticate_limited(request)
@@ -70,13 +78,14 @@ async def search_receipts(request: Request) -> HTTPResponse:
     if unknown:
         raise BadRequest("unknown query parameters", {"fields": unknown, "allowed": sorted(QUERY_PARAMS)})
     given = {name: value for name in SEARCH_FIELDS if (value := _one(request, name)) is not None}
-    if len(given) != 1:
-        raise BadRequest(
-            "give exactly one of input_hash or output_hash (sha256:<64 hex>)", {"fields": list(SEARCH_FIELDS)}
-        )
-    [(field, hash_str)] = given.items()
-    if not is_hash_str(hash_str):
-        raise BadRequest(f"{field} must be sha256: followed by 64 hex digits", {"field": field})
+    if not given:
+        raise BadRequest("give input_hash or output_hash (sha256:<64 hex>), or both", {"fields": list(SEARCH_FIELDS)})
+    for field, hash_str in given.items():
+        if not is_hash_str(hash_str):
+            raise BadRequest(f"{field} must be sha256: followed by 64 hex digits", {"field": field})
+    # The first given field drives the index; any other must match too.
+    field, hash_str = next(iter(given.items()))
+    also = {name: value.lower() for name, value in given.items() if name != field}
     limit = parse_limit(_one(request, "limit"))
     cursor = _one(request, "cursor")
     after = decode_cursor(cursor, key.project_id) if cursor is not None else None
@@ -84,6 +93,8 @@ async def search_receipts(request: Request) -> HTTPResponse:
     key_usage = await request.app.ctx.limiter.hit_key(key)
     store: Store = request.app.ctx.store
     found, last = await store.search_receipts(key.project_id, field, hash_str.lower(), limit, after)
+    if also:
+        found = [receipt for receipt in found if _matches(receipt, also)]
     body = _splice(
         [
             ("ok", b"true"),
