@@ -81,6 +81,9 @@ SERVICE_VARIABLES = (
 )  # fmt: skip
 MEMORY_SCENARIO = "memory"
 """``--scenarios memory``: only the memory measurement (no service, no load; about a minute)."""
+SCAN_SCENARIO = "scan"
+"""``--scenarios scan``: only the content scan's cost per create body (bench/scan.py; in-process)."""
+ALONE_SCENARIOS = (MEMORY_SCENARIO, SCAN_SCENARIO)
 MEMORY_KINDS = (
     ("receipt record (`r:`)", "r:*"),
     ("index buckets (`b:{T}:prj_…:N`: hash index, idempotency, search)", "b:*:*:*"),
@@ -830,7 +833,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--scenarios",
         default=",".join(SCENARIOS),
-        help="comma list of " + ",".join(SCENARIOS) + f"; or {MEMORY_SCENARIO} alone: only Redis bytes per receipt",
+        help="comma list of "
+        + ",".join(SCENARIOS)
+        + f"; or {MEMORY_SCENARIO} alone: only Redis bytes per receipt"
+        + f"; or {SCAN_SCENARIO} alone: only the content scan's cost per create body",
     )
     parser.add_argument("--out", help="markdown file to write (default bench/RESULTS.md; --quick: none)")
     parser.add_argument("--json", dest="json_out", help="also write the raw results as JSON here")
@@ -857,11 +863,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     elif args.out is None:
         args.out = str(BENCH / "RESULTS.md")
     args.scenario_list = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    unknown = set(args.scenario_list) - {*SCENARIOS, MEMORY_SCENARIO}
+    unknown = set(args.scenario_list) - {*SCENARIOS, *ALONE_SCENARIOS}
     if unknown or not args.scenario_list:
-        parser.error(f"--scenarios: unknown {sorted(unknown)}; choose from {', '.join(SCENARIOS)} or {MEMORY_SCENARIO}")
-    if MEMORY_SCENARIO in args.scenario_list and len(args.scenario_list) > 1:
-        parser.error(f"--scenarios {MEMORY_SCENARIO} runs alone")
+        parser.error(
+            f"--scenarios: unknown {sorted(unknown)}; choose from {', '.join(SCENARIOS)}, "
+            f"{MEMORY_SCENARIO} or {SCAN_SCENARIO}"
+        )
+    for alone in ALONE_SCENARIOS:
+        if alone in args.scenario_list and len(args.scenario_list) > 1:
+            parser.error(f"--scenarios {alone} runs alone")
     if args.rounds < 1 or args.seconds <= 0 or args.connections < 1:
         parser.error("--rounds, --seconds and --connections must be positive")
     return args
@@ -886,6 +896,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.scenario_list == [MEMORY_SCENARIO]:
         return run_memory_only(args)
+    if args.scenario_list == [SCAN_SCENARIO]:
+        from bench.scan import main as scan_main
+
+        return scan_main()
     if args.from_json:
         report = Report(**orjson.loads(Path(args.from_json).read_bytes()))
         report.setup_notes += [f"Note: {text}" for text in args.note]
