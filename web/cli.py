@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import hashlib
 import logging
 import os
 import secrets
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -35,6 +37,8 @@ from web.offline_verify import DEFAULT_BASE_URL, VerifyOptions, render_report, r
 from web.submit import add_submit_arguments, submit_command
 
 HASH_CHUNK = 1 << 20
+LISTEN_BACKLOG = 100
+"""Sanic's own default backlog for the socket it would have bound."""
 audit_log = logging.getLogger("eps.audit")
 
 
@@ -171,24 +175,58 @@ def _serve(args: argparse.Namespace) -> int:
             shutil.rmtree(own_metrics_dir, ignore_errors=True)
 
 
+def listen_url(host: str, port: int) -> str:
+    """``http://HOST:PORT`` of a listening address (IPv6 hosts in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _listen(host: str, port: int) -> socket.socket | None:
+    """The server's listening socket, bound here so that port 0 means an ephemeral port.
+
+    Sanic reads a port of 0 as "unset" and listens on 8000; handing it a bound socket
+    avoids that, and tells us the real address before any worker starts. Returns None
+    (after a one-line error) when the address cannot be bound.
+    """
+    from sanic.server.socket import bind_socket
+
+    try:
+        return bind_socket(host, port, backlog=LISTEN_BACKLOG)
+    except OSError as exc:
+        address = listen_url(host, port).removeprefix("http://")
+        if exc.errno == errno.EADDRINUSE:
+            print(
+                f"error: {address} is already in use; choose another port with --port N or PORT=N (0 picks a free one)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"error: cannot listen on {address}: {exc.strerror or exc}", file=sys.stderr)
+        return None
+
+
 def _run_server(args: argparse.Namespace, settings: Settings) -> int:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
 
     from web.app import create_app_from_env
 
+    sock = _listen(args.host, args.port)
+    if sock is None:
+        return 2
+    url = listen_url(args.host, sock.getsockname()[1])
+    print(f"listening on {url}", flush=True)
     if settings.embedded:
         if args.workers != 1:
             print("note: the embedded store lives in one process; serving with 1 worker", file=sys.stderr)
         app = create_app_from_env()
-        app.run(host=args.host, port=args.port, single_process=True, access_log=False, motd=False)
+        app.ctx.listen_url = url
+        app.run(sock=sock, single_process=True, access_log=False, motd=False)
         return 0
     from web import sanic_fixes
 
     sanic_fixes.install()  # a SIGTERM during start-up must not hang the manager
     loader = AppLoader(factory=create_app_from_env)
     app = loader.load()
-    app.prepare(host=args.host, port=args.port, workers=args.workers, access_log=False, motd=False)
+    app.prepare(sock=sock, workers=args.workers, access_log=False, motd=False)
     Sanic.serve(primary=app, app_loader=loader)
     return 0
 
