@@ -1,7 +1,8 @@
 """Command-line verbs (contract section 9). ``service.py`` only calls ``main``.
 
-Exit status: 0 success (for ``verify``: every requested check passed), 1 a check failed
-or the thing asked for does not exist, 2 usage, configuration or I/O error.
+Exit status: 0 success (for ``verify``: every requested check passed, against pinned keys for
+a bundle), 1 a check failed, a bundle's keys were not pinned, or the thing asked for does
+not exist, 2 usage, configuration or I/O error.
 """
 
 from __future__ import annotations
@@ -101,9 +102,12 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--output", help="local output file; its hash must equal output_hash")
     source = verify.add_mutually_exclusive_group()
     source.add_argument(
-        "--base-url", help=f"service to fetch public keys (and the chain) from; default {DEFAULT_BASE_URL}"
+        "--base-url",
+        help="service to fetch public keys (and the chain) from; default $SERVICE_BASE_URL, else "
+        f"{DEFAULT_BASE_URL} for a receipt. For a bundle it pins the keys (the only request made); a "
+        "bundle with neither --base-url, SERVICE_BASE_URL nor --keys is NOT VERIFIED (exit 1)",
     )
-    source.add_argument("--keys", help="saved key set (GET /v1/public-key body): fully offline")
+    source.add_argument("--keys", help="saved key set (GET /v1/public-key body) to pin: fully offline")
     verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
     verify.add_argument("--max-links", type=int, default=1000, help="stop the chain walk after this many links")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
@@ -398,7 +402,7 @@ def _verify(args: argparse.Namespace) -> int:
         receipt_path=args.receipt,
         input_path=args.input,
         output_path=args.output,
-        base_url=args.base_url or os.environ.get("SERVICE_BASE_URL") or DEFAULT_BASE_URL,
+        base_url=args.base_url or os.environ.get("SERVICE_BASE_URL") or None,
         keys_path=args.keys,
         chain=args.chain,
         max_links=args.max_links,
