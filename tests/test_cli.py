@@ -148,10 +148,26 @@ def test_keys_create_prints_the_new_key(redis_server: RedisServer, plan: str) ->
 
 
 def test_keys_create_makes_distinct_projects_and_keys(redis_server: RedisServer) -> None:
-    one, two = (create_key_cli(redis_server.url, project="same-name", plan="free") for _ in range(2))
+    one, two = (create_key_cli(redis_server.url, project="distinct", plan="free") for _ in range(2))
     assert one["api_key"] != two["api_key"]
     assert one["project_id"] != two["project_id"]
     assert one["actor_id"] != two["actor_id"]
+
+
+def test_keys_create_refuses_a_name_another_project_has(redis_server: RedisServer) -> None:
+    name = f"same-name-{free_port()}"
+    env = {"REDIS_URL": redis_server.url}
+    first = run_cli("keys", "create", "--project", name, "--plan", "free", env=env)
+    assert first.returncode == 0, first.stderr
+    project_id = orjson.loads(first.stdout)["project_id"]
+    again = run_cli("keys", "create", "--project", name, "--plan", "pro", env=env)
+    assert again.returncode == 1 and again.stdout == ""
+    (line,) = again.stderr.strip().splitlines()
+    assert f"a project named '{name}' already exists ({project_id})" in line and "keys reissue" in line
+    listed = run_cli("keys", "list", "--project", name, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert orjson.loads(listed.stdout)["project_id"] == project_id
+    assert len(orjson.loads(listed.stdout)["keys"]) == 1, "the refused create added no key"
 
 
 def test_keys_create_without_redis_url_exits_2() -> None:

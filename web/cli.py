@@ -38,6 +38,7 @@ from web.offline_verify import DEFAULT_BASE_URL, VerifyOptions, render_report, r
 from web.submit import add_submit_arguments, submit_command
 
 HASH_CHUNK = 1 << 20
+PROJECT_HELP = "the project: its id (prj_...) or the name `keys create` gave it"
 LISTEN_BACKLOG = 100
 """Sanic's own default backlog for the socket it would have bound."""
 audit_log = logging.getLogger("eps.audit")
@@ -58,7 +59,9 @@ def _parser() -> argparse.ArgumentParser:
 
     keys = verbs.add_parser("keys", help="API keys (needs REDIS_URL)").add_subparsers(dest="action", required=True)
     create = keys.add_parser("create", help="create a project, actor and API key; prints JSON")
-    create.add_argument("--project", required=True, help="project name (a new project is created)")
+    create.add_argument(
+        "--project", required=True, help="name of the new project; refused when a project already has it"
+    )
     create.add_argument("--plan", required=True, choices=("free", "basic", "pro"))
     revoke = keys.add_parser("revoke", help="revoke an API key")
     which = revoke.add_mutually_exclusive_group(required=True)
@@ -66,16 +69,16 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--key-hash", help="sha256:<hex> of the key")
 
     listing = keys.add_parser("list", help="the project's keys: hashes and states only")
-    listing.add_argument("--project", required=True, help="project id (prj_...)")
+    listing.add_argument("--project", required=True, help=PROJECT_HELP)
     reissue = keys.add_parser("reissue", help="revoke the project's keys and print a new one")
-    reissue.add_argument("--project", required=True, help="project id (prj_...)")
+    reissue.add_argument("--project", required=True, help=PROJECT_HELP)
     suspend = keys.add_parser("suspend", help="suspend a project's API access (403 with the operator contact)")
-    suspend.add_argument("--project", required=True, help="project id (prj_...)")
+    suspend.add_argument("--project", required=True, help=PROJECT_HELP)
     suspend.add_argument(
         "--until", help="ISO 8601 time (UTC if no offset) when it ends by itself; default: until lifted"
     )
     unsuspend = keys.add_parser("unsuspend", help="lift a project's suspension")
-    unsuspend.add_argument("--project", required=True, help="project id (prj_...)")
+    unsuspend.add_argument("--project", required=True, help=PROJECT_HELP)
 
     receipts = verbs.add_parser("receipts", help="operator actions on receipts (needs REDIS_URL)")
     receipt_actions = receipts.add_subparsers(dest="action", required=True)
@@ -269,11 +272,36 @@ def _with_store(action: Callable[[Any, argparse.Namespace], Awaitable[int]], arg
 
 
 async def _keys_create(store: Any, args: argparse.Namespace) -> int:
-    from web.keys_admin import create_project_key
+    from web.keys_admin import ProjectNameTaken, create_project_key
 
-    created = await create_project_key(store, project_name=args.project, plan=args.plan)
+    name = args.project.strip()
+    if not name or name.startswith("prj_"):
+        print(
+            "error: --project must be a name, not empty and not starting with prj_ (ids are made here)", file=sys.stderr
+        )
+        return 2
+    try:
+        created = await create_project_key(store, project_name=name, plan=args.plan, unique_name=True)
+    except ProjectNameTaken as exc:
+        print(
+            f"error: {exc}; nothing was created. Choose another name, or for a new key of that "
+            f"project run `keys reissue --project {exc.project_id}` (it revokes the project's keys)",
+            file=sys.stderr,
+        )
+        return 1
     print(orjson.dumps(created).decode())
     return 0
+
+
+async def _project_id(store: Any, ref: str) -> str | None:
+    """The project ``--project`` names (id or name), or None after printing why not."""
+    from web.keys_admin import UnknownProject, resolve_project
+
+    try:
+        return await resolve_project(store, ref)
+    except UnknownProject as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
 
 
 async def _keys_revoke(store: Any, args: argparse.Namespace) -> int:
@@ -292,29 +320,32 @@ async def _keys_revoke(store: Any, args: argparse.Namespace) -> int:
 async def _keys_list(store: Any, args: argparse.Namespace) -> int:
     from web.keys_admin import key_state
 
-    if await store.get_project(args.project) is None:
-        print(f"error: no project {args.project}", file=sys.stderr)
+    project_id = await _project_id(store, args.project)
+    if project_id is None:
         return 1
     now = _now_ms()
-    records = await store.list_project_keys(args.project)
-    print(orjson.dumps({"project_id": args.project, "keys": [key_state(r, now) for r in records]}).decode())
+    records = await store.list_project_keys(project_id)
+    print(orjson.dumps({"project_id": project_id, "keys": [key_state(r, now) for r in records]}).decode())
     return 0
 
 
 async def _keys_reissue(store: Any, args: argparse.Namespace) -> int:
     from web.keys_admin import reissue_project_key
 
-    reissued = await reissue_project_key(store, args.project)
+    project_id = await _project_id(store, args.project)
+    if project_id is None:
+        return 1
+    reissued = await reissue_project_key(store, project_id)
     if reissued is None:
-        print(f"error: no project {args.project}", file=sys.stderr)
+        print(f"error: no project {project_id}", file=sys.stderr)
         return 1
     print(orjson.dumps(reissued).decode())
     return 0
 
 
 async def _keys_suspend(store: Any, args: argparse.Namespace) -> int:
-    if await store.get_project(args.project) is None:
-        print(f"error: no project {args.project}", file=sys.stderr)
+    project_id = await _project_id(store, args.project)
+    if project_id is None:
         return 1
     until = "forever"
     if args.until:
@@ -323,18 +354,18 @@ async def _keys_suspend(store: Any, args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"error: --until {exc}", file=sys.stderr)
             return 2
-    updated = await store.set_project_suspension(args.project, until)
+    updated = await store.set_project_suspension(project_id, until)
     shown = until if until == "forever" else format_created_at(int(until))
-    print(orjson.dumps({"project_id": args.project, "suspended_until": shown, "keys_updated": updated}).decode())
+    print(orjson.dumps({"project_id": project_id, "suspended_until": shown, "keys_updated": updated}).decode())
     return 0
 
 
 async def _keys_unsuspend(store: Any, args: argparse.Namespace) -> int:
-    if await store.get_project(args.project) is None:
-        print(f"error: no project {args.project}", file=sys.stderr)
+    project_id = await _project_id(store, args.project)
+    if project_id is None:
         return 1
-    updated = await store.set_project_suspension(args.project, "")
-    print(orjson.dumps({"project_id": args.project, "suspended_until": None, "keys_updated": updated}).decode())
+    updated = await store.set_project_suspension(project_id, "")
+    print(orjson.dumps({"project_id": project_id, "suspended_until": None, "keys_updated": updated}).decode())
     return 0
 
 
