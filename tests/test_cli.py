@@ -514,7 +514,7 @@ def test_verify_chain_fails_on_a_missing_link(
 
 # --- serve: the address it listens on, a busy port, the demo banner, a clean stop ----------
 
-LISTENING_RE = re.compile(r"^listening on (http://127\.0\.0\.1:(\d+))$", re.M)
+LISTENING_RE = re.compile(r"listening on (http://127\.0\.0\.1:(\d+))\b")
 
 
 class Served:

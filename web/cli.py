@@ -42,6 +42,8 @@ PROJECT_HELP = "the project: its id (prj_...) or the name `keys create` gave it"
 LISTEN_BACKLOG = 100
 """Sanic's own default backlog for the socket it would have bound."""
 audit_log = logging.getLogger("eps.audit")
+serve_log = logging.getLogger("eps.serve")
+"""The address ``serve`` listens on (a log line: with LOG_FORMAT=json it is JSON like the rest)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -220,19 +222,20 @@ def _run_server(args: argparse.Namespace, settings: Settings) -> int:
     if sock is None:
         return 2
     url = listen_url(args.host, sock.getsockname()[1])
-    print(f"listening on {url}", flush=True)
     if settings.embedded:
         if args.workers != 1:
             print("note: the embedded store lives in one process; serving with 1 worker", file=sys.stderr)
-        app = create_app_from_env()
+        app = create_app_from_env()  # configures logging
         app.ctx.listen_url = url
+        serve_log.info("listening on %s", url)
         app.run(sock=sock, single_process=True, access_log=False, motd=False)
         return 0
     from web import sanic_fixes
 
     sanic_fixes.install()  # a SIGTERM during start-up must not hang the manager
     loader = AppLoader(factory=create_app_from_env)
-    app = loader.load()
+    app = loader.load()  # configures logging
+    serve_log.info("listening on %s", url)
     app.prepare(sock=sock, workers=args.workers, access_log=False, motd=False)
     Sanic.serve(primary=app, app_loader=loader)
     return 0
