@@ -28,6 +28,11 @@ def project_key(project_id: str) -> str:
     return f"p:{{{slot_tag(project_id)}}}:{project_id}"
 
 
+def project_names_key() -> str:
+    """Hash: project name -> project id, for the names ``keys create`` gives (one per name)."""
+    return "pn"
+
+
 def project_api_keys_key(project_id: str) -> str:
     """Set of the project's API-key hashes (for listing, revoking and reissuing)."""
     return f"pk:{{{slot_tag(project_id)}}}:{project_id}"

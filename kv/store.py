@@ -290,6 +290,29 @@ class Store:
             await self.client.delete(keys.api_key_key(key.key_hash))
             raise ValueError(f"project {project_id} already exists")
 
+    @_unavailable_as_503
+    async def claim_project_name(self, name: str, project_id: str) -> str | None:
+        """Reserve ``name`` for ``project_id``. None when reserved; else the id holding it.
+
+        One HSETNX on one hash: of any number of concurrent claims of a name exactly one
+        wins, on a single Redis or a cluster (one key, one slot).
+        """
+        if await self.client.hsetnx(keys.project_names_key(), name, project_id):
+            return None
+        return _text(await self.client.hget(keys.project_names_key(), name)) or ""
+
+    @_unavailable_as_503
+    async def release_project_name(self, name: str, project_id: str) -> None:
+        """Undo ``claim_project_name`` after a failed create. Only the claimer releases, and
+        no other claim can take the name while it is held, so read-then-delete is safe."""
+        if _text(await self.client.hget(keys.project_names_key(), name)) == project_id:
+            await self.client.hdel(keys.project_names_key(), name)
+
+    @_unavailable_as_503
+    async def find_project_by_name(self, name: str) -> str | None:
+        """The id of the project ``keys create`` made with ``name``, or None."""
+        return _text(await self.client.hget(keys.project_names_key(), name))
+
     async def _write_key_record(self, key: KeyRecord) -> None:
         await self.client.hset(
             keys.api_key_key(key.key_hash),

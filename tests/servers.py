@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -284,8 +285,13 @@ def run_cli(
 
 
 def create_key_cli(redis_url: str, *, project: str = "tests", plan: str = "pro") -> dict[str, Any]:
-    """``service.py keys create`` against ``redis_url``: the printed JSON (api_key, project_id, ...)."""
-    done = run_cli("keys", "create", "--project", project, "--plan", plan, env={"REDIS_URL": redis_url})
+    """``service.py keys create`` against ``redis_url``: the printed JSON (api_key, project_id, ...).
+
+    The project is named ``project`` plus a random suffix: names are unique in a store, and
+    tests share one Redis.
+    """
+    name = f"{project}-{secrets.token_hex(4)}"
+    done = run_cli("keys", "create", "--project", name, "--plan", plan, env={"REDIS_URL": redis_url})
     assert done.returncode == 0, f"keys create failed ({done.returncode}): {done.stderr}"
     created: dict[str, Any] = orjson.loads(done.stdout)
     return created

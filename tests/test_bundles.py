@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,7 @@ from prometheus_client import REGISTRY
 
 from kv.store import Store
 from receipts.limits import load_limits
+from receipts.model import recompute_hash_or_none
 from receipts.signing import load_key_ring, new_key_set
 from tests.clock import Clock
 from tests.conftest import auth, hash_of
@@ -211,7 +216,57 @@ async def saved_bundle(client: Any, api_key: dict[str, Any], tmp_path: Path) -> 
 
 
 def offline(path: Path, **options: Any) -> dict[str, Any]:
-    return run_verify(VerifyOptions(receipt_path=str(path), base_url="http://127.0.0.1:9", **options), hash_file)
+    return run_verify(VerifyOptions(receipt_path=str(path), **options), hash_file)
+
+
+@pytest.fixture
+def pinned_keys(saved_bundle: dict[str, Any], signing_keys_json: str) -> str:
+    """The service's key set saved as its ``GET /v1/public-key`` body: the keys a verifier pins."""
+    path = saved_bundle["dir"] / "keys.json"
+    path.write_bytes(orjson.dumps(load_key_ring(signing_keys_json).public_keys_json()))
+    return str(path)
+
+
+@contextlib.contextmanager
+def key_server(body: dict[str, Any]) -> Iterator[str]:
+    """A loopback HTTP server answering ``GET /v1/public-key`` with ``body`` (the service's keys)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path == "/v1/public-key"
+            payload = orjson.dumps(body if found else {"error": {"code": "not_found"}})
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def forge(body: dict[str, Any], input_hash: str) -> dict[str, Any]:
+    """The bundle with its receipt rewritten to commit to ``input_hash``, re-hashed and re-signed
+    by a stranger's key of the same kid, which the forged bundle carries in place of the real one."""
+    forged = orjson.loads(orjson.dumps(body))
+    stranger = load_key_ring(new_key_set(forged["receipt"]["sig_kid"]))
+    receipt = forged["receipt"]
+    receipt["input_hash"] = input_hash
+    receipt["receipt_hash"] = recompute_hash_or_none(receipt)
+    receipt["signature"] = stranger.sign(receipt["receipt_hash"])
+    for entry in forged["chain"]:
+        entry["signature"] = stranger.sign(entry["receipt_hash"])
+    forged["keys"] = stranger.public_keys_json()
+    return forged
 
 
 def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,28 +277,86 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(httpx.HTTPTransport, "handle_request", refuse)
 
 
-async def test_verify_bundle_offline(saved_bundle: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_verify_bundle_offline_with_pinned_keys(
+    saved_bundle: dict[str, Any], pinned_keys: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     no_network(monkeypatch)
-    report = offline(saved_bundle["path"], input_path=str(saved_bundle["input"]))
+    report = offline(saved_bundle["path"], input_path=str(saved_bundle["input"]), keys_path=pinned_keys)
     assert report["error"] is None, report
-    assert report["ok"] is True and report["bundle"] is True
-    assert report["checks"] == {"receipt_hash_recompute": True, "signature": True, "input_hash": True, "chain": True}
-    assert report["key"]["source"] == "the bundle"
+    assert report["ok"] is True and report["bundle"] is True and report["keys_pinned"] is True
+    assert report["checks"] == {
+        "bundle_keys": True,
+        "receipt_hash_recompute": True,
+        "signature": True,
+        "input_hash": True,
+        "chain": True,
+    }
+    assert report["key"]["source"] == pinned_keys
     assert len(report["chain"]["links"]) == 2 and report["chain"]["complete"] is True
 
 
-def test_verify_bundle_command_needs_no_service(saved_bundle: dict[str, Any]) -> None:
-    """The CLI as a subprocess, pointed at a port nobody listens on: a fetch would exit 2."""
-    done = run_cli(
-        "verify", str(saved_bundle["path"]), "--input", str(saved_bundle["input"]), "--base-url", "http://127.0.0.1:9"
-    )
+async def test_unpinned_bundle_is_checked_but_not_verified(
+    saved_bundle: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A genuine bundle without pinned keys: every check against its own keys passes, and
+    still it is not ``ok``: those keys could be anyone's."""
+    no_network(monkeypatch)
+    report = offline(saved_bundle["path"], input_path=str(saved_bundle["input"]))
+    assert report["error"] is None, report
+    assert report["checks"] == {"receipt_hash_recompute": True, "signature": True, "input_hash": True, "chain": True}
+    assert report["keys_pinned"] is False and report["ok"] is False
+    assert report["key"]["source"] == "the bundle"
+
+
+def test_verify_bundle_command_needs_no_service(saved_bundle: dict[str, Any], pinned_keys: str) -> None:
+    """The CLI as a subprocess with saved keys and no service anywhere: VALID, exit 0."""
+    done = run_cli("verify", str(saved_bundle["path"]), "--input", str(saved_bundle["input"]), "--keys", pinned_keys)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "chain: 2 earlier link(s) checked" in done.stdout
     assert "complete: the segment reaches the start of the chain" in done.stdout
-    assert "from the bundle" in done.stdout and "Verdict: VALID" in done.stdout
+    assert "the bundle's keys are the pinned keys" in done.stdout and "Verdict: VALID" in done.stdout
     wrong = saved_bundle["dir"] / "other.bin"
     wrong.write_bytes(b"something else")
-    assert run_cli("verify", str(saved_bundle["path"]), "--input", str(wrong)).returncode == 1
+    assert run_cli("verify", str(saved_bundle["path"]), "--input", str(wrong), "--keys", pinned_keys).returncode == 1
+
+
+def test_forged_bundle_is_not_valid_by_default(saved_bundle: dict[str, Any], pinned_keys: str) -> None:
+    """A bundle re-signed by a stranger's key that it carries itself: self-consistent, so
+    without pinned keys it says so and exits 1 (never VALID); with the service's keys pinned
+    (a saved set, --base-url or SERVICE_BASE_URL) its keys and signatures fail."""
+    where = saved_bundle["dir"]
+    mine = where / "my-tampered-input.bin"
+    mine.write_bytes(b"what the forger wants certified")
+    forged = _write(where / "forged.json", forge(saved_bundle["body"], hash_file(mine)))
+
+    done = run_cli("verify", str(forged), "--input", str(mine))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Verdict: VALID" not in done.stdout
+    assert "Verdict: NOT VERIFIED" in done.stdout and "--keys" in done.stdout and "--base-url" in done.stdout
+    assert "carried by the bundle itself (NOT pinned)" in done.stdout
+    as_json = run_cli("verify", str(forged), "--input", str(mine), "--json")
+    assert as_json.returncode == 1
+    report = orjson.loads(as_json.stdout)
+    assert report["keys_pinned"] is False and report["ok"] is False
+    assert all(report["checks"].values()), "self-consistent: only pinning can tell"
+
+    done = run_cli("verify", str(forged), "--input", str(mine), "--keys", pinned_keys, "--json")
+    assert done.returncode == 1
+    report = orjson.loads(done.stdout)
+    assert report["keys_pinned"] is True and report["ok"] is False
+    assert report["checks"]["bundle_keys"] is False and report["checks"]["signature"] is False
+    assert report["key"]["differing_kids"] == [saved_bundle["body"]["receipt"]["sig_kid"]]
+
+    service_keys = orjson.loads(Path(pinned_keys).read_bytes())
+    with key_server(service_keys) as base_url:
+        for how in (["--base-url", base_url], []):
+            env = {} if how else {"SERVICE_BASE_URL": base_url}
+            done = run_cli("verify", str(forged), "--input", str(mine), *how, env=env)
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert "are NOT the pinned keys" in done.stdout and "Verdict: INVALID" in done.stdout
+            genuine = run_cli("verify", str(saved_bundle["path"]), "--input", str(saved_bundle["input"]), *how, env=env)
+            assert genuine.returncode == 0, genuine.stdout + genuine.stderr
+            assert "Verdict: VALID" in genuine.stdout
 
 
 def _write(path: Path, body: dict[str, Any]) -> Path:
@@ -251,9 +364,14 @@ def _write(path: Path, body: dict[str, Any]) -> Path:
     return path
 
 
-async def test_tampered_bundles_fail(saved_bundle: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_tampered_bundles_fail(
+    saved_bundle: dict[str, Any], pinned_keys: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     no_network(monkeypatch)
     body, where = saved_bundle["body"], saved_bundle["dir"]
+
+    def offline(path: Path) -> dict[str, Any]:
+        return run_verify(VerifyOptions(receipt_path=str(path), keys_path=pinned_keys), hash_file)
 
     edited = orjson.loads(orjson.dumps(body))
     edited["chain"][1]["run_id"] = "rewritten"
@@ -279,29 +397,29 @@ async def test_tampered_bundles_fail(saved_bundle: dict[str, Any], monkeypatch: 
 
     keyless = orjson.loads(orjson.dumps(body))
     keyless["keys"]["keys"] = []
-    report = offline(_write(where / "keyless.json", keyless))
+    report = run_verify(VerifyOptions(receipt_path=str(_write(where / "keyless.json", keyless))), hash_file)
     assert report["ok"] is False and report["checks"]["signature"] is False and report["key"]["known"] is False
 
     forged_key = orjson.loads(orjson.dumps(body))
     other = new_key_set("test-2026")["keys"][0]["public_key_base64url"]
     forged_key["keys"]["keys"][0]["public_key_base64url"] = other
-    assert offline(_write(where / "forged.json", forged_key))["checks"]["signature"] is False
+    report = offline(_write(where / "forged.json", forged_key))
+    assert report["checks"]["bundle_keys"] is False and report["ok"] is False
 
     assert offline(_write(where / "v2.json", {**body, "version": 2}))["error"] is not None
 
 
 async def test_keys_option_overrides_the_bundles_keys(
-    saved_bundle: dict[str, Any], signing_keys_json: str, monkeypatch: pytest.MonkeyPatch
+    saved_bundle: dict[str, Any], pinned_keys: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     no_network(monkeypatch)
-    pinned = saved_bundle["dir"] / "keys.json"
-    pinned.write_bytes(orjson.dumps(load_key_ring(signing_keys_json).public_keys_json()))
-    report = offline(saved_bundle["path"], keys_path=str(pinned))
-    assert report["ok"] is True and report["key"]["source"] == str(pinned)
+    report = offline(saved_bundle["path"], keys_path=pinned_keys)
+    assert report["ok"] is True and report["key"]["source"] == pinned_keys
     stranger = saved_bundle["dir"] / "stranger.json"
     stranger.write_bytes(orjson.dumps(load_key_ring(new_key_set("test-2026")).public_keys_json()))
     report = offline(saved_bundle["path"], keys_path=str(stranger))
     assert report["ok"] is False and report["checks"]["signature"] is False
+    assert report["checks"]["bundle_keys"] is False
 
 
 def test_bundle_doc_example_matches_the_format() -> None:

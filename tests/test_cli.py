@@ -8,9 +8,15 @@ running service (``--base-url``, ``--chain``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +30,12 @@ import redis
 from kv.keys import receipt_key
 from receipts.encoding import b64url_decode
 from receipts.signing import load_key_ring
-from tests.conftest import ASSETS, RedisServer, auth, free_port, hash_of
+from tests.conftest import ASSETS, REPO, RedisServer, auth, free_port, hash_of
 from tests.servers import (
     ServicePool,
     ServiceProcess,
     assert_error_body,
+    clean_env,
     create_key_cli,
     redis_snapshot,
     run_cli,
@@ -141,10 +148,26 @@ def test_keys_create_prints_the_new_key(redis_server: RedisServer, plan: str) ->
 
 
 def test_keys_create_makes_distinct_projects_and_keys(redis_server: RedisServer) -> None:
-    one, two = (create_key_cli(redis_server.url, project="same-name", plan="free") for _ in range(2))
+    one, two = (create_key_cli(redis_server.url, project="distinct", plan="free") for _ in range(2))
     assert one["api_key"] != two["api_key"]
     assert one["project_id"] != two["project_id"]
     assert one["actor_id"] != two["actor_id"]
+
+
+def test_keys_create_refuses_a_name_another_project_has(redis_server: RedisServer) -> None:
+    name = f"same-name-{free_port()}"
+    env = {"REDIS_URL": redis_server.url}
+    first = run_cli("keys", "create", "--project", name, "--plan", "free", env=env)
+    assert first.returncode == 0, first.stderr
+    project_id = orjson.loads(first.stdout)["project_id"]
+    again = run_cli("keys", "create", "--project", name, "--plan", "pro", env=env)
+    assert again.returncode == 1 and again.stdout == ""
+    (line,) = again.stderr.strip().splitlines()
+    assert f"a project named '{name}' already exists ({project_id})" in line and "keys reissue" in line
+    listed = run_cli("keys", "list", "--project", name, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert orjson.loads(listed.stdout)["project_id"] == project_id
+    assert len(orjson.loads(listed.stdout)["keys"]) == 1, "the refused create added no key"
 
 
 def test_keys_create_without_redis_url_exits_2() -> None:
@@ -487,3 +510,139 @@ def test_verify_chain_fails_on_a_missing_link(
     report = orjson.loads(broken.stdout)
     assert report["checks"]["chain"] is False
     assert report["chain"]["links"] == [{"receipt_hash": receipts[1]["receipt_hash"], "found": False, "ok": False}]
+
+
+# --- serve: the address it listens on, a busy port, the demo banner, a clean stop ----------
+
+LISTENING_RE = re.compile(r"listening on (http://127\.0\.0\.1:(\d+))\b")
+
+
+class Served:
+    """``service.py serve ARGS`` in its own session, its output in files a test can poll."""
+
+    def __init__(self, folder: Path, *args: str, env: dict[str, str | None] | None = None) -> None:
+        self.out, self.err = folder / "serve.stdout", folder / "serve.stderr"
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.process = subprocess.Popen(
+                [sys.executable, "service.py", "serve", *args],
+                cwd=REPO,
+                env=clean_env(env),
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace") + "\n" + self.err.read_text(errors="replace")
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float = 30.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while (found := pattern.search(self.output())) is None:
+            assert self.process.poll() is None, f"serve exited with {self.process.returncode}:\n{self.output()}"
+            assert time.monotonic() < deadline, f"{pattern.pattern!r} not printed:\n{self.output()}"
+            time.sleep(0.05)
+        return found
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(20)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def wait_healthy(base_url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(base_url + "/health", timeout=1.0).status_code == 200:
+                return
+        assert time.monotonic() < deadline, f"{base_url} never answered /health"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", ["embedded", "redis, 2 workers"])
+def test_serve_port_0_listens_on_an_ephemeral_port_and_prints_it(
+    mode: str, redis_server: RedisServer, tmp_path: Path, cli_key_set: str
+) -> None:
+    """Port 0 is an ephemeral port (Sanic alone reads 0 as unset and takes 8000), and the
+    line that names it is the address that answers."""
+    env: dict[str, str | None] = {}
+    args = ["--host", "127.0.0.1", "--port", "0"]
+    if mode != "embedded":
+        env = {"REDIS_URL": redis_server.url, "SIGNING_KEYS": cli_key_set}
+        args += ["--workers", "2"]
+    served = Served(tmp_path, *args, env=env)
+    try:
+        url, port = served.wait_for(LISTENING_RE).groups()
+        assert int(port) not in (0, 8000)
+        wait_healthy(url)
+        assert httpx.get(url + "/v1/public-key", timeout=5).status_code == 200
+    finally:
+        assert served.stop() == 0, served.output()
+    assert len(LISTENING_RE.findall(served.output())) == 1, "one address line, from the main process"
+
+
+@pytest.mark.parametrize("how", ["--port", "PORT"])
+def test_serve_on_a_busy_port_is_a_one_line_error(how: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        if how == "--port":
+            done = run_cli("serve", "--host", "127.0.0.1", "--port", str(port))
+        else:
+            done = run_cli("serve", "--host", "127.0.0.1", env={"PORT": str(port)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and f"127.0.0.1:{port}" in line and "in use" in line
+    assert "--port" in line and "PORT" in line
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_demo_banner_shows_create_read_verify_page_and_docs(tmp_path: Path) -> None:
+    """Every line of the banner names the real address, and the commands it shows work."""
+    served = Served(tmp_path, "--host", "127.0.0.1", "--port", "0")
+    try:
+        base, _ = served.wait_for(LISTENING_RE).groups()
+        served.wait_for(re.compile(r"API reference: +\S+"))
+        text = served.out.read_text()
+        banner = text[text.index("Demo project ready") :]
+        key = API_KEY_RE.search(banner)
+        assert key is not None
+        assert f"curl -s -X POST {base}/v1/receipts " in banner
+        assert f"curl -s {base}/v1/receipts/RECEIPT_ID" in banner
+        assert f"curl -s -X POST {base}/v1/verify " in banner
+        assert re.search(rf"Verify in a browser: +{re.escape(base)}/verify\n", banner)
+        assert re.search(rf"API reference: +{re.escape(base)}/docs\n", banner)
+        wait_healthy(base)
+        headers = auth(key.group(0))
+        digest = "sha256:" + "0" * 63 + "1"
+        created = httpx.post(f"{base}/v1/receipts", json={"input_hash": digest}, headers=headers, timeout=5)
+        assert created.status_code == 201, created.text
+        receipt_id = created.json()["receipt"]["receipt_id"]
+        assert httpx.get(f"{base}/v1/receipts/{receipt_id}", timeout=5).status_code == 200
+        checked = httpx.post(
+            f"{base}/v1/verify", json={"receipt_id": receipt_id, "input_hash": digest}, headers=headers, timeout=5
+        )
+        assert checked.status_code == 200 and checked.json()["ok"] is True
+        for page in ("/verify", "/docs"):
+            assert httpx.get(base + page, timeout=5).status_code == 200, page
+    finally:
+        assert served.stop() == 0, served.output()
+
+
+def test_embedded_server_stops_without_cancelled_task_noise(tmp_path: Path) -> None:
+    """The embedded server sweeps retention itself; its stop ends that task quietly."""
+    served = Served(tmp_path, "--host", "127.0.0.1", "--port", "0")
+    try:
+        base, _ = served.wait_for(LISTENING_RE).groups()
+        wait_healthy(base)
+    finally:
+        status = served.stop()
+    output = served.output()
+    assert status == 0, output
+    assert "Server Stopped" in output
+    assert "was cancelled" not in output and "Traceback" not in output, output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import subprocess
@@ -20,7 +21,7 @@ from tests.conftest import REPO, auth, hash_of
 from web import cli
 from web.app import create_app
 from web.config import Settings
-from web.keys_admin import create_project_key
+from web.keys_admin import ProjectNameTaken, create_project_key
 
 CONTACT = "abuse@receipts.example"
 
@@ -197,3 +198,61 @@ async def test_resending_a_deleted_receipts_request_issues_a_new_receipt(
     replay = await create(client, key, "a")
     assert replay.status_code == 200
     assert replay.json["receipt"]["receipt_id"] == again.json["receipt"]["receipt_id"]
+
+
+# --- naming a project: unique names, the same --project for every keys command -----------
+
+
+async def test_concurrent_creates_of_one_name_make_one_project(store: Store) -> None:
+    results = await asyncio.gather(
+        *(create_project_key(store, project_name="demo", plan="free", unique_name=True) for _ in range(8)),
+        return_exceptions=True,
+    )
+    created = [r for r in results if isinstance(r, dict)]
+    refused = [r for r in results if isinstance(r, ProjectNameTaken)]
+    assert len(created) == 1 and len(refused) == 7, results
+    assert {r.project_id for r in refused} == {created[0]["project_id"]}
+    named = [name async for name in store.client.scan_iter(match="p:*") if await store.client.hget(name, "name")]
+    assert len(named) == 1, "the refused creates wrote no project"
+    assert len(await store.list_project_keys(created[0]["project_id"])) == 1
+
+
+async def test_keys_create_refuses_a_taken_name(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    code, first = await run(cli._keys_create, store, capsys, project="acme", plan="basic")
+    assert code == 0
+    code = await cli._keys_create(store, argparse.Namespace(project="acme", plan="pro"))
+    captured = capsys.readouterr()
+    assert code == 1 and captured.out == ""
+    assert f"a project named 'acme' already exists ({first['project_id']})" in captured.err
+    for bad in ("", "prj_01AAAAAAAAAAAAAAAAAAAAAAAA"):
+        assert await cli._keys_create(store, argparse.Namespace(project=bad, plan="free")) == 2
+    assert "--project must be a name" in capsys.readouterr().err
+
+
+async def test_every_keys_command_takes_the_project_by_id_or_name(
+    store: Store, client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, created = await run(cli._keys_create, store, capsys, project="acme", plan="pro")
+    project_id = created["project_id"]
+    for ref in (project_id, "acme"):
+        code, listed = await run(cli._keys_list, store, capsys, project=ref)
+        assert (code, listed["project_id"]) == (0, project_id)
+    code, result = await run(cli._keys_suspend, store, capsys, project="acme", until=None)
+    assert (code, result["project_id"]) == (0, project_id)
+    assert (await create(client, created, "a")).status_code == 403
+    code, result = await run(cli._keys_unsuspend, store, capsys, project="acme")
+    assert (code, result["project_id"]) == (0, project_id)
+    code, reissued = await run(cli._keys_reissue, store, capsys, project="acme")
+    assert (code, reissued["project_id"]) == (0, project_id)
+    assert (await create(client, reissued, "b")).status_code == 201
+
+    for action, extra in (
+        (cli._keys_list, {}),
+        (cli._keys_reissue, {}),
+        (cli._keys_suspend, {"until": None}),
+        (cli._keys_unsuspend, {}),
+    ):
+        assert await action(store, argparse.Namespace(project="nobody", **extra)) == 1
+        assert "no project named 'nobody'" in capsys.readouterr().err
+        assert await action(store, argparse.Namespace(project="prj_01AAAAAAAAAAAAAAAAAAAAAAAA", **extra)) == 1
+        assert "no project prj_01AAAAAAAAAAAAAAAAAAAAAAAA" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import sys
 import time
@@ -91,7 +93,7 @@ def create_app(
             if settings.ephemeral_signing_key:
                 await announce_demo_key(app)
             # No worker serves the embedded store, so the server sweeps expired receipts itself.
-            app.add_task(sweep_periodically(app.ctx.store, settings.retention_days), name="retention-sweep")
+            app.add_task(_sweep_until_stopped(app.ctx.store, settings.retention_days), name="retention-sweep")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
         if not settings.embedded:
@@ -112,6 +114,14 @@ def create_app(
         flush_request_lines()
 
     return app
+
+
+async def _sweep_until_stopped(store: Store, retention_days: float) -> None:
+    """The embedded server's sweep, as a server task. Sanic cancels every task at each stop;
+    for this task that is its normal end (a sweep is idempotent, one cut short is simply
+    redone next start), so it returns instead of Sanic logging "Task ... was cancelled"."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await sweep_periodically(store, retention_days)
 
 
 def _attach_store(app: App, store: Store) -> None:

@@ -1,19 +1,22 @@
 """Command-line verbs (contract section 9). ``service.py`` only calls ``main``.
 
-Exit status: 0 success (for ``verify``: every requested check passed), 1 a check failed
-or the thing asked for does not exist, 2 usage, configuration or I/O error.
+Exit status: 0 success (for ``verify``: every requested check passed, against pinned keys for
+a bundle), 1 a check failed, a bundle's keys were not pinned, or the thing asked for does
+not exist, 2 usage, configuration or I/O error.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import hashlib
 import logging
 import os
 import secrets
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -35,7 +38,12 @@ from web.offline_verify import DEFAULT_BASE_URL, VerifyOptions, render_report, r
 from web.submit import add_submit_arguments, submit_command
 
 HASH_CHUNK = 1 << 20
+PROJECT_HELP = "the project: its id (prj_...) or the name `keys create` gave it"
+LISTEN_BACKLOG = 100
+"""Sanic's own default backlog for the socket it would have bound."""
 audit_log = logging.getLogger("eps.audit")
+serve_log = logging.getLogger("eps.serve")
+"""The address ``serve`` listens on (a log line: with LOG_FORMAT=json it is JSON like the rest)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +61,9 @@ def _parser() -> argparse.ArgumentParser:
 
     keys = verbs.add_parser("keys", help="API keys (needs REDIS_URL)").add_subparsers(dest="action", required=True)
     create = keys.add_parser("create", help="create a project, actor and API key; prints JSON")
-    create.add_argument("--project", required=True, help="project name (a new project is created)")
+    create.add_argument(
+        "--project", required=True, help="name of the new project; refused when a project already has it"
+    )
     create.add_argument("--plan", required=True, choices=("free", "basic", "pro"))
     revoke = keys.add_parser("revoke", help="revoke an API key")
     which = revoke.add_mutually_exclusive_group(required=True)
@@ -61,16 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--key-hash", help="sha256:<hex> of the key")
 
     listing = keys.add_parser("list", help="the project's keys: hashes and states only")
-    listing.add_argument("--project", required=True, help="project id (prj_...)")
+    listing.add_argument("--project", required=True, help=PROJECT_HELP)
     reissue = keys.add_parser("reissue", help="revoke the project's keys and print a new one")
-    reissue.add_argument("--project", required=True, help="project id (prj_...)")
+    reissue.add_argument("--project", required=True, help=PROJECT_HELP)
     suspend = keys.add_parser("suspend", help="suspend a project's API access (403 with the operator contact)")
-    suspend.add_argument("--project", required=True, help="project id (prj_...)")
+    suspend.add_argument("--project", required=True, help=PROJECT_HELP)
     suspend.add_argument(
         "--until", help="ISO 8601 time (UTC if no offset) when it ends by itself; default: until lifted"
     )
     unsuspend = keys.add_parser("unsuspend", help="lift a project's suspension")
-    unsuspend.add_argument("--project", required=True, help="project id (prj_...)")
+    unsuspend.add_argument("--project", required=True, help=PROJECT_HELP)
 
     receipts = verbs.add_parser("receipts", help="operator actions on receipts (needs REDIS_URL)")
     receipt_actions = receipts.add_subparsers(dest="action", required=True)
@@ -97,9 +107,12 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--output", help="local output file; its hash must equal output_hash")
     source = verify.add_mutually_exclusive_group()
     source.add_argument(
-        "--base-url", help=f"service to fetch public keys (and the chain) from; default {DEFAULT_BASE_URL}"
+        "--base-url",
+        help="service to fetch public keys (and the chain) from; default $SERVICE_BASE_URL, else "
+        f"{DEFAULT_BASE_URL} for a receipt. For a bundle it pins the keys (the only request made); a "
+        "bundle with neither --base-url, SERVICE_BASE_URL nor --keys is NOT VERIFIED (exit 1)",
     )
-    source.add_argument("--keys", help="saved key set (GET /v1/public-key body): fully offline")
+    source.add_argument("--keys", help="saved key set (GET /v1/public-key body) to pin: fully offline")
     verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
     verify.add_argument("--max-links", type=int, default=1000, help="stop the chain walk after this many links")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
@@ -171,24 +184,59 @@ def _serve(args: argparse.Namespace) -> int:
             shutil.rmtree(own_metrics_dir, ignore_errors=True)
 
 
+def listen_url(host: str, port: int) -> str:
+    """``http://HOST:PORT`` of a listening address (IPv6 hosts in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _listen(host: str, port: int) -> socket.socket | None:
+    """The server's listening socket, bound here so that port 0 means an ephemeral port.
+
+    Sanic reads a port of 0 as "unset" and listens on 8000; handing it a bound socket
+    avoids that, and tells us the real address before any worker starts. Returns None
+    (after a one-line error) when the address cannot be bound.
+    """
+    from sanic.server.socket import bind_socket
+
+    try:
+        return bind_socket(host, port, backlog=LISTEN_BACKLOG)
+    except OSError as exc:
+        address = listen_url(host, port).removeprefix("http://")
+        if exc.errno == errno.EADDRINUSE:
+            print(
+                f"error: {address} is already in use; choose another port with --port N or PORT=N (0 picks a free one)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"error: cannot listen on {address}: {exc.strerror or exc}", file=sys.stderr)
+        return None
+
+
 def _run_server(args: argparse.Namespace, settings: Settings) -> int:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
 
     from web.app import create_app_from_env
 
+    sock = _listen(args.host, args.port)
+    if sock is None:
+        return 2
+    url = listen_url(args.host, sock.getsockname()[1])
     if settings.embedded:
         if args.workers != 1:
             print("note: the embedded store lives in one process; serving with 1 worker", file=sys.stderr)
-        app = create_app_from_env()
-        app.run(host=args.host, port=args.port, single_process=True, access_log=False, motd=False)
+        app = create_app_from_env()  # configures logging
+        app.ctx.listen_url = url
+        serve_log.info("listening on %s", url)
+        app.run(sock=sock, single_process=True, access_log=False, motd=False)
         return 0
     from web import sanic_fixes
 
     sanic_fixes.install()  # a SIGTERM during start-up must not hang the manager
     loader = AppLoader(factory=create_app_from_env)
-    app = loader.load()
-    app.prepare(host=args.host, port=args.port, workers=args.workers, access_log=False, motd=False)
+    app = loader.load()  # configures logging
+    serve_log.info("listening on %s", url)
+    app.prepare(sock=sock, workers=args.workers, access_log=False, motd=False)
     Sanic.serve(primary=app, app_loader=loader)
     return 0
 
@@ -227,11 +275,36 @@ def _with_store(action: Callable[[Any, argparse.Namespace], Awaitable[int]], arg
 
 
 async def _keys_create(store: Any, args: argparse.Namespace) -> int:
-    from web.keys_admin import create_project_key
+    from web.keys_admin import ProjectNameTaken, create_project_key
 
-    created = await create_project_key(store, project_name=args.project, plan=args.plan)
+    name = args.project.strip()
+    if not name or name.startswith("prj_"):
+        print(
+            "error: --project must be a name, not empty and not starting with prj_ (ids are made here)", file=sys.stderr
+        )
+        return 2
+    try:
+        created = await create_project_key(store, project_name=name, plan=args.plan, unique_name=True)
+    except ProjectNameTaken as exc:
+        print(
+            f"error: {exc}; nothing was created. Choose another name, or for a new key of that "
+            f"project run `keys reissue --project {exc.project_id}` (it revokes the project's keys)",
+            file=sys.stderr,
+        )
+        return 1
     print(orjson.dumps(created).decode())
     return 0
+
+
+async def _project_id(store: Any, ref: str) -> str | None:
+    """The project ``--project`` names (id or name), or None after printing why not."""
+    from web.keys_admin import UnknownProject, resolve_project
+
+    try:
+        return await resolve_project(store, ref)
+    except UnknownProject as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
 
 
 async def _keys_revoke(store: Any, args: argparse.Namespace) -> int:
@@ -250,29 +323,32 @@ async def _keys_revoke(store: Any, args: argparse.Namespace) -> int:
 async def _keys_list(store: Any, args: argparse.Namespace) -> int:
     from web.keys_admin import key_state
 
-    if await store.get_project(args.project) is None:
-        print(f"error: no project {args.project}", file=sys.stderr)
+    project_id = await _project_id(store, args.project)
+    if project_id is None:
         return 1
     now = _now_ms()
-    records = await store.list_project_keys(args.project)
-    print(orjson.dumps({"project_id": args.project, "keys": [key_state(r, now) for r in records]}).decode())
+    records = await store.list_project_keys(project_id)
+    print(orjson.dumps({"project_id": project_id, "keys": [key_state(r, now) for r in records]}).decode())
     return 0
 
 
 async def _keys_reissue(store: Any, args: argparse.Namespace) -> int:
     from web.keys_admin import reissue_project_key
 
-    reissued = await reissue_project_key(store, args.project)
+    project_id = await _project_id(store, args.project)
+    if project_id is None:
+        return 1
+    reissued = await reissue_project_key(store, project_id)
     if reissued is None:
-        print(f"error: no project {args.project}", file=sys.stderr)
+        print(f"error: no project {project_id}", file=sys.stderr)
         return 1
     print(orjson.dumps(reissued).decode())
     return 0
 
 
 async def _keys_suspend(store: Any, args: argparse.Namespace) -> int:
-    if await store.get_project(args.project) is None:
-        print(f"error: no project {args.project}", file=sys.stderr)
+    project_id = await _project_id(store, args.project)
+    if project_id is None:
         return 1
     until = "forever"
     if args.until:
@@ -281,18 +357,18 @@ async def _keys_suspend(store: Any, args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"error: --until {exc}", file=sys.stderr)
             return 2
-    updated = await store.set_project_suspension(args.project, until)
+    updated = await store.set_project_suspension(project_id, until)
     shown = until if until == "forever" else format_created_at(int(until))
-    print(orjson.dumps({"project_id": args.project, "suspended_until": shown, "keys_updated": updated}).decode())
+    print(orjson.dumps({"project_id": project_id, "suspended_until": shown, "keys_updated": updated}).decode())
     return 0
 
 
 async def _keys_unsuspend(store: Any, args: argparse.Namespace) -> int:
-    if await store.get_project(args.project) is None:
-        print(f"error: no project {args.project}", file=sys.stderr)
+    project_id = await _project_id(store, args.project)
+    if project_id is None:
         return 1
-    updated = await store.set_project_suspension(args.project, "")
-    print(orjson.dumps({"project_id": args.project, "suspended_until": None, "keys_updated": updated}).decode())
+    updated = await store.set_project_suspension(project_id, "")
+    print(orjson.dumps({"project_id": project_id, "suspended_until": None, "keys_updated": updated}).decode())
     return 0
 
 
@@ -360,7 +436,7 @@ def _verify(args: argparse.Namespace) -> int:
         receipt_path=args.receipt,
         input_path=args.input,
         output_path=args.output,
-        base_url=args.base_url or os.environ.get("SERVICE_BASE_URL") or DEFAULT_BASE_URL,
+        base_url=args.base_url or os.environ.get("SERVICE_BASE_URL") or None,
         keys_path=args.keys,
         chain=args.chain,
         max_links=args.max_links,

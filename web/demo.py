@@ -8,25 +8,43 @@ from kv.store import Store
 from web.keys_admin import create_project_key
 
 
+def demo_base_url(app: Any) -> str:
+    """Where a newcomer reaches this server: ``PUBLIC_BASE_URL``, else the address it listens on
+    (``service.py serve`` binds it and records it; a wildcard host is shown as loopback)."""
+    if app.ctx.settings.public_base_url:
+        return str(app.ctx.settings.public_base_url).rstrip("/")
+    url = getattr(app.ctx, "listen_url", None) or f"http://{app.state.host or '127.0.0.1'}:{app.state.port}"
+    for wildcard in ("//0.0.0.0:", "//[::]:"):
+        url = url.replace(wildcard, "//127.0.0.1:")
+    return str(url)
+
+
 async def announce_demo_key(app: Any) -> None:
-    """Create a demo project and print its key and a curl line (embedded mode only)."""
+    """Create a demo project and print its key and the first commands to try (embedded mode only)."""
     store: Store = app.ctx.store
     created = await create_project_key(store, project_name="demo", plan="free")
-    host = app.state.host or "127.0.0.1"
-    if host in ("0.0.0.0", "::"):  # noqa: S104 - only rewriting a printed URL
-        host = "127.0.0.1"
-    base = app.ctx.settings.public_base_url or f"http://{host}:{app.state.port}"
+    base = demo_base_url(app)
+    key = created["api_key"]
     digest = "sha256:" + "0" * 63 + "1"
     print(
         "\n"
         "  Demo project ready (embedded store, ephemeral signing key):\n"
         f"    project_id: {created['project_id']}\n"
-        f"    API key:    {created['api_key']}\n"
+        f"    API key:    {key}\n"
         "\n"
-        "  Try it:\n"
+        "  Create a receipt:\n"
         f"    curl -s -X POST {base}/v1/receipts \\\n"
-        f"      -H 'Authorization: Bearer {created['api_key']}' \\\n"
+        f"      -H 'Authorization: Bearer {key}' \\\n"
         "      -H 'Content-Type: application/json' \\\n"
-        f'      -d \'{{"input_hash": "{digest}", "tags": {{"workflow_stage": "demo"}}}}\'\n',
+        f'      -d \'{{"input_hash": "{digest}", "tags": {{"workflow_stage": "demo"}}}}\'\n'
+        "  Read it (public; the receipt_id is in the create response):\n"
+        f"    curl -s {base}/v1/receipts/RECEIPT_ID\n"
+        "  Verify it against your hash:\n"
+        f"    curl -s -X POST {base}/v1/verify \\\n"
+        f"      -H 'Authorization: Bearer {key}' \\\n"
+        "      -H 'Content-Type: application/json' \\\n"
+        f'      -d \'{{"receipt_id": "RECEIPT_ID", "input_hash": "{digest}"}}\'\n'
+        f"  Verify in a browser:  {base}/verify\n"
+        f"  API reference:        {base}/docs\n",
         flush=True,
     )

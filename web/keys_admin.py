@@ -2,21 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 from kv.store import KeyRecord, Store
 from receipts.apikeys import hash_api_key, new_api_key
-from receipts.ids import new_actor_id, new_project_id
+from receipts.errors import StoreUnavailable
+from receipts.ids import is_project_id, new_actor_id, new_project_id
 from receipts.model import format_created_at
 
 PLANS = ("free", "basic", "pro")
 
 
+class ProjectNameTaken(Exception):
+    """``keys create`` was asked for a name another project already has."""
+
+    def __init__(self, name: str, project_id: str) -> None:
+        super().__init__(f"a project named {name!r} already exists ({project_id})")
+        self.name = name
+        self.project_id = project_id
+
+
+class UnknownProject(Exception):
+    """A ``--project`` that names no project (by id or by name); the message says which."""
+
+
 async def create_project_key(
-    store: Store, *, project_name: str, plan: str, now_ms: int | None = None
+    store: Store, *, project_name: str, plan: str, now_ms: int | None = None, unique_name: bool = False
 ) -> dict[str, Any]:
-    """A new project, actor and API key. The raw key is returned once and never stored."""
+    """A new project, actor and API key. The raw key is returned once and never stored.
+
+    With ``unique_name`` (the operator's ``keys create``) the name is reserved first and
+    ``ProjectNameTaken`` is raised, with nothing written, when another project has it; the
+    reservation is what ``resolve_project`` finds a project by. Names given by the service
+    itself (the demo, free claims) are not reserved.
+    """
     if plan not in PLANS:
         raise ValueError(f"plan must be one of {', '.join(PLANS)}")
     created_at = format_created_at(now_ms if now_ms is not None else int(time.time() * 1000))
@@ -30,7 +51,17 @@ async def create_project_key(
         revoked=False,
         created_at=created_at,
     )
-    await store.create_project(project_id=project_id, name=project_name, created_at=created_at, key=record)
+    if unique_name:
+        holder = await store.claim_project_name(project_name, project_id)
+        if holder is not None:
+            raise ProjectNameTaken(project_name, holder)
+    try:
+        await store.create_project(project_id=project_id, name=project_name, created_at=created_at, key=record)
+    except BaseException:
+        if unique_name:
+            with contextlib.suppress(StoreUnavailable):
+                await store.release_project_name(project_name, project_id)
+        raise
     return {
         "api_key": api_key,
         "project_id": record.project_id,
@@ -39,6 +70,28 @@ async def create_project_key(
         "project_name": project_name,
         "key_hash": record.key_hash,
     }
+
+
+async def resolve_project(store: Store, ref: str) -> str:
+    """The id of the project ``ref`` names: a project id (``prj_…``) or the name it was
+    created with by ``keys create``. Names are unique, so a name is never ambiguous.
+
+    Raises ``UnknownProject`` (its message fit for the operator) when no project matches.
+    """
+    if is_project_id(ref):
+        project_id = ref
+    elif (found := await store.find_project_by_name(ref)) is not None:
+        project_id = found
+    else:
+        raise UnknownProject(
+            f"no project {ref}"
+            if ref.startswith("prj_")
+            else f"no project named {ref!r} (a project made before names were recorded is named by its id, prj_…)"
+        )
+    if await store.get_project(project_id) is None:
+        named = "" if project_id == ref else f" named {ref!r}"
+        raise UnknownProject(f"no project {project_id}{named}")
+    return project_id
 
 
 async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | None = None) -> dict[str, Any] | None:

@@ -3,8 +3,13 @@
 Only the pure core decides; this module fetches (public keys, chain links) or reads
 saved files, and renders the report. Nothing here trusts the service's own verdict.
 
-An offline bundle (``GET /v1/receipts/{id}/bundle``, docs/bundles.md) carries the keys
-and a chain segment itself: it is verified with no network access at all.
+An offline bundle (``GET /v1/receipts/{id}/bundle``, docs/bundles.md) carries keys and a
+chain segment itself, and its chain is checked with no network access at all. The keys it
+carries prove nothing about who signed it (anyone can make a key and sign a bundle with it),
+so a bundle verifies only against *pinned* keys: a saved key set (``--keys``) or the
+service's published keys (``--base-url`` / ``SERVICE_BASE_URL``, the one request made), and
+its carried keys must be those. Without pinned keys the report still says whether the
+signatures match the carried keys, but ``ok`` is false and the verdict is NOT VERIFIED.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import httpx
 import orjson
 
+from receipts.encoding import b64url_decode
 from receipts.model import recompute_hash_or_none
 from receipts.signing import KeyRing, KeySetError, load_key_ring
 
@@ -32,7 +38,9 @@ class VerifyOptions:
     receipt_path: str
     input_path: str | None = None
     output_path: str | None = None
-    base_url: str = DEFAULT_BASE_URL
+    base_url: str | None = None
+    """Service chosen by the user (``--base-url`` or ``SERVICE_BASE_URL``); None: not chosen
+    (a receipt then uses ``DEFAULT_BASE_URL``; a bundle is checked against its own keys only)."""
     keys_path: str | None = None
     chain: bool = False
     max_links: int = 1000
@@ -97,7 +105,7 @@ def _load_keys(options: VerifyOptions, client: httpx.Client | None) -> tuple[Key
         source = options.keys_path or ""
         document = _load_json_file(source)
     else:
-        source = options.base_url.rstrip("/") + "/v1/public-key"
+        source = (options.base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1/public-key"
         document = _fetch_json(client, source)
         if document is None:
             raise VerifyInputError(f"{source} not found")
@@ -156,7 +164,7 @@ def _walk_chain(
     """(links, all links good, stopped at max_links)."""
     links: list[dict[str, Any]] = []
     current = receipt
-    base = options.base_url.rstrip("/")
+    base = (options.base_url or DEFAULT_BASE_URL).rstrip("/")
     while isinstance(current.get("prev_receipt_hash"), str):
         if len(links) >= options.max_links:
             return links, all(link["ok"] for link in links), True
@@ -197,9 +205,41 @@ def _no_network() -> Iterator[httpx.Client]:
         yield client
 
 
-def _bundle_keys(options: VerifyOptions, document: Any) -> tuple[KeyRing, str]:
+def _pinned_bundle_keys(options: VerifyOptions) -> tuple[KeyRing, str] | None:
+    """The keys a bundle is verified against: ``--keys``, else fetched from the chosen service
+    (the only request a bundle's verification makes); None when neither was given."""
     if options.keys_path:
         return _load_keys(options, None)
+    if options.base_url:
+        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+            return _load_keys(options, client)
+    return None
+
+
+def carried_keys_match(carried: Any, pinned: KeyRing) -> tuple[bool, list[str]]:
+    """Whether every key the bundle carries is the pinned key of the same kid.
+
+    Returns (all match, the kids that do not: unknown to the pinned set, or another key).
+    A carried set that is not a ``{"keys": [...]}`` object does not match.
+    """
+    entries = carried.get("keys") if isinstance(carried, dict) else None
+    if not isinstance(entries, list):
+        return False, []
+    differing: list[str] = []
+    for entry in entries:
+        kid = entry.get("kid") if isinstance(entry, dict) else None
+        known = pinned.keys.get(kid) if isinstance(kid, str) else None
+        try:
+            same = known is not None and b64url_decode(entry["public_key_base64url"]) == bytes(known.verify_key)
+        except (KeyError, TypeError, ValueError):
+            same = False
+        if not same:
+            differing.append(str(kid))
+    return not differing, differing
+
+
+def _carried_bundle_keys(document: Any) -> tuple[KeyRing, str]:
+    """The keys the bundle carries, as a ring (for the unpinned report only)."""
     if isinstance(document, dict) and document.get("keys") == []:
         # The service left out every kid it does not know: nothing verifies (fail closed).
         return KeyRing({}, document.get("active_kid"), None), "the bundle"
@@ -240,8 +280,15 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
             receipt_hash=receipt.get("receipt_hash"),
             sig_kid=receipt.get("sig_kid"),
         )
+        pinned = _pinned_bundle_keys(options) if bundle else None
         with _no_network() if bundle else httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
-            keyring, source = _bundle_keys(options, bundle[1]) if bundle else _load_keys(options, client)
+            if bundle is None:
+                keyring, source = _load_keys(options, client)
+            elif pinned is None:
+                keyring, source = _carried_bundle_keys(bundle[1])
+            else:
+                keyring, source = pinned
+            report["keys_pinned"] = bundle is None or pinned is not None
             kid = receipt.get("sig_kid")
             report["key"] = {
                 "source": source,
@@ -250,6 +297,8 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
                 "active": kid == keyring.active_kid if kid in keyring.keys else None,
             }
             checks = report["checks"]
+            if bundle is not None and pinned is not None:
+                checks["bundle_keys"], report["key"]["differing_kids"] = carried_keys_match(bundle[1], keyring)
             recomputed = recompute_hash_or_none(receipt)
             report["recomputed_receipt_hash"] = recomputed
             checks["receipt_hash_recompute"] = recomputed is not None and recomputed == receipt.get("receipt_hash")
@@ -273,7 +322,7 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
                 links, chain_ok, truncated = _walk_chain(receipt, keyring, client, options)
                 report["chain"] = {"links": links, "truncated": truncated}
                 checks["chain"] = chain_ok
-        report["ok"] = all(checks.values())
+        report["ok"] = all(checks.values()) and report["keys_pinned"]
     except VerifyInputError as exc:
         report["error"] = str(exc)
     return report
@@ -294,8 +343,21 @@ def render_report(report: dict[str, Any]) -> str:
         f"  {_mark(checks['receipt_hash_recompute'])} self-consistency: receipt_hash recomputed from the "
         f"fields is {report.get('recomputed_receipt_hash')}"
     )
+    pinned = report.get("keys_pinned", True)
+    if "bundle_keys" in checks:
+        lines.append(
+            f"  {_mark(checks['bundle_keys'])} the bundle's keys "
+            + (
+                f"are the pinned keys from {key.get('source')}"
+                if checks["bundle_keys"]
+                else f"are NOT the pinned keys from {key.get('source')} "
+                f"(differing kids: {', '.join(key.get('differing_kids') or ['malformed key set'])})"
+            )
+        )
     if not key.get("known"):
         key_text = f"key {key.get('kid')!r} is not in the key set from {key.get('source')}"
+    elif not pinned:
+        key_text = f"Ed25519 signature matches key {key.get('kid')!r} carried by the bundle itself (NOT pinned)"
     else:
         state = "the active key" if key.get("active") else "a retired key"
         key_text = f"Ed25519 signature by key {key.get('kid')!r} ({state}, from {key.get('source')})"
@@ -328,7 +390,17 @@ def render_report(report: dict[str, Any]) -> str:
                 lines.append(f"      {_mark(link['ok'])} {link['receipt_id']} {link['receipt_hash']}")
         if chain["truncated"]:
             lines.append("      (stopped at --max-links; earlier links not checked)")
-    lines.append("Verdict: " + ("VALID" if report["ok"] else "INVALID"))
+    if report["ok"]:
+        lines.append("Verdict: VALID")
+    elif not pinned and all(checks.values()):
+        lines.append(
+            "Verdict: NOT VERIFIED. The bundle is consistent with the keys it carries, but nothing "
+            "shows those keys are the service's: anyone can make a key and sign a bundle with it. "
+            "Pin the keys: --keys KEYS.json (a GET /v1/public-key body you saved) or --base-url URL "
+            "(or SERVICE_BASE_URL) of the service."
+        )
+    else:
+        lines.append("Verdict: INVALID")
     lines.append(
         "(A valid receipt proves these hashes were signed by the service's key; it does not prove the raw data.)"
     )

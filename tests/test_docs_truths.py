@@ -1,0 +1,46 @@
+"""Small truths the README, docs and --help tell a newcomer, checked against what the code
+and the repository really do (issue 14)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from tests.conftest import REPO
+from tests.servers import run_cli
+
+README = (REPO / "README.md").read_text()
+
+
+def test_ci_paragraph_names_everything_ci_installs() -> None:
+    """`.ci/run` installs these when missing; the README's CI paragraph must say so."""
+    script = (REPO / ".ci" / "run").read_text()
+    installed = re.findall(r"need_apt\+=\(([^)]+)\)", script)
+    assert installed, "the CI script's install list was not found"
+    paragraph = README[README.index("CI runs `bash .ci/run`") :].split("\n\n", 1)[0]
+    names = {"redis-server": "`redis-server`", "nodejs": "Node.js", "chromium": "Chromium", "npm": "npm"}
+    for package in (p for group in installed for p in shlex.split(group)):
+        assert names.get(package, package) in paragraph, f"{package} is installed by CI but not named"
+
+
+def test_benchmark_standing_keeps_target_and_measurement_apart() -> None:
+    """The verify ratio: the README gives the target and the measured value from RESULTS.md,
+    each named as what it is."""
+    results = (REPO / "bench" / "RESULTS.md").read_text()
+    target, measured = re.search(r"\| verify: ratio to ceiling >= ([\d.]+) \| ([\d.]+) \|", results).groups()  # type: ignore[union-attr]
+    standing = " ".join(README[README.index("Standing (latest run)") :].split("\n\n", 1)[0].split())
+    assert f"the target is a ratio of {target}" in standing
+    assert f"the measured ratio is {measured}" in standing
+
+
+def test_jobs_doc_says_the_embedded_server_sweeps() -> None:
+    text = " ".join((REPO / "docs" / "jobs.md").read_text().split())
+    assert "server does not sweep" not in text
+    assert "The embedded server sweeps its own store" in text
+
+
+def test_verify_help_names_service_base_url_as_the_default() -> None:
+    done = run_cli("verify", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "default $SERVICE_BASE_URL, else http://127.0.0.1:8000" in text
