@@ -114,15 +114,10 @@ class _IndexLookup:
     args: list[Any]
 
 
-def _receipt_bytes(value: bytes | str | None) -> bytes | None:
-    """The receipt JSON of a stored value (compact record or JSON), or None when absent."""
-    stored = _bytes(value)
-    return None if stored is None else compact.decode(stored)
-
-
 def _checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:
-    """``_receipt_bytes`` for a read by ``receipt_id`` (of ``project_id``, when given): None when
-    absent; ``CorruptRecord`` for a value that cannot be decoded or is another receipt's."""
+    """The receipt JSON of a stored value (compact record or JSON) read by ``receipt_id`` (of
+    ``project_id``, when given): None when absent; ``CorruptRecord`` for a value that cannot be
+    decoded or is another receipt's."""
     stored = _bytes(value)
     if stored is None:
         return None
@@ -743,8 +738,8 @@ class Store:
         page, more = ids[:limit], len(ids) > limit
         stored = await self.client.mget([keys.receipt_key(m) for m in page]) if page else []
         receipts = []
-        for value in stored:
-            receipt_json = _receipt_bytes(value)
+        for receipt_id, value in zip(page, stored, strict=True):
+            receipt_json = _checked_receipt_bytes(value, receipt_id, project_id)
             if receipt_json is not None and orjson.loads(receipt_json).get(field) == hash_str:
                 receipts.append(receipt_json)
         return receipts, (page[-1] if more else None)

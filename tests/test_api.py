@@ -716,3 +716,21 @@ async def test_corrupt_records_give_valid_json_and_are_logged_once(
     assert response.json["checks"]["chain_link"] is False and response.json["checks"]["signature"] is True
     assert len(corrupt_records(caplog, receipt["receipt_id"])) == 3, "one error record per event"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR and r.name != "eps.records"]
+
+
+async def test_a_search_page_with_a_corrupt_or_misplaced_record_is_a_json_500(
+    client: Any, api_key: dict[str, Any], store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The search reads stored records too: the same check as a read, logged and counted."""
+    from kv.keys import receipt_key
+
+    a = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
+    b = (await create(client, api_key, {"input_hash": H1, "run_id": "second"})).json["receipt"]
+    caplog.set_level(logging.INFO)
+    for broken in (b"{garbage", await store.client.get(receipt_key(a["receipt_id"]))):
+        await store.client.set(receipt_key(b["receipt_id"]), broken)
+        before = corrupt_count("search.search_receipts")
+        _, response = await client.get(f"/v1/receipts?input_hash={H1}", headers=auth(api_key))
+        assert_error(response, 500, "internal_error")
+        assert corrupt_count("search.search_receipts") == before + 1
+    assert len(corrupt_records(caplog, b["receipt_id"])) == 2, "one error record per event"
