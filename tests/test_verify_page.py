@@ -624,3 +624,29 @@ def test_bundle_from_the_bundle_endpoint_verifies_offline_with_saved_keys(
     assert tab.checks()["chain_link_2"] is True
     assert 'signed by the retired key "test-2025"' in text  # the oldest chain entry
     assert tab.requests == []
+
+
+def test_saved_key_file_replaces_the_key_request_for_ids_and_pasted_receipts(
+    tab: Page, site: dict[str, Any], tmp_path: Path
+) -> None:
+    """The saved key set is what the signatures are checked with: a set without the signing key
+    makes a genuine receipt invalid, and the page never asks for GET /v1/public-key."""
+    keys = published_keys(site)
+    (tmp_path / "keys.json").write_text(json.dumps(keys))
+    stale = {"keys": [k for k in keys["keys"] if k["kid"] != "test-2026"], "active_kid": None}
+    (tmp_path / "stale-keys.json").write_text(json.dumps(stale))
+    receipt = site["newest"]
+    tab.open()
+    tab.requests.clear()
+    tab.page.set_input_files("#keys-file", str(tmp_path / "keys.json"))
+    assert "keys.json" in tab.page.locator("#keys-status").inner_text()
+    verdict, text = tab.paste_and_verify(receipt["receipt_id"])
+    assert verdict == "valid", text
+    assert 'the saved key set "keys.json"' in text
+    verdict, text = tab.paste_and_verify(json.dumps(receipt))
+    assert verdict == "valid", text
+    tab.page.set_input_files("#keys-file", str(tmp_path / "stale-keys.json"))
+    verdict, text = tab.paste_and_verify(json.dumps(receipt))
+    assert verdict == "invalid", text
+    assert tab.checks()["key"] is False
+    assert tab.api_requests() == [("GET", f"/v1/receipts/{receipt['receipt_id']}")]
