@@ -321,6 +321,64 @@ export async function verifyChain(receipt, chain, keySet) {
   return { ok: checks.every((c) => c.ok), checks, oldest: newer };
 }
 
+/** Whether a value has the shape of a GET /v1/public-key body (a saved key set). */
+export function isKeySet(value) {
+  return isObject(value) && Array.isArray(value.keys);
+}
+
+function sameKey(carried, pinned) {
+  try {
+    const a = b64urlDecodeStrict(carried.public_key_base64url, 32);
+    const b = b64urlDecodeStrict(pinned.public_key_base64url, 32);
+    return a.every((byte, i) => byte === b[i]);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Pin a bundle's keys (docs/bundles.md): every key the bundle carries must equal the pinned key
+ * of the same kid. `pinned` is a GET /v1/public-key body; `source` names it: null for the
+ * service's published keys, else the file name of a saved key set. Returns a check with
+ * `differing` (the kids carried with another key) and `unknown` (kids the pinned set lacks).
+ */
+export function bundleKeysCheck(carried, pinned, source = null) {
+  const where = source === null ? 'this service publishes (GET /v1/public-key)' : `in the saved key set "${source}"`;
+  const owner = source === null ? "this service's keys" : `the keys of the saved key set "${source}"`;
+  const entries = isObject(carried) ? carried.keys : undefined;
+  if (!Array.isArray(entries) || !entries.every((e) => isObject(e) && typeof e.kid === 'string')) {
+    return {
+      ...check('bundle_keys', false, 'Bundle keys', `The bundle's key list is malformed, so its keys are not ${owner}.`),
+      differing: [],
+      unknown: [],
+    };
+  }
+  const differing = [];
+  const unknown = [];
+  for (const entry of entries) {
+    const found = findKey(pinned, entry.kid);
+    if (found === null) unknown.push(entry.kid);
+    else if (!sameKey(entry, found.entry)) differing.push(entry.kid);
+  }
+  const kids = entries.map((e) => JSON.stringify(e.kid)).join(', ');
+  if (differing.length === 0 && unknown.length === 0) {
+    const detail =
+      entries.length === 0
+        ? `The bundle carries no key; every signature is checked with the keys ${where}.`
+        : `The keys the bundle carries (${kids}) equal the keys ${where}, kid for kid; every signature is ` +
+          'checked with those pinned keys.';
+    return { ...check('bundle_keys', true, 'Bundle keys', detail), differing, unknown };
+  }
+  const problems = [
+    ...differing.map((kid) => `the key it carries as ${JSON.stringify(kid)} is not the one ${where}`),
+    ...unknown.map((kid) => `${JSON.stringify(kid)} is ${source === null ? 'not published by this service' : `not in the saved key set "${source}"`}`),
+  ];
+  const detail =
+    `The bundle's keys are not ${owner}: ${problems.join('; ')}. Anyone can make a key and sign a bundle with it, ` +
+    'so the signatures are checked with the pinned keys instead.';
+  return { ...check('bundle_keys', false, 'Bundle keys', detail), differing, unknown };
+}
+
 // ---------------------------------------------------------------- input parsing
 
 /**

@@ -1,7 +1,9 @@
 // The public verification page (docs/verify-page.md). Wiring only: the checks themselves live
 // in verify-core.js (shared with the Node.js tests) and the streaming hash in sha256.js.
 // No inline handlers, no third-party code. The only requests this page makes are
-// GET /v1/receipts/{id} and GET /v1/public-key on its own origin, and none for a bundle.
+// GET /v1/receipts/{id} and GET /v1/public-key on its own origin; a saved key set, when given,
+// replaces the second. A bundle's keys are pinned: they must be the service's published keys
+// (or the saved key set's), and a bundle checked only against its own keys is never "valid".
 
 import * as core from './verify-core.js';
 import { Sha256 } from './sha256.js';
@@ -12,6 +14,9 @@ const form = document.getElementById('verify-form');
 const input = document.getElementById('receipt-input');
 const bundleFile = document.getElementById('bundle-file');
 const dropZone = document.getElementById('bundle-drop');
+const keysFile = document.getElementById('keys-file');
+const keysDrop = document.getElementById('keys-drop');
+const keysStatus = document.getElementById('keys-status');
 const inputFile = document.getElementById('input-file');
 const outputFile = document.getElementById('output-file');
 const saltInput = document.getElementById('input-salt');
@@ -23,6 +28,10 @@ const verdict = document.getElementById('verdict');
 const supportBox = document.getElementById('support');
 
 class PageError extends Error {}
+
+const NOT_VERIFIED =
+  "The signatures match the keys the bundle carries, but those keys were not checked against the service's " +
+  'published keys: NOT verified. Open this page on the service, or give it a saved key set.';
 
 const SUPPORT_MESSAGES = {
   'insecure-context':
@@ -65,8 +74,8 @@ function showError(message) {
 function checkList(checks) {
   const list = el('ul', { class: 'checks' });
   for (const c of checks) {
-    const state = c.info ? 'info' : c.ok ? 'pass' : 'fail';
-    const mark = c.info ? 'Note' : c.ok ? 'Pass' : 'Fail';
+    const state = c.info || c.unchecked ? 'info' : c.ok ? 'pass' : 'fail';
+    const mark = c.info ? 'Note' : c.unchecked ? 'Not checked' : c.ok ? 'Pass' : 'Fail';
     const item = el('li', { class: state, 'data-check': c.id, 'data-ok': String(Boolean(c.ok)) });
     item.append(el('span', { class: 'mark' }, mark + ':'), el('strong', {}, c.title + '. '), c.detail);
     list.append(item);
@@ -112,6 +121,24 @@ async function fetchKeys() {
   return keys;
 }
 
+/** The saved key set chosen or dropped on the page ({keys, name}), or null when none was given. */
+async function savedKeys() {
+  const file = keysFile.files && keysFile.files[0];
+  if (!file) return null;
+  let keys;
+  try {
+    keys = JSON.parse(await file.text());
+  } catch {
+    throw new PageError(`"${file.name}" is not a saved key set: it is not valid JSON.`);
+  }
+  if (!core.isKeySet(keys)) {
+    throw new PageError(
+      `"${file.name}" is not a saved key set: expected the JSON of GET /v1/public-key ({"keys": […], "active_kid": …}).`,
+    );
+  }
+  return { keys, name: file.name };
+}
+
 async function fetchReceipt(id) {
   const body = await fetchJson('/v1/receipts/' + encodeURIComponent(id), `the receipt ${id}`);
   if (!core.isObject(body) || !core.isObject(body.receipt)) throw new PageError('The service answered without a receipt.');
@@ -154,35 +181,88 @@ async function verify() {
   if (parsed.kind === 'invalid') throw new PageError(parsed.message);
   saltBytes(); // a malformed salt is reported before anything is fetched
 
+  const saved = await savedKeys();
+  const keysFrom = saved ? `the saved key set "${saved.name}" (no key request was made)` : null;
   let receipt;
   let keys;
   let keySource;
   let bundle = null;
+  let pinned = true;
+  const checks = [];
   if (parsed.kind === 'id') {
-    [receipt, keys] = await Promise.all([fetchReceipt(parsed.id), fetchKeys()]);
-    keySource = 'Receipt and public keys were fetched from this service (GET /v1/receipts/{id}, GET /v1/public-key).';
+    [receipt, keys] = await Promise.all([fetchReceipt(parsed.id), saved ? saved.keys : fetchKeys()]);
+    keySource = saved
+      ? `The receipt was fetched from this service (GET /v1/receipts/{id}) and checked against ${keysFrom}.`
+      : 'Receipt and public keys were fetched from this service (GET /v1/receipts/{id}, GET /v1/public-key).';
     const url = new URL(window.location.href);
     url.searchParams.set('receipt_id', parsed.id);
     window.history.replaceState(null, '', url);
   } else if (parsed.kind === 'receipt') {
     receipt = parsed.receipt;
-    keys = await fetchKeys();
-    keySource = 'The pasted receipt was checked against the public keys of this service (GET /v1/public-key).';
+    keys = saved ? saved.keys : await fetchKeys();
+    keySource = saved
+      ? `The pasted receipt was checked against ${keysFrom}.`
+      : 'The pasted receipt was checked against the public keys of this service (GET /v1/public-key).';
   } else {
     bundle = parsed.bundle;
     receipt = bundle.receipt;
-    keys = bundle.keys;
-    keySource =
-      `Checked offline: the keys come from the bundle itself (made ${String(bundle.created_at)} by ` +
-      `${String(bundle.service)}), so this result is as trustworthy as the place you got the bundle from.`;
+    const made = `The bundle was made ${String(bundle.created_at)} by ${String(bundle.service)}.`;
+    // Pin the bundle's keys: a saved key set, else the keys this service publishes. The keys a
+    // bundle carries prove nothing by themselves (anyone can make a key and sign with it).
+    let why = '';
+    if (saved) {
+      keys = saved.keys;
+    } else {
+      try {
+        keys = await fetchKeys();
+      } catch (err) {
+        if (!(err instanceof PageError)) throw err;
+        why = err.message;
+        keys = null;
+      }
+    }
+    if (keys) {
+      checks.push(core.bundleKeysCheck(bundle.keys, keys, saved ? saved.name : null));
+      keySource = saved
+        ? `The bundle's receipts and chain were checked in this browser against ${keysFrom}. ${made}`
+        : 'The bundle\'s receipts and chain were checked in this browser against the keys this service publishes ' +
+          `(GET /v1/public-key, the only request). ${made}`;
+    } else {
+      pinned = false;
+      keys = bundle.keys;
+      checks.push({
+        id: 'bundle_keys',
+        ok: false,
+        unchecked: true,
+        title: 'Bundle keys',
+        detail:
+          `${why} No saved key set was given either, so the checks below use the keys the bundle carries, ` +
+          "and nothing shows they are the service's.",
+      });
+      keySource = `${made} Its keys were not pinned: ${why}`;
+    }
   }
 
   const result = await core.verifyReceipt(receipt, keys);
-  const checks = [...result.checks];
+  if (!pinned) {
+    // The check lines must not call a key the bundle carries "the service's".
+    for (const c of result.checks) {
+      if (c.id === 'key' && c.ok) c.detail = `Signed with key "${receipt.sig_kid}", a key the bundle carries (NOT pinned).`;
+      if (c.id === 'signature' && c.ok) {
+        c.detail =
+          `The Ed25519 signature over receipt_hash matches the key "${receipt.sig_kid}" the bundle carries; ` +
+          'that shows only that whoever made the bundle holds that key.';
+      }
+    }
+  }
+  checks.push(...result.checks);
   const notes = [];
 
   if (bundle) {
     const chain = await core.verifyChain(receipt, bundle.chain === undefined ? [] : bundle.chain, keys);
+    if (!pinned) {
+      for (const c of chain.checks) if (c.ok && c.id.startsWith('chain_receipt_')) c.detail += ' That key is one the bundle carries (NOT pinned).';
+    }
     checks.push(...chain.checks);
     const count = Array.isArray(bundle.chain) ? bundle.chain.length : 0;
     const oldest = chain.oldest;
@@ -237,13 +317,25 @@ async function verify() {
     });
   }
 
-  const failed = checks.filter((c) => !c.ok);
-  const valid = failed.length === 0;
+  const failed = checks.filter((c) => !c.ok && !c.unchecked);
   const keyNote = result.keyStatus === 'retired' ? ' It was signed by a retired key, which is still listed and valid for the receipts it signed.' : '';
-  const title = valid
-    ? 'Valid: the receipt is genuine and unchanged.' + keyNote
-    : `Invalid: ${failed.length} check${failed.length === 1 ? '' : 's'} failed (${failed.map((c) => c.title).join(', ')}).`;
-  showVerdict(valid ? 'valid' : 'invalid', title, [
+  let kind;
+  let title;
+  const explanation = [];
+  if (failed.length > 0) {
+    kind = 'invalid';
+    title = `Invalid: ${failed.length} check${failed.length === 1 ? '' : 's'} failed (${failed.map((c) => c.title).join(', ')}).`;
+  } else if (!pinned) {
+    // Consistent with itself is not verified: the contract has no fourth verdict, so "error".
+    kind = 'error';
+    title = 'Not verified: the bundle\'s keys could not be checked against the service\'s published keys.';
+    explanation.push(el('p', {}, NOT_VERIFIED));
+  } else {
+    kind = 'valid';
+    title = 'Valid: the receipt is genuine and unchanged.' + keyNote;
+  }
+  showVerdict(kind, title, [
+    ...explanation,
     facts(receipt),
     checkList([...checks, ...notes]),
     el('p', { class: 'help' }, keySource),
@@ -291,21 +383,38 @@ form.addEventListener('submit', (event) => {
 form.addEventListener('reset', () => {
   showVerdict('', 'No receipt checked yet.', []);
   progressBox.hidden = true;
+  showKeysFile(null); // the reset event fires before the inputs are cleared
 });
 
-bundleFile.addEventListener('change', () => loadDocumentFile(bundleFile.files && bundleFile.files[0]));
+function showKeysFile(file = keysFile.files && keysFile.files[0]) {
+  keysStatus.textContent = file
+    ? `Keys are pinned to the saved key set "${file.name}": no key request is made.`
+    : 'No saved key set: a bundle\'s keys are checked against the keys this service publishes.';
+}
 
-for (const name of ['dragenter', 'dragover']) {
-  dropZone.addEventListener(name, (event) => {
+function dropTarget(zone, onDrop) {
+  for (const name of ['dragenter', 'dragover']) {
+    zone.addEventListener(name, (event) => {
+      event.preventDefault();
+      zone.classList.add('dragging');
+    });
+  }
+  zone.addEventListener('dragleave', () => zone.classList.remove('dragging'));
+  zone.addEventListener('drop', (event) => {
     event.preventDefault();
-    dropZone.classList.add('dragging');
+    zone.classList.remove('dragging');
+    const files = event.dataTransfer && event.dataTransfer.files;
+    if (files && files.length > 0) onDrop(files);
   });
 }
-dropZone.addEventListener('dragleave', () => dropZone.classList.remove('dragging'));
-dropZone.addEventListener('drop', (event) => {
-  event.preventDefault();
-  dropZone.classList.remove('dragging');
-  loadDocumentFile(event.dataTransfer && event.dataTransfer.files[0]);
+
+bundleFile.addEventListener('change', () => loadDocumentFile(bundleFile.files && bundleFile.files[0]));
+dropTarget(dropZone, (files) => loadDocumentFile(files[0]));
+keysFile.addEventListener('change', () => showKeysFile());
+dropTarget(keysDrop, (files) => {
+  // The dropped file becomes the input's file, so choosing and dropping are one state.
+  keysFile.files = files;
+  showKeysFile();
 });
 // A file dropped anywhere else must not make the browser navigate away (or open it).
 window.addEventListener('dragover', (event) => event.preventDefault());

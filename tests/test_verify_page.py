@@ -24,6 +24,8 @@ import httpx
 import pytest
 import redis
 
+from receipts.model import recompute_hash_or_none
+from receipts.signing import load_key_ring, new_key_set
 from tests.conftest import ASSETS, REPO, RedisServer, missing_binary
 from tests.servers import ServicePool, create_key_cli
 
@@ -393,7 +395,62 @@ def make_bundle(site: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_chosen_bundle_is_valid_offline_without_any_request(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
+def forge_bundle(bundle: dict[str, Any], input_hash: str) -> dict[str, Any]:
+    """The bundle with its receipt rewritten to commit to ``input_hash``, re-hashed, and every
+    receipt re-signed by a stranger's key of the same kid, which the bundle carries in place of
+    the service's keys: consistent with itself, so only pinning the keys can tell."""
+    forged: dict[str, Any] = json.loads(json.dumps(bundle))
+    receipts = [forged["receipt"], *forged["chain"]]
+    strangers = {kid: load_key_ring(new_key_set(kid)) for kid in {r["sig_kid"] for r in receipts}}
+    forged["receipt"]["input_hash"] = input_hash
+    forged["receipt"]["receipt_hash"] = recompute_hash_or_none(forged["receipt"])
+    for receipt in receipts:
+        receipt["signature"] = strangers[receipt["sig_kid"]].sign(receipt["receipt_hash"])
+    forged["keys"] = {
+        "keys": [key for ring in strangers.values() for key in ring.public_keys_json()["keys"]],
+        "active_kid": bundle["keys"]["active_kid"],
+    }
+    return forged
+
+
+def drop_file(tab: Page, selector: str, text: str, name: str) -> None:
+    """Drop a file on a drop zone, as a user dragging it from a file manager would."""
+    handle = tab.page.evaluate_handle(
+        """([text, name]) => { const dt = new DataTransfer();
+             dt.items.add(new File([text], name, {type: 'application/json'})); return dt; }""",
+        [text, name],
+    )
+    tab.page.dispatch_event(selector, "drop", {"dataTransfer": handle})
+
+
+def verify_bundle(tab: Page, bundle: dict[str, Any]) -> tuple[str, str]:
+    tab.page.fill("#receipt-input", "")  # so that waiting for the loaded bundle waits for this one
+    drop_file(tab, "#bundle-drop", json.dumps(bundle), "bundle.json")
+    tab.wait_for_loaded_document()
+    tab.page.click("#verify-button")
+    return tab.verdict()
+
+
+def published_keys(site: dict[str, Any]) -> dict[str, Any]:
+    keys: dict[str, Any] = httpx.get(site["base"] + "/v1/public-key").json()
+    return keys
+
+
+def unreachable_keys(tab: Page, how: str) -> None:
+    """Make GET /v1/public-key fail: the service unreachable, or a copy of the page served by
+    something that is not the service (404)."""
+    if how == "unreachable":
+        tab.page.route("**/v1/public-key", lambda route: route.abort("connectionrefused"))
+    else:
+        tab.page.route("**/v1/public-key", lambda route: route.fulfill(status=404, content_type="text/html", body="no"))
+
+
+def ignore_failed_key_fetch(tab: Page) -> None:
+    # The browser logs the failed request itself; that is not a page error.
+    tab.errors = [e for e in tab.errors if "Failed to load resource" not in e]
+
+
+def test_chosen_bundle_is_valid_against_the_published_keys(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
     bundle_path = tmp_path / "bundle.json"
     bundle_path.write_text(json.dumps(make_bundle(site)))
     tab.open()
@@ -404,34 +461,120 @@ def test_chosen_bundle_is_valid_offline_without_any_request(tab: Page, site: dic
     verdict, text = tab.verdict()
     assert verdict == "valid", text
     checks = tab.checks()
-    for name in ("chain_receipt_1", "chain_link_1", "chain_receipt_2", "chain_link_2", "self_consistency", "signature"):
+    for name in (
+        "bundle_keys",
+        "chain_receipt_1",
+        "chain_link_1",
+        "chain_receipt_2",
+        "chain_link_2",
+        "self_consistency",
+        "signature",
+    ):
         assert checks[name] is True, name
     assert "back to the start of the chain" in text
-    assert "offline" in text
-    assert tab.requests == [], "a bundle must verify without any request"
+    # The bundle's own chain is checked locally; the one request pins its keys.
+    assert tab.api_requests() == [("GET", "/v1/public-key")]
 
 
-def test_dropped_bundle_with_a_broken_link_is_invalid_offline(tab: Page, site: dict[str, Any]) -> None:
+def test_dropped_genuine_bundle_is_valid_and_names_the_key_pinning(tab: Page, site: dict[str, Any]) -> None:
+    tab.open()
+    tab.requests.clear()
+    verdict, text = verify_bundle(tab, make_bundle(site))
+    assert verdict == "valid", text
+    assert tab.checks()["bundle_keys"] is True
+    assert "Bundle keys" in text
+    assert "equal the keys this service publishes (GET /v1/public-key)" in text
+    assert tab.api_requests() == [("GET", "/v1/public-key")]
+
+
+def test_forged_bundle_with_a_strangers_key_is_invalid(tab: Page, site: dict[str, Any]) -> None:
+    forged = forge_bundle(make_bundle(site), sha(b"what the forger wants certified"))
+    tab.open()
+    verdict, text = verify_bundle(tab, forged)
+    assert verdict == "invalid", text
+    checks = tab.checks()
+    assert checks["bundle_keys"] is False
+    assert checks["self_consistency"] is True  # re-hashed: only the keys give it away
+    assert checks["signature"] is False  # checked with the published key, not the carried one
+    assert "not this service's keys" in text
+    assert "test-2026" in text and "test-2025" in text  # the kids whose keys differ
+
+    # A kid the service does not publish is not this service's key either.
+    extra = make_bundle(site)
+    stranger = load_key_ring(new_key_set("someone-else")).public_keys_json()["keys"]
+    extra["keys"] = {**extra["keys"], "keys": [*extra["keys"]["keys"], *stranger]}
+    verdict, text = verify_bundle(tab, extra)
+    assert verdict == "invalid", text
+    assert tab.checks()["bundle_keys"] is False
+    assert "someone-else" in text and "not published by this service" in text
+
+
+@pytest.mark.parametrize("how", ["unreachable", "not-the-service"])
+def test_bundle_without_published_keys_is_not_verified(tab: Page, site: dict[str, Any], how: str) -> None:
+    """No published keys and no key file: every check runs against the bundle's own keys, but
+    the verdict is never valid, for a genuine bundle and a forged one alike."""
+    unreachable_keys(tab, how)
+    tab.open()
+    for bundle in (make_bundle(site), forge_bundle(make_bundle(site), sha(b"forged"))):
+        verdict, text = verify_bundle(tab, bundle)
+        assert verdict == "error", text
+        assert (
+            "The signatures match the keys the bundle carries, but those keys were not checked against the "
+            "service's published keys: NOT verified. Open this page on the service, or give it a saved key set."
+        ) in text
+        checks = tab.checks()
+        assert checks["bundle_keys"] is False
+        for name in ("self_consistency", "signature", "chain_receipt_1", "chain_link_2"):
+            assert checks[name] is True, name
+    ignore_failed_key_fetch(tab)
+
+
+def test_saved_key_file_pins_the_bundle_without_any_request(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
+    """Offline: the JSON of GET /v1/public-key saved earlier (the file `verify --keys` takes)
+    pins the keys; the page asks nothing of the (unreachable) service."""
+    keys_path = tmp_path / "saved-keys.json"
+    keys_path.write_text(json.dumps(published_keys(site)))
+    unreachable_keys(tab, "unreachable")
+    tab.open()
+    tab.requests.clear()
+    tab.page.set_input_files("#keys-file", str(keys_path))
+    verdict, text = verify_bundle(tab, make_bundle(site))
+    assert verdict == "valid", text
+    assert tab.checks()["bundle_keys"] is True
+    assert "saved-keys.json" in text
+    verdict, text = verify_bundle(tab, forge_bundle(make_bundle(site), sha(b"forged")))
+    assert verdict == "invalid", text
+    assert tab.checks()["bundle_keys"] is False
+    assert tab.api_requests() == [], "a saved key set replaces the key request"
+
+
+def test_dropped_key_file_pins_and_a_malformed_one_is_an_error(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
+    unreachable_keys(tab, "unreachable")
+    tab.open()
+    drop_file(tab, "#keys-drop", json.dumps(published_keys(site)), "dropped-keys.json")
+    verdict, text = verify_bundle(tab, make_bundle(site))
+    assert verdict == "valid", text
+    assert "dropped-keys.json" in text
+    drop_file(tab, "#keys-drop", json.dumps({"not": "keys"}), "wrong.json")
+    verdict, text = verify_bundle(tab, make_bundle(site))
+    assert verdict == "error", text
+    assert '"wrong.json" is not a saved key set' in text
+    assert tab.api_requests() == []
+
+
+def test_dropped_bundle_with_a_broken_link_is_invalid(tab: Page, site: dict[str, Any]) -> None:
     bundle = make_bundle(site)
     bundle["chain"] = [bundle["chain"][1]]  # skip the middle receipt: the link no longer matches
     tab.open()
     tab.requests.clear()
-    # Drop the file on the drop zone, as a user dragging it from a file manager would.
-    handle = tab.page.evaluate_handle(
-        """(text) => { const dt = new DataTransfer();
-             dt.items.add(new File([text], 'bundle.json', {type: 'application/json'})); return dt; }""",
-        json.dumps(bundle),
-    )
-    tab.page.dispatch_event("#bundle-drop", "drop", {"dataTransfer": handle})
-    tab.wait_for_loaded_document()
-    tab.page.click("#verify-button")
-    verdict, text = tab.verdict()
+    verdict, text = verify_bundle(tab, bundle)
     assert verdict == "invalid", text
     checks = tab.checks()
+    assert checks["bundle_keys"] is True
     assert checks["chain_receipt_1"] is True  # the entry itself is genuine...
     assert checks["chain_link_1"] is False  # ...but it is not the receipt's predecessor
     assert "link is broken" in text
-    assert tab.requests == []
+    assert tab.api_requests() == [("GET", "/v1/public-key")]
 
 
 def test_insecure_context_is_explained(browser: Any, site: dict[str, Any]) -> None:
@@ -460,18 +603,50 @@ def test_phone_viewport_screenshot(browser: Any, site: dict[str, Any]) -> None:
     page.close()
 
 
-def test_bundle_from_the_bundle_endpoint_verifies_offline(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
-    """The service's own GET /v1/receipts/{id}/bundle (docs/bundles.md) is what the page expects."""
+def test_bundle_from_the_bundle_endpoint_verifies_offline_with_saved_keys(
+    tab: Page, site: dict[str, Any], tmp_path: Path
+) -> None:
+    """The service's own GET /v1/receipts/{id}/bundle (docs/bundles.md) is what the page expects,
+    and with a saved key set it verifies without any request."""
     answer = httpx.get(f"{site['base']}/v1/receipts/{site['newest']['receipt_id']}/bundle")
     assert answer.status_code == 200, answer.text
     (tmp_path / "bundle.json").write_bytes(answer.content)
+    (tmp_path / "keys.json").write_text(json.dumps(published_keys(site)))
     tab.open()
     tab.requests.clear()
+    tab.page.set_input_files("#keys-file", str(tmp_path / "keys.json"))
     tab.page.set_input_files("#bundle-file", str(tmp_path / "bundle.json"))
     tab.wait_for_loaded_document()
     tab.page.click("#verify-button")
     verdict, text = tab.verdict()
     assert verdict == "valid", text
+    assert tab.checks()["bundle_keys"] is True
     assert tab.checks()["chain_link_2"] is True
     assert 'signed by the retired key "test-2025"' in text  # the oldest chain entry
     assert tab.requests == []
+
+
+def test_saved_key_file_replaces_the_key_request_for_ids_and_pasted_receipts(
+    tab: Page, site: dict[str, Any], tmp_path: Path
+) -> None:
+    """The saved key set is what the signatures are checked with: a set without the signing key
+    makes a genuine receipt invalid, and the page never asks for GET /v1/public-key."""
+    keys = published_keys(site)
+    (tmp_path / "keys.json").write_text(json.dumps(keys))
+    stale = {"keys": [k for k in keys["keys"] if k["kid"] != "test-2026"], "active_kid": None}
+    (tmp_path / "stale-keys.json").write_text(json.dumps(stale))
+    receipt = site["newest"]
+    tab.open()
+    tab.requests.clear()
+    tab.page.set_input_files("#keys-file", str(tmp_path / "keys.json"))
+    assert "keys.json" in tab.page.locator("#keys-status").inner_text()
+    verdict, text = tab.paste_and_verify(receipt["receipt_id"])
+    assert verdict == "valid", text
+    assert 'the saved key set "keys.json"' in text
+    verdict, text = tab.paste_and_verify(json.dumps(receipt))
+    assert verdict == "valid", text
+    tab.page.set_input_files("#keys-file", str(tmp_path / "stale-keys.json"))
+    verdict, text = tab.paste_and_verify(json.dumps(receipt))
+    assert verdict == "invalid", text
+    assert tab.checks()["key"] is False
+    assert tab.api_requests() == [("GET", f"/v1/receipts/{receipt['receipt_id']}")]

@@ -90,3 +90,20 @@ def test_strict_base64url(report: dict[str, Any]) -> None:
 def test_input_classification(report: dict[str, Any]) -> None:
     assert report["inputs"] == ["id", "id", "invalid", "invalid", "bundle", "invalid", "invalid", "invalid"]
     assert report["support"] == {"ok": True, "reason": None}
+
+
+def test_bundle_keys_must_be_the_pinned_keys(report: dict[str, Any], vectors: dict[str, Any]) -> None:
+    """A bundle's carried keys are pinned kid for kid: another key (or another encoding of it)
+    under a known kid, or a kid the pinned set lacks, fails; nothing is matched by trying keys."""
+    first = vectors["public_keys"]["keys"][0]["kid"]
+    every = [key["kid"] for key in vectors["public_keys"]["keys"]]
+    cases = report["bundle_keys"]
+    assert {case["id"] for case in cases.values()} == {"bundle_keys"}
+    assert cases["same"] == {"id": "bundle_keys", "ok": True, "differing": [], "unknown": []}
+    assert cases["none carried"]["ok"] is True
+    assert cases["other key, same kid"] == {"id": "bundle_keys", "ok": False, "differing": [first], "unknown": []}
+    assert cases["unknown kid"] == {"id": "bundle_keys", "ok": False, "differing": [], "unknown": ["stranger"]}
+    assert cases["non-canonical encoding"]["ok"] is False
+    assert cases["non-canonical encoding"]["differing"] == [first]
+    assert cases["carried keys not a list"]["ok"] is False
+    assert cases["empty pinned set"] == {"id": "bundle_keys", "ok": False, "differing": [], "unknown": every}

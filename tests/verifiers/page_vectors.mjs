@@ -103,6 +103,28 @@ for (const vector of vectors.cases) {
 // A receipt with a key set that does not list its key at all is invalid.
 const noKeys = await core.verifyReceipt(vectors.cases[0].receipt, { keys: [], active_kid: 'x' });
 
+// Pinning a bundle's keys: every carried key must equal the pinned key of the same kid.
+const otherKey = core.b64urlEncode(new Uint8Array(32).fill(7));
+const firstKid = keys.keys[0].kid;
+// A 32-byte key's last character has 2 unused bits: setting one keeps the bytes, breaks canonical form.
+const B64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+const nonCanonicalKey = (text) => text.slice(0, -1) + B64URL[B64URL.indexOf(text.at(-1)) | 1];
+const withKey = (kid, key) => ({ keys: [{ kid, alg: 'Ed25519', public_key_base64url: key }], active_kid: kid });
+const bundleKeys = Object.fromEntries(
+  [
+    ['same', keys, keys],
+    ['none carried', { keys: [], active_kid: firstKid }, keys],
+    ['other key, same kid', withKey(firstKid, otherKey), keys],
+    ['unknown kid', { keys: [...keys.keys, ...withKey('stranger', otherKey).keys] }, keys],
+    ['non-canonical encoding', withKey(firstKid, nonCanonicalKey(keys.keys[0].public_key_base64url)), keys],
+    ['carried keys not a list', { keys: {} }, keys],
+    ['empty pinned set', keys, { keys: [], active_kid: null }],
+  ].map(([what, carried, pinned]) => {
+    const c = core.bundleKeysCheck(carried, pinned);
+    return [what, { ok: c.ok, differing: c.differing, unknown: c.unknown, id: c.id }];
+  }),
+);
+
 // Incremental SHA-256 against node:crypto: empty input, block boundaries, random data in odd chunks.
 const sha = [];
 const sizes = [0, 1, 55, 56, 63, 64, 65, 119, 120, 127, 128, 129, 1000, 4096, 65537, 1048576 + 3];
@@ -156,6 +178,7 @@ process.stdout.write(
     empty_hex: emptyHex,
     b64,
     inputs,
+    bundle_keys: bundleKeys,
     support: await core.cryptoSupport(),
   }) + '\n',
 );
