@@ -1,4 +1,4 @@
-"""Format scan for forbidden content in client strings (spec 1.4-1.5, contract 2).
+"""Format scan for forbidden content in client strings (docs/decisions.md, "Content scan").
 
 The scan looks for shapes of personal data and credentials. It is not exhaustive: a value
 that passes is not thereby allowed by the terms. A match names the field and the kind of

@@ -1,4 +1,4 @@
-"""The paid flow leaves no credential in any log line or in Redis (issue 14).
+"""The paid flow leaves no credential in any log line or in Redis.
 
 A checkout's session id is the only thing needed to reveal its key, so it is a secret as
 much as the key itself. This test runs the whole paid flow on real processes: a

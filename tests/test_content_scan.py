@@ -1,4 +1,4 @@
-"""The content scan (spec 1.4-1.5, contract 2): what it catches, what it lets through, and that
+"""The content scan: what it catches, what it lets through, and that
 it runs in linear time in the length of what it scans."""
 
 from __future__ import annotations

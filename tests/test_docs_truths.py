@@ -1,5 +1,5 @@
 """Small truths the README, docs and --help tell a newcomer, checked against what the code
-and the repository really do (issue 14)."""
+and the repository really do."""
 
 from __future__ import annotations
 
