@@ -78,7 +78,8 @@ async def _issue_many(
 ) -> list[tuple[int, str, str]]:
     import redis
 
-    from kv.store import KeyRecord, Store
+    from kv.records import KeyRecord
+    from kv.store import Store
     from receipts.limits import PlanLimits
     from receipts.model import parse_create_request
     from receipts.signing import load_key_ring

@@ -1,4 +1,6 @@
-"""The store: one class whose intent-named methods each do one atomic Redis operation.
+"""The store: one class whose intent-named methods each do one atomic Redis operation (its
+retention sweep and paid-claim records are its mixins in kv/store_retention.py and
+kv/store_checkouts.py; the types it returns are in kv/records.py).
 
 Scripts live in ``kv/lua/*.lua`` and are registered once (``register_script`` reloads them
 after a Redis restart empties the script cache). Scripts answer small codes, mapped here
@@ -9,27 +11,38 @@ timeouts become ``StoreUnavailable`` (503): signing and recording fail closed.
 from __future__ import annotations
 
 import asyncio
-import enum
-import functools
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 
 from kv import keys
-from kv.errors import UNAVAILABLE_ERRORS
 from kv.health import NO_ACK, StoreAck
 from kv.link import FastLink, LuaScript, PyLink, link_for
-from kv.metrics import STORE_OPERATION_SECONDS, count_store_error
-from kv.tally import HistogramTally
-from receipts import compact
-from receipts.errors import CorruptRecord, StoreUnavailable
+from kv.records import (
+    KEY_RECORD_FIELDS,
+    AuthOutcome,
+    AuthResult,
+    Counter,
+    IssueItem,
+    IssueOutcome,
+    IssueResult,
+    KeyRecord,
+    _bytes,
+    _checked_receipt_bytes,
+    _IndexLookup,
+    _key_record,
+    _receipt_id,
+    _text,
+    _unavailable_as_503,
+)
+from kv.store_checkouts import CheckoutStore
+from kv.store_retention import RetentionStore
+from receipts.errors import StoreUnavailable
 
 LUA_DIR = Path(__file__).parent / "lua"
 
@@ -39,197 +52,7 @@ def _index_script(name: str) -> str:
     return (LUA_DIR / "index_buckets.lua").read_text() + (LUA_DIR / name).read_text()
 
 
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Also the store's one measuring point: every operation's time and failures (kv.metrics)."""
-    operation = func.__name__
-    observe = HistogramTally(STORE_OPERATION_SECONDS.labels(operation)).observe
-
-    @functools.wraps(func)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        started = time.perf_counter()
-        try:
-            if getattr(args[0], "is_cluster", False):
-                # Learn the slot map before the first command. redis-py 8.1's cluster client
-                # initialises lazily, and commands racing that first initialisation fail with
-                # AttributeError on a half-open connection (docs/cluster.md). Once it is
-                # initialised this is an attribute check; its own lock serialises the first.
-                await args[0].client.initialize()  # type: ignore[attr-defined]
-            return await func(*args, **kwargs)
-        except UNAVAILABLE_ERRORS as exc:
-            count_store_error(operation, type(exc).__name__)
-            raise StoreUnavailable("the receipt store is unreachable; try again shortly") from exc
-        except RedisError as exc:
-            count_store_error(operation, type(exc).__name__)
-            raise
-        except StoreUnavailable as exc:
-            if exc.details and exc.details.get("reason") == "not_acknowledged":
-                count_store_error(operation, "not_acknowledged")
-            raise
-        finally:
-            observe(time.perf_counter() - started)
-
-    return wrapper
-
-
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
-KEY_RECORD_FIELDS = ("project_id", "actor_id", "plan", "revoked", "created_at", "suspended_until")
-
-
-def _key_record(key_hash: str, values: list[Any]) -> KeyRecord | None:
-    """A key record from ``HMGET`` of ``KEY_RECORD_FIELDS``, or None when the key is unknown
-    (HMGET of a missing hash answers every field None)."""
-    if all(value is None for value in values):
-        return None
-    project_id, actor_id, plan, revoked, created_at, suspended_until = (_text(v) for v in values)
-    return KeyRecord(
-        key_hash=key_hash,
-        project_id=project_id or "",
-        actor_id=actor_id or "",
-        plan=plan or "free",
-        revoked=revoked == "1",
-        created_at=created_at or "",
-        suspended_until=suspended_until or "",
-    )
-
-
-def _bytes(value: bytes | str | None) -> bytes | None:
-    return value.encode("utf-8") if isinstance(value, str) else value
-
-
-@dataclass(frozen=True)
-class _IndexLookup:
-    """A lookup script sent ahead (``Store.prefetch_receipt_id_by_hash``), with what it was sent with."""
-
-    sent: Awaitable[Any]
-    keys: list[Any]
-    args: list[Any]
-
-
-def _checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:
-    """The receipt JSON of a stored value (compact record or JSON) read by ``receipt_id`` (of
-    ``project_id``, when given): None when absent; ``CorruptRecord`` for a value that cannot be
-    decoded or is another receipt's."""
-    stored = _bytes(value)
-    if stored is None:
-        return None
-    try:
-        return compact.decode_as(stored, receipt_id, project_id)
-    except ValueError as exc:
-        raise CorruptRecord(receipt_id, str(exc)) from None
-
-
-def _receipt_id(value: bytes | str | None) -> str | None:
-    """A receipt id as the index holds it (16 bytes) or an old-layout entry (text), as text."""
-    if isinstance(value, bytes) and len(value) == 16:
-        return keys.receipt_id_from_bytes(value)
-    return _text(value)
-
-
-def _lenient_text(value: bytes | str) -> str:
-    """Text of a key or value the sweep merely inspects (a foreign non-UTF-8 one must not stop it)."""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-@dataclass(frozen=True)
-class KeyRecord:
-    """What an API key stands for. ``key_hash`` is ``sha256:<hex>``; the raw key is never kept."""
-
-    key_hash: str
-    project_id: str
-    actor_id: str
-    plan: str
-    revoked: bool
-    created_at: str
-    suspended_until: str = ""
-    """"" (not suspended), "forever", or Unix milliseconds as text."""
-
-    def suspended_at(self, now_ms: int) -> bool:
-        """True while a suspension is in force; a timed one ends by itself."""
-        if not self.suspended_until:
-            return False
-        return self.suspended_until == "forever" or now_ms < int(self.suspended_until)
-
-
-class IssueOutcome(enum.Enum):
-    ISSUED = 0
-    REPLAY = 1
-    IDEMPOTENCY_CONFLICT = 2
-    TIP_MOVED = 3
-    NO_PROJECT = 4
-    RATE_LIMITED = 5
-    QUOTA_EXCEEDED = 6
-
-
-class AuthOutcome(enum.Enum):
-    """What ``Store.authenticate`` found (kv/lua/authenticate.lua)."""
-
-    COUNTED = 0
-    THROTTLED = 1
-    UNUSABLE = 2
-    LIMITED = 3
-    NOT_COUNTED = 4
-
-
-@dataclass(frozen=True)
-class AuthResult:
-    outcome: AuthOutcome
-    count: int
-    """THROTTLED/UNUSABLE: the address's failed-auth count; COUNTED/LIMITED: its scope count."""
-    record: KeyRecord | None = None
-
-
-@dataclass(frozen=True)
-class Counter:
-    """One fixed-window counter: which window, its limit, and how long the key must live."""
-
-    window_id: str
-    limit: int
-    ttl_s: int
-
-
-@dataclass(frozen=True)
-class IssueResult:
-    outcome: IssueOutcome
-    receipt_id: str | None = None
-    tip: str | None = None
-    minute_used: int = 0
-    month_used: int = 0
-    unacknowledged: StoreUnavailable | None = None
-    """With ``STORE_ACK``: the 503 for an issued or replayed receipt whose write was not
-    acknowledged in time (the receipt is written; the same request again replays it)."""
-
-
-@dataclass(frozen=True)
-class IssueItem:
-    """One signed receipt for ``Store.issue_receipts``, with what its script checks and counts."""
-
-    receipt_id: str
-    receipt_hash: str
-    receipt_json: bytes
-    built_on_tip: str | None
-    on_main: bool
-    replay_key: str
-    fingerprint: str
-    key_hash: str
-    minute: Counter
-    month: Counter
-    stale_receipt_id: str = ""
-    input_hash: str | None = None
-    output_hash: str | None = None
-    stored_value: bytes = b""
-    """What the receipt record holds (``receipts.compact.encode``); b"": ``receipt_json``."""
-
-
-class Store:
+class Store(RetentionStore, CheckoutStore):
     """Async access to every record. Construct with a redis-py asyncio client, a redis-py
     asyncio ``RedisCluster`` (``REDIS_CLUSTER=true``, docs/cluster.md) or fakeredis."""
 
@@ -743,228 +566,3 @@ class Store:
             if receipt_json is not None and orjson.loads(receipt_json).get(field) == hash_str:
                 receipts.append(receipt_json)
         return receipts, (page[-1] if more else None)
-
-    # --- retention (contract 7; the sweep of jobs/retention.py, design in docs/jobs.md) -----
-
-    SWEEP_BATCH = 1000
-    """Keys asked of each SCAN call and handled per round trip by the sweep."""
-    SWEEP_SCRIPTS_AT_ONCE = 50
-    """Compare-and-delete scripts the sweep has in flight at once (one per expired entry)."""
-
-    @_unavailable_as_503
-    async def expire_receipts(self, cutoff_ms: int, *, batch: int = SWEEP_BATCH) -> dict[str, int]:
-        """Remove every receipt created before ``cutoff_ms`` (Unix ms) and every index entry
-        naming it. Project records, and so each project's ``tip``, stay.
-
-        SCAN passes, one per prefix, in this order: the index buckets (``b:``: one
-        ``expire_index_bucket.lua`` per bucket removes its expired hash-index and
-        idempotency fields and search ids, atomically), then the old-layout idempotency
-        records and hash-index entries (``i:``, ``h:``), then the receipts (``r:``), then the
-        search sets (``x:``). In that order a replay never finds a record whose receipt is
-        already gone: an identical create after the sweep issues a new receipt. The age
-        comes from the receipt id each key (``r:``) or value names. An ``h:``/``i:`` entry is
-        removed only while it still names the expired receipt (``delete_if_names.lua``), so
-        an entry rewritten meanwhile stays. The ``x:`` sets lose members scored (created)
-        before the cutoff, one ZREMRANGEBYSCORE per set; Redis deletes a set left empty.
-        Safe to run twice and concurrently: each entry is removed by exactly one run.
-        Returns the counts removed (``receipts``, ``hash_index``, ``idempotency``,
-        ``search_index`` = search ids) and ``scanned``, the keys examined.
-        """
-        (hash_b, idem_b, search_b), scanned_b = await self._expire_index_buckets(cutoff_ms, batch)
-        idempotency, scanned_i = await self._expire_entries(keys.IDEMPOTENCY_KEY_MATCH, cutoff_ms, batch)
-        hash_index, scanned_h = await self._expire_entries(keys.RECEIPT_HASH_KEY_MATCH, cutoff_ms, batch)
-        receipts, scanned_r = await self._expire_receipt_records(cutoff_ms, batch)
-        search_index, scanned_x = await self._expire_search_members(cutoff_ms, batch)
-        return {
-            "receipts": receipts,
-            "hash_index": hash_index + hash_b,
-            "idempotency": idempotency + idem_b,
-            "search_index": search_index + search_b,
-            "scanned": scanned_b + scanned_i + scanned_h + scanned_r + scanned_x,
-        }
-
-    async def _expire_index_buckets(self, cutoff_ms: int, batch: int) -> tuple[tuple[int, int, int], int]:
-        """((hash-index fields, idempotency fields, search ids) removed, buckets scanned)."""
-        removed = [0, 0, 0]
-        scanned = 0
-        async for names in self._scan_batches(keys.INDEX_BUCKET_KEY_MATCH, batch):
-            scanned += len(names)
-            buckets = [(name, meta) for name in names if (meta := keys.index_meta_of_bucket(_lenient_text(name)))]
-            for start in range(0, len(buckets), self.SWEEP_SCRIPTS_AT_ONCE):
-                chunk = buckets[start : start + self.SWEEP_SCRIPTS_AT_ONCE]
-                results = await asyncio.gather(
-                    *(self._expire_bucket(keys=[name, meta], args=[cutoff_ms]) for name, meta in chunk)
-                )
-                for result in results:
-                    for kind in range(3):
-                        removed[kind] += int(result[kind])
-        return (removed[0], removed[1], removed[2]), scanned
-
-    async def _scan_batches(self, match: str, batch: int) -> AsyncIterator[list[bytes | str]]:
-        """Key names matching ``match``, ``batch`` at a time (a cluster client scans every node)."""
-        names: list[bytes | str] = []
-        async for name in self.client.scan_iter(match=match, count=batch):
-            names.append(name)
-            if len(names) >= batch:
-                yield names
-                names = []
-        if names:
-            yield names
-
-    async def _expire_entries(self, match: str, cutoff_ms: int, batch: int) -> tuple[int, int]:
-        """(removed, scanned) for ``h:`` or ``i:`` entries whose receipt is older than the cutoff."""
-        removed = scanned = 0
-        async for names in self._scan_batches(match, batch):
-            scanned += len(names)
-            pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                pipe.get(name)
-            values = await pipe.execute(raise_on_error=False)
-            expired: list[tuple[bytes | str, str]] = []
-            for name, value in zip(names, values, strict=True):
-                if not isinstance(value, bytes | str):
-                    continue  # gone meanwhile, or not a string
-                receipt_id = keys.receipt_id_in_entry(_lenient_text(value))
-                if receipt_id is not None and keys.receipt_created_ms(receipt_id) < cutoff_ms:
-                    expired.append((name, receipt_id))
-            for start in range(0, len(expired), self.SWEEP_SCRIPTS_AT_ONCE):
-                chunk = expired[start : start + self.SWEEP_SCRIPTS_AT_ONCE]
-                results = await asyncio.gather(
-                    *(self._delete_if_names(keys=[name], args=[receipt_id]) for name, receipt_id in chunk)
-                )
-                removed += sum(int(result) for result in results)
-        return removed, scanned
-
-    async def _expire_receipt_records(self, cutoff_ms: int, batch: int) -> tuple[int, int]:
-        """(removed, scanned) for ``r:`` records older than the cutoff; the key names the id."""
-        removed = scanned = 0
-        async for names in self._scan_batches(keys.RECEIPT_KEY_MATCH, batch):
-            scanned += len(names)
-            expired = []
-            for name in names:
-                receipt_id = keys.receipt_id_in_receipt_key(_lenient_text(name))
-                if receipt_id is not None and keys.receipt_created_ms(receipt_id) < cutoff_ms:
-                    expired.append(name)
-            if expired:
-                pipe = self.client.pipeline(transaction=False)
-                for name in expired:
-                    pipe.delete(name)
-                removed += sum(int(result) for result in await pipe.execute())
-        return removed, scanned
-
-    async def _expire_search_members(self, cutoff_ms: int, batch: int) -> tuple[int, int]:
-        """(members removed, sets scanned) for the ``x:`` search sets: one single-key
-        ZREMRANGEBYSCORE per set (scores are creation ms; strictly before the cutoff)."""
-        removed = scanned = 0
-        async for names in self._scan_batches(keys.SEARCH_INDEX_KEY_MATCH, batch):
-            scanned += len(names)
-            pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                pipe.zremrangebyscore(name, "-inf", f"({cutoff_ms}")
-            results = await pipe.execute(raise_on_error=False)
-            removed += sum(r for r in results if isinstance(r, int))  # a foreign non-zset key errs
-        return removed, scanned
-
-    # --- paid claims (web/claims.py, jobs/claims.py; design in docs/claims.md) -------------
-
-    @_unavailable_as_503
-    async def record_webhook_event(self, event_id: str, ttl_s: int) -> bool:
-        """Mark a payment webhook event id as processed; False when it already was (a repeat)."""
-        return bool(await self.client.set(keys.webhook_event_key(event_id), "1", nx=True, ex=ttl_s))
-
-    @_unavailable_as_503
-    async def forget_webhook_event(self, event_id: str) -> None:
-        """Undo ``record_webhook_event`` when the event could not be handed on, so a retry runs."""
-        await self.client.delete(keys.webhook_event_key(event_id))
-
-    @_unavailable_as_503
-    async def mark_checkout_seen(self, ref: str, seen_at_ms: int) -> None:
-        """The webhook for a paid checkout arrived (claims answer 409 ``claim_pending`` until indexed).
-
-        ``ref`` is the checkout's reference (``keys.checkout_ref``): no method here takes or
-        stores a session id."""
-        await self.client.hsetnx(keys.checkout_lookup_key(ref), "seen_at", str(seen_at_ms))
-
-    @_unavailable_as_503
-    async def index_checkout(
-        self, *, ref: str, candidate_project_id: str, plan: str, created_ms: int, indexed_at_ms: int
-    ) -> str:
-        """Make a paid checkout claimable. Returns the project id assigned to the checkout.
-
-        The first run assigns ``candidate_project_id`` (HSETNX on the single-key lookup);
-        every later run finds that one and writes nothing, so the job is idempotent.
-        """
-        lookup = keys.checkout_lookup_key(ref)
-        await self.client.hsetnx(lookup, "project_id", candidate_project_id)
-        project_id = _text(await self.client.hget(lookup, "project_id")) or candidate_project_id
-        await self._index_checkout(
-            keys=[keys.checkout_session_key(project_id, ref)],
-            args=[plan, created_ms, indexed_at_ms],
-        )
-        return project_id
-
-    @_unavailable_as_503
-    async def find_checkout(self, ref: str) -> CheckoutRecord | None:
-        """What the store knows about a checkout, or None when no webhook was seen."""
-        lookup = await self.client.hgetall(keys.checkout_lookup_key(ref))
-        if not lookup:
-            return None
-        project_id = {_text(k): _text(v) for k, v in lookup.items()}.get("project_id")
-        if not project_id:
-            return CheckoutRecord(ref, None, "seen")
-        raw = await self.client.hgetall(keys.checkout_session_key(project_id, ref))
-        if not raw:
-            return CheckoutRecord(ref, project_id, "seen")
-        fields = {_text(k) or "": _text(v) or "" for k, v in raw.items()}
-        return CheckoutRecord(
-            ref,
-            project_id,
-            fields.get("state") or "claimable",
-            plan=fields.get("plan") or "",
-            created_ms=int(fields.get("created_ms") or 0),
-        )
-
-    @_unavailable_as_503
-    async def claim_checkout(
-        self, *, ref: str, project_name: str, key: KeyRecord, now_ms: int, window_ms: int
-    ) -> ClaimOutcome:
-        """Create the checkout's project with ``key`` and mark the checkout claimed, atomically.
-
-        The key record lives in its own slot, so it is written first: until the script
-        creates the project it points at nothing, and nobody has seen the key. If the script
-        refuses (a concurrent claim won, the window passed), the record is deleted again.
-        """
-        await self._write_key_record(key)
-        code: Any = await self._claim_checkout(
-            keys=[
-                keys.checkout_session_key(key.project_id, ref),
-                keys.project_key(key.project_id),
-                keys.project_api_keys_key(key.project_id),
-            ],
-            args=[now_ms, window_ms, project_name, key.created_at, key.key_hash, key.actor_id, key.project_id],
-        )
-        outcome = ClaimOutcome(int(code))
-        if outcome is not ClaimOutcome.CLAIMED:
-            await self.client.delete(keys.api_key_key(key.key_hash))
-        return outcome
-
-
-@dataclass(frozen=True)
-class CheckoutRecord:
-    """A checkout as the store holds it, under its reference (``keys.checkout_ref``).
-
-    ``state``: "seen" (webhook arrived, not indexed yet), "claimable" or "claimed".
-    """
-
-    ref: str
-    project_id: str | None
-    state: str
-    plan: str = ""
-    created_ms: int = 0
-
-
-class ClaimOutcome(enum.Enum):
-    CLAIMED = 0
-    NOT_INDEXED = 1
-    ALREADY_CLAIMED = 2
-    EXPIRED = 3

@@ -24,7 +24,8 @@ from jobs.context import use_embedded_server
 from jobs.queue import QUEUE_NAME
 from kv import keys
 from kv.connect import open_store
-from kv.store import ClaimOutcome, KeyRecord, Store
+from kv.records import ClaimOutcome, KeyRecord
+from kv.store import Store
 from receipts.apikeys import hash_api_key, new_api_key
 from receipts.ids import new_actor_id
 from receipts.limits import day_window, load_limits

@@ -21,7 +21,8 @@ import redis
 
 from kv.connect import open_store
 from kv.keys import checkout_ref, project_key, receipt_key
-from kv.store import ClaimOutcome, Store
+from kv.records import ClaimOutcome
+from kv.store import Store
 from receipts.errors import StoreUnavailable
 from receipts.ids import new_project_id, slot_tag
 from receipts.limits import load_limits
@@ -191,7 +192,7 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
     )
     assert assigned == project_id
     key = await create_project_key(cluster_store, project_name="operator", plan="pro")
-    from kv.store import KeyRecord
+    from kv.records import KeyRecord
     from receipts.apikeys import hash_api_key, new_api_key
 
     record = KeyRecord(hash_api_key(new_api_key()), project_id, "act_x", "basic", False, "2026-11-21T00:00:00.000Z")

@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
-from kv.store import KeyRecord, Store
+from kv.records import KeyRecord
+from kv.store import Store
 from receipts.errors import RateLimited, StoreUnavailable
 from receipts.limits import PlanLimits
 from receipts.model import parse_create_request

@@ -10,7 +10,8 @@ import orjson
 import redis.asyncio as aioredis
 
 from kv import keys
-from kv.store import Counter, IssueOutcome, Store
+from kv.records import Counter, IssueOutcome
+from kv.store import Store
 from receipts.ids import new_receipt_id
 from tests.conftest import auth, hash_of, index_field
 from web.keys_admin import create_project_key

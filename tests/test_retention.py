@@ -22,7 +22,8 @@ import redis.asyncio as aioredis
 
 from jobs.retention import DAY_MS, cutoff_ms, sweep, sweep_periodically
 from kv import keys
-from kv.store import Counter, IssueOutcome, Store
+from kv.records import Counter, IssueOutcome
+from kv.store import Store
 from receipts.ids import new_receipt_id
 from receipts.signing import KeyRing
 from tests import retention_fixtures

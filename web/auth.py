@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sanic import Request
 
-from kv.store import AuthOutcome, KeyRecord, Store
+from kv.records import AuthOutcome, KeyRecord
+from kv.store import Store
 from receipts.apikeys import hash_api_key, is_plausible_key
 from receipts.errors import Forbidden, Unauthorized
 from receipts.limits import Usage

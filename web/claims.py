@@ -26,7 +26,8 @@ from sanic.response import json as json_response
 from jobs.claims import JOB_FUNC, job_id_for
 from jobs.queue import enqueue
 from kv.keys import checkout_ref
-from kv.store import CheckoutRecord, ClaimOutcome, Counter, KeyRecord, Store
+from kv.records import CheckoutRecord, ClaimOutcome, Counter, KeyRecord
+from kv.store import Store
 from receipts.apikeys import hash_api_key, new_api_key
 from receipts.errors import (
     AlreadyClaimed,

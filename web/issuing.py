@@ -25,7 +25,8 @@ from typing import Any
 
 import orjson
 
-from kv.store import Counter, IssueItem, IssueOutcome, IssueResult, KeyRecord, Store
+from kv.records import Counter, IssueItem, IssueOutcome, IssueResult, KeyRecord
+from kv.store import Store
 from receipts import compact
 from receipts.errors import (
     ChainContention,

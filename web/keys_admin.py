@@ -6,7 +6,8 @@ import contextlib
 import time
 from typing import Any
 
-from kv.store import KeyRecord, Store
+from kv.records import KeyRecord
+from kv.store import Store
 from receipts.apikeys import hash_api_key, new_api_key
 from receipts.errors import StoreUnavailable
 from receipts.ids import is_project_id, new_actor_id, new_project_id

@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from sanic import Request
 
-from kv.store import AuthOutcome, AuthResult, Counter, KeyRecord, Store
+from kv.records import AuthOutcome, AuthResult, Counter, KeyRecord
+from kv.store import Store
 from receipts.errors import QuotaExceeded, RateLimited
 from receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
 from web.client_ip import ClientIpConfig, client_ip
