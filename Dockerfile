@@ -8,9 +8,11 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /build
 COPY pyproject.toml README.md service.py ./
 COPY receipts receipts
+COPY runtime runtime
 COPY kv kv
 COPY jobs jobs
 COPY web web
+COPY cli cli
 # Install the project to resolve its dependencies from pyproject.toml, then drop the project
 # itself: the final stage runs the source from /app.
 RUN python -m venv /venv \
@@ -29,9 +31,11 @@ COPY --from=deps /venv /venv
 WORKDIR /app
 COPY service.py ./
 COPY receipts receipts
+COPY runtime runtime
 COPY kv kv
 COPY jobs jobs
 COPY web web
+COPY cli cli
 COPY static static
 USER 10001:10001
 EXPOSE 8080

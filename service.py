@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from web.cli import main
+from cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

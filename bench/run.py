@@ -371,8 +371,8 @@ def redis_settings(url: str) -> str:
 
 
 async def _create_projects(url: str, prefix: str, count: int) -> list[dict[str, Any]]:
+    from kv.accounts import create_project_key
     from kv.connect import open_store
-    from web.keys_admin import create_project_key
 
     store = open_store(url)
     try:

@@ -17,7 +17,7 @@ from jobs.context import run_with_store
 from kv.keys import is_checkout_ref
 from kv.store import Store
 from receipts.ids import new_project_id
-from receipts.webhook_signature import PAID_PLANS
+from receipts.limits import PAID_PLANS
 
 JOB_FUNC = "jobs.claims.index_checkout"
 

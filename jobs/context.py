@@ -10,7 +10,7 @@ import fakeredis
 
 from kv.connect import open_store
 from kv.store import Store
-from web.config import load_settings
+from runtime.settings import load_settings
 
 T = TypeVar("T")
 _embedded_server: fakeredis.FakeServer | None = None

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from typing import Any
-
-import orjson
 
 from jobs.context import run_with_store
 from kv.store import Store
 from receipts.errors import StoreUnavailable
 from receipts.model import format_created_at
-from web.config import load_settings
+from runtime.settings import load_settings
 
 DAY_MS = 86_400_000
 SWEEP_JOB = "jobs.retention.sweep_expired"
@@ -73,41 +70,3 @@ async def sweep_periodically(store: Store, retention_days: float, interval_s: fl
         if task is not None and task.cancelling():
             raise asyncio.CancelledError
         await asyncio.sleep(interval_s)
-
-
-def expire_command() -> int:
-    """``python service.py expire``: the sweep, once, now; prints the JSON summary.
-
-    Exit status 0 done, 2 no ``REDIS_URL`` or the store is unreachable.
-    """
-    settings = load_settings()
-    if settings.embedded:
-        print(
-            "error: expire needs REDIS_URL. Without it the service uses the embedded store, which "
-            "lives inside the running server process (and keeps nothing past a restart), so "
-            "another process cannot sweep it",
-            file=sys.stderr,
-        )
-        return 2
-    from kv.connect import open_store
-
-    try:
-        store = open_store(settings.redis_url, cluster=settings.redis_cluster)
-    except ValueError:
-        # The URL may hold a password: say what is wrong without echoing it.
-        print("error: REDIS_URL is not a Redis URL (redis://, rediss:// or unix://)", file=sys.stderr)
-        return 2
-
-    async def run() -> dict[str, Any]:
-        try:
-            return await sweep(store, settings.retention_days)
-        finally:
-            await store.close()
-
-    try:
-        summary = asyncio.run(run())
-    except StoreUnavailable:
-        print("error: the store at REDIS_URL is unreachable (is Redis running?)", file=sys.stderr)
-        return 2
-    print(orjson.dumps(summary).decode())
-    return 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 import uuid
 
@@ -24,64 +23,12 @@ from rq.serializers import JSONSerializer
 
 from jobs.queue import QUEUE_NAME, open_queue
 from jobs.schedule import OWNER_TTL_MS, TICK_S, ScheduleOwner, ScheduleThread
-from web.config import load_settings
-from web.logs import configure_logging
-from web.metrics import count_job, start_metrics_listener
-
-EMBEDDED_MESSAGE = (
-    "error: the worker needs a real Redis: set REDIS_URL (the store its jobs work on; the queue "
-    "is JOBS_REDIS_URL, which defaults to REDIS_URL). Without REDIS_URL the service runs in "
-    "embedded mode, where jobs run inline inside the server process: there is no worker and no "
-    "schedule to run"
-)
-
-
-QUEUE_ON_CLUSTER_MESSAGE = (
-    "the job queue at JOBS_REDIS_URL (or REDIS_URL) is a Redis Cluster node; RQ cannot run on a "
-    "cluster: point JOBS_REDIS_URL at a plain, non-cluster Redis (see docs/cluster.md)"
-)
+from runtime.metrics import count_job
 
 
 def worker_name() -> str:
     """Unique per process, readable in ``rq info`` and in the schedule-owner lock."""
     return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-
-
-def worker_command(*, burst: bool = False) -> int:
-    """The ``worker`` verb. Exit status 0 after a clean stop, 2 configuration or connection error."""
-    settings = load_settings()
-    if settings.embedded or not settings.jobs_redis_url:
-        print(EMBEDDED_MESSAGE, file=sys.stderr)
-        return 2
-    try:
-        connection = redis.Redis.from_url(settings.jobs_redis_url)
-    except ValueError:
-        # The URL may hold a password: say what is wrong without echoing it.
-        print("error: JOBS_REDIS_URL (or REDIS_URL) is not a Redis URL", file=sys.stderr)
-        return 2
-    try:
-        connection.ping()
-        on_cluster = str(connection.info("cluster").get("cluster_enabled", 0)) == "1"
-    except redis.RedisError:
-        print("error: the job queue at JOBS_REDIS_URL (or REDIS_URL) is unreachable", file=sys.stderr)
-        return 2
-    finally:
-        connection.close()
-    if on_cluster:
-        print(f"error: {QUEUE_ON_CLUSTER_MESSAGE}", file=sys.stderr)
-        return 2
-    configure_logging(settings.log_format)
-    listener = (
-        start_metrics_listener(settings.metrics_host, settings.metrics_port)
-        if settings.metrics_port is not None
-        else None
-    )
-    try:
-        run_worker(settings.jobs_redis_url, burst=burst)
-    finally:
-        if listener is not None:
-            listener.stop()
-    return 0
 
 
 class MeasuredWorker(Worker):

@@ -14,17 +14,17 @@ from redis.exceptions import RedisError
 
 from kv import keys
 from kv.errors import UNAVAILABLE_ERRORS
-from kv.metrics import STORE_OPERATION_SECONDS, count_store_error
-from kv.tally import HistogramTally
 from receipts import compact
 from receipts.errors import CorruptRecord, StoreUnavailable
+from runtime.metrics import STORE_OPERATION_SECONDS, count_store_error
+from runtime.tally import HistogramTally
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
 def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Also the store's one measuring point: every operation's time and failures (kv.metrics)."""
+    """Also the store's one measuring point: every operation's time and failures (runtime.metrics)."""
     operation = func.__name__
     observe = HistogramTally(STORE_OPERATION_SECONDS.labels(operation)).observe
 

@@ -21,7 +21,6 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 from kv import keys
-from kv.health import NO_ACK, StoreAck
 from kv.link import FastLink, LuaScript, PyLink, link_for
 from kv.records import (
     KEY_RECORD_FIELDS,
@@ -43,6 +42,7 @@ from kv.records import (
 from kv.store_checkouts import CheckoutStore
 from kv.store_retention import RetentionStore
 from receipts.errors import StoreUnavailable
+from runtime.store_ack import NO_ACK, StoreAck
 
 LUA_DIR = Path(__file__).parent / "lua"
 

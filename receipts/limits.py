@@ -18,6 +18,9 @@ import orjson
 from receipts.model import format_created_at
 
 PLANS = ("free", "basic", "pro")
+"""Every plan a key can have; the one list the limits, the CLI, the claims and the API document use."""
+PAID_PLANS = ("basic", "pro")
+"""The plans a checkout sells (the free plan is claimed behind the human check)."""
 DEFAULT_LIMITS: dict[str, Any] = {
     "plans": {
         "free": {"per_minute": 60, "monthly": 1000},

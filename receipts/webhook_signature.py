@@ -24,6 +24,8 @@ from typing import Any, TypeGuard
 
 import orjson
 
+from receipts.limits import PAID_PLANS
+
 TOLERANCE_S = 300
 MAX_HEADER_LEN = 4096
 MAX_SIGNATURES = 16
@@ -31,7 +33,6 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _UNIX = re.compile(r"[0-9]{1,12}")
 _PROVIDER_ID = re.compile(r"[A-Za-z0-9_-]{1,255}")
 COMPLETED = "checkout.session.completed"
-PAID_PLANS = ("basic", "pro")
 
 
 class SignatureError(ValueError):

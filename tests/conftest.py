@@ -22,11 +22,11 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from kv.accounts import create_project_key
 from kv.store import Store
 from receipts.signing import KeyRing, load_key_ring
+from runtime.settings import Settings
 from web.app import create_app
-from web.config import Settings
-from web.keys_admin import create_project_key
 
 ASSETS = Path(__file__).parent / "assets"
 REPO = Path(__file__).resolve().parent.parent

@@ -12,9 +12,9 @@ import pytest
 
 from jobs.retention import DAY_MS
 from kv.store import Store
+from runtime.settings import Settings
 from tests.clock import Clock
 from web.app import create_app
-from web.config import Settings
 
 NOW = int(time.time() * 1000)
 OLD = NOW - 10 * DAY_MS

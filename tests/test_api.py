@@ -105,8 +105,8 @@ async def test_public_key_lists_active_and_retired_keys(client: Any, signing_key
 
 
 async def test_without_signing_key_public_key_and_create_are_500(store: Store, api_key: dict[str, Any]) -> None:
+    from runtime.settings import Settings
     from web.app import create_app
-    from web.config import Settings
 
     client = create_app(Settings(redis_url="redis://injected"), store=store).asgi_client
     _, response = await client.get("/v1/public-key")
@@ -249,7 +249,7 @@ async def test_idempotency_key_header(client: Any, api_key: dict[str, Any], stor
 
 
 async def test_replays_are_scoped_to_the_project(client: Any, store: Store, api_key: dict[str, Any]) -> None:
-    from web.keys_admin import create_project_key
+    from kv.accounts import create_project_key
 
     other = await create_project_key(store, project_name="other", plan="free")
     a = await create(client, api_key, {"input_hash": H1})
@@ -574,7 +574,7 @@ async def test_verify_branch_with_missing_prev(client: Any, api_key: dict[str, A
 
 
 async def test_verify_errors(client: Any, api_key: dict[str, Any], store: Store) -> None:
-    from web.keys_admin import create_project_key
+    from kv.accounts import create_project_key
 
     receipt = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
     other = await create_project_key(store, project_name="other", plan="free")
@@ -602,9 +602,9 @@ async def test_verify_errors(client: Any, api_key: dict[str, Any], store: Store)
 async def test_verify_receipt_signed_by_retired_key(client: Any, api_key: dict[str, Any], store: Store) -> None:
     """Rotate: a receipt signed by the old key still verifies once that key is retired."""
     from receipts.signing import load_key_ring
+    from runtime.settings import Settings
     from tests.conftest import ASSETS
     from web.app import create_app
-    from web.config import Settings
 
     old = create_app(
         Settings(redis_url="r", keyring=load_key_ring((ASSETS / "retired_signing_key.json").read_text())), store=store

@@ -17,20 +17,20 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
+from cli.client import hash_file
+from cli.verify import VerifyOptions, run_verify
+from kv.accounts import create_project_key
 from kv.store import Store
 from receipts.limits import load_limits
 from receipts.model import recompute_hash_or_none
 from receipts.signing import load_key_ring, new_key_set
+from runtime.settings import Settings
 from tests.clock import Clock
 from tests.conftest import auth, hash_of
 from tests.independent_verifier import verify as independent_verify
 from tests.independent_verifier import verify_chain_link
 from tests.servers import raw_json_member, run_cli
 from web.app import create_app
-from web.cli import hash_file
-from web.config import Settings
-from web.keys_admin import create_project_key
-from web.offline_verify import VerifyOptions, run_verify
 
 BUNDLE_MEMBERS = ["format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete"]
 

@@ -16,9 +16,9 @@ import pytest
 
 from kv.store import Store
 from receipts.signing import KeyRing
+from runtime.settings import Settings
 from tests.conftest import missing_binary
 from web.app import create_app
-from web.config import Settings
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 WIDGET = "https://widget.example.test/v0/api.js"

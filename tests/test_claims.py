@@ -39,6 +39,7 @@ from receipts.webhook_signature import (
     signature_header,
     verify_signature,
 )
+from runtime.settings import ClientIpConfig, Settings
 from tests.clock import Clock, ms
 from tests.conftest import auth, free_port, hash_of
 from tests.fake_providers import (
@@ -55,8 +56,6 @@ from tests.fake_providers import (
 )
 from web import human_check
 from web.app import create_app
-from web.client_ip import ClientIpConfig
-from web.config import Settings
 
 SECRET = "whsec_current_0123456789"
 OLD_SECRET = "whsec_previous_9876543210"

@@ -19,6 +19,7 @@ import orjson
 import pytest
 import redis
 
+from kv.accounts import create_project_key, reissue_project_key
 from kv.connect import open_store
 from kv.keys import checkout_ref, project_key, receipt_key
 from kv.records import ClaimOutcome
@@ -27,12 +28,11 @@ from receipts.errors import StoreUnavailable
 from receipts.ids import new_project_id, slot_tag
 from receipts.limits import load_limits
 from receipts.signing import KeyRing
+from runtime.settings import CLUSTER_NEEDS_JOBS_REDIS, ConfigError, Settings, load_settings
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
 from tests.conftest import RedisServer, auth, hash_of
 from tests.servers import RAISED_LIMITS, ServicePool, run_cli
 from web.app import create_app
-from web.config import CLUSTER_NEEDS_JOBS_REDIS, ConfigError, Settings, load_settings
-from web.keys_admin import create_project_key, reissue_project_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 

@@ -171,7 +171,8 @@ def test_signature_encoding_is_not_malleable(keyring: object) -> None:
     ("argv", "port"), [([], 8000), (["--port", "9123"], 9123), (["serve", "--port", "9124"], 9124)]
 )
 def test_bare_options_mean_serve(monkeypatch: pytest.MonkeyPatch, argv: list[str], port: int) -> None:
-    from web import cli
+    from cli import main as cli
+    from cli import serve
 
     monkeypatch.delenv("PORT", raising=False)
     seen: list[int] = []
@@ -180,7 +181,7 @@ def test_bare_options_mean_serve(monkeypatch: pytest.MonkeyPatch, argv: list[str
         seen.append(getattr(args, "port", -1))
         return 0
 
-    monkeypatch.setattr(cli, "_serve", fake_serve)
+    monkeypatch.setattr(serve, "serve", fake_serve)
     assert cli.main(argv) == 0
     assert seen == [port]
 

@@ -24,14 +24,14 @@ import orjson
 import pytest
 from sanic.config import DEFAULT_CONFIG
 
+from cli.main import _parser
+from runtime.settings import load_settings
 from tests.conftest import REPO, hash_of
 from tests.servers import ServicePool, run_cli, service_pool_fixture
-from web.cli import _parser
-from web.config import load_settings
 
 FLY = tomllib.loads((REPO / "fly.toml").read_text())
 FLY_ENV: dict[str, str] = FLY["env"]
-CODE_DIRS = ("receipts", "kv", "jobs", "web")
+CODE_DIRS = ("receipts", "runtime", "kv", "jobs", "web", "cli")
 service_factory = service_pool_fixture()
 
 
@@ -210,7 +210,7 @@ def image_copies() -> list[str]:
 def test_image_holds_only_what_runs() -> None:
     copied = image_copies()
     assert "service.py" in copied
-    assert {"receipts", "kv", "jobs", "web", "static"} <= set(copied)
+    assert {"receipts", "runtime", "kv", "jobs", "web", "cli", "static"} <= set(copied)
     for unwanted in ("tests", "docs", "bench", ".", ".git", ".venv"):
         assert unwanted not in copied, f"the image copies {unwanted}"
     ignored = (REPO / ".dockerignore").read_text().splitlines()

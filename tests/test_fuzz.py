@@ -34,17 +34,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kv.accounts import create_project_key
 from kv.store import Store
 from receipts.limits import load_limits
 from receipts.signing import KeyRing
 from receipts.webhook_signature import signature_header
+from runtime.settings import ClientIpConfig, Settings
 from tests.conftest import RedisServer, auth, hash_of
 from tests.fake_providers import FakeHumanCheck
 from tests.servers import RAISED_LIMITS, ServicePool, ServiceProcess, create_key_cli, service_pool_fixture
 from web.app import create_app
-from web.client_ip import ClientIpConfig
-from web.config import Settings
-from web.keys_admin import create_project_key
 
 EXAMPLES = 200
 SOCKET_EXAMPLES = 60

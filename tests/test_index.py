@@ -10,11 +10,11 @@ import orjson
 import redis.asyncio as aioredis
 
 from kv import keys
+from kv.accounts import create_project_key
 from kv.records import Counter, IssueOutcome
 from kv.store import Store
 from receipts.ids import new_receipt_id
 from tests.conftest import auth, hash_of, index_field
-from web.keys_admin import create_project_key
 
 
 async def plant(store: Store, project_id: str, tip: str | None, n: int) -> dict[str, str]:

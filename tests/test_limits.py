@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from kv import keys
+from kv.accounts import create_project_key
 from kv.store import Store
 from receipts.limits import (
     DEFAULT_LIMITS,
@@ -19,13 +20,11 @@ from receipts.limits import (
     ratelimit_headers,
 )
 from receipts.signing import KeyRing
+from runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
 from tests.clock import Clock, ms
 from tests.conftest import auth, hash_of
 from web import receipts_api
 from web.app import create_app
-from web.client_ip import ClientIpConfig
-from web.config import ConfigError, Settings, load_settings
-from web.keys_admin import create_project_key
 
 
 @pytest.fixture

@@ -268,9 +268,9 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
     it: one more)."""
     import orjson
 
+    from kv.accounts import create_project_key
     from tests.conftest import auth, hash_of
     from web.app import create_app
-    from web.keys_admin import create_project_key
 
     store = Store(aioredis.from_url(redis_url))
     client = create_app(settings, store=store).asgi_client

@@ -27,13 +27,13 @@ import pytest
 import redis
 
 from receipts.signing import KeyRing
+from runtime import logs
+from runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
 from tests.conftest import auth, hash_of
 from tests.fake_providers import checkout_event, event_bytes, signed_webhook
 from tests.servers import RAISED_LIMITS, ServicePool, create_key_cli, run_cli, service_pool_fixture
-from web import logs
+from web import access_log
 from web.app import create_app
-from web.client_ip import ClientIpConfig
-from web.config import ConfigError, Settings, load_settings
 
 service_factory = service_pool_fixture()
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
@@ -91,10 +91,10 @@ def test_format_ts_is_utc_with_milliseconds() -> None:
 
 def test_paths_are_cut_and_key_shapes_masked() -> None:
     key = "eps_" + "Ab-_" * 10 + "xyz"
-    assert logs.mask_path(f"/v1/receipts/{key}") == "/v1/receipts/eps_[masked]"
-    assert logs.mask_path("/v1/receipts/rcpt_01ABC") == "/v1/receipts/rcpt_01ABC"
-    long = logs.mask_path("/" + "a" * 5000)
-    assert len(long) == logs.PATH_LIMIT + 3 and long.endswith("...")
+    assert access_log.mask_path(f"/v1/receipts/{key}") == "/v1/receipts/eps_[masked]"
+    assert access_log.mask_path("/v1/receipts/rcpt_01ABC") == "/v1/receipts/rcpt_01ABC"
+    long = access_log.mask_path("/" + "a" * 5000)
+    assert len(long) == access_log.PATH_LIMIT + 3 and long.endswith("...")
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def restore_logging() -> Iterator[None]:
 def test_json_mode_sends_every_logger_through_one_formatter(
     restore_logging: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from web.config import warn
+    from runtime.settings import warn
 
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
@@ -177,12 +177,14 @@ def test_request_lines_of_one_loop_turn_leave_in_one_write_even_unbuffered(
 
     async def one_turn() -> None:
         for n in range(5):
-            logs.log_request(_FakeRequest(f"/v1/receipts/rcpt_{n}"), "receipts.get_receipt", 200, 0.001, ip_config)
+            access_log.log_request(
+                _FakeRequest(f"/v1/receipts/rcpt_{n}"), "receipts.get_receipt", 200, 0.001, ip_config
+            )
         assert raw.chunks == []  # nothing written during the turn
         await asyncio.sleep(0)  # the turn ends: the flush runs
         await asyncio.sleep(0)
         assert len(raw.chunks) == 1
-        logs.log_request(_FakeRequest("/v1/receipts/rcpt_5"), "receipts.get_receipt", 200, 0.001, ip_config)
+        access_log.log_request(_FakeRequest("/v1/receipts/rcpt_5"), "receipts.get_receipt", 200, 0.001, ip_config)
         logging.getLogger("eps.audit").warning("receipt deleted")  # another record: after the pending line
 
     asyncio.run(one_turn())
@@ -373,14 +375,14 @@ def test_request_lines_skip_the_logging_machinery_with_the_same_fields(
     logs.configure_logging("json")
     ctx = SimpleNamespace(request_id="req_test", plan="pro", project_id="prj_x", client_ip="203.0.113.9")
     request = SimpleNamespace(ctx=ctx, method="GET", path="/v1/receipts/eps_" + "k" * 30)
-    logs.log_request(request, "receipts.get_receipt", 200, 0.0012345, ClientIpConfig())
+    access_log.log_request(request, "receipts.get_receipt", 200, 0.0012345, ClientIpConfig())
     direct = raw.getvalue()
     records: list[logging.LogRecord] = []
     capture = logging.Handler()
     capture.emit = records.append  # type: ignore[method-assign]
     logging.root.addHandler(capture)
     try:
-        logs.log_request(request, "receipts.get_receipt", 200, 0.0012345, ClientIpConfig())
+        access_log.log_request(request, "receipts.get_receipt", 200, 0.0012345, ClientIpConfig())
     finally:
         logging.root.removeHandler(capture)
     through_logging = raw.getvalue()[len(direct) :]
@@ -432,7 +434,7 @@ def test_a_client_that_hangs_up_mid_request_is_recorded_as_499_not_as_a_server_e
     ("method", "path", "status", "code"),
     [
         ("get", "/static/..%2fweb%2fconfig.py", 404, "not_found"),
-        ("get", "/static/%2e%2e/web/config.py", 404, "not_found"),
+        ("get", "/static/%2e%2e/runtime/settings.py", 404, "not_found"),
         ("get", "/static/no-such-file.js", 404, "not_found"),
         ("get", "/static/..%2f..%2fetc%2fpasswd", 404, "not_found"),
         ("delete", "/static/verify.js", 405, "method_not_allowed"),

@@ -29,17 +29,16 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from jobs.queue import QUEUE_NAME
-from kv import tally
+from kv.accounts import create_project_key
 from kv.store import Store
 from receipts.errors import StoreUnavailable
 from receipts.limits import load_limits
 from receipts.signing import KeyRing
+from runtime import metrics, tally
+from runtime.settings import ConfigError, Settings, load_settings
 from tests.conftest import auth, free_port, hash_of
 from tests.servers import ServicePool, clean_env, create_key_cli, service_pool_fixture
-from web import metrics
 from web.app import create_app
-from web.config import ConfigError, Settings, load_settings
-from web.keys_admin import create_project_key
 
 service_factory = service_pool_fixture()
 TOKEN = "metrics-token-for-tests-0123456789"
@@ -210,7 +209,7 @@ async def test_the_request_hook_resolves_labels_once(
 
 
 def test_batched_values_expose_exactly_what_prometheus_would() -> None:
-    """kv/tally.py writes into prometheus-client's own bucket and sum values: after a flush
+    """runtime/tally.py writes into prometheus-client's own bucket and sum values: after a flush
     the exposition is the one ``observe``/``inc`` would have given, bounds included."""
     bounds = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
     amounts = [0.0, 0.001, 0.0010001, 0.0025, 0.003, 0.01, 0.7, 9.99, 10.0, 10.5, 1e6, *bounds]
@@ -355,7 +354,7 @@ def test_two_workers_are_summed_in_one_scrape(
     assert sum(served_by.values()) == sent
 
     # Each worker folds its request-path values into its files at most tally.FLUSH_S after
-    # a request (kv/tally.py): scrape until the sum is complete, for a bounded time.
+    # a request (runtime/tally.py): scrape until the sum is complete, for a bounded time.
     deadline = time.monotonic() + 10 * tally.FLUSH_S
     while True:
         scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)

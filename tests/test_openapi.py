@@ -20,9 +20,9 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
 from kv.store import Store
 from receipts.model import RECEIPT_FIELDS
+from runtime.settings import Settings
 from tests.conftest import auth, hash_of
 from web.app import create_app
-from web.config import Settings
 from web.openapi import DOCUMENT, ERROR_CODES, document_for
 
 UNDOCUMENTED_PREFIXES = ("/static/",)

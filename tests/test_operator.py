@@ -13,15 +13,15 @@ from typing import Any
 import orjson
 import pytest
 
+from cli import admin as cli
+from kv.accounts import ProjectNameTaken, create_project_key
 from kv.store import Store
 from receipts.limits import load_limits
 from receipts.signing import KeyRing
+from runtime.settings import Settings
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of
-from web import cli
 from web.app import create_app
-from web.config import Settings
-from web.keys_admin import ProjectNameTaken, create_project_key
 
 CONTACT = "abuse@receipts.example"
 

@@ -22,10 +22,12 @@ import redis.asyncio as aioredis
 
 from jobs.retention import DAY_MS, cutoff_ms, sweep, sweep_periodically
 from kv import keys
+from kv.accounts import create_project_key
 from kv.records import Counter, IssueOutcome
 from kv.store import Store
 from receipts.ids import new_receipt_id
 from receipts.signing import KeyRing
+from runtime.settings import Settings
 from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of, index_field
@@ -33,8 +35,6 @@ from tests.old_layout import plant_old_receipt
 from tests.retention_fixtures import NOW, OLD
 from tests.servers import clean_env, run_cli
 from web.app import create_app
-from web.config import Settings
-from web.keys_admin import create_project_key
 
 app = retention_fixtures.app  # the shared retention-window fixture
 

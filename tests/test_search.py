@@ -12,15 +12,15 @@ import pytest
 
 from jobs.retention import DAY_MS, sweep
 from kv import keys
+from kv.accounts import create_project_key
 from kv.store import Store
 from receipts.limits import load_limits
+from runtime.settings import Settings
 from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import auth, hash_of, index_field, index_ids
 from tests.retention_fixtures import NOW, OLD
 from web.app import create_app
-from web.config import Settings
-from web.keys_admin import create_project_key
 
 app = retention_fixtures.app
 clock = retention_fixtures.clock  # the shared retention-window fixtures

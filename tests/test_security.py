@@ -34,16 +34,16 @@ import orjson
 import pytest
 import redis
 
+from kv.accounts import create_project_key
 from kv.store import Store
 from receipts import compact
 from receipts.apikeys import hash_api_key
 from receipts.signing import KeyRing
+from runtime.settings import Settings
 from tests.conftest import ASSETS, REPO, RedisServer, auth, hash_of
 from tests.fake_providers import PASS, FakeHumanCheck, checkout_event, event_bytes, signed_webhook
 from tests.servers import ServicePool, create_key_cli, run_cli, service_pool_fixture
 from web.app import create_app
-from web.config import Settings
-from web.keys_admin import create_project_key
 
 H = hash_of("shared-input")
 SIGNING_KEYS = (ASSETS / "signing_keys.json").read_text()

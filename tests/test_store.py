@@ -10,11 +10,11 @@ import pytest
 from redis.crc import key_slot
 
 from kv import keys
+from kv.accounts import create_project_key
 from kv.records import Counter, IssueOutcome
 from kv.store import Store
 from receipts.ids import new_project_id, new_receipt_id, receipt_slot_tag, slot_tag
 from tests.conftest import hash_of
-from web.keys_admin import create_project_key
 
 LUA = Path(__file__).resolve().parent.parent / "kv" / "lua"
 

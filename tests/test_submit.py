@@ -13,10 +13,11 @@ import httpx
 import orjson
 import pytest
 
+from cli.client import hash_file
+from cli.main import _parser
+from cli.submit import submit_command
 from tests.conftest import REPO, auth
 from tests.servers import create_key_cli, run_cli, service_pool_fixture
-from web.cli import _parser, hash_file
-from web.submit import submit_command
 
 service_factory = service_pool_fixture()
 

@@ -34,10 +34,10 @@ from receipts.model import (
     verify_receipt,
 )
 from receipts.signing import KeyRing, load_key_ring
+from runtime.settings import Settings
 from tests import independent_verifier as iv
 from tests.conftest import ASSETS, REPO, auth, hash_of
 from web.app import create_app
-from web.config import Settings
 
 DOC = REPO / "docs" / "receipt-format.md"
 VECTORS = orjson.loads((ASSETS / "receipt_vectors.json").read_bytes())

@@ -19,16 +19,19 @@ from jobs.context import use_embedded_server
 from jobs.queue import open_queue
 from jobs.retention import sweep_periodically
 from kv.connect import open_store
-from kv.health import StoreAckError, check_store_at_startup
+from kv.health import check_store_at_startup
 from kv.store import Store
+from runtime.logs import configure_logging, flush_request_lines, install_sanic_log_filters
+from runtime.metrics import observe_request, release_worker_metrics
+from runtime.settings import Settings, load_settings, warn
+from runtime.store_ack import StoreAckError
 from web import bundles, claims, info, openapi, pages, receipts_api, sanic_fixes, search, usage
-from web.config import Settings, load_settings, warn
+from web.access_log import log_request
 from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
+from web.http_metrics import add_metrics_route, route_label
 from web.issuing import ReceiptIssuer
 from web.limiting import Limiter
-from web.logs import configure_logging, flush_request_lines, install_sanic_log_filters, log_request
-from web.metrics import add_metrics_route, observe_request, release_worker_metrics, route_label
 from web.request_ids import request_id_of
 
 sanic_fixes.fast_header_values()

@@ -90,7 +90,7 @@ async def authenticate_limited(request: Request) -> KeyRecord:
 
 
 def _accept(request: Request, record: KeyRecord) -> None:
-    # For the request's log line (web.logs): who asked, never with what key.
+    # For the request's log line (web.access_log): who asked, never with what key.
     request.ctx.plan = record.plan
     request.ctx.project_id = record.project_id
     refuse_suspended(record, request.app.ctx.clock_ms(), request.app.ctx.settings.operator_contact)

@@ -25,6 +25,7 @@ from sanic.response import json as json_response
 
 from jobs.claims import JOB_FUNC, job_id_for
 from jobs.queue import enqueue
+from kv.accounts import create_project_key
 from kv.keys import checkout_ref
 from kv.records import CheckoutRecord, ClaimOutcome, Counter, KeyRecord
 from kv.store import Store
@@ -54,11 +55,10 @@ from receipts.webhook_signature import (
     parse_payment_event,
     verify_signature,
 )
+from runtime.settings import Settings
 from web import human_check
 from web.bodies import check_body_size, json_body
 from web.client_ip import client_ip
-from web.config import Settings
-from web.keys_admin import create_project_key
 from web.limiting import minute_counter, rate_limited
 from web.templating import TEMPLATES
 

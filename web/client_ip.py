@@ -11,15 +11,10 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from dataclasses import dataclass
 
 from sanic import Request
 
-
-@dataclass(frozen=True)
-class ClientIpConfig:
-    real_ip_header: str | None = None
-    proxies_count: int = 0
+from runtime.settings import ClientIpConfig
 
 
 @functools.lru_cache(maxsize=8192)

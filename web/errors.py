@@ -18,7 +18,8 @@ from receipts.errors import (
     PayloadTooLarge,
     ServiceError,
 )
-from web.metrics import count_corrupt_record, route_label
+from runtime.metrics import count_corrupt_record
+from web.http_metrics import route_label
 from web.request_ids import request_id_of
 
 log = logging.getLogger("eps.errors")

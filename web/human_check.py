@@ -18,7 +18,7 @@ import httpx
 import orjson
 from sanic import Request
 
-from web.client_ip import ClientIpConfig
+from runtime.settings import ClientIpConfig
 
 TIMEOUT_S = 5.0
 """Whole-call deadline (connect, send, answer). Tests lower it."""

@@ -54,8 +54,8 @@ from receipts.model import (
     replay_key,
 )
 from receipts.signing import KeyRing
+from runtime.metrics import count_receipt
 from web.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
-from web.metrics import count_receipt
 
 MAX_ATTEMPTS = 32
 TIP_CACHE_SIZE = 10_000

@@ -16,8 +16,9 @@ from kv.records import AuthOutcome, AuthResult, Counter, KeyRecord
 from kv.store import Store
 from receipts.errors import QuotaExceeded, RateLimited
 from receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
-from web.client_ip import ClientIpConfig, client_ip
-from web.metrics import count_refusal
+from runtime.metrics import count_refusal
+from runtime.settings import ClientIpConfig
+from web.client_ip import client_ip
 
 MINUTE_S = 60
 
@@ -27,7 +28,7 @@ def minute_counter(window: Window, limit: int) -> Counter:
 
 
 def rate_limited(usage: Usage, message: str) -> RateLimited:
-    """The 429 for a full ``usage`` window; counted in ``eps_limit_refusals_total`` (web.metrics)."""
+    """The 429 for a full ``usage`` window; counted in ``eps_limit_refusals_total`` (runtime.metrics)."""
     count_refusal(usage.policy)
     headers = {"Retry-After": str(usage.window.retry_after_s), **ratelimit_headers([usage])}
     return RateLimited(

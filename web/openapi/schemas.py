@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from receipts.limits import PLANS
 from receipts.model import (
     MAX_TAG_KEY_LEN,
     MAX_TAG_VALUE_LEN,
@@ -49,7 +50,7 @@ SCHEMAS: dict[str, Any] = {
         "enum": list(RECEIPT_KINDS),
         "description": "Document-level template; part of the idempotency key, not of the signed payload.",
     },
-    "Plan": {"type": "string", "enum": ["free", "basic", "pro"]},
+    "Plan": {"type": "string", "enum": list(PLANS)},
     "ApiKey": _string(
         "`eps_` + 43 base64url characters (256 random bits). Shown once; the service keeps only its SHA-256.",
         pattern="^eps_[A-Za-z0-9_-]{43}$",

@@ -21,17 +21,13 @@ from typing import Any
 import orjson
 
 from receipts.model import format_created_at
-from web.client_ip import ClientIpConfig, client_ip
-from web.request_ids import request_id_of
 
 request_log = logging.getLogger("eps.request")
 LOG_LEVEL = logging.INFO
-PATH_LIMIT = 512
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 SANIC_LOGGERS = ("sanic.root", "sanic.error", "sanic.access", "sanic.server", "sanic.websockets")
 QUIET_LOGGERS = ("httpx", "httpcore")
 """Libraries that log every outgoing call at INFO: kept to warnings."""
-API_KEY_SHAPE = re.compile(r"eps_[A-Za-z0-9_-]{16,}")
 _state = {"json": False}
 
 
@@ -194,32 +190,12 @@ def json_logging() -> bool:
     return _state["json"]
 
 
-def mask_path(path: str) -> str:
-    """The path as logged: cut to ``PATH_LIMIT`` characters, API-key-shaped segments masked."""
-    if len(path) > PATH_LIMIT:
-        path = path[:PATH_LIMIT] + "..."
-    if "eps_" in path:
-        path = API_KEY_SHAPE.sub("eps_[masked]", path)
-    return path
+def write_request_line(fields: dict[str, Any]) -> None:
+    """Write one request's log line (``fields`` built by the HTTP server, ``web.access_log``).
 
-
-def log_request(request: Any, route: str, status: int, duration_s: float, ip_config: ClientIpConfig) -> None:
-    """The request's one log line (skipped cheaply when INFO is not enabled)."""
-    if not request_log.isEnabledFor(LOG_LEVEL):
-        return
-    ctx = request.ctx
-    fields = {
-        "event": "request",
-        "request_id": request_id_of(request),
-        "method": str(request.method)[:16],
-        "route": route,
-        "path": mask_path(request.path),
-        "status": status,
-        "duration_ms": round(duration_s * 1000, 3),
-        "plan": getattr(ctx, "plan", None),
-        "project_id": getattr(ctx, "project_id", None),
-        "client_ip": getattr(ctx, "client_ip", None) or client_ip(request, ip_config),
-    }
+    In JSON mode, when our handler alone receives ``eps.request`` records, the line skips the
+    logging machinery (``_direct_buffer``) and is written with the rest of its event-loop turn.
+    """
     buffer = _direct_buffer()
     if buffer is not None:
         line = json_entry(time.time(), "info", request_log.name, "request", _Direct.pid, fields)

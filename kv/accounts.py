@@ -11,9 +11,8 @@ from kv.store import Store
 from receipts.apikeys import hash_api_key, new_api_key
 from receipts.errors import StoreUnavailable
 from receipts.ids import is_project_id, new_actor_id, new_project_id
+from receipts.limits import PLANS
 from receipts.model import format_created_at
-
-PLANS = ("free", "basic", "pro")
 
 
 class ProjectNameTaken(Exception):

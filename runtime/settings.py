@@ -8,11 +8,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kv.health import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 from receipts.limits import Limits, LimitsError, load_limits
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
-from web.client_ip import ClientIpConfig
-from web.logs import json_logging
+from runtime.logs import json_logging
+from runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 
 EMPTY_KEY_RING = KeyRing(keys={}, active_kid=None, active_signer=None)
 DEFAULT_HUMAN_CHECK_VERIFY_URL = "https://challenges.cloudflare.com/turnstile/v0/siteverify"
@@ -20,6 +19,15 @@ DEFAULT_HUMAN_CHECK_SCRIPT_URL = "https://challenges.cloudflare.com/turnstile/v0
 DEFAULT_OPERATOR_CONTACT = "the operator (OPERATOR_CONTACT is not set)"
 DEFAULT_METRICS_HOST = "127.0.0.1"
 LOG_FORMATS = ("json", "text")
+
+
+@dataclass(frozen=True)
+class ClientIpConfig:
+    """Which client a request counts as (``web.client_ip``): a trusted proxy header
+    (``REAL_IP_HEADER``), or ``X-Forwarded-For`` with ``PROXIES_COUNT`` trusted proxies."""
+
+    real_ip_header: str | None = None
+    proxies_count: int = 0
 
 
 class ConfigError(ValueError):

@@ -18,9 +18,6 @@ or a key. The request hook looks each label set up once and keeps the bound ``in
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
 import logging
 import os
 import socket
@@ -40,11 +37,9 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client import multiprocess as prometheus_multiprocess
-from sanic import HTTPResponse, Request
-from sanic import exceptions as sanic_errors
 
-from kv import tally
-from kv.tally import CounterTally, HistogramTally
+from runtime import tally
+from runtime.tally import CounterTally, HistogramTally
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 UNMATCHED = "unmatched"
@@ -53,6 +48,7 @@ OTHER = "other"
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 JOB_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0)
 SCRAPE_TIMEOUT_S = 10
+STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 log = logging.getLogger("eps.metrics")
 # The *_created series double every counter for nothing a dashboard here uses (and
@@ -94,22 +90,27 @@ CORRUPT_RECORDS = Counter(
     ["route"],
 )
 
-_route_labels: dict[str, str] = {}
+STORE_OPERATION_SECONDS = Histogram(
+    "eps_store_operation_duration_seconds",
+    "Time of one Store operation (one script or a few commands), by Store method",
+    ["operation"],
+    buckets=STORE_BUCKETS,
+)
+STORE_ERRORS = Counter(
+    "eps_store_errors",
+    "Store operations that failed, by Store method and error kind (Redis error class or not_acknowledged)",
+    ["operation", "kind"],
+)
+
+
+def count_store_error(operation: str, kind: str) -> None:
+    """Count one failed operation (only on the failure path, so ``labels`` is fine here)."""
+    STORE_ERRORS.labels(operation, kind).inc()
+
+
 _request_counters: dict[tuple[str, str, int], Callable[[], None]] = {}
 _request_timers: dict[str, Callable[[float], None]] = {}
 _receipt_counters: dict[tuple[bool, str], Callable[[], None]] = {}
-
-
-def route_label(request: Any) -> str:
-    """The route's name without the app's prefix (``receipts.create_receipt``), or ``unmatched``."""
-    route = getattr(request, "route", None)
-    if route is None:
-        return UNMATCHED
-    name: str = route.name
-    label = _route_labels.get(name)
-    if label is None:
-        label = _route_labels[name] = name.partition(".")[2] or name
-    return label
 
 
 def observe_request(route: str, method: str, status: int, duration_s: float) -> None:
@@ -253,35 +254,3 @@ class MetricsListener:
 def start_metrics_listener(host: str, port: int) -> MetricsListener:
     """Bind now (``OSError`` if the port is taken) and serve in the background."""
     return MetricsListener(host, port).start()
-
-
-# --- GET /metrics on the main port, behind METRICS_TOKEN ------------------------------------
-
-ALL_METHODS = sorted(METHODS)
-
-
-def add_metrics_route(app: Any, token: str) -> None:
-    """``GET /metrics`` for ``Authorization: Bearer <token>``; anything else is the plain 404
-    of an unknown path (any method, so no 405 tells that the path exists)."""
-    from web.auth import bearer_token  # web.auth -> web.limiting -> this module
-
-    expected = hashlib.sha256(token.encode()).digest()
-
-    async def metrics(request: Request) -> HTTPResponse:
-        presented = bearer_token(request) if request.method == "GET" else None
-        offered = hashlib.sha256((presented or "").encode()).digest()
-        if not hmac.compare_digest(offered, expected):
-            raise sanic_errors.NotFound()
-        body = await asyncio.to_thread(render_metrics)
-        return HTTPResponse(body, content_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
-
-    def unknown_method(request: Request, exception: Exception) -> HTTPResponse:
-        # A method no route lists (BREW, TRACE) is a 405 on a known path but a 404 on an
-        # unknown one: /metrics must answer like the unknown path.
-        if request.path == "/metrics":
-            exception = sanic_errors.NotFound()
-        response: HTTPResponse = app.error_handler.default(request, exception)
-        return response
-
-    app.add_route(metrics, "/metrics", methods=ALL_METHODS, name="metrics")
-    app.error_handler.add(sanic_errors.MethodNotAllowed, unknown_method)

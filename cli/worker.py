@@ -1,0 +1,108 @@
+"""``worker`` (background jobs and their schedule, on RQ) and ``expire`` (one retention sweep, now).
+
+Both need ``REDIS_URL``: in embedded mode jobs run inline inside the server process. RQ,
+redis and the store are imported only when a verb runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+import orjson
+
+from cli.stores import run_on_store
+from runtime.settings import load_settings
+
+if TYPE_CHECKING:
+    from kv.store import Store
+
+EMBEDDED_MESSAGE = (
+    "error: the worker needs a real Redis: set REDIS_URL (the store its jobs work on; the queue "
+    "is JOBS_REDIS_URL, which defaults to REDIS_URL). Without REDIS_URL the service runs in "
+    "embedded mode, where jobs run inline inside the server process: there is no worker and no "
+    "schedule to run"
+)
+
+
+QUEUE_ON_CLUSTER_MESSAGE = (
+    "the job queue at JOBS_REDIS_URL (or REDIS_URL) is a Redis Cluster node; RQ cannot run on a "
+    "cluster: point JOBS_REDIS_URL at a plain, non-cluster Redis (see docs/cluster.md)"
+)
+
+EXPIRE_NEEDS_REDIS = (
+    "error: expire needs REDIS_URL. Without it the service uses the embedded store, which "
+    "lives inside the running server process (and keeps nothing past a restart), so "
+    "another process cannot sweep it"
+)
+
+
+def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    worker = verbs.add_parser("worker", help="run background jobs and their schedule (needs REDIS_URL)")
+    worker.add_argument("--burst", action="store_true", help="run the jobs queued now, then exit (no schedule)")
+    worker.set_defaults(run=worker_command)
+    expire = verbs.add_parser(
+        "expire", help="run the retention sweep once, now; prints a JSON summary (needs REDIS_URL)"
+    )
+    expire.set_defaults(run=expire_command)
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    """The ``worker`` verb. Exit status 0 after a clean stop, 2 configuration or connection error."""
+    import redis
+
+    from jobs.worker import run_worker
+    from runtime.logs import configure_logging
+    from runtime.metrics import start_metrics_listener
+
+    settings = load_settings()
+    if settings.embedded or not settings.jobs_redis_url:
+        print(EMBEDDED_MESSAGE, file=sys.stderr)
+        return 2
+    try:
+        connection = redis.Redis.from_url(settings.jobs_redis_url)
+    except ValueError:
+        # The URL may hold a password: say what is wrong without echoing it.
+        print("error: JOBS_REDIS_URL (or REDIS_URL) is not a Redis URL", file=sys.stderr)
+        return 2
+    try:
+        connection.ping()
+        on_cluster = str(connection.info("cluster").get("cluster_enabled", 0)) == "1"
+    except redis.RedisError:
+        print("error: the job queue at JOBS_REDIS_URL (or REDIS_URL) is unreachable", file=sys.stderr)
+        return 2
+    finally:
+        connection.close()
+    if on_cluster:
+        print(f"error: {QUEUE_ON_CLUSTER_MESSAGE}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format)
+    listener = (
+        start_metrics_listener(settings.metrics_host, settings.metrics_port)
+        if settings.metrics_port is not None
+        else None
+    )
+    try:
+        run_worker(settings.jobs_redis_url, burst=args.burst)
+    finally:
+        if listener is not None:
+            listener.stop()
+    return 0
+
+
+def expire_command(args: argparse.Namespace) -> int:
+    """``python service.py expire``: the sweep, once, now; prints the JSON summary.
+
+    Exit status 0 done, 2 no ``REDIS_URL`` or the store is unreachable.
+    """
+    from jobs.retention import sweep
+
+    settings = load_settings()
+
+    async def run(store: Store) -> int:
+        summary = await sweep(store, settings.retention_days)
+        print(orjson.dumps(summary).decode())
+        return 0
+
+    return run_on_store(settings, EXPIRE_NEEDS_REDIS, run)

@@ -1,0 +1,1 @@
+"""What every process shares: settings from the environment, logging, metrics."""
