@@ -54,20 +54,6 @@ class MethodNotAllowed(ServiceError):
     status = 405
 
 
-class RateLimited(ServiceError):
-    """A per-minute (or per-day) limit is used up; ``Retry-After`` says when it resets."""
-
-    code = "rate_limited"
-    status = 429
-
-
-class QuotaExceeded(ServiceError):
-    """The monthly receipt quota is used up; ``Retry-After`` points at the next month."""
-
-    code = "quota_exceeded"
-    status = 429
-
-
 class IdempotencyConflict(ServiceError):
     code = "idempotency_conflict"
     status = 409
@@ -81,6 +67,20 @@ class PayloadTooLarge(ServiceError):
 class UnsupportedMediaType(ServiceError):
     code = "unsupported_media_type"
     status = 415
+
+
+class RateLimited(ServiceError):
+    """A per-minute (or per-day) limit is used up; ``Retry-After`` says when it resets."""
+
+    code = "rate_limited"
+    status = 429
+
+
+class QuotaExceeded(ServiceError):
+    """The monthly receipt quota is used up; ``Retry-After`` points at the next month."""
+
+    code = "quota_exceeded"
+    status = 429
 
 
 class InternalError(ServiceError):
@@ -156,3 +156,14 @@ class NotConfigured(ServiceError):
 
     code = "not_configured"
     status = 503
+
+
+def _codes(error: type[ServiceError]) -> list[str]:
+    return [error.code, *(code for sub in error.__subclasses__() for code in _codes(sub))]
+
+
+ERROR_CODES: tuple[str, ...] = tuple(
+    dict.fromkeys(code for sub in ServiceError.__subclasses__() for code in _codes(sub))
+)
+"""Every public error code, in the order of the classes above: the one list the API document
+(``web.openapi``), the error schema and the docs' table are made from."""

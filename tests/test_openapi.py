@@ -434,3 +434,18 @@ async def test_docs_page_lists_every_operation_from_the_document(client: Any) ->
         assert f"<code>{field}</code>" in page
     assert "Bearer" in page
     assert "1.0.0" in page
+
+
+def test_the_error_codes_are_the_error_classes_codes() -> None:
+    """One source: the document's ErrorCode enum and its table of meanings are the codes of
+    ``receipts.errors``' classes, no more and no fewer."""
+    from receipts import errors
+    from web.openapi.responses import ERROR_MEANINGS
+
+    def codes(error: type[errors.ServiceError]) -> set[str]:
+        return {error.code}.union(*(codes(sub) for sub in error.__subclasses__()))
+
+    class_codes = set().union(*(codes(sub) for sub in errors.ServiceError.__subclasses__()))
+    assert set(DOCUMENT["components"]["schemas"]["ErrorCode"]["enum"]) == class_codes
+    assert set(ERROR_MEANINGS) == class_codes
+    assert len(ERROR_CODES) == len(class_codes)

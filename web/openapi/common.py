@@ -1,10 +1,12 @@
-"""Building blocks of the OpenAPI document: versions, media types, the error codes, and small
-schema helpers shared by the schemas, responses and paths."""
+"""Building blocks of the OpenAPI document: versions, media types, the error codes (from
+``receipts.errors``), and small schema helpers shared by the schemas, responses and paths."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from receipts.errors import ERROR_CODES  # noqa: F401  (re-exported: the document is made from it)
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1.0.0"
@@ -17,28 +19,6 @@ PROVIDER_ID = "^[A-Za-z0-9_-]{1,255}$"
 # Python's str.strip() whitespace: a token of only these characters is refused.
 _PY_WHITESPACE = (
     "\\t\\n\\u000b\\f\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
-)
-ERROR_CODES = (
-    "bad_request",
-    "forbidden_content",
-    "unauthorized",
-    "forbidden",
-    "not_found",
-    "method_not_allowed",
-    "idempotency_conflict",
-    "payload_too_large",
-    "unsupported_media_type",
-    "rate_limited",
-    "quota_exceeded",
-    "internal_error",
-    "signing_key_unavailable",
-    "store_unavailable",
-    "chain_contention",
-    "claim_pending",
-    "already_claimed",
-    "claim_expired",
-    "claim_not_ready",
-    "not_configured",
 )
 
 

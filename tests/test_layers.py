@@ -1,0 +1,66 @@
+"""The house rules that keep the code readable: the layer contract, light client verbs, short modules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CODE_DIRS = ("receipts", "runtime", "kv", "jobs", "web", "cli")
+MAX_MODULE_LINES = 600
+SERVER_LIBRARIES = ("sanic", "redis", "fakeredis", "rq", "jinja2")
+
+
+def test_the_layer_contract_holds() -> None:
+    """cli above web above jobs above kv above runtime above receipts, no circles (pyproject.toml)."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
+
+
+def _loaded_top_level_modules(*argv: str) -> set[str]:
+    """Top-level packages a ``service.py`` command imports, read from ``-X importtime``."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "service.py", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    loaded = set()
+    for line in result.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            loaded.add(name.split(".")[0])
+    assert loaded, result.stderr[-2000:]
+    return loaded
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(("hash", "README.md"), id="hash"),
+        pytest.param(("verify", "--help"), id="verify"),
+        pytest.param(("submit", "--help"), id="submit"),
+    ],
+)
+def test_client_verbs_load_no_server_library(argv: tuple[str, ...]) -> None:
+    loaded = _loaded_top_level_modules(*argv)
+    assert "receipts" in loaded  # the import trace is read
+    assert not loaded & set(SERVER_LIBRARIES), sorted(loaded & set(SERVER_LIBRARIES))
+    assert not loaded & {"web", "kv", "jobs"}
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {}
+    for directory in CODE_DIRS:
+        for path in (REPO / directory).rglob("*.py"):
+            lines = len(path.read_text().splitlines())
+            if lines > MAX_MODULE_LINES:
+                long[str(path.relative_to(REPO))] = lines
+    assert not long, f"split these by concern: {long}"
