@@ -3,8 +3,9 @@
 Not public by default (docs/observability.md). ``METRICS_PORT`` opens a separate plain-HTTP
 listener for ``GET /metrics`` on ``METRICS_HOST`` (default 127.0.0.1), run by one process:
 the Sanic main process, the single embedded process, or the job worker. ``METRICS_TOKEN``
-adds ``GET /metrics`` on the main port behind ``Authorization: Bearer <token>``; without the
-token (or with a wrong one) it is the same 404 as any unknown path.
+adds ``GET /metrics`` on the main port behind ``Authorization: Bearer <token>``
+(``web.http_metrics``); without the token (or with a wrong one) it is the same 404 as any
+unknown path.
 
 With several Sanic workers, ``serve`` points ``PROMETHEUS_MULTIPROC_DIR`` at a private
 directory before any worker starts; each worker writes its values there and a scrape sums
