@@ -1,11 +1,11 @@
 """The floor: the least work each benchmarked route must do, on the same stack.
 
 The ceiling (bench/ceiling.py) only parses and answers JSON. A create, a read or a verify
-cannot be cheaper than this app, which does only what every implementation of the spec must
+cannot be cheaper than this app, which does only what every implementation of the API must
 do per request, with nothing else around it: no limits, no idempotency, no chain, no
 validation, no content scan, no log line, no metrics, no request id, no error handling.
 
-- ``POST /v1/receipts``: parse the body, hash the bearer key (spec 5: keys are stored hashed),
+- ``POST /v1/receipts``: parse the body, hash the bearer key (keys are stored hashed),
   build a receipt (two ids, a timestamp), canonical bytes (orjson, sorted keys), SHA-256,
   Ed25519 signature, one Redis round trip (a script that reads the key record and stores the
   receipt), answer 201 with the receipt.

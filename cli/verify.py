@@ -1,4 +1,4 @@
-"""Third-party verification (spec 1.11, steps a-e) for the ``verify`` command.
+"""Third-party verification (docs/receipt-format.md, "Verifying") for the ``verify`` command.
 
 Only the pure core decides; this module fetches (public keys, chain links) or reads
 saved files, and renders the report. Nothing here trusts the service's own verdict.

@@ -1,4 +1,4 @@
-"""Retention (contract 7): receipts leave the store after ``RETENTION_DAYS``.
+"""Retention (docs/jobs.md): receipts leave the store after ``RETENTION_DAYS``.
 
 ``sweep`` is the one implementation; it runs as the job ``sweep_expired`` (hourly, on the
 worker's schedule: ``jobs/schedule.py``), as ``python service.py expire`` (once, now), and

@@ -1,4 +1,4 @@
-"""API keys (contract 6): ``eps_`` + 43 base64url characters; only their SHA-256 is stored."""
+"""API keys: ``eps_`` + 43 base64url characters; only their SHA-256 is stored."""
 
 from __future__ import annotations
 
@@ -22,5 +22,5 @@ def hash_api_key(api_key: str) -> HashStr:
 
 
 def is_plausible_key(api_key: str) -> bool:
-    """Length rule of spec 5.2, checked before any store lookup."""
+    """16 to 256 characters, checked before any store lookup."""
     return MIN_KEY_LEN <= len(api_key) <= MAX_KEY_LEN

@@ -1,6 +1,6 @@
 """The one place that turns a receipt into the bytes that are hashed and signed.
 
-Contract section 1: signed payload = the receipt as ``GET /v1/receipts/{id}`` returns it,
+docs/receipt-format.md: signed payload = the receipt as ``GET /v1/receipts/{id}`` returns it,
 minus ``receipt_hash``, ``signature``, ``sig_kid`` and ``receipt_kind``; canonical bytes =
 RFC 8785 (JCS) of that payload, UTF-8; ``receipt_hash`` = ``sha256:`` + hex of SHA-256.
 """

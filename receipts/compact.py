@@ -11,7 +11,7 @@ nulls as bits, and client text (``code_ref``, ``run_id``, tags in their order) a
 length-prefixed UTF-8. About 275 bytes for a typical receipt
 (926 as JSON).
 
-``decode`` rebuilds the receipt object in spec 2.2 order and serialises it with orjson,
+``decode`` rebuilds the receipt object in the field order of docs/receipt-format.md and serialises it with orjson,
 exactly as the issue path serialised it, so a read returns the same bytes. ``encode``
 checks that by decoding what it made: a receipt it cannot reproduce byte for byte (a field
 out of order, an upper-case hash, a non-canonical signature, ...) is stored as its JSON,

@@ -25,7 +25,7 @@ def is_hash_str(value: object) -> bool:
 
 
 def b64url_encode(data: bytes) -> str:
-    """base64url without padding, as the contract uses for keys and signatures."""
+    """base64url without padding, the form of every key and signature the service publishes."""
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 

@@ -1,6 +1,6 @@
 """One root for every error the service reports, each with a stable code and status.
 
-The web layer renders any ``ServiceError`` as the contract's JSON error body; anything
+The web layer renders any ``ServiceError`` as the JSON error body of docs/api.md; anything
 else becomes a 500 ``internal_error`` without details.
 """
 

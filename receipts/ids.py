@@ -1,4 +1,4 @@
-"""Opaque, URL-safe, unguessable, time-sortable ids (contract 1).
+"""Opaque, URL-safe, unguessable, time-sortable ids.
 
 ``receipt_id`` is ``rcpt_`` + a 26-character ULID whose first four random characters are
 the project's *slot tag*: the tag is derived from the project id, so the store can find a

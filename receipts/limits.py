@@ -1,4 +1,4 @@
-"""Plans, rate limits and monthly quotas as pure values (spec 8, contract 4).
+"""Plans, rate limits and monthly quotas as pure values (docs/limits.md).
 
 Configuration: ``LIMITS`` holds a JSON object merged recursively, key by key, over
 ``DEFAULT_LIMITS``. Windows are fixed: one-minute windows numbered from the Unix epoch,
@@ -175,7 +175,7 @@ def ratelimit_headers(usages: list[Usage]) -> dict[str, str]:
 
 
 def quota_object(plan: str, usage: Usage) -> dict[str, Any]:
-    """The ``quota`` object of spec 2.5."""
+    """The ``quota`` object of a creation response (docs/api.md)."""
     return {
         "plan": plan,
         "monthly_limit": usage.limit,
@@ -186,7 +186,7 @@ def quota_object(plan: str, usage: Usage) -> dict[str, Any]:
 
 
 def quota_headers(plan: str, usage: Usage) -> dict[str, str]:
-    """The ``X-Service-*`` headers of spec 4.3."""
+    """The ``X-Service-*`` headers of ``POST /v1/receipts`` (docs/api.md)."""
     quota = quota_object(plan, usage)
     return {
         "X-Service-Plan": plan,

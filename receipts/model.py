@@ -158,7 +158,7 @@ def _text_field(body: Mapping[str, Any], name: str) -> str | None:
 
 
 def parse_tags(value: Any) -> dict[str, str] | None:
-    """Spec 2.1 exactly; null values are dropped and an empty result is ``None``."""
+    """The tag rules of docs/api.md, "Tags"; null values are dropped and an empty result is ``None``."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -236,7 +236,7 @@ def parse_verify_request(body: Mapping[str, Any]) -> VerifyRequest:
 
 
 def idempotency_fingerprint(project_id: str, req: CreateRequest) -> str:
-    """Hex SHA-256 of the logical input (contract 3): what makes two creates the same."""
+    """Hex SHA-256 of the logical input (docs/api.md, "Idempotency"): what makes two creates the same."""
     logical = {
         "project_id": project_id,
         "receipt_kind": req.receipt_kind,
@@ -265,7 +265,7 @@ def check_idempotency_header(value: str | None) -> str | None:
 
 
 def place_in_chain(sent_prev: str | None, tip: str | None) -> ChainPlacement:
-    """Spec section 3 and contract 3: where a receipt goes given the project's tip."""
+    """Where a receipt goes given the project's tip (docs/api.md, "Chain placement")."""
     if sent_prev is None:
         return ChainPlacement("main", tip, tip, True)
     if sent_prev == tip:
@@ -295,7 +295,7 @@ def build_receipt(
     placement: ChainPlacement,
     keyring: KeyRing,
 ) -> dict[str, Any]:
-    """The complete signed receipt, fields in spec 2.2 order."""
+    """The complete signed receipt, fields in the order of docs/receipt-format.md, "The receipt object"."""
     receipt: dict[str, Any] = {
         "receipt_id": receipt_id,
         "project_id": project_id,
@@ -318,7 +318,7 @@ def build_receipt(
 
 
 def chain_object(receipt: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``chain`` object of a creation response (spec 2.4)."""
+    """The ``chain`` object of a creation response (docs/api.md)."""
     return {
         "status": receipt.get("chain_status"),
         "expected_prev_receipt_hash": receipt.get("expected_prev_receipt_hash"),
@@ -342,7 +342,7 @@ def verify_receipt(
     output_hash: str | None,
     prev_receipt: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The four checks of spec 4.5 and the response body; ``ok`` only if all pass.
+    """The four checks of ``POST /v1/verify`` and the response body (docs/api.md); ``ok`` only if all pass.
 
     ``prev_receipt`` is the stored receipt named by ``prev_receipt_hash`` in the same
     project, or None when it was not found. ``input_hash`` None skips the hash check

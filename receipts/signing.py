@@ -1,6 +1,6 @@
 """Ed25519 signing keys: the key set from ``SIGNING_KEYS``, signing and verification.
 
-The signature is over the ASCII bytes of the ``receipt_hash`` string itself (contract 1).
+The signature is over the ASCII bytes of the ``receipt_hash`` string itself (docs/receipt-format.md).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def new_key_set(kid: str) -> dict[str, Any]:
 
 
 def load_key_ring(document: str | bytes | Mapping[str, Any]) -> KeyRing:
-    """Parse a ``SIGNING_KEYS`` document (contract 9) or a ``GET /v1/public-key`` body.
+    """Parse a ``SIGNING_KEYS`` document (README.md, "Configuration") or a ``GET /v1/public-key`` body.
 
     Raises ``KeySetError`` for malformed JSON, duplicate kids, bad key material, a private
     and public half that do not match, or an ``active_kid`` without a private key.

@@ -1,4 +1,4 @@
-"""The payment webhook (contract 6), pure: its signature, and the event body.
+"""The payment webhook (docs/claims.md), pure: its signature, and the event body.
 
 Header ``Payment-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>...]``. Each ``v1`` is the
 lowercase hex HMAC-SHA256, keyed with a webhook secret, of the bytes ``b"<t>." + raw body``.

@@ -1,4 +1,4 @@
-"""Settings from the environment (contract section 9), parsed once at start-up."""
+"""Settings from the environment (README.md, "Configuration"), parsed once at start-up."""
 
 from __future__ import annotations
 

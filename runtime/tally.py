@@ -3,7 +3,7 @@
 A Prometheus counter ``inc`` costs about 1.4 µs and a histogram ``observe`` about 2.8 µs in
 multiprocess mode (a lock, a pid check and an mmap write per value; a linear bucket
 search). A create touched about ten of them: some 15-20 µs of a worker's CPU per request
-(bench/PROFILE.md, issue 8). Here a request adds 1 to a list slot instead (a bucket found
+(bench/PROFILE.md). Here a request adds 1 to a list slot instead (a bucket found
 by ``bisect``, under one uncontended lock), and ``flush`` moves the totals into the
 Prometheus objects: one ``inc(n)`` per bucket that moved.
 

@@ -151,7 +151,7 @@ function check(id, ok, title, detail) {
   return { id, ok, title, detail };
 }
 
-/** Format problems of a receipt (section 8 step 2), as readable strings; [] when well formed. */
+/** Format problems of a receipt (receipt-format.md, verifying step 2), as readable strings; [] when well formed. */
 export function formatProblems(receipt) {
   if (!isObject(receipt)) return ['the receipt is not a JSON object'];
   const problems = [];

@@ -326,7 +326,7 @@ async function verify() {
     kind = 'invalid';
     title = `Invalid: ${failed.length} check${failed.length === 1 ? '' : 's'} failed (${failed.map((c) => c.title).join(', ')}).`;
   } else if (!pinned) {
-    // Consistent with itself is not verified: the contract has no fourth verdict, so "error".
+    // Consistent with itself is not verified: the verdict is one of valid, invalid and error, so "error".
     kind = 'error';
     title = 'Not verified: the bundle\'s keys could not be checked against the service\'s published keys.';
     explanation.push(el('p', {}, NOT_VERIFIED));

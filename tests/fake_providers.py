@@ -111,7 +111,7 @@ def checkout_event(
     event_type: str = COMPLETED,
     created: int = 1_795_000_000,
 ) -> dict[str, Any]:
-    """An event body shaped like the provider's (contract 6)."""
+    """An event body shaped like the provider's (docs/claims.md)."""
     metadata = {} if plan is None else {"plan": plan}
     return {
         "id": event_id or f"evt_{session_id}",

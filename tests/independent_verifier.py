@@ -5,7 +5,7 @@ rfc8785 package; only hashlib, base64, json, re and PyNaCl's Ed25519. If the ser
 format drifted from the documented one, this verifier (and the Node.js one in
 tests/verifiers/verify.mjs) would reject the service's receipts.
 
-``verify(receipt, public_keys_body)`` runs steps 2-5 of the docs' section 8 and returns
+``verify(receipt, public_keys_body)`` runs steps 2-5 of docs/receipt-format.md's "Verifying" and returns
 ``{"ok", "checks": {"format", "receipt_hash_recompute", "key_known", "signature"},
 "recomputed_receipt_hash"}``; it never raises on malformed input, every problem is a false check.
 """

@@ -70,7 +70,7 @@ def _positive_int(value: Any) -> bool:
 
 def _create_body_is_acceptable(body: dict[str, Any]) -> bool:
     """The create rules outside the schema: tag count and size after nulls are dropped, and the
-    content scan (spec 1.4: no e-mail addresses, card numbers, keys... in any string)."""
+    content scan (docs/api.md, "Forbidden content": no e-mail addresses, card numbers, keys... in any string)."""
     raw_tags = body.get("tags")
     tags = {k: v for k, v in raw_tags.items() if v is not None} if isinstance(raw_tags, dict) else {}
     if (

@@ -56,7 +56,7 @@ CONFIG_VARIABLES = (
     "PROMETHEUS_MULTIPROC_DIR",
 )
 
-# Tests send bursts from one address; the checks still run (contract 4), just with room.
+# Tests send bursts from one address; the checks still run (docs/limits.md), just with room.
 RAISED_LIMITS = {
     "plans": {name: {"per_minute": 1_000_000, "monthly": 10_000_000} for name in ("free", "basic", "pro")},
     "ip_per_minute": {
@@ -325,7 +325,7 @@ def raw_json_member(body: bytes, name: str) -> bytes:
 
 
 def assert_error_body(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    """The contract's error shape (contract 5): status, code, message, request_id = X-Request-Id."""
+    """The error shape of docs/api.md, "Errors": status, code, message, request_id = X-Request-Id."""
     assert response.status_code == status, response.text
     assert response.headers.get("content-type", "").startswith("application/json")
     body: dict[str, Any] = orjson.loads(response.content)

@@ -1,4 +1,4 @@
-"""Every endpoint and status code of spec 4.1-4.5 and the contract, on fakeredis and a real redis-server."""
+"""Every endpoint and status code of docs/api.md, on fakeredis and a real redis-server."""
 
 from __future__ import annotations
 

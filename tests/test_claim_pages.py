@@ -1,4 +1,4 @@
-"""The claim pages (contract 8): rendered from templates, accessible, no inline handlers, and
+"""The claim pages (docs/claims.md, "Pages"): rendered from templates, accessible, no inline handlers, and
 no third-party script except the configured human-verification widget."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Getting an API key (spec 4.6, 4.7, contract 6): the payment webhook, paid claims and free
+"""Getting an API key (docs/claims.md): the payment webhook, paid claims and free
 claims, on fakeredis and a real redis-server (the ``store`` fixture), with an injected clock,
 a fake siteverify server on loopback and webhooks signed like the provider's.
 """

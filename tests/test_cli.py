@@ -1,4 +1,4 @@
-"""The command line (contract 9), run as ``python service.py ...`` subprocesses.
+"""The command line (README.md, "Command line"), run as ``python service.py ...`` subprocesses.
 
 Operator verbs (``signing-key new``, ``keys create``/``revoke``) are checked against a
 running server on the session's real redis-server; ``hash`` against hashlib; ``verify``

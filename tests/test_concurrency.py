@@ -1,4 +1,4 @@
-"""Chain placement and idempotency under real concurrency (contract 3).
+"""Chain placement and idempotency under real concurrency (docs/api.md, "Chain placement", "Idempotency").
 
 Real redis-server, real ``service.py serve`` processes with 1 and 4 workers, concurrent
 creates through ``httpx.AsyncClient`` over loopback. With 4 workers the per-process lock

@@ -1,4 +1,4 @@
-"""Durability: the start-up check of Redis's settings, STORE_ACK, and a Redis crash (issue 6).
+"""Durability: the start-up check of Redis's settings, STORE_ACK, and a Redis crash (docs/redis.md).
 
 - ``durability_warnings`` and ``parse_store_ack`` are pure functions, tested on values.
 - The start-up check is run against real redis-servers with weak, strong and hidden

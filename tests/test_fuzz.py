@@ -1,17 +1,17 @@
-"""Property-based fuzzing of every endpoint (contract 5): malformed bodies, odd media types,
+"""Property-based fuzzing of every endpoint (docs/api.md, "Errors"): malformed bodies, odd media types,
 odd paths and query strings, odd auth headers, and raw malformed HTTP on a real socket.
 
 Properties, for every generated request:
 
 - no response is a 5xx;
-- every error response has the contract's shape (``{"error": {"code", "message",
+- every error response has the documented shape (``{"error": {"code", "message",
   "details"?}, "request_id"}``, ``X-Request-Id`` equal to ``request_id``), and no body
   carries a stack trace;
 - a refused request writes nothing: the store is identical before and after, except for
   the per-address and per-key request counters (keys ``ip:``, ``m:``).
 
 The in-process runs use the ASGI client on fakeredis with the per-address and per-key limits
-raised (the checks still run, contract 4), so the fuzzer reaches the parsers instead of 429s;
+raised (the checks still run, docs/limits.md), so the fuzzer reaches the parsers instead of 429s;
 ``test_429_keeps_the_error_shape`` proves the 429s have the same shape. The socket runs go to
 a real ``service.py serve`` on the session's redis-server. Figures: docs/operations.md.
 """
@@ -105,7 +105,7 @@ def report_tally() -> Iterator[None]:
 
 
 def check_response(status: int, headers: Any, content: bytes, what: str) -> None:
-    """No 5xx, no stack trace, ``X-Request-Id`` present, errors in the contract's shape."""
+    """No 5xx, no stack trace, ``X-Request-Id`` present, errors in the documented shape."""
     TALLY.requests += 1
     assert status < 500, f"{what}: {status} {content[:500]!r}"
     assert b"Traceback" not in content, what

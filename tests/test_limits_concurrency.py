@@ -1,4 +1,4 @@
-"""Rate limits and monthly quotas under real concurrency (spec 8, contract 4).
+"""Rate limits and monthly quotas under real concurrency (docs/limits.md).
 
 Real redis-server (emptied per test), a real ``service.py serve`` with 4 workers per test
 (each test states its own ``LIMITS``), concurrent requests through ``httpx.AsyncClient``

@@ -1,4 +1,4 @@
-"""Redis outages seen through the real service (issue 6).
+"""Redis outages seen through the real service (docs/redis.md).
 
 A real ``service.py serve`` on its own redis-server (AOF, ``appendfsync always``):
 

@@ -1,4 +1,4 @@
-"""Retention (contract 7): the sweep on fakeredis and a real redis-server, and ``service.py expire``.
+"""Retention (docs/jobs.md): the sweep on fakeredis and a real redis-server, and ``service.py expire``.
 
 Receipts are issued through the API with an injected clock (``create_app(clock_ms=...)``)
 so that some are ten days old and some fresh, then swept with a one-day window. Bulk and

@@ -1,4 +1,4 @@
-"""Body limits and media types on a real socket, and the two start-up modes (spec 4, 8; contract 5, 9).
+"""Body limits and media types on a real socket, and the two start-up modes (docs/api.md, docs/limits.md).
 
 The server runs as ``service.py serve`` on the session's real redis-server; requests go
 over loopback, some as raw bytes so the framing (Content-Length or chunked) is exactly

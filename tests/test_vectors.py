@@ -142,7 +142,7 @@ def test_vector_internal_consistency(name: str, vectors: dict[str, Any]) -> None
 
 
 def test_vector_tips_form_the_documented_chain() -> None:
-    """Each case's tip is the newest main receipt of its project before it (spec section 3)."""
+    """Each case's tip is the newest main receipt of its project before it (docs/receipt-format.md, chain fields)."""
     tips: dict[str, str | None] = {}
     for case in sorted(VECTORS["cases"], key=lambda c: c["created_at"]):
         receipt = case["receipt"]
@@ -204,7 +204,7 @@ def test_member_order_is_utf16_code_units(keys: list[str]) -> None:
 
 
 def test_known_canonical_forms() -> None:
-    """Hand-written expectations for the rules docs/receipt-format.md section 3 lists."""
+    """Hand-written expectations for the rules docs/receipt-format.md lists for canonical bytes."""
     cases = [
         ({"b": None, "a": "x"}, '{"a":"x","b":null}'),
         ({"\ue000": "1", "\U0001f600": "2"}, '{"\U0001f600":"2","\ue000":"1"}'),

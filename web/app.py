@@ -52,7 +52,7 @@ def create_app(
     """Build the app. ``store`` and ``clock_ms`` are injected by tests; otherwise the store
     is opened at server start and time is the system clock (Unix milliseconds).
 
-    Every response carries ``X-Request-Id``; every error is the contract's JSON body.
+    Every response carries ``X-Request-Id``; every error is the JSON error body of docs/api.md.
     """
     settings = settings or load_settings()
     app: App = Sanic(name or f"eps{next(_app_numbers)}", error_handler=JsonErrorHandler(), request_class=ServiceRequest)
@@ -145,7 +145,7 @@ class ServiceRequest(Request):
 
     This replaces an ``on_request``/``on_response`` middleware pair: Sanic's middleware
     machinery (signal dispatch around each one, two more coroutines) cost about 30 µs per
-    request, a quarter of a public read's CPU (bench/PROFILE.md, issue 8).
+    request, a quarter of a public read's CPU (bench/PROFILE.md).
     """
 
     __slots__ = ("recorded", "started")

@@ -1,4 +1,4 @@
-"""Bearer API-key authentication (spec 5, contract 6)."""
+"""Bearer API-key authentication (docs/api.md, "Authentication")."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def refuse_suspended(record: KeyRecord, now_ms: int, operator_contact: str) -> N
 
 
 async def authenticate_limited(request: Request) -> KeyRecord:
-    """``authenticate`` behind the failed-auth throttle of spec 8.
+    """``authenticate`` behind the failed-auth throttle (docs/limits.md).
 
     An address that has used up its allowance of missing or invalid keys this minute is
     refused (429) whatever key it sends: the key record is read in the same round trip as

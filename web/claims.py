@@ -1,4 +1,4 @@
-"""Getting an API key (spec 4.6, 4.7, contract 6): paid claims after a checkout, free claims
+"""Getting an API key: paid claims after a checkout, free claims
 after a human check, and the two pages that drive them. Design and statuses: docs/claims.md.
 
 Paid: the payment provider calls ``POST /v1/webhooks/payment`` (signed); a completed, paid

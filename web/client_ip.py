@@ -1,4 +1,4 @@
-"""Which client a request counts as, for per-IP limits (contract 4).
+"""Which client a request counts as, for per-IP limits (docs/limits.md, "Client address").
 
 The socket peer, unless a trusted proxy header is configured: ``REAL_IP_HEADER`` (for
 example ``Fly-Client-IP``) or ``X-Forwarded-For`` with ``PROXIES_COUNT`` trusted proxies.

@@ -1,4 +1,4 @@
-"""One handler renders every error as the contract's JSON body (contract section 5)."""
+"""One handler renders every error as the JSON error body of docs/api.md, "Errors"."""
 
 from __future__ import annotations
 

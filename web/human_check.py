@@ -1,4 +1,4 @@
-"""The human-verification provider's siteverify call (contract 6, free claims). Fails closed.
+"""The human-verification provider's siteverify call (free claims, docs/claims.md). Fails closed.
 
 ``POST HUMAN_CHECK_VERIFY_URL`` with the form fields ``secret``, ``response`` (the widget's
 token) and ``remoteip``; the JSON answer's boolean ``success`` decides. A timeout, a

@@ -1,4 +1,4 @@
-"""Entry information and the public signing keys (spec 4.1, 4.2)."""
+"""Entry information and the public signing keys (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-IP and per-key limits at the HTTP edge (spec 8, contract 4).
+"""Per-IP and per-key limits at the HTTP edge (docs/limits.md).
 
 Every check runs whatever the configured limit (raising a limit never skips a check).
 Throttling of bad keys happens before authentication: once an address has had

@@ -1,4 +1,4 @@
-"""Create, read and verify receipts (spec 4.3-4.5)."""
+"""Create, read and verify receipts (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The machine-readable API description (spec 9.2): ``GET /openapi.json``, OpenAPI 3.1.
+"""The machine-readable API description (version 1.0.0): ``GET /openapi.json``, OpenAPI 3.1.
 
 The document is plain Python data built once at import; only its ``servers`` entry is filled
 per request (``PUBLIC_BASE_URL``, else the address the request came to). The ``/docs`` page
