@@ -25,6 +25,14 @@ A command in flight when its caller is cancelled still gets its reply (it is dro
 order of the queue never breaks. ``PyLink`` offers the same calls over any redis-py client
 (fakeredis for the embedded store and unit tests, Redis Cluster, TLS), so the store has one
 code path: both are a ``Link``, the store's only view of them; ``link_for`` picks.
+
+Upstream: an error reply becomes the exception redis-py would raise through
+``redis._parsers.base.BaseParser.parse_error``, a private module of redis-py 8.1.0
+(https://github.com/redis/redis-py/issues/2658: its maintainers call ``redis._parsers``
+private, free to change in any release). redis-py has no public function that maps an error
+reply to its exception class, so the import stays: pyproject.toml pins
+``redis[hiredis]>=8.1.0,<8.2`` and tests/test_library_pins.py fails on a release whose
+``parse_error`` differs, so an upgrade is re-checked here first.
 """
 
 from __future__ import annotations
