@@ -22,9 +22,17 @@ the store is one plain-TCP Redis:
   dropped silently by a firewall or the server never costs a request the 5 s timeout.
 
 A command in flight when its caller is cancelled still gets its reply (it is dropped); the
-order of the queue never breaks. ``PyLink`` offers the same two calls over any redis-py
-client (fakeredis for the embedded store and unit tests, Redis Cluster, TLS), so the store
-has one code path; ``link_for`` picks.
+order of the queue never breaks. ``PyLink`` offers the same calls over any redis-py client
+(fakeredis for the embedded store and unit tests, Redis Cluster, TLS), so the store has one
+code path: both are a ``Link``, the store's only view of them; ``link_for`` picks.
+
+Upstream: an error reply becomes the exception redis-py would raise through
+``redis._parsers.base.BaseParser.parse_error``, a private module of redis-py 8.1.0
+(https://github.com/redis/redis-py/issues/2658: its maintainers call ``redis._parsers``
+private, free to change in any release). redis-py has no public function that maps an error
+reply to its exception class, so the import stays: pyproject.toml pins
+``redis[hiredis]>=8.1.0,<8.2`` and tests/test_library_pins.py fails on a release whose
+``parse_error`` differs, so an upgrade is re-checked here first.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from collections import deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from hashlib import sha1
-from typing import Any
+from typing import Any, Protocol
 
 import hiredis
 import redis.asyncio as aioredis
@@ -59,6 +67,23 @@ class LuaScript:
     def register(cls, client: Any, source: str) -> LuaScript:
         sha = sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
         return cls(source, sha, client.register_script(source))
+
+
+class Link(Protocol):
+    """What the store calls on its way to Redis: ``FastLink`` or ``PyLink`` (``link_for``)."""
+
+    def send(self, *args: Arg) -> Awaitable[Any]:
+        """Send one command now; await the result for its raw reply (a Redis error raised as
+        redis-py's exception)."""
+        ...
+
+    async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        """Run ``script`` with ``keys`` and ``args``; its reply."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the link holds (not the redis-py client: the store closes that)."""
+        ...
 
 
 class PyLink:
@@ -354,7 +379,7 @@ def _chain(done: asyncio.Task[Any], future: asyncio.Future[Any]) -> None:
         future.set_result(done.result())
 
 
-def link_for(client: Any) -> FastLink | PyLink:
+def link_for(client: Any) -> Link:
     """``FastLink`` for a plain redis-py ``Redis`` on TCP; ``PyLink`` for anything else
     (fakeredis, Redis Cluster, TLS or Unix-socket connections)."""
     if type(client) is aioredis.Redis:

@@ -21,7 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 from kv import keys
-from kv.link import FastLink, LuaScript, PyLink, link_for
+from kv.link import Link, LuaScript, link_for
 from kv.records import (
     KEY_RECORD_FIELDS,
     AuthOutcome,
@@ -62,7 +62,7 @@ class Store(RetentionStore, CheckoutStore):
         """The in-process fakeredis server in embedded mode (jobs share it), else None."""
         self.ack: StoreAck = NO_ACK
         """What a create waits for after its write (``STORE_ACK``, docs/redis.md)."""
-        self.link: FastLink | PyLink = link_for(client)
+        self.link: Link = link_for(client)
         """The per-request commands' way to Redis (kv/link.py): one pipelined connection to a
         plain Redis, else the redis-py client itself."""
         self._issue = LuaScript.register(client, _index_script("issue_receipt.lua"))

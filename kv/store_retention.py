@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from kv import keys
+from kv.link import Link
 from kv.records import (
     _lenient_text,
     _unavailable_as_503,
@@ -18,7 +19,7 @@ class RetentionStore:
     """The sweep's part of ``Store`` (kv/store.py), which holds the client and the scripts."""
 
     client: Any
-    link: Any
+    link: Link
     _expire_bucket: Any
     _delete_if_names: Any
 

@@ -16,6 +16,17 @@ When values reach Prometheus:
 
 Only the hot metrics go through here (requests, their durations, receipts issued, store
 operation times); rare ones (refusals, errors, jobs) keep calling Prometheus directly.
+
+Upstream: ``HistogramTally`` reads private attributes of prometheus-client 0.26.0's histogram
+child (``_upper_bounds``, ``_buckets``, ``_sum``, set by ``Histogram._metric_init``; bucket
+``i`` is the first bound ``>= amount``, as in ``Histogram.observe``) and calls their ``inc``.
+pyproject.toml pins ``prometheus-client>=0.26.0,<0.27`` and tests/test_library_pins.py
+fails on a release where those attributes or that code differ, so an upgrade is re-checked
+here first. prometheus-client has no public way to add many observations at once: the
+closest upstream threads are https://github.com/prometheus/client_python/pull/1124 (an
+``observe`` with a count, closed unmerged) and
+https://github.com/prometheus/client_python/issues/412 (the linear bucket search). No report
+asks for what this module needs; its text is in docs/upstream-reports.md, ready to file.
 """
 
 from __future__ import annotations

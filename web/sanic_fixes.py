@@ -23,6 +23,18 @@ interrupted read receives the handler's last reply (``None``) and ``monitor`` di
 after finishing its requests (seen in CI: 2 runs in about 4,000 shutdown tests). Here the
 handler only records the request and puts the stop message on the monitor's pipe; ``monitor``
 reads it and calls ``shutdown()`` itself, from the main thread's own flow.
+
+Upstream: the code copied and replaced here is Sanic 25.12.1's (``sanic/worker/manager.py``:
+``WorkerManager.__init__`` registers the handler, ``wait_for_ack``, ``monitor``,
+``shutdown_signal``, ``shutdown``, ``_poll_monitor``; ``sanic/response/types.py``:
+``BaseHTTPResponse.processed_headers`` and ``_sanitize_header_value``). pyproject.toml pins
+``sanic>=25.12.1,<25.13`` and tests/test_library_pins.py fails on any release whose copy of
+these differs, so an upgrade is re-checked here first. Fix 1 is the first point of Sanic's
+report https://github.com/sanic-org/sanic/issues/2997 (signals during start-up); the fix
+proposed upstream is https://github.com/sanic-org/sanic/pull/3063. Once a Sanic release
+carries a fix, ``wait_for_ack`` here can go. Fix 2 has no upstream report:
+its text is in docs/upstream-reports.md, ready to file. The header fast path
+(``fast_header_values``) is a speed-up, not a bug fix, and has no report.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ from sanic.worker.manager import MonitorCycle, WorkerManager
 
 _original_wait_for_ack = WorkerManager.wait_for_ack
 _original_shutdown_signal = WorkerManager.shutdown_signal
+_original_monitor = WorkerManager.monitor
 TERMINATE_EARLY = "__TERMINATE_EARLY__"
 
 
