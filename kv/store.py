@@ -79,7 +79,6 @@ class Store(RetentionStore, CheckoutStore):
         """``authenticate`` may be used: one script reads the key record and the address's
         counters (on a Cluster they live in different slots: two round trips instead)."""
         self._delete_receipt = client.register_script(_index_script("delete_receipt.lua"))
-        self._delete_if_names = client.register_script((LUA_DIR / "delete_if_names.lua").read_text())
         self._index_checkout = client.register_script((LUA_DIR / "index_checkout.lua").read_text())
         self._claim_checkout = client.register_script((LUA_DIR / "claim_checkout.lua").read_text())
 
@@ -234,25 +233,22 @@ class Store(RetentionStore, CheckoutStore):
 
     @_unavailable_as_503
     async def delete_receipt(self, receipt_id: str) -> dict[str, str] | None:
-        """Remove a receipt and its hash-index and search entries, new layout and old (one
-        script). Returns what was removed (receipt_id, project_id, receipt_hash) or None
-        when there was no such receipt."""
+        """Remove a receipt and its hash-index and search entries (one script). Returns what
+        was removed (receipt_id, project_id, receipt_hash) or None when there was no such
+        receipt."""
         stored = await self.get_receipt_json(receipt_id)
         if stored is None:
             return None
         receipt = orjson.loads(stored)
         project_id, receipt_hash = receipt["project_id"], receipt["receipt_hash"]
         input_hash, output_hash = receipt.get("input_hash"), receipt.get("output_hash")
-        search_keys, _ = self._search_keys(project_id, input_hash, output_hash)
         await self._delete_receipt(
             keys=[
                 keys.receipt_key(receipt_id),
                 keys.index_meta_key(project_id),
-                keys.receipt_hash_key(project_id, receipt_hash),
-                *search_keys,
+                *self._search_keys(project_id, input_hash, output_hash),
             ],
             args=[
-                receipt_id,
                 keys.receipt_id_bytes(receipt_id),
                 keys.hash_index_field(receipt_hash),
                 keys.search_field("input_hash", input_hash) if isinstance(input_hash, str) else b"",
@@ -262,9 +258,9 @@ class Store(RetentionStore, CheckoutStore):
         return {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
 
     @staticmethod
-    def _search_keys(project_id: str, input_hash: Any, output_hash: Any) -> tuple[list[str], str]:
-        """The two search-set KEYS of a receipt (``x:``: the old layout, and a hash's ids once
-        it has more than four receipts) and which of them hold it ("io", "i" or "").
+    def _search_keys(project_id: str, input_hash: Any, output_hash: Any) -> list[str]:
+        """The two search-set KEYS of a receipt (``x:``: a hash's ids once it has more than
+        four receipts).
 
         Both KEYS are always passed (scripts declare fixed KEYS, all in the project's slot):
         a missing output hash repeats the input's key, a missing input hash (only in tests
@@ -273,7 +269,7 @@ class Store(RetentionStore, CheckoutStore):
         has_input, has_output = isinstance(input_hash, str), isinstance(output_hash, str)
         input_key = keys.search_index_key(project_id, "input_hash", input_hash if has_input else "")
         output_key = keys.search_index_key(project_id, "output_hash", output_hash) if has_output else input_key
-        return [input_key, output_key], ("i" if has_input else "") + ("o" if has_input and has_output else "")
+        return [input_key, output_key]
 
     @_unavailable_as_503
     async def read_tip(self, project_id: str) -> tuple[bool, str | None]:
@@ -330,29 +326,24 @@ class Store(RetentionStore, CheckoutStore):
         meta_key = keys.index_meta_key(project_id)
         for item in items:
             receipt_id_bytes = keys.receipt_id_bytes(item.receipt_id)
-            search_keys, _ = self._search_keys(project_id, item.input_hash, item.output_hash)
             script_keys += [
                 project_key,
-                keys.idempotency_key(project_id, item.replay_key),
                 keys.receipt_key(item.receipt_id),
                 meta_key,
                 keys.key_minute_counter_key(project_id, item.key_hash, item.minute.window_id),
                 keys.project_month_counter_key(project_id, item.month.window_id),
-                *search_keys,
+                *self._search_keys(project_id, item.input_hash, item.output_hash),
             ]
             stale = item.stale_receipt_id
             script_args += [
                 item.built_on_tip or "",
                 item.stored_value or item.receipt_json,
-                item.receipt_id,
                 item.receipt_hash,
                 "1" if item.on_main else "0",
-                item.fingerprint,
                 item.minute.limit,
                 item.minute.ttl_s,
                 item.month.limit,
                 item.month.ttl_s,
-                stale,
                 keys.receipt_id_bytes(stale) if stale else b"",
                 receipt_id_bytes,
                 keys.hash_index_field(item.receipt_hash),
@@ -484,12 +475,9 @@ class Store(RetentionStore, CheckoutStore):
 
     @staticmethod
     def _hash_lookup(project_id: str, receipt_hash: str) -> tuple[list[Any], list[Any]]:
-        """``find_index_field.lua``'s KEYS and ARGV for a receipt hash: the index meta key and
-        the old-layout ``h:`` entry; the hash-index field."""
-        return (
-            [keys.index_meta_key(project_id), keys.receipt_hash_key(project_id, receipt_hash)],
-            [keys.hash_index_field(receipt_hash)],
-        )
+        """``find_index_field.lua``'s KEYS and ARGV for a receipt hash: the index meta key;
+        the hash-index field."""
+        return [keys.index_meta_key(project_id)], [keys.hash_index_field(receipt_hash)]
 
     @_unavailable_as_503
     async def prefetched_receipt_json(self, sent: Awaitable[Any], receipt_id: str) -> bytes | None:
@@ -532,10 +520,10 @@ class Store(RetentionStore, CheckoutStore):
         page; the order is (created ms, receipt id) descending, which is the ids' own order.
 
         The ids come from the index field (up to four) and from the hash's sorted set (a
-        page of it, in the same round trip: the ids of a hash with more than four receipts,
-        and of receipts written before the index buckets). Ids whose receipt is gone (deleted or expired a
-        moment ago), or whose full hash differs (the field is truncated), are skipped, so a
-        page can hold fewer than ``limit`` receipts while more follow.
+        page of it, in the same round trip: the ids of a hash with more than four
+        receipts). Ids whose receipt is gone (deleted or expired a moment ago), or whose full
+        hash differs (the field is truncated), are skipped, so a page can hold fewer than
+        ``limit`` receipts while more follow.
         """
         name = keys.search_index_key(project_id, field, hash_str)
         pipe = self.client.pipeline(transaction=False)
@@ -554,9 +542,8 @@ class Store(RetentionStore, CheckoutStore):
         replies = [field_value, *replies]
         packed = _bytes(replies[0]) or b""
         found = {keys.receipt_id_from_bytes(packed[at : at + 16]) for at in range(0, len(packed) - 15, 16)}
-        found.update(_receipt_id(m) or "" for m in replies[1])
-        if after is not None:
-            found.update(_receipt_id(m) or "" for m in replies[2])
+        for members in replies[1:]:
+            found.update(receipt_id for member in members if (receipt_id := _receipt_id(member)))
         ids = sorted((m for m in found if after is None or m < after), reverse=True)
         page, more = ids[:limit], len(ids) > limit
         stored = await self.client.mget([keys.receipt_key(m) for m in page]) if page else []
