@@ -1,4 +1,5 @@
-"""Creating and revoking API keys: shared by the command line and the demo start-up."""
+"""Creating and revoking API keys: shared by the command line, the demo start-up and the
+claims (``new_key_record`` is the one place a fresh key and its record are made)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,30 @@ class UnknownProject(Exception):
     """A ``--project`` that names no project (by id or by name); the message says which."""
 
 
+def new_key_record(
+    project_id: str,
+    plan: str,
+    *,
+    actor_id: str | None = None,
+    now_ms: int | None = None,
+    suspended_until: str = "",
+) -> tuple[str, KeyRecord]:
+    """A fresh API key and its record: (raw key, record). The raw key is for showing once;
+    the record holds only its hash. A new actor id unless ``actor_id`` is given; created
+    now unless ``now_ms`` (Unix ms) is given. Nothing is written."""
+    api_key = new_api_key()
+    record = KeyRecord(
+        key_hash=hash_api_key(api_key),
+        project_id=project_id,
+        actor_id=actor_id if actor_id is not None else new_actor_id(),
+        plan=plan,
+        revoked=False,
+        created_at=format_created_at(now_ms if now_ms is not None else int(time.time() * 1000)),
+        suspended_until=suspended_until,
+    )
+    return api_key, record
+
+
 async def create_project_key(
     store: Store, *, project_name: str, plan: str, now_ms: int | None = None, unique_name: bool = False
 ) -> dict[str, Any]:
@@ -40,23 +65,14 @@ async def create_project_key(
     """
     if plan not in PLANS:
         raise ValueError(f"plan must be one of {', '.join(PLANS)}")
-    created_at = format_created_at(now_ms if now_ms is not None else int(time.time() * 1000))
-    api_key = new_api_key()
     project_id = new_project_id()
-    record = KeyRecord(
-        key_hash=hash_api_key(api_key),
-        project_id=project_id,
-        actor_id=new_actor_id(),
-        plan=plan,
-        revoked=False,
-        created_at=created_at,
-    )
+    api_key, record = new_key_record(project_id, plan, now_ms=now_ms)
     if unique_name:
         holder = await store.claim_project_name(project_name, project_id)
         if holder is not None:
             raise ProjectNameTaken(project_name, holder)
     try:
-        await store.create_project(project_id=project_id, name=project_name, created_at=created_at, key=record)
+        await store.create_project(project_id=project_id, name=project_name, created_at=record.created_at, key=record)
     except BaseException:
         if unique_name:
             with contextlib.suppress(StoreUnavailable):
@@ -109,15 +125,8 @@ async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | No
     for record in existing:
         if not record.revoked:
             await store.revoke_api_key(record.key_hash)
-    api_key = new_api_key()
-    record = KeyRecord(
-        key_hash=hash_api_key(api_key),
-        project_id=project_id,
-        actor_id=actor_id,
-        plan=plan,
-        revoked=False,
-        created_at=format_created_at(now_ms if now_ms is not None else int(time.time() * 1000)),
-        suspended_until=project.get("suspended_until", ""),
+    api_key, record = new_key_record(
+        project_id, plan, actor_id=actor_id, now_ms=now_ms, suspended_until=project.get("suspended_until", "")
     )
     await store.add_project_key(record)
     return {

@@ -8,8 +8,7 @@ keyed by the key's hash.
 
 A receipt is one ``receipt_key`` plus four fields of its project's index buckets
 (``index_bucket_key``: hash index, idempotency record, input and output search entries);
-docs/redis.md ("Key layout") has the sizes and the reasons. The keys marked "old layout"
-hold records written before the index buckets, read until they expire ("Migration").
+docs/redis.md ("Key layout") has the sizes and the reasons.
 """
 
 from __future__ import annotations
@@ -39,21 +38,9 @@ def project_api_keys_key(project_id: str) -> str:
 
 
 def receipt_key(receipt_id: str) -> str:
-    """String: the receipt's stored value: its compact record (receipts/compact.py) or, for
-    records written before it and receipts it cannot hold exactly, its JSON bytes."""
+    """String: the receipt's stored value: its compact record (receipts/compact.py) or, for a
+    receipt it cannot hold exactly, its JSON bytes."""
     return f"r:{{{receipt_slot_tag(receipt_id)}}}:{receipt_id}"
-
-
-def receipt_hash_key(project_id: str, receipt_hash: str) -> str:
-    """Old layout (read and removed, no longer written): string, the receipt id for a
-    receipt hash. Now a ``hash_index_field`` in the project's index buckets."""
-    return f"h:{{{slot_tag(project_id)}}}:{_hex(receipt_hash)}"
-
-
-def idempotency_key(project_id: str, replay_key: str) -> str:
-    """Old layout (read and removed, no longer written): string ``<receipt_id> <fingerprint>``
-    for a replay key of the project. Now an ``idempotency_field`` in the index buckets."""
-    return f"i:{{{slot_tag(project_id)}}}:{project_id}:{replay_key}"
 
 
 SEARCH_FIELDS = {"input_hash": "i", "output_hash": "o"}
@@ -63,8 +50,7 @@ SEARCH_FIELDS = {"input_hash": "i", "output_hash": "o"}
 def search_index_key(project_id: str, field: str, hash_str: str) -> str:
     """Sorted set: ids of the project's receipts whose ``field`` (``input_hash`` or
     ``output_hash``) is ``hash_str``, each scored by its creation time (Unix ms), once the
-    hash has more than four receipts (16-byte ids; up to four live in its ``search_field``).
-    Receipts written before the index buckets are here as text ids."""
+    hash has more than four receipts (16-byte ids; up to four live in its ``search_field``)."""
     return f"x:{{{slot_tag(project_id)}}}:{project_id}:{SEARCH_FIELDS[field]}:{_hex(hash_str).lower()}"
 
 
@@ -162,8 +148,6 @@ def ip_counter_key(ip_bucket: str, scope: str, window_id: str) -> str:
 RECEIPT_KEY_MATCH = "r:*"
 INDEX_BUCKET_KEY_MATCH = "b:*:*:*"
 """Bucket names have three colons; the meta key ``b:{TAG}:prj_…`` has two."""
-RECEIPT_HASH_KEY_MATCH = "h:*"
-IDEMPOTENCY_KEY_MATCH = "i:*"
 SEARCH_INDEX_KEY_MATCH = "x:*"
 _CROCKFORD_VALUE = {char: value for value, char in enumerate(CROCKFORD)}
 
@@ -172,13 +156,6 @@ def receipt_id_in_receipt_key(name: str) -> str | None:
     """The receipt id a ``receipt_key`` names, or None when ``name`` is not a receipt key."""
     receipt_id = name.rpartition(":")[2]
     return receipt_id if name.startswith("r:{") and is_receipt_id(receipt_id) else None
-
-
-def receipt_id_in_entry(value: str) -> str | None:
-    """The receipt id a hash-index value (``receipt_id``) or an idempotency value
-    (``receipt_id fingerprint``) names, or None when it names none."""
-    receipt_id = value.partition(" ")[0]
-    return receipt_id if is_receipt_id(receipt_id) else None
 
 
 def index_meta_of_bucket(name: str) -> str | None:

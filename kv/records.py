@@ -108,10 +108,10 @@ def _checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_i
 
 
 def _receipt_id(value: bytes | str | None) -> str | None:
-    """A receipt id as the index holds it (16 bytes) or an old-layout entry (text), as text."""
+    """A receipt id as the index holds it (16 bytes), as text; None for anything else."""
     if isinstance(value, bytes) and len(value) == 16:
         return keys.receipt_id_from_bytes(value)
-    return _text(value)
+    return None
 
 
 def _lenient_text(value: bytes | str) -> str:

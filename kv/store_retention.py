@@ -21,12 +21,11 @@ class RetentionStore:
     client: Any
     link: Link
     _expire_bucket: Any
-    _delete_if_names: Any
 
     SWEEP_BATCH = 1000
     """Keys asked of each SCAN call and handled per round trip by the sweep."""
     SWEEP_SCRIPTS_AT_ONCE = 50
-    """Compare-and-delete scripts the sweep has in flight at once (one per expired entry)."""
+    """Bucket scripts the sweep has in flight at once (one per index bucket)."""
 
     @_unavailable_as_503
     async def expire_receipts(self, cutoff_ms: int, *, batch: int = SWEEP_BATCH) -> dict[str, int]:
@@ -35,29 +34,24 @@ class RetentionStore:
 
         SCAN passes, one per prefix, in this order: the index buckets (``b:``: one
         ``expire_index_bucket.lua`` per bucket removes its expired hash-index and
-        idempotency fields and search ids, atomically), then the old-layout idempotency
-        records and hash-index entries (``i:``, ``h:``), then the receipts (``r:``), then the
+        idempotency fields and search ids, atomically), then the receipts (``r:``), then the
         search sets (``x:``). In that order a replay never finds a record whose receipt is
         already gone: an identical create after the sweep issues a new receipt. The age
-        comes from the receipt id each key (``r:``) or value names. An ``h:``/``i:`` entry is
-        removed only while it still names the expired receipt (``delete_if_names.lua``), so
-        an entry rewritten meanwhile stays. The ``x:`` sets lose members scored (created)
-        before the cutoff, one ZREMRANGEBYSCORE per set; Redis deletes a set left empty.
-        Safe to run twice and concurrently: each entry is removed by exactly one run.
-        Returns the counts removed (``receipts``, ``hash_index``, ``idempotency``,
-        ``search_index`` = search ids) and ``scanned``, the keys examined.
+        comes from the receipt id each key (``r:``) or value names. The ``x:`` sets lose
+        members scored (created) before the cutoff, one ZREMRANGEBYSCORE per set; Redis
+        deletes a set left empty. Safe to run twice and concurrently: each entry is removed
+        by exactly one run. Returns the counts removed (``receipts``, ``hash_index``,
+        ``idempotency``, ``search_index`` = search ids) and ``scanned``, the keys examined.
         """
-        (hash_b, idem_b, search_b), scanned_b = await self._expire_index_buckets(cutoff_ms, batch)
-        idempotency, scanned_i = await self._expire_entries(keys.IDEMPOTENCY_KEY_MATCH, cutoff_ms, batch)
-        hash_index, scanned_h = await self._expire_entries(keys.RECEIPT_HASH_KEY_MATCH, cutoff_ms, batch)
+        (hash_index, idempotency, search_b), scanned_b = await self._expire_index_buckets(cutoff_ms, batch)
         receipts, scanned_r = await self._expire_receipt_records(cutoff_ms, batch)
         search_index, scanned_x = await self._expire_search_members(cutoff_ms, batch)
         return {
             "receipts": receipts,
-            "hash_index": hash_index + hash_b,
-            "idempotency": idempotency + idem_b,
+            "hash_index": hash_index,
+            "idempotency": idempotency,
             "search_index": search_index + search_b,
-            "scanned": scanned_b + scanned_i + scanned_h + scanned_r + scanned_x,
+            "scanned": scanned_b + scanned_r + scanned_x,
         }
 
     async def _expire_index_buckets(self, cutoff_ms: int, batch: int) -> tuple[tuple[int, int, int], int]:
@@ -87,30 +81,6 @@ class RetentionStore:
                 names = []
         if names:
             yield names
-
-    async def _expire_entries(self, match: str, cutoff_ms: int, batch: int) -> tuple[int, int]:
-        """(removed, scanned) for ``h:`` or ``i:`` entries whose receipt is older than the cutoff."""
-        removed = scanned = 0
-        async for names in self._scan_batches(match, batch):
-            scanned += len(names)
-            pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                pipe.get(name)
-            values = await pipe.execute(raise_on_error=False)
-            expired: list[tuple[bytes | str, str]] = []
-            for name, value in zip(names, values, strict=True):
-                if not isinstance(value, bytes | str):
-                    continue  # gone meanwhile, or not a string
-                receipt_id = keys.receipt_id_in_entry(_lenient_text(value))
-                if receipt_id is not None and keys.receipt_created_ms(receipt_id) < cutoff_ms:
-                    expired.append((name, receipt_id))
-            for start in range(0, len(expired), self.SWEEP_SCRIPTS_AT_ONCE):
-                chunk = expired[start : start + self.SWEEP_SCRIPTS_AT_ONCE]
-                results = await asyncio.gather(
-                    *(self._delete_if_names(keys=[name], args=[receipt_id]) for name, receipt_id in chunk)
-                )
-                removed += sum(int(result) for result in results)
-        return removed, scanned
 
     async def _expire_receipt_records(self, cutoff_ms: int, batch: int) -> tuple[int, int]:
         """(removed, scanned) for ``r:`` records older than the cutoff; the key names the id."""

@@ -1,6 +1,6 @@
 """The clock and app the retention-window tests share (tests/test_retention.py,
-tests/test_search.py, tests/test_migration.py): a one-day retention window, a clock at
-``NOW``, and ``OLD`` ten days before it. Import the fixtures by name into a test module."""
+tests/test_search.py): a one-day retention window, a clock at ``NOW``, and ``OLD`` ten
+days before it. Import the fixtures by name into a test module."""
 
 from __future__ import annotations
 

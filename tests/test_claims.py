@@ -23,11 +23,10 @@ from jobs.claims import index_checkout_in, job_id_for
 from jobs.context import use_embedded_server
 from jobs.queue import QUEUE_NAME
 from kv import keys
+from kv.accounts import new_key_record
 from kv.connect import open_store
-from kv.records import ClaimOutcome, KeyRecord
+from kv.records import ClaimOutcome
 from kv.store import Store
-from receipts.apikeys import hash_api_key, new_api_key
-from receipts.ids import new_actor_id
 from receipts.limits import day_window, load_limits
 from receipts.signing import KeyRing
 from receipts.webhook_signature import (
@@ -580,9 +579,7 @@ async def test_claim_script_race_exactly_one_wins(store: Store) -> None:
     now_ms = ms(START)
     ref = keys.checkout_ref("cs_script_race")
     project_id = await index_checkout_in(store, ref, "basic", now_ms // 1000 - 10)
-    records = [
-        KeyRecord(hash_api_key(new_api_key()), project_id, new_actor_id(), "basic", False, START) for _ in range(16)
-    ]
+    records = [new_key_record(project_id, "basic", now_ms=now_ms)[1] for _ in range(16)]
     outcomes = await asyncio.gather(
         *(
             store.claim_checkout(ref=ref, project_name="race", key=record, now_ms=now_ms, window_ms=DAY_S * 1000)

@@ -192,10 +192,9 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
     )
     assert assigned == project_id
     key = await create_project_key(cluster_store, project_name="operator", plan="pro")
-    from kv.records import KeyRecord
-    from receipts.apikeys import hash_api_key, new_api_key
+    from kv.accounts import new_key_record
 
-    record = KeyRecord(hash_api_key(new_api_key()), project_id, "act_x", "basic", False, "2026-11-21T00:00:00.000Z")
+    _, record = new_key_record(project_id, "basic", actor_id="act_x", now_ms=1_795_219_200_000)  # 2026-11-21
     outcome = await cluster_store.claim_checkout(
         ref=checkout_ref("cs_test_1"), project_name="claimed", key=record, now_ms=3, window_ms=DAY_MS
     )

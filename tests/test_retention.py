@@ -31,7 +31,6 @@ from runtime.settings import Settings
 from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of, index_field
-from tests.old_layout import plant_old_receipt
 from tests.retention_fixtures import NOW, OLD
 from tests.servers import clean_env, run_cli
 from web.app import create_app
@@ -66,12 +65,11 @@ def entry(project_id: str, field: bytes) -> str:
 
 
 async def record_keys(store: Store) -> set[str]:
-    """Every receipt, hash-index and idempotency record in the store: ``r:`` keys, old-layout
-    ``h:`` and ``i:`` keys, and the ``h`` and ``i`` fields of the index buckets (``entry``)."""
+    """Every receipt, hash-index and idempotency record in the store: ``r:`` keys and the
+    ``h`` and ``i`` fields of the index buckets (``entry``)."""
     found: set[str] = set()
-    for match in (keys.RECEIPT_KEY_MATCH, keys.RECEIPT_HASH_KEY_MATCH, keys.IDEMPOTENCY_KEY_MATCH):
-        async for name in store.client.scan_iter(match=match, count=1000):
-            found.add(name.decode() if isinstance(name, bytes) else name)
+    async for name in store.client.scan_iter(match=keys.RECEIPT_KEY_MATCH, count=1000):
+        found.add(name.decode() if isinstance(name, bytes) else name)
     async for name in store.client.scan_iter(match=keys.INDEX_BUCKET_KEY_MATCH, count=1000):
         meta = keys.index_meta_of_bucket(name.decode())
         for field in await store.client.hkeys(name):
@@ -84,19 +82,17 @@ async def other_keys(store: Store) -> dict[bytes, Any]:
     """Every other key with its value: the sweep must leave all of them alone."""
     out: dict[bytes, Any] = {}
     async for name in store.client.scan_iter(count=1000):
-        if not name.startswith((b"r:", b"h:", b"i:", b"x:", b"b:")):
+        if not name.startswith((b"r:", b"x:", b"b:")):
             out[name] = await store.client.dump(name)
     return out
 
 
 class Planted:
-    """Receipts written straight into the store (no signing), with ids of chosen creation
-    times: by the current issue script (``layout="new"``) or by the old release's
-    (``layout="old"``: tests/old_layout.py)."""
+    """Receipts written straight into the store (no signing) by the issue script, with ids
+    of chosen creation times."""
 
-    def __init__(self, store: Store, layout: str = "new") -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self.layout = layout
         self.tips: dict[str, str | None] = {}
         self.count = 0
 
@@ -112,47 +108,28 @@ class Planted:
         receipt_hash = hash_of(f"planted-{receipt_id}")
         replay_key = f"ik_planted{self.count}"
         receipt = {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
-        if self.layout == "old":
-            await plant_old_receipt(
-                self.store,
-                receipt,
-                built_on_tip=self.tips[project_id],
-                on_main=True,
-                replay_key=replay_key,
-                fingerprint=f"fp{self.count}",
-            )
-        else:
-            result = await self.store.issue_receipt(
-                project_id=project_id,
-                receipt_id=receipt_id,
-                receipt_hash=receipt_hash,
-                receipt_json=orjson.dumps(receipt),
-                built_on_tip=self.tips[project_id],
-                on_main=True,
-                replay_key=replay_key,
-                fingerprint=f"fp{self.count}",
-                key_hash=hash_of("planted-key"),
-                minute=Counter("1", 10**9, 120),
-                month=Counter("202601", 10**9, 3600),
-            )
-            assert result.outcome is IssueOutcome.ISSUED
+        result = await self.store.issue_receipt(
+            project_id=project_id,
+            receipt_id=receipt_id,
+            receipt_hash=receipt_hash,
+            receipt_json=orjson.dumps(receipt),
+            built_on_tip=self.tips[project_id],
+            on_main=True,
+            replay_key=replay_key,
+            fingerprint=f"fp{self.count}",
+            key_hash=hash_of("planted-key"),
+            minute=Counter("1", 10**9, 120),
+            month=Counter("202601", 10**9, 3600),
+        )
+        assert result.outcome is IssueOutcome.ISSUED
         self.tips[project_id] = receipt_hash
-        old = self.layout == "old"
         return {
             "receipt_id": receipt_id,
             "receipt_hash": receipt_hash,
             "project_id": project_id,
             "r": keys.receipt_key(receipt_id),
-            "h": (
-                keys.receipt_hash_key(project_id, receipt_hash)
-                if old
-                else entry(project_id, keys.hash_index_field(receipt_hash))
-            ),
-            "i": (
-                keys.idempotency_key(project_id, replay_key)
-                if old
-                else entry(project_id, keys.idempotency_field(replay_key))
-            ),
+            "h": entry(project_id, keys.hash_index_field(receipt_hash)),
+            "i": entry(project_id, keys.idempotency_field(replay_key)),
         }
 
 
@@ -302,35 +279,8 @@ async def test_entries_are_removed_only_while_they_name_the_expired_receipt(stor
     assert await index_field(store, project_id, fields["i"]) == fresh_id + b"fpXfpX12"
 
 
-async def test_old_layout_entries_are_removed_only_while_they_name_the_expired_receipt(store: Store) -> None:
-    planted = Planted(store, layout="old")
-    project_id = await planted.project()
-    old = await planted.receipt(project_id, OLD)
-    fresh = await planted.receipt(project_id, NOW)
-    # Rewrite the old receipt's index entries to name the fresh receipt: the sweep keeps them.
-    await store.client.set(old["h"], fresh["receipt_id"])
-    await store.client.set(old["i"], f"{fresh['receipt_id']} fpX")
-    summary = await store.expire_receipts(cutoff_ms(NOW, 1.0))
-    assert summary == {"receipts": 1, "hash_index": 0, "idempotency": 0, "search_index": 0, "scanned": 6}
-    assert await store.client.get(old["h"]) == fresh["receipt_id"].encode()
-
-    assert await store.client.get(old["i"]) == f"{fresh['receipt_id']} fpX".encode()
-
-    # The script itself: the whole value, or its first word, must be the receipt id.
-    async def delete_if_names(name: str, receipt_id: str) -> int:
-        return int(await store._delete_if_names(keys=[name], args=[receipt_id]))
-
-    assert await delete_if_names(old["i"], old["receipt_id"]) == 0
-    assert await delete_if_names(old["i"], fresh["receipt_id"][:-1]) == 0, "a prefix of the id is not the id"
-    assert await delete_if_names(old["i"], "fpX") == 0
-    assert await delete_if_names(old["i"], fresh["receipt_id"]) == 1
-    assert await delete_if_names(old["i"], fresh["receipt_id"]) == 0, "twice removes nothing"
-    assert await delete_if_names(old["h"], fresh["receipt_id"][:-1]) == 0
-    assert await delete_if_names(old["h"], fresh["receipt_id"]) == 1
-
-
 async def test_the_sweep_leaves_foreign_and_malformed_keys_alone(store: Store) -> None:
-    planted = Planted(store, layout="old")
+    planted = Planted(store)
     project_id = await planted.project()
     old = await planted.receipt(project_id, OLD)
     foreign = {
@@ -372,10 +322,9 @@ async def two_stores(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Stor
     await second.close()
 
 
-@pytest.mark.parametrize("layout", ["new", "old"])
-async def test_two_concurrent_sweeps_remove_each_key_once(two_stores: tuple[Store, Store], layout: str) -> None:
+async def test_two_concurrent_sweeps_remove_each_key_once(two_stores: tuple[Store, Store]) -> None:
     first, second = two_stores
-    planted = Planted(first, layout)
+    planted = Planted(first)
     old: list[dict[str, str]] = []
     fresh: list[dict[str, str]] = []
     for _ in range(4):
@@ -425,9 +374,6 @@ def test_receipt_ids_date_themselves() -> None:
         receipt_id = new_receipt_id("prj_" + "0" * 26, ms)
         assert keys.receipt_created_ms(receipt_id) == ms
         assert keys.receipt_id_in_receipt_key(keys.receipt_key(receipt_id)) == receipt_id
-        assert keys.receipt_id_in_entry(f"{receipt_id} abc") == receipt_id
-        assert keys.receipt_id_in_entry(receipt_id) == receipt_id
-    assert keys.receipt_id_in_entry("rcpt_short fp") is None
     assert keys.receipt_id_in_receipt_key("r:{ABCD}:rcpt_short") is None
 
 

@@ -25,7 +25,6 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
     return {
         "issue_receipt.lua": [
             keys.project_key(project_id),
-            keys.idempotency_key(project_id, "ik_abc"),
             keys.receipt_key(receipt_id),
             keys.index_meta_key(project_id),
             keys.key_minute_counter_key(project_id, hash_of("key"), "29000000"),
@@ -33,7 +32,7 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.search_index_key(project_id, "input_hash", hash_of("in")),
             keys.search_index_key(project_id, "output_hash", hash_of("out")),
         ],
-        "find_index_field.lua": [keys.index_meta_key(project_id), keys.receipt_hash_key(project_id, hash_of("r"))],
+        "find_index_field.lua": [keys.index_meta_key(project_id)],
         "expire_index_bucket.lua": [keys.index_bucket_key(project_id, 5), keys.index_meta_key(project_id)],
         "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],
         "hit_counter.lua": [keys.ip_counter_key("2001:db8::/64", "authenticated", "29000000")],
@@ -46,11 +45,9 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
         "delete_receipt.lua": [
             keys.receipt_key(receipt_id),
             keys.index_meta_key(project_id),
-            keys.receipt_hash_key(project_id, hash_of("r")),
             keys.search_index_key(project_id, "input_hash", hash_of("in")),
             keys.search_index_key(project_id, "output_hash", hash_of("out")),
         ],
-        "delete_if_names.lua": [keys.receipt_hash_key(project_id, hash_of("r"))],
         "index_checkout.lua": [keys.checkout_session_key(project_id, keys.checkout_ref("cs_test_1"))],
         "claim_checkout.lua": [
             keys.checkout_session_key(project_id, keys.checkout_ref("cs_test_1")),
@@ -92,7 +89,8 @@ def test_every_script_covers_its_declared_keys() -> None:
         assert declared == set(range(1, len(sets[path.name]) + 1)), path.name
         assert re.search(r"^-- Returns", text, re.M), f"{path.name} must say what it returns"
         calls = re.findall(r"redis\.call\('(\w+)',\s*([^,)]+)", text)
-        assert calls, path.name
+        # A script may reach Redis only through the shared index functions, on a declared key.
+        assert calls or re.search(r"idx_get\(KEYS\[\d+\]", text), path.name
         for command, first_arg in calls:
             # KEYS[n], or KEYS[k + n] in the group-commit script (receipt k's block of KEYS)
             assert re.fullmatch(r"KEYS\[(?:\d+|k \+ \d+)\]", first_arg.strip()), (

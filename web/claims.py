@@ -25,11 +25,10 @@ from sanic.response import json as json_response
 
 from jobs.claims import JOB_FUNC, job_id_for
 from jobs.queue import enqueue
-from kv.accounts import create_project_key
+from kv.accounts import create_project_key, new_key_record
 from kv.keys import checkout_ref
-from kv.records import CheckoutRecord, ClaimOutcome, Counter, KeyRecord
+from kv.records import CheckoutRecord, ClaimOutcome, Counter
 from kv.store import Store
-from receipts.apikeys import hash_api_key, new_api_key
 from receipts.errors import (
     AlreadyClaimed,
     BadRequest,
@@ -44,9 +43,7 @@ from receipts.errors import (
     StoreUnavailable,
     UnsupportedMediaType,
 )
-from receipts.ids import new_actor_id
 from receipts.limits import DAY_MS, Usage, day_window, minute_window
-from receipts.model import format_created_at
 from receipts.webhook_signature import (
     COMPLETED,
     EventError,
@@ -229,15 +226,7 @@ async def claim(request: Request) -> HTTPResponse:
     window_ms = int(settings.claim_window_days * DAY_MS)
     ref = checkout_ref(session_id)
     project_id, plan = _claimable(await store.find_checkout(ref), now_ms, window_ms, settings)
-    api_key = new_api_key()
-    key = KeyRecord(
-        key_hash=hash_api_key(api_key),
-        project_id=project_id,
-        actor_id=new_actor_id(),
-        plan=plan,
-        revoked=False,
-        created_at=format_created_at(now_ms),
-    )
+    api_key, key = new_key_record(project_id, plan, now_ms=now_ms)
     outcome = await store.claim_checkout(
         ref=ref,
         project_name=f"{plan} plan (checkout {ref})",

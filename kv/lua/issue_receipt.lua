@@ -2,44 +2,38 @@
 -- why not (group commit: the receipts of one batch were chained on each other in memory).
 -- Runs after index_buckets.lua (its idx_* functions).
 --
--- The call holds N receipts: KEYS has 8 per receipt and ARGV 18 per receipt, receipt i
--- (from 0) at KEYS[8i+1..8i+8] and ARGV[18i+1..18i+18], each laid out as below. They are
+-- The call holds N receipts: KEYS has 7 per receipt and ARGV 15 per receipt, receipt i
+-- (from 0) at KEYS[7i+1..7i+7] and ARGV[15i+1..15i+15], each laid out as below. They are
 -- processed in order; the first that is not issued (code 1-6) ends the call: the receipts
 -- after it were built on it and are not looked at (the caller rebuilds and sends them
 -- again). N = 1 is a single receipt, with the same reply.
 --
 -- KEYS[1] project record (hash; field "tip" = main chain tip, absent when there is none)
--- KEYS[2] old-layout idempotency record (string "<receipt_id> <fingerprint>"; read only:
---         records written before the index buckets, until they expire)
--- KEYS[3] receipt record (string: compact record or JSON bytes)
--- KEYS[4] the project's index meta hash (its buckets: KEYS[4] .. ':' .. number)
--- KEYS[5] the API key's request counter for the current minute window
--- KEYS[6] the project's receipt counter for the current calendar month
--- KEYS[7] the search set of the receipt's input_hash (sorted set: receipt ids scored by
---         created ms; 16-byte ids once a hash has more than four receipts, text ids from
---         records written before the index buckets)
--- KEYS[8] the search set of its output_hash (KEYS[7] again when there is none)
+-- KEYS[2] receipt record (string: compact record or JSON bytes)
+-- KEYS[3] the project's index meta hash (its buckets: KEYS[3] .. ':' .. number)
+-- KEYS[4] the API key's request counter for the current minute window
+-- KEYS[5] the project's receipt counter for the current calendar month
+-- KEYS[6] the search set of the receipt's input_hash (sorted set: 16-byte receipt ids
+--         scored by created ms, once a hash has more than four receipts)
+-- KEYS[7] the search set of its output_hash (KEYS[6] again when there is none)
 -- ARGV[1] the tip the receipt was built on ("" = the project had no tip)
 -- ARGV[2] the receipt's stored value (compact record, or JSON)
--- ARGV[3] receipt_id
--- ARGV[4] receipt_hash
--- ARGV[5] "1" when the receipt is on main (the tip advances to ARGV[4]), "0" for a branch
--- ARGV[6] idempotency fingerprint (hex SHA-256 of the logical input; old-layout records)
--- ARGV[7] per-minute limit of the key's plan
--- ARGV[8] seconds the minute counter must live
--- ARGV[9] monthly receipt quota of the plan
--- ARGV[10] seconds the month counter must live
--- ARGV[11] a receipt id known to be gone ("" = none): an idempotency record naming it is
---          stale (its receipt was deleted) and may be taken over by this receipt
--- ARGV[12] ARGV[11] as 16 bytes ("" = none)
--- ARGV[13] receipt_id as 16 bytes
--- ARGV[14] hash-index field (value: ARGV[13])
--- ARGV[15] idempotency field (value: ARGV[13] .. ARGV[16])
--- ARGV[16] the fingerprint's first 8 bytes
--- ARGV[17] input_hash search field ("" = none): ARGV[13] is appended to its value, or,
---          when the hash's set KEYS[7] exists or the value already holds four ids (64
+-- ARGV[3] receipt_hash
+-- ARGV[4] "1" when the receipt is on main (the tip advances to ARGV[3]), "0" for a branch
+-- ARGV[5] per-minute limit of the key's plan
+-- ARGV[6] seconds the minute counter must live
+-- ARGV[7] monthly receipt quota of the plan
+-- ARGV[8] seconds the month counter must live
+-- ARGV[9] a receipt id known to be gone, as 16 bytes ("" = none): an idempotency record
+--         naming it is stale (its receipt was deleted) and may be taken over by this receipt
+-- ARGV[10] receipt_id as 16 bytes
+-- ARGV[11] hash-index field (value: ARGV[10])
+-- ARGV[12] idempotency field (value: ARGV[10] .. ARGV[13])
+-- ARGV[13] the idempotency fingerprint's first 8 bytes (kv.keys.fingerprint_tail)
+-- ARGV[14] input_hash search field ("" = none): ARGV[10] is appended to its value, or,
+--          when the hash's set KEYS[6] exists or the value already holds four ids (64
 --          bytes, listpack's limit), added to the set, the value's ids moving there too
--- ARGV[18] output_hash search field ("" = the receipt has no output_hash), with KEYS[8]
+-- ARGV[15] output_hash search field ("" = the receipt has no output_hash), with KEYS[7]
 -- A search set scores each id by its creation time (Unix ms), read from the id's first
 -- six bytes.
 --
@@ -47,7 +41,7 @@
 -- counters after that receipt):
 --   {0, ""}           issued: receipt, index fields, tip and both counters written
 --   {1, receipt_id}   replay of the same logical input: only the minute counter counts it
---                     (receipt_id: 16 bytes from the index, text from an old-layout record)
+--                     (receipt_id: 16 bytes, from the index)
 --   {2, ""}           the idempotency key was used before with a different request
 --   {3, tip}          the tip moved (value "" = none): rebuild on it and call again
 --   {4, ""}           the project does not exist
@@ -67,41 +61,28 @@ local function moving_ids(meta, field, id)
 end
 
 local function issue_one(k, a)
-  local minute = tonumber(redis.call('GET', KEYS[k + 5]) or '0')
-  local month = tonumber(redis.call('GET', KEYS[k + 6]) or '0')
-  if minute >= tonumber(ARGV[a + 7]) then
+  local minute = tonumber(redis.call('GET', KEYS[k + 4]) or '0')
+  local month = tonumber(redis.call('GET', KEYS[k + 5]) or '0')
+  if minute >= tonumber(ARGV[a + 5]) then
     return {5, '', minute, month}
   end
 
   local function count_minute()
-    minute = redis.call('INCR', KEYS[k + 5])
+    minute = redis.call('INCR', KEYS[k + 4])
     if minute == 1 then
-      redis.call('EXPIRE', KEYS[k + 5], ARGV[a + 8])
+      redis.call('EXPIRE', KEYS[k + 4], ARGV[a + 6])
     end
   end
 
-  local entry = idx_get(KEYS[k + 4], ARGV[a + 15])
+  local entry = idx_get(KEYS[k + 3], ARGV[a + 12])
   if entry then
-    if string.sub(entry, 17) ~= ARGV[a + 16] then
+    if string.sub(entry, 17) ~= ARGV[a + 13] then
       return {2, '', minute, month}
     end
     local named = string.sub(entry, 1, 16)
-    if named ~= ARGV[a + 12] then
+    if named ~= ARGV[a + 9] then
       count_minute()
       return {1, named, minute, month}
-    end
-  else
-    local old = redis.call('GET', KEYS[k + 2])
-    if old then
-      local sep = string.find(old, ' ', 1, true)
-      local named = string.sub(old, 1, sep - 1)
-      if string.sub(old, sep + 1) ~= ARGV[a + 6] then
-        return {2, '', minute, month}
-      end
-      if named ~= ARGV[a + 11] then
-        count_minute()
-        return {1, named, minute, month}
-      end
     end
   end
 
@@ -109,7 +90,7 @@ local function issue_one(k, a)
     return {4, '', minute, month}
   end
 
-  if month >= tonumber(ARGV[a + 9]) then
+  if month >= tonumber(ARGV[a + 7]) then
     return {6, '', minute, month}
   end
 
@@ -118,38 +99,38 @@ local function issue_one(k, a)
     return {3, tip, minute, month}
   end
 
-  local id = ARGV[a + 13]
-  redis.call('SET', KEYS[k + 3], ARGV[a + 2])
-  idx_put(KEYS[k + 4], ARGV[a + 14], id)
-  idx_put(KEYS[k + 4], ARGV[a + 15], id .. ARGV[a + 16])
+  local id = ARGV[a + 10]
+  redis.call('SET', KEYS[k + 2], ARGV[a + 2])
+  idx_put(KEYS[k + 3], ARGV[a + 11], id)
+  idx_put(KEYS[k + 3], ARGV[a + 12], id .. ARGV[a + 13])
   -- A search field takes the id while it holds fewer than four; else the ids go to the set.
-  if ARGV[a + 17] ~= '' and (redis.call('EXISTS', KEYS[k + 7]) == 1
-      or not idx_append(KEYS[k + 4], ARGV[a + 17], id, 64)) then
-    for _, one in ipairs(moving_ids(KEYS[k + 4], ARGV[a + 17], id)) do
+  if ARGV[a + 14] ~= '' and (redis.call('EXISTS', KEYS[k + 6]) == 1
+      or not idx_append(KEYS[k + 3], ARGV[a + 14], id, 64)) then
+    for _, one in ipairs(moving_ids(KEYS[k + 3], ARGV[a + 14], id)) do
+      redis.call('ZADD', KEYS[k + 6], string.format('%d', idx_id_ms(one)), one)
+    end
+  end
+  if ARGV[a + 15] ~= '' and (redis.call('EXISTS', KEYS[k + 7]) == 1
+      or not idx_append(KEYS[k + 3], ARGV[a + 15], id, 64)) then
+    for _, one in ipairs(moving_ids(KEYS[k + 3], ARGV[a + 15], id)) do
       redis.call('ZADD', KEYS[k + 7], string.format('%d', idx_id_ms(one)), one)
     end
   end
-  if ARGV[a + 18] ~= '' and (redis.call('EXISTS', KEYS[k + 8]) == 1
-      or not idx_append(KEYS[k + 4], ARGV[a + 18], id, 64)) then
-    for _, one in ipairs(moving_ids(KEYS[k + 4], ARGV[a + 18], id)) do
-      redis.call('ZADD', KEYS[k + 8], string.format('%d', idx_id_ms(one)), one)
-    end
-  end
   idx_grow()
-  if ARGV[a + 5] == '1' then
-    redis.call('HSET', KEYS[k + 1], 'tip', ARGV[a + 4])
+  if ARGV[a + 4] == '1' then
+    redis.call('HSET', KEYS[k + 1], 'tip', ARGV[a + 3])
   end
   count_minute()
-  month = redis.call('INCR', KEYS[k + 6])
+  month = redis.call('INCR', KEYS[k + 5])
   if month == 1 then
-    redis.call('EXPIRE', KEYS[k + 6], ARGV[a + 10])
+    redis.call('EXPIRE', KEYS[k + 5], ARGV[a + 8])
   end
   return {0, '', minute, month}
 end
 
 local replies = {}
-for i = 0, #KEYS / 8 - 1 do
-  local reply = issue_one(8 * i, 18 * i)
+for i = 0, #KEYS / 7 - 1 do
+  local reply = issue_one(7 * i, 15 * i)
   for _, value in ipairs(reply) do
     replies[#replies + 1] = value
   end

@@ -1,0 +1,170 @@
+"""The store's projects and API keys: creating a project with its first key, project names,
+key records and their authentication lookups, revocation, reissue and suspension
+(kv/accounts.py builds on them; the types are in kv/records.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kv import keys
+from kv.link import Link
+from kv.records import (
+    KEY_RECORD_FIELDS,
+    AuthOutcome,
+    AuthResult,
+    Counter,
+    KeyRecord,
+    _key_record,
+    _text,
+    _unavailable_as_503,
+)
+
+
+class KeyStore:
+    """The projects' and keys' part of ``Store`` (kv/store.py), which holds the client and the scripts."""
+
+    client: Any
+    link: Link
+    _create_project: Any
+    _authenticate: Any
+
+    @_unavailable_as_503
+    async def create_project(self, *, project_id: str, name: str, created_at: str, key: KeyRecord) -> None:
+        """Create the project with its first key. Raises ``ValueError`` if the id exists.
+
+        The key record lives in its own slot, so the two writes cannot share a script. It is
+        written first: if the project write then fails, the key points at a project that
+        does not exist (404 on use), and since the raw key was never shown, nobody holds it.
+        """
+        await self._write_key_record(key)
+        created = await self._create_project(
+            keys=[keys.project_key(project_id), keys.project_api_keys_key(project_id)],
+            args=[name, created_at, key.key_hash],
+        )
+        if not created:
+            await self.client.delete(keys.api_key_key(key.key_hash))
+            raise ValueError(f"project {project_id} already exists")
+
+    @_unavailable_as_503
+    async def claim_project_name(self, name: str, project_id: str) -> str | None:
+        """Reserve ``name`` for ``project_id``. None when reserved; else the id holding it.
+
+        One HSETNX on one hash: of any number of concurrent claims of a name exactly one
+        wins, on a single Redis or a cluster (one key, one slot).
+        """
+        if await self.client.hsetnx(keys.project_names_key(), name, project_id):
+            return None
+        return _text(await self.client.hget(keys.project_names_key(), name)) or ""
+
+    @_unavailable_as_503
+    async def release_project_name(self, name: str, project_id: str) -> None:
+        """Undo ``claim_project_name`` after a failed create. Only the claimer releases, and
+        no other claim can take the name while it is held, so read-then-delete is safe."""
+        if _text(await self.client.hget(keys.project_names_key(), name)) == project_id:
+            await self.client.hdel(keys.project_names_key(), name)
+
+    @_unavailable_as_503
+    async def find_project_by_name(self, name: str) -> str | None:
+        """The id of the project ``keys create`` made with ``name``, or None."""
+        return _text(await self.client.hget(keys.project_names_key(), name))
+
+    async def _write_key_record(self, key: KeyRecord) -> None:
+        await self.client.hset(
+            keys.api_key_key(key.key_hash),
+            mapping={
+                "project_id": key.project_id,
+                "actor_id": key.actor_id,
+                "plan": key.plan,
+                "revoked": "1" if key.revoked else "0",
+                "created_at": key.created_at,
+                "suspended_until": key.suspended_until,
+            },
+        )
+
+    @_unavailable_as_503
+    async def find_api_key(self, key_hash: str) -> KeyRecord | None:
+        """The record for a key hash, or None when unknown."""
+        return _key_record(key_hash, await self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS))
+
+    @_unavailable_as_503
+    async def find_api_key_and_read_ip_counter(
+        self, key_hash: str, ip_bucket: str, scope: str, window_id: str
+    ) -> tuple[KeyRecord | None, int]:
+        """``find_api_key`` and ``read_ip_counter`` in one round trip (pipelined on the link,
+        not a transaction: both only read; the two keys live in different slots)."""
+        record = self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS)
+        count = self.link.send("GET", keys.ip_counter_key(ip_bucket, scope, window_id))
+        return _key_record(key_hash, await record), int(await count or 0)
+
+    @_unavailable_as_503
+    async def authenticate(
+        self,
+        key_hash: str,
+        ip_bucket: str,
+        scope: Counter,
+        scope_name: str,
+        failed_limit: int,
+        *,
+        count: bool,
+    ) -> AuthResult:
+        """The key lookup, the address's failed-auth throttle and its ``scope_name`` counter
+        in one script call (kv/lua/authenticate.lua; only when ``one_call_auth``). Both
+        counters use ``scope``'s minute window; nothing is counted unless ``count``, the key
+        is usable and its project has no suspension set."""
+        reply: Any = await self.link.run_script(
+            self._authenticate,
+            [
+                keys.api_key_key(key_hash),
+                keys.ip_counter_key(ip_bucket, "unauthenticated", scope.window_id),
+                keys.ip_counter_key(ip_bucket, scope_name, scope.window_id),
+            ],
+            [failed_limit, scope.limit, scope.ttl_s, "1" if count else "0"],
+        )
+        outcome = AuthOutcome(int(reply[0]))
+        record = _key_record(key_hash, reply[2:]) if len(reply) > 2 else None
+        return AuthResult(outcome, int(reply[1]), record)
+
+    @_unavailable_as_503
+    async def revoke_api_key(self, key_hash: str) -> bool:
+        """Mark a key revoked. False when no such key exists (nothing is written)."""
+        name = keys.api_key_key(key_hash)
+        if not await self.client.exists(name):
+            return False
+        await self.client.hset(name, "revoked", "1")
+        return True
+
+    @_unavailable_as_503
+    async def get_project(self, project_id: str) -> dict[str, str] | None:
+        """The project record's fields (name, created_at, tip, suspended_until), or None."""
+        raw = await self.client.hgetall(keys.project_key(project_id))
+        return {_text(k) or "": _text(v) or "" for k, v in raw.items()} or None
+
+    @_unavailable_as_503
+    async def list_project_keys(self, project_id: str) -> list[KeyRecord]:
+        """Every key record of the project, oldest first (hashes and states, never keys)."""
+        hashes = sorted(_text(h) or "" for h in await self.client.smembers(keys.project_api_keys_key(project_id)))
+        records = [await self.find_api_key(h) for h in hashes]
+        return sorted((r for r in records if r is not None), key=lambda r: r.created_at)
+
+    @_unavailable_as_503
+    async def add_project_key(self, key: KeyRecord) -> None:
+        """A further key for an existing project (reissue): the record, then the set entry."""
+        await self._write_key_record(key)
+        await self.client.sadd(keys.project_api_keys_key(key.project_id), key.key_hash)
+
+    @_unavailable_as_503
+    async def set_project_suspension(self, project_id: str, suspended_until: str) -> int:
+        """Suspend ("forever" or Unix ms) or lift ("") on the project and each of its keys.
+
+        Key records live in their own slots, so this is one write per key, in order; run
+        again it converges. Returns how many key records were updated.
+        """
+        await self.client.hset(keys.project_key(project_id), "suspended_until", suspended_until)
+        members = await self.client.smembers(keys.project_api_keys_key(project_id))
+        updated = 0
+        for member in members:
+            name = keys.api_key_key(_text(member) or "")
+            if await self.client.exists(name):
+                await self.client.hset(name, "suspended_until", suspended_until)
+                updated += 1
+        return updated

@@ -1,0 +1,326 @@
+"""The store's receipts: issuing (one script per group, with the optional ``STORE_ACK`` wait),
+reads by id and by hash (also sent ahead, to share a write with the next command), search
+by hash, and deletion. The index they use is kv/lua/index_buckets.lua (docs/redis.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from redis.exceptions import NoScriptError
+
+from kv import keys
+from kv.link import Link
+from kv.records import (
+    Counter,
+    IssueItem,
+    IssueOutcome,
+    IssueResult,
+    _bytes,
+    _checked_receipt_bytes,
+    _IndexLookup,
+    _receipt_id,
+    _text,
+    _unavailable_as_503,
+)
+from receipts.errors import StoreUnavailable
+from runtime.store_ack import StoreAck
+
+
+class ReceiptStore:
+    """The receipts' part of ``Store`` (kv/store.py), which holds the client and the scripts."""
+
+    client: Any
+    link: Link
+    ack: StoreAck
+    _issue: Any
+    _find_index_field: Any
+    _delete_receipt: Any
+
+    @_unavailable_as_503
+    async def read_tip(self, project_id: str) -> tuple[bool, str | None]:
+        """(project exists, main chain tip or None)."""
+        exists = self.link.send("EXISTS", keys.project_key(project_id))
+        tip = self.link.send("HGET", keys.project_key(project_id), "tip")
+        return bool(await exists), _text(await tip) or None
+
+    @_unavailable_as_503
+    async def issue_receipt(
+        self,
+        *,
+        project_id: str,
+        receipt_id: str,
+        receipt_hash: str,
+        receipt_json: bytes,
+        built_on_tip: str | None,
+        on_main: bool,
+        replay_key: str,
+        fingerprint: str,
+        key_hash: str,
+        minute: Counter,
+        month: Counter,
+        stale_receipt_id: str = "",
+        input_hash: str | None = None,
+        output_hash: str | None = None,
+    ) -> IssueResult:
+        """Record a signed receipt if its tip still holds, it is not a replay, and the key's
+        minute limit and the project's monthly quota allow it; count it in both at once.
+        The receipt id joins the search indexes of its ``input_hash`` and ``output_hash``.
+        (``issue_receipts`` with one receipt; raises the not-acknowledged 503 itself.)"""
+        item = IssueItem(
+            receipt_id, receipt_hash, receipt_json, built_on_tip, on_main, replay_key, fingerprint,
+            key_hash, minute, month, stale_receipt_id, input_hash, output_hash,
+        )  # fmt: skip
+        [result] = await self._issue_receipts(project_id, [item])
+        if result.unacknowledged is not None:
+            raise result.unacknowledged
+        return result
+
+    @_unavailable_as_503
+    async def issue_receipts(self, project_id: str, items: list[IssueItem]) -> list[IssueResult]:
+        """Group commit: record ``items`` (receipts of one project, each chained on the one
+        before it where it is on main) in order, in one script call. The first receipt that
+        is not issued ends the call: the result list stops with it, and the receipts after
+        it (built on it) are the caller's to rebuild. With ``STORE_ACK``, an issued or
+        replayed result whose write was not acknowledged carries the 503 in ``unacknowledged``."""
+        return await self._issue_receipts(project_id, items)
+
+    async def _issue_receipts(self, project_id: str, items: list[IssueItem]) -> list[IssueResult]:
+        script_keys: list[Any] = []
+        script_args: list[Any] = []
+        project_key = keys.project_key(project_id)
+        meta_key = keys.index_meta_key(project_id)
+        for item in items:
+            receipt_id_bytes = keys.receipt_id_bytes(item.receipt_id)
+            script_keys += [
+                project_key,
+                keys.receipt_key(item.receipt_id),
+                meta_key,
+                keys.key_minute_counter_key(project_id, item.key_hash, item.minute.window_id),
+                keys.project_month_counter_key(project_id, item.month.window_id),
+                *self._search_keys(project_id, item.input_hash, item.output_hash),
+            ]
+            stale = item.stale_receipt_id
+            script_args += [
+                item.built_on_tip or "",
+                item.stored_value or item.receipt_json,
+                item.receipt_hash,
+                "1" if item.on_main else "0",
+                item.minute.limit,
+                item.minute.ttl_s,
+                item.month.limit,
+                item.month.ttl_s,
+                keys.receipt_id_bytes(stale) if stale else b"",
+                receipt_id_bytes,
+                keys.hash_index_field(item.receipt_hash),
+                keys.idempotency_field(item.replay_key),
+                keys.fingerprint_tail(item.fingerprint),
+                keys.search_field("input_hash", item.input_hash) if item.input_hash else b"",
+                keys.search_field("output_hash", item.output_hash) if item.output_hash else b"",
+            ]
+        if self.ack.enabled:
+            reply, unacknowledged = await self._issue_acknowledged(script_keys, script_args, items)
+        else:
+            reply, unacknowledged = await self.link.run_script(self._issue, script_keys, script_args), None
+        results = []
+        for at in range(0, len(reply), 4):
+            outcome = IssueOutcome(int(reply[at]))
+            value = (_receipt_id(reply[at + 1]) if outcome is IssueOutcome.REPLAY else _text(reply[at + 1])) or None
+            results.append(
+                IssueResult(
+                    outcome,
+                    receipt_id=value if outcome is IssueOutcome.REPLAY else None,
+                    tip=value if outcome is IssueOutcome.TIP_MOVED else None,
+                    minute_used=int(reply[at + 2]),
+                    month_used=int(reply[at + 3]),
+                    unacknowledged=(
+                        unacknowledged(items[at // 4].receipt_id if outcome is IssueOutcome.ISSUED else value or "")
+                        if unacknowledged is not None and outcome in (IssueOutcome.ISSUED, IssueOutcome.REPLAY)
+                        else None
+                    ),
+                )
+            )
+        return results
+
+    async def _issue_acknowledged(
+        self, script_keys: list[Any], script_args: list[Any], items: list[IssueItem]
+    ) -> tuple[Any, Callable[[str], StoreUnavailable] | None]:
+        """The issue script, then WAIT / WAITAOF on the same connection (both count that
+        connection's writes, so one wait covers the whole group). Only an issue or a replay
+        is waited for: a replay's minute counter is a later write, so its WAIT covers the
+        earlier receipt as well.
+
+        Not reached within the timeout: each issued or replayed receipt's result carries a
+        503 ``store_unavailable`` naming the receipt, which IS written and chained; the same
+        request again replays it and waits again.
+        """
+        client: Any = self.client  # a plain Redis: start-up refuses STORE_ACK with a cluster
+        async with client.client() as conn:
+            reply: Any = await self._issue.registered(keys=script_keys, args=script_args, client=conn)
+            codes = {int(reply[at]) for at in range(0, len(reply), 4)}
+            if not codes & {IssueOutcome.ISSUED.value, IssueOutcome.REPLAY.value}:
+                return reply, None
+            ack = self.ack
+            if ack.mode == "aof":
+                counts: Any = await conn.execute_command("WAITAOF", 1, 0, ack.timeout_ms)
+                reached, got = int(counts[0]) >= 1, int(counts[0])
+                required = 1
+            else:
+                got = int(await conn.execute_command("WAIT", ack.replicas, ack.timeout_ms))
+                reached, required = got >= ack.replicas, ack.replicas
+        if reached:
+            return reply, None
+
+        def not_acknowledged(written_id: str) -> StoreUnavailable:
+            return StoreUnavailable(
+                f"the receipt was written but not acknowledged by {ack.describe()}; "
+                "send the same request again to confirm it (it replays the same receipt)",
+                details={
+                    "reason": "not_acknowledged",
+                    "receipt_id": written_id,
+                    "written": True,
+                    "acknowledged": got,
+                    "required": required,
+                    "ack": ack.mode,
+                },
+            )
+
+        return reply, not_acknowledged
+
+    def prefetch_receipt_json(self, receipt_id: str) -> Awaitable[Any]:
+        """Send the receipt's read now, so it leaves in the same write as the next command of
+        this event-loop turn (a limit check, say); hand the result to
+        ``prefetched_receipt_json``. A prefetch nobody awaits (the request was refused) is dropped."""
+        return self.link.send("GET", keys.receipt_key(receipt_id))
+
+    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> _IndexLookup:
+        """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup script is sent
+        now (``EVALSHA``; should Redis not know the script yet, ``prefetched_text`` sends it
+        with ``EVAL``, one more round trip once per Redis start)."""
+        script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
+        script = self._find_index_field
+        sent = self.link.send("EVALSHA", script.sha, len(script_keys), *script_keys, *script_args)
+        return _IndexLookup(sent, script_keys, script_args)
+
+    @staticmethod
+    def _hash_lookup(project_id: str, receipt_hash: str) -> tuple[list[Any], list[Any]]:
+        """``find_index_field.lua``'s KEYS and ARGV for a receipt hash: the index meta key;
+        the hash-index field."""
+        return [keys.index_meta_key(project_id)], [keys.hash_index_field(receipt_hash)]
+
+    @_unavailable_as_503
+    async def prefetched_receipt_json(self, sent: Awaitable[Any], receipt_id: str) -> bytes | None:
+        """The receipt JSON of ``prefetch_receipt_json(receipt_id)``, or None; as ``get_receipt_json``."""
+        return _checked_receipt_bytes(await sent, receipt_id)
+
+    @_unavailable_as_503
+    async def prefetched_text(self, sent: _IndexLookup) -> str | None:
+        """The receipt id a ``prefetch_receipt_id_by_hash`` found, or None."""
+        try:
+            reply = await sent.sent
+        except NoScriptError:  # Redis restarted since, or never ran it: EVAL loads it too
+            source = self._find_index_field.source
+            reply = await self.link.send("EVAL", source, len(sent.keys), *sent.keys, *sent.args)
+        return _receipt_id(reply)
+
+    @_unavailable_as_503
+    async def get_receipt_json(self, receipt_id: str, project_id: str | None = None) -> bytes | None:
+        """The receipt's JSON bytes, exactly as every read returns them, or None (unknown,
+        expired or deleted). The stored value may be a compact record: it is decoded here.
+
+        Raises ``CorruptRecord`` when the stored value cannot be decoded, or is not this
+        receipt's record (another ``receipt_id``; another project than ``project_id``, when
+        given): a read never hands out another receipt than the one it was asked for."""
+        return _checked_receipt_bytes(await self.prefetch_receipt_json(receipt_id), receipt_id, project_id)
+
+    @_unavailable_as_503
+    async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
+        """The id of the project's receipt with this hash, or None. The index keys a
+        truncated hash: the caller checks the full ``receipt_hash`` of the receipt it reads."""
+        script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
+        return _receipt_id(await self.link.run_script(self._find_index_field, script_keys, script_args))
+
+    @_unavailable_as_503
+    async def search_receipts(
+        self, project_id: str, field: str, hash_str: str, limit: int, after: str | None = None
+    ) -> tuple[list[bytes], str | None]:
+        """The project's receipts whose ``field`` is ``hash_str``, newest first: (receipt
+        JSON bytes, id to continue after or None). ``after`` is the last id of the previous
+        page; the order is (created ms, receipt id) descending, which is the ids' own order.
+
+        The ids come from the index field (up to four) and from the hash's sorted set (a
+        page of it, in the same round trip: the ids of a hash with more than four
+        receipts). Ids whose receipt is gone (deleted or expired a moment ago), or whose full
+        hash differs (the field is truncated), are skipped, so a page can hold fewer than
+        ``limit`` receipts while more follow.
+        """
+        name = keys.search_index_key(project_id, field, hash_str)
+        pipe = self.client.pipeline(transaction=False)
+        if after is None:
+            pipe.zrevrangebyscore(name, "+inf", "-inf", start=0, num=limit + 1)
+        else:
+            score = keys.receipt_created_ms(after)
+            pipe.zrevrangebyscore(name, score, score)
+            pipe.zrevrangebyscore(name, f"({score}", "-inf", start=0, num=limit + 1)
+        field_value, replies = await asyncio.gather(
+            self.link.run_script(
+                self._find_index_field, [keys.index_meta_key(project_id)], [keys.search_field(field, hash_str)]
+            ),
+            pipe.execute(),
+        )
+        replies = [field_value, *replies]
+        packed = _bytes(replies[0]) or b""
+        found = {keys.receipt_id_from_bytes(packed[at : at + 16]) for at in range(0, len(packed) - 15, 16)}
+        for members in replies[1:]:
+            found.update(receipt_id for member in members if (receipt_id := _receipt_id(member)))
+        ids = sorted((m for m in found if after is None or m < after), reverse=True)
+        page, more = ids[:limit], len(ids) > limit
+        stored = await self.client.mget([keys.receipt_key(m) for m in page]) if page else []
+        receipts = []
+        for receipt_id, value in zip(page, stored, strict=True):
+            receipt_json = _checked_receipt_bytes(value, receipt_id, project_id)
+            if receipt_json is not None and orjson.loads(receipt_json).get(field) == hash_str:
+                receipts.append(receipt_json)
+        return receipts, (page[-1] if more else None)
+
+    @_unavailable_as_503
+    async def delete_receipt(self, receipt_id: str) -> dict[str, str] | None:
+        """Remove a receipt and its hash-index and search entries (one script). Returns what
+        was removed (receipt_id, project_id, receipt_hash) or None when there was no such
+        receipt."""
+        stored = await self.get_receipt_json(receipt_id)
+        if stored is None:
+            return None
+        receipt = orjson.loads(stored)
+        project_id, receipt_hash = receipt["project_id"], receipt["receipt_hash"]
+        input_hash, output_hash = receipt.get("input_hash"), receipt.get("output_hash")
+        await self._delete_receipt(
+            keys=[
+                keys.receipt_key(receipt_id),
+                keys.index_meta_key(project_id),
+                *self._search_keys(project_id, input_hash, output_hash),
+            ],
+            args=[
+                keys.receipt_id_bytes(receipt_id),
+                keys.hash_index_field(receipt_hash),
+                keys.search_field("input_hash", input_hash) if isinstance(input_hash, str) else b"",
+                keys.search_field("output_hash", output_hash) if isinstance(output_hash, str) else b"",
+            ],
+        )
+        return {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
+
+    @staticmethod
+    def _search_keys(project_id: str, input_hash: Any, output_hash: Any) -> list[str]:
+        """The two search-set KEYS of a receipt (``x:``: a hash's ids once it has more than
+        four receipts).
+
+        Both KEYS are always passed (scripts declare fixed KEYS, all in the project's slot):
+        a missing output hash repeats the input's key, a missing input hash (only in tests
+        that plant bare records) names a set that is never written.
+        """
+        has_input, has_output = isinstance(input_hash, str), isinstance(output_hash, str)
+        input_key = keys.search_index_key(project_id, "input_hash", input_hash if has_input else "")
+        output_key = keys.search_index_key(project_id, "output_hash", output_hash) if has_output else input_key
+        return [input_key, output_key]
