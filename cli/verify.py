@@ -1,7 +1,8 @@
-"""Third-party verification (docs/receipt-format.md, "Verifying") for the ``verify`` command.
+"""Third-party verification for the ``verify`` command: the I/O around receipts.verifier.
 
-Only the pure core decides; this module fetches (public keys, chain links) or reads
-saved files, and renders the report. Nothing here trusts the service's own verdict.
+Every check is decided by the pure verifier (receipts/verifier.py); this module reads saved
+files, hashes local files, fetches public keys and chain links over HTTP, and renders the
+report. Nothing here trusts the service's own verdict.
 
 An offline bundle (``GET /v1/receipts/{id}/bundle``, docs/bundles.md) carries keys and a
 chain segment itself, and its chain is checked with no network access at all. The keys it
@@ -23,14 +24,21 @@ from typing import Any
 import httpx
 import orjson
 
-from receipts.encoding import b64url_decode
-from receipts.model import recompute_hash_or_none
 from receipts.signing import KeyRing, KeySetError, load_key_ring
+from receipts.verifier import (
+    BundleError,
+    BundleParts,
+    bundle_parts,
+    carried_key_ring,
+    carried_keys_match,
+    check_bundle_chain,
+    check_receipt,
+    is_bundle,
+    walk_step,
+)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 HTTP_TIMEOUT_S = 10.0
-BUNDLE_FORMAT = "eps-receipt-bundle"
-BUNDLE_VERSIONS = (1,)
 
 
 @dataclass(frozen=True)
@@ -61,18 +69,11 @@ def extract_receipt(document: Any) -> dict[str, Any]:
     return document
 
 
-def is_bundle(document: Any) -> bool:
-    return isinstance(document, dict) and document.get("format") == BUNDLE_FORMAT
-
-
-def _bundle_parts(document: dict[str, Any]) -> tuple[dict[str, Any], Any, list[dict[str, Any]], bool]:
-    """(receipt, key set, chain entries newest first, chain_complete as claimed)."""
-    if document.get("version") not in BUNDLE_VERSIONS:
-        raise VerifyInputError(f"unsupported bundle version {document.get('version')!r}")
-    receipt, chain = document.get("receipt"), document.get("chain")
-    if not isinstance(receipt, dict) or not isinstance(chain, list) or not all(isinstance(e, dict) for e in chain):
-        raise VerifyInputError("the bundle is malformed (receipt must be an object, chain a list of objects)")
-    return receipt, document.get("keys"), chain, document.get("chain_complete") is True
+def _bundle_parts(document: dict[str, Any]) -> BundleParts:
+    try:
+        return bundle_parts(document)
+    except BundleError as exc:
+        raise VerifyInputError(str(exc)) from exc
 
 
 def _load_json_file(path: str) -> Any:
@@ -115,49 +116,6 @@ def _load_keys(options: VerifyOptions, client: httpx.Client | None) -> tuple[Key
         raise VerifyInputError(f"key set from {source} is malformed: {exc}") from exc
 
 
-def _check_signature(receipt: dict[str, Any], keyring: KeyRing) -> bool:
-    receipt_hash, signature, kid = receipt.get("receipt_hash"), receipt.get("signature"), receipt.get("sig_kid")
-    if not all(isinstance(v, str) for v in (receipt_hash, signature, kid)):
-        return False
-    return keyring.verify(kid, receipt_hash, signature)  # type: ignore[arg-type]
-
-
-def check_bundle_chain(
-    receipt: dict[str, Any], chain: list[dict[str, Any]], keyring: KeyRing, claimed_complete: bool
-) -> tuple[dict[str, Any], bool]:
-    """Check a bundle's chain segment offline: every entry is self-consistent and signed,
-    belongs to the receipt's project, and is exactly the receipt its successor names
-    (``entry.receipt_hash == successor.prev_receipt_hash``). The segment is complete when
-    it ends at a receipt whose ``prev_receipt_hash`` is null; a bundle that claims
-    ``chain_complete`` without that fails. Returns (report part, all good)."""
-    links: list[dict[str, Any]] = []
-    successor = receipt
-    for entry in chain:
-        expected = successor.get("prev_receipt_hash")
-        recomputed = recompute_hash_or_none(entry)
-        recompute_ok = recomputed is not None and recomputed == entry.get("receipt_hash")
-        linked = isinstance(expected, str) and entry.get("receipt_hash") == expected
-        signature_ok = _check_signature(entry, keyring)
-        same_project = entry.get("project_id") == receipt.get("project_id")
-        links.append(
-            {
-                "receipt_id": entry.get("receipt_id"),
-                "receipt_hash": entry.get("receipt_hash"),
-                "found": True,
-                "linked": linked,
-                "receipt_hash_recompute": recompute_ok,
-                "signature": signature_ok,
-                "same_project": same_project,
-                "ok": linked and recompute_ok and signature_ok and same_project,
-            }
-        )
-        successor = entry
-    complete = successor.get("prev_receipt_hash") is None
-    claim_ok = complete or not claimed_complete
-    part = {"links": links, "truncated": False, "complete": complete, "claimed_complete": claimed_complete}
-    return part, all(link["ok"] for link in links) and claim_ok
-
-
 def _walk_chain(
     receipt: dict[str, Any], keyring: KeyRing, client: httpx.Client, options: VerifyOptions
 ) -> tuple[list[dict[str, Any]], bool, bool]:
@@ -173,23 +131,10 @@ def _walk_chain(
             client, f"{base}/v1/receipts/{prev_hash}", params={"project_id": str(current.get("project_id"))}
         )
         if document is None:
-            links.append({"receipt_hash": prev_hash, "found": False, "ok": False})
+            links.append(walk_step(receipt, prev_hash, None, keyring))
             break
         prev = extract_receipt(document)
-        recompute_ok = recompute_hash_or_none(prev) == prev_hash and prev.get("receipt_hash") == prev_hash
-        signature_ok = _check_signature(prev, keyring)
-        same_project = prev.get("project_id") == receipt.get("project_id")
-        links.append(
-            {
-                "receipt_id": prev.get("receipt_id"),
-                "receipt_hash": prev_hash,
-                "found": True,
-                "receipt_hash_recompute": recompute_ok,
-                "signature": signature_ok,
-                "same_project": same_project,
-                "ok": recompute_ok and signature_ok and same_project,
-            }
-        )
+        links.append(walk_step(receipt, prev_hash, prev, keyring))
         current = prev
     return links, all(link["ok"] for link in links), False
 
@@ -216,45 +161,12 @@ def _pinned_bundle_keys(options: VerifyOptions) -> tuple[KeyRing, str] | None:
     return None
 
 
-def carried_keys_match(carried: Any, pinned: KeyRing) -> tuple[bool, list[str]]:
-    """Whether every key the bundle carries is the pinned key of the same kid.
-
-    Returns (all match, the kids that do not: unknown to the pinned set, or another key).
-    A carried set that is not a ``{"keys": [...]}`` object does not match.
-    """
-    entries = carried.get("keys") if isinstance(carried, dict) else None
-    if not isinstance(entries, list):
-        return False, []
-    differing: list[str] = []
-    for entry in entries:
-        kid = entry.get("kid") if isinstance(entry, dict) else None
-        known = pinned.keys.get(kid) if isinstance(kid, str) else None
-        try:
-            same = known is not None and b64url_decode(entry["public_key_base64url"]) == bytes(known.verify_key)
-        except (KeyError, TypeError, ValueError):
-            same = False
-        if not same:
-            differing.append(str(kid))
-    return not differing, differing
-
-
-def _carried_bundle_keys(document: Any) -> tuple[KeyRing, str]:
+def _carried_bundle_keys(carried: Any) -> tuple[KeyRing, str]:
     """The keys the bundle carries, as a ring (for the unpinned report only)."""
-    if isinstance(document, dict) and document.get("keys") == []:
-        # The service left out every kid it does not know: nothing verifies (fail closed).
-        return KeyRing({}, document.get("active_kid"), None), "the bundle"
     try:
-        if isinstance(document, dict) and isinstance(document.get("keys"), list):
-            listed = {entry.get("kid") for entry in document["keys"] if isinstance(entry, dict)}
-            active = document.get("active_kid")
-            if isinstance(active, str) and active not in listed:
-                # A bundle lists only the kids that signed its receipts: after a rotation the
-                # service's active kid may have signed none of them (docs/bundles.md).
-                ring = load_key_ring({**document, "active_kid": None})
-                return KeyRing(ring.keys, active, None), "the bundle"
-        return load_key_ring(document), "the bundle"
-    except KeySetError as exc:
-        raise VerifyInputError(f"the bundle's key set is malformed: {exc}") from exc
+        return carried_key_ring(carried), "the bundle"
+    except BundleError as exc:
+        raise VerifyInputError(str(exc)) from exc
 
 
 def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[str, Any]:
@@ -263,7 +175,7 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
     try:
         document = _load_json_file(options.receipt_path)
         bundle = _bundle_parts(document) if is_bundle(document) else None
-        receipt = bundle[0] if bundle else extract_receipt(document)
+        receipt = bundle.receipt if bundle else extract_receipt(document)
         salt = b""
         if options.salt_hex is not None:
             try:
@@ -285,24 +197,23 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
             if bundle is None:
                 keyring, source = _load_keys(options, client)
             elif pinned is None:
-                keyring, source = _carried_bundle_keys(bundle[1])
+                keyring, source = _carried_bundle_keys(bundle.keys)
             else:
                 keyring, source = pinned
             report["keys_pinned"] = bundle is None or pinned is not None
-            kid = receipt.get("sig_kid")
+            check = check_receipt(receipt, keyring)
             report["key"] = {
                 "source": source,
-                "kid": kid,
-                "known": kid in keyring.keys,
-                "active": kid == keyring.active_kid if kid in keyring.keys else None,
+                "kid": check.kid,
+                "known": check.key_known,
+                "active": check.key_active,
             }
             checks = report["checks"]
             if bundle is not None and pinned is not None:
-                checks["bundle_keys"], report["key"]["differing_kids"] = carried_keys_match(bundle[1], keyring)
-            recomputed = recompute_hash_or_none(receipt)
-            report["recomputed_receipt_hash"] = recomputed
-            checks["receipt_hash_recompute"] = recomputed is not None and recomputed == receipt.get("receipt_hash")
-            checks["signature"] = _check_signature(receipt, keyring)
+                checks["bundle_keys"], report["key"]["differing_kids"] = carried_keys_match(bundle.keys, keyring)
+            report["recomputed_receipt_hash"] = check.recomputed_receipt_hash
+            checks["receipt_hash_recompute"] = check.receipt_hash_recompute
+            checks["signature"] = check.signature
             for name, path, field in (
                 ("input_hash", options.input_path, "input_hash"),
                 ("output_hash", options.output_path, "output_hash"),
@@ -317,7 +228,9 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
             if salt:
                 report["salted_input"] = True
             if bundle:
-                report["chain"], checks["chain"] = check_bundle_chain(receipt, bundle[2], keyring, bundle[3])
+                report["chain"], checks["chain"] = check_bundle_chain(
+                    receipt, bundle.chain, keyring, bundle.claimed_complete
+                )
             elif options.chain:
                 links, chain_ok, truncated = _walk_chain(receipt, keyring, client, options)
                 report["chain"] = {"links": links, "truncated": truncated}

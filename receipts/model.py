@@ -1,6 +1,7 @@
-"""Receipts: request validation, chain placement, building, signing and checking.
+"""Receipts: request validation, chain placement, building and signing.
 
 Pure functions over plain dicts; the web layer parses HTTP, the store persists bytes.
+Checking a receipt is receipts/verifier.py's.
 """
 
 from __future__ import annotations
@@ -323,84 +324,4 @@ def chain_object(receipt: Mapping[str, Any]) -> dict[str, Any]:
         "status": receipt.get("chain_status"),
         "expected_prev_receipt_hash": receipt.get("expected_prev_receipt_hash"),
         "prev_receipt_hash": receipt.get("prev_receipt_hash"),
-    }
-
-
-def recompute_hash_or_none(receipt: Mapping[str, Any]) -> HashStr | None:
-    """The recomputed receipt hash, or None when the record cannot be canonicalised."""
-    try:
-        return compute_receipt_hash(receipt)
-    except Exception:  # noqa: BLE001 - any malformed record simply fails the check
-        return None
-
-
-def verify_receipt(
-    receipt: Mapping[str, Any],
-    keyring: KeyRing,
-    *,
-    input_hash: str | None,
-    output_hash: str | None,
-    prev_receipt: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """The four checks of ``POST /v1/verify`` and the response body (docs/api.md); ``ok`` only if all pass.
-
-    ``prev_receipt`` is the stored receipt named by ``prev_receipt_hash`` in the same
-    project, or None when it was not found. ``input_hash`` None skips the hash check
-    (the offline verifier without a local file).
-    """
-    stored_hash = receipt.get("receipt_hash")
-    recomputed = recompute_hash_or_none(receipt)
-    hash_ok = recomputed is not None and recomputed == stored_hash
-    signature_ok = (
-        isinstance(stored_hash, str)
-        and isinstance(receipt.get("signature"), str)
-        and keyring.verify(receipt.get("sig_kid"), stored_hash, receipt["signature"])  # type: ignore[arg-type]
-    )
-    match = True
-    if input_hash is not None:
-        match = receipt.get("input_hash") == input_hash.lower()
-    if output_hash is not None:
-        match = match and receipt.get("output_hash") == output_hash.lower()
-    prev_hash = receipt.get("prev_receipt_hash")
-    prev_found = prev_receipt is not None
-    prev_recompute_ok = False
-    if prev_receipt is not None:
-        prev_recompute_ok = (
-            prev_receipt.get("project_id") == receipt.get("project_id")
-            and prev_receipt.get("receipt_hash") == prev_hash
-            and recompute_hash_or_none(prev_receipt) == prev_hash
-        )
-    chain_ok = prev_hash is None or (prev_found and prev_recompute_ok)
-    checks = {
-        "signature": bool(signature_ok),
-        "hash_match": match,
-        "receipt_hash_recompute": hash_ok,
-        "chain_link": chain_ok,
-    }
-    return {
-        "ok": all(checks.values()),
-        "receipt_id": receipt.get("receipt_id"),
-        "checks": checks,
-        "sig_kid": receipt.get("sig_kid"),
-        "receipt_hash": stored_hash,
-        "recomputed_receipt_hash": recomputed,
-        "chain": {
-            "prev_receipt_hash": prev_hash,
-            "prev_found": prev_found,
-            "prev_receipt_hash_recompute": prev_recompute_ok,
-        },
-    }
-
-
-def unreadable_receipt_result(receipt_id: str) -> dict[str, Any]:
-    """The verify response for a stored record that cannot be used (undecodable, or another
-    receipt's): nothing can be checked, so every check is false and ``ok`` is false."""
-    return {
-        "ok": False,
-        "receipt_id": receipt_id,
-        "checks": {"signature": False, "hash_match": False, "receipt_hash_recompute": False, "chain_link": False},
-        "sig_kid": None,
-        "receipt_hash": None,
-        "recomputed_receipt_hash": None,
-        "chain": {"prev_receipt_hash": None, "prev_found": False, "prev_receipt_hash_recompute": False},
     }

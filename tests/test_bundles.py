@@ -22,8 +22,8 @@ from cli.verify import VerifyOptions, run_verify
 from kv.accounts import create_project_key
 from kv.store import Store
 from receipts.limits import load_limits
-from receipts.model import recompute_hash_or_none
 from receipts.signing import load_key_ring, new_key_set
+from receipts.verifier import recompute_hash_or_none
 from runtime.settings import Settings
 from tests.clock import Clock
 from tests.conftest import auth, hash_of

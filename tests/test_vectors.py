@@ -31,9 +31,9 @@ from receipts.model import (
     build_receipt,
     parse_create_request,
     place_in_chain,
-    verify_receipt,
 )
 from receipts.signing import KeyRing, load_key_ring
+from receipts.verifier import verify_receipt
 from runtime.settings import Settings
 from tests import independent_verifier as iv
 from tests.conftest import ASSETS, REPO, auth, hash_of

@@ -24,8 +24,8 @@ import httpx
 import pytest
 import redis
 
-from receipts.model import recompute_hash_or_none
 from receipts.signing import load_key_ring, new_key_set
+from receipts.verifier import recompute_hash_or_none
 from tests.conftest import ASSETS, REPO, RedisServer, missing_binary
 from tests.servers import ServicePool, create_key_cli
 

@@ -19,14 +19,13 @@ from receipts.ids import is_receipt_id
 from receipts.limits import ratelimit_headers
 from receipts.model import format_created_at
 from receipts.signing import KeyRing
+from receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
 from web.errors import report_corrupt_record
 from web.info import base_url
 from web.receipts_api import JSON, PUBLIC_READ_HEADERS, _splice
 
 bp = Blueprint("bundles")
 
-BUNDLE_FORMAT = "eps-receipt-bundle"
-BUNDLE_VERSION = 1
 DEFAULT_DEPTH = 20
 MAX_DEPTH = 100
 

@@ -13,14 +13,8 @@ from receipts.encoding import is_hash_str
 from receipts.errors import BadRequest, CorruptRecord, Forbidden, NotFound, ServiceError, SigningKeyUnavailable
 from receipts.ids import is_project_id, is_receipt_id
 from receipts.limits import quota_headers, quota_object, ratelimit_headers
-from receipts.model import (
-    chain_object,
-    check_idempotency_header,
-    parse_create_request,
-    parse_verify_request,
-    unreadable_receipt_result,
-    verify_receipt,
-)
+from receipts.model import chain_object, check_idempotency_header, parse_create_request, parse_verify_request
+from receipts.verifier import unreadable_receipt_result, verify_receipt
 from web.auth import authenticate_counted
 from web.bodies import check_body_size, json_body
 from web.errors import report_corrupt_record

@@ -13,7 +13,8 @@ from receipts.model import (
     MAX_TEXT_LEN,
     RECEIPT_KINDS,
 )
-from web.bundles import BUNDLE_FORMAT, BUNDLE_VERSION, MAX_DEPTH
+from receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
+from web.bundles import MAX_DEPTH
 from web.claims import MAX_TOKEN_LEN
 from web.openapi.common import (
     _PY_WHITESPACE,
