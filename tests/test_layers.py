@@ -64,3 +64,25 @@ def test_no_module_is_over_600_lines() -> None:
             if lines > MAX_MODULE_LINES:
                 long[str(path.relative_to(REPO))] = lines
     assert not long, f"split these by concern: {long}"
+
+
+def _layout_block() -> str:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Layout\n") :]
+    return section[section.index("```\n") + 4 : section.index("\n```", section.index("```\n") + 4)]
+
+
+def test_the_readme_layout_names_every_package_and_module() -> None:
+    """README's layout section matches the tree: each code package, and each module in it."""
+    block = _layout_block()
+    listed_dirs = {line.split()[0].rstrip("/") for line in block.splitlines() if line and not line[0].isspace()}
+    assert set(CODE_DIRS) <= listed_dirs
+    for entry in listed_dirs:
+        assert (REPO / entry).exists(), f"README's layout lists {entry}, which does not exist"
+    missing = [
+        str(path.relative_to(REPO))
+        for directory in CODE_DIRS
+        for path in sorted((REPO / directory).rglob("*.py"))
+        if path.name != "__init__.py" and path.parent.name != "openapi" and path.name not in block
+    ]
+    assert not missing, f"README's layout does not mention {missing}"
