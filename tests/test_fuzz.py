@@ -46,8 +46,8 @@ from web.client_ip import ClientIpConfig
 from web.config import Settings
 from web.keys_admin import create_project_key
 
-EXAMPLES = 200
-SOCKET_EXAMPLES = 60
+EXAMPLES = 200 * settings.default.max_examples // 100
+SOCKET_EXAMPLES = 60 * settings.default.max_examples // 100
 WEBHOOK_SECRET = "whsec_fuzz_secret_0123456789"
 HUMAN_SECRET = "human-secret-fuzz"
 COUNTER_PREFIXES = (b"ip:", b"m:")
