@@ -167,9 +167,10 @@ def keyring(signing_keys_json: str) -> KeyRing:
     return load_key_ring(signing_keys_json)
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(params=["fakeredis", pytest.param("redis-server", marks=pytest.mark.slow)])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    """The same tests on the embedded store and on a real redis-server."""
+    """The same tests on the embedded store and on a real redis-server (``slow``: the full
+    suite proves every store behaviour on real Redis, the inner loop on fakeredis)."""
     if request.param == "fakeredis":
         client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     else:

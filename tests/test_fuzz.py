@@ -363,6 +363,7 @@ async def send(target: Target, method: str, url: str, content: bytes | None, hea
 # --- properties ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("endpoint", POST_ENDPOINTS)
 @FUZZ_SETTINGS
 @given(data=st.data())
@@ -403,6 +404,7 @@ def encode_query(pairs: list[tuple[str, str]]) -> str:
     return urlencode([(k.encode("utf-8", "surrogatepass"), v.encode("utf-8", "surrogatepass")) for k, v in pairs])
 
 
+@pytest.mark.slow
 @FUZZ_SETTINGS
 @given(data=st.data())
 async def test_get_paths_and_queries_never_5xx_and_write_nothing(target: Target, data: st.DataObject) -> None:
