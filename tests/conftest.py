@@ -2,6 +2,13 @@
 
 Tests that need a binary that is missing skip with the reason, unless
 REQUIRE_REAL_SERVICES=1 (set by .ci/run), which turns the skip into a failure.
+
+Hypothesis runs under one of two profiles, named by HYPOTHESIS_PROFILE (or pytest's
+``--hypothesis-profile``): ``ci`` (100 examples per property, Hypothesis's own deadline) or
+``dev`` (10 examples, for the inner loop ``pytest -m "not slow"``). Without a name, ``ci`` is
+used when REQUIRE_REAL_SERVICES=1 or CI is set, ``dev`` otherwise. A property that needs
+another count states it at the ``ci`` profile's 100, as
+``N * settings.default.max_examples // 100``: ``ci`` runs N examples, ``dev`` a tenth of N.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
+import hypothesis
 import orjson
 import pytest
 import redis
@@ -31,9 +39,26 @@ from web.app import create_app
 ASSETS = Path(__file__).parent / "assets"
 REPO = Path(__file__).resolve().parent.parent
 
+# Both profiles build on the settings Hypothesis picks by itself: its own "ci" profile (no
+# deadline, derandomized) where it detects a CI environment, else "default" (200 ms deadline).
+_HYPOTHESIS_BASE = hypothesis.settings.get_profile(hypothesis.settings.get_current_profile_name())
+hypothesis.settings.register_profile("ci", _HYPOTHESIS_BASE, max_examples=100)
+hypothesis.settings.register_profile("dev", _HYPOTHESIS_BASE, max_examples=10)
+
 
 def require_real_services() -> bool:
     return os.environ.get("REQUIRE_REAL_SERVICES") == "1"
+
+
+def hypothesis_profile() -> str:
+    """HYPOTHESIS_PROFILE, else ``ci`` under REQUIRE_REAL_SERVICES=1 or CI, else ``dev``."""
+    named = os.environ.get("HYPOTHESIS_PROFILE")
+    if named:
+        return named
+    return "ci" if require_real_services() or os.environ.get("CI") else "dev"
+
+
+hypothesis.settings.load_profile(hypothesis_profile())
 
 
 def missing_binary(name: str, why: str) -> None:
@@ -142,9 +167,10 @@ def keyring(signing_keys_json: str) -> KeyRing:
     return load_key_ring(signing_keys_json)
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(params=["fakeredis", pytest.param("redis-server", marks=pytest.mark.slow)])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    """The same tests on the embedded store and on a real redis-server."""
+    """The same tests on the embedded store and on a real redis-server (``slow``: the full
+    suite proves every store behaviour on real Redis, the inner loop on fakeredis)."""
     if request.param == "fakeredis":
         client: Any = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     else:

@@ -734,3 +734,25 @@ async def test_a_search_page_with_a_corrupt_or_misplaced_record_is_a_json_500(
         assert_error(response, 500, "internal_error")
         assert corrupt_count("search.search_receipts") == before + 1
     assert len(corrupt_records(caplog, b["receipt_id"])) == 2, "one error record per event"
+
+
+async def test_the_demo_banner_shows_the_address_and_a_key_that_creates_receipts(
+    app: Any, client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The embedded demo's start-up banner, in-process: a wildcard listen address is shown as
+    loopback, and the printed key creates a receipt. ``serve`` printing it is proven by the
+    process tests (tests/test_cli.py, tests/test_socket_limits.py)."""
+    import re
+
+    from web.demo import announce_demo_key
+
+    app.ctx.listen_url = "http://0.0.0.0:8123"
+    await announce_demo_key(app)
+    banner = capsys.readouterr().out
+    assert "curl -s -X POST http://127.0.0.1:8123/v1/receipts " in banner
+    assert "curl -s http://127.0.0.1:8123/v1/receipts/RECEIPT_ID" in banner
+    assert re.search(r"API reference: +http://127\.0\.0\.1:8123/docs\n", banner), banner
+    found = re.search(r"API key:\s+(eps_[A-Za-z0-9_-]{43})\b", banner)
+    assert found is not None, banner
+    response = await create(client, found.group(1), {"input_hash": H1})
+    assert response.status == 201, response.text

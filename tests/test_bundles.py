@@ -308,6 +308,7 @@ async def test_unpinned_bundle_is_checked_but_not_verified(
     assert report["key"]["source"] == "the bundle"
 
 
+@pytest.mark.slow
 def test_verify_bundle_command_needs_no_service(saved_bundle: dict[str, Any], pinned_keys: str) -> None:
     """The CLI as a subprocess with saved keys and no service anywhere: VALID, exit 0."""
     done = run_cli("verify", str(saved_bundle["path"]), "--input", str(saved_bundle["input"]), "--keys", pinned_keys)
@@ -320,6 +321,7 @@ def test_verify_bundle_command_needs_no_service(saved_bundle: dict[str, Any], pi
     assert run_cli("verify", str(saved_bundle["path"]), "--input", str(wrong), "--keys", pinned_keys).returncode == 1
 
 
+@pytest.mark.slow
 def test_forged_bundle_is_not_valid_by_default(saved_bundle: dict[str, Any], pinned_keys: str) -> None:
     """A bundle re-signed by a stranger's key that it carries itself: self-consistent, so
     without pinned keys it says so and exits 1 (never VALID); with the service's keys pinned

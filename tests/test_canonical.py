@@ -48,7 +48,7 @@ def outcome(function: Any, value: Any) -> tuple[str, Any]:
         return "raises", type(exc)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=3000 * settings.default.max_examples // 100, deadline=None)
 @given(VALUES)
 def test_canonical_bytes_equal_rfc8785_for_every_generated_value(value: Any) -> None:
     assert outcome(canonical_bytes, value) == outcome(rfc8785.dumps, value)
@@ -69,7 +69,7 @@ RECEIPT_LIKE = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000 * settings.default.max_examples // 100, deadline=None)
 @given(RECEIPT_LIKE)
 def test_receipt_shaped_values_take_the_fast_path_and_match(value: dict[str, Any]) -> None:
     """Receipts are what the service signs: they must be written by orjson, and correctly."""

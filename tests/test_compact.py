@@ -83,7 +83,11 @@ def receipts(draw: Any, keyring: KeyRing) -> dict[str, Any]:
     )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=400 * settings.default.max_examples // 100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_every_buildable_receipt_is_stored_compactly_and_reads_back_byte_identical(
     data: st.DataObject, keyring: KeyRing

@@ -50,7 +50,7 @@ def _assert_linear(text: str) -> None:
     units=st.lists(st.sampled_from(ADVERSARIAL_UNITS), min_size=1, max_size=4),
     length=st.integers(min_value=1, max_value=4096),
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * settings.default.max_examples // 100, deadline=None)
 def test_candidate_windows_are_linear_in_the_text(units: list[str], length: int) -> None:
     """The checks examine only candidate windows, whose total length per kind is at most
     PER_KIND_FACTOR times the text's: the scan's work grows linearly with the text."""
@@ -70,7 +70,7 @@ PIECES = [
 
 
 @given(text=st.lists(st.sampled_from(PIECES), max_size=100).map("".join))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * settings.default.max_examples // 100, deadline=None)
 def test_confirming_a_window_reads_only_the_window(text: str) -> None:
     """A check's answer depends only on its window and at most one character before it (a
     look-behind), whatever surrounds them."""
@@ -335,7 +335,7 @@ def _old_find(text: str) -> bool:
         max_size=24,
     ).map("".join)
 )
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500 * settings.default.max_examples // 100, deadline=None)
 def test_the_scan_catches_whatever_the_previous_scan_caught(text: str) -> None:
     if _old_find(text):
         assert find_forbidden(text) is not None
@@ -355,7 +355,7 @@ def _old_kind_matches(kind: str, text: str) -> bool:
 
 
 @given(st.lists(st.sampled_from(KEY_PIECES), max_size=40).map("".join))
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000 * settings.default.max_examples // 100, deadline=None)
 def test_unchanged_kinds_match_exactly_what_they_matched_before(text: str) -> None:
     """Windows are neither too short (a look-ahead cut off at a window's end) nor too long."""
     for kind in EXACT_KINDS:
@@ -391,7 +391,7 @@ def test_an_overlong_string_is_refused_for_its_length_before_any_scan(
     st.lists(st.text(alphabet="0123456789", min_size=1, max_size=6), min_size=1, max_size=12),
     st.sampled_from([" ", ".", "_", "-", "  ", "   "]),
 )
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000 * settings.default.max_examples // 100, deadline=None)
 def test_card_check_tries_every_group_aligned_span(groups: list[str], separator: str) -> None:
     """Against the plain definition: some run of whole groups has 13-19 digits and passes Luhn."""
     text = separator.join(groups)

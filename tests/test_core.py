@@ -186,7 +186,7 @@ def test_bare_options_mean_serve(monkeypatch: pytest.MonkeyPatch, argv: list[str
     assert seen == [port]
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000 * settings.default.max_examples // 100, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=4_102_444_800_000), min_size=1, max_size=20))
 def test_cached_month_windows_and_timestamps_match_the_calendar(moments: list[int]) -> None:
     """month_window and format_created_at keep results between calls; in any order of

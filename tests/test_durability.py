@@ -250,6 +250,7 @@ def create_receipt(app: Any, key: dict[str, Any], label: str) -> Any:
     return app.asgi_client.post("/v1/receipts", content=body, headers=auth(key))
 
 
+@pytest.mark.slow
 @pytest.mark.real_redis
 async def test_replica_ack_answers_201_only_once_the_replica_holds_the_receipt(
     ack_app: tuple[Any, Store, RedisServer, RedisServer],
@@ -264,6 +265,7 @@ async def test_replica_ack_answers_201_only_once_the_replica_holds_the_receipt(
             assert on_replica.exists(receipt_key(response.json["receipt"]["receipt_id"])) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.real_redis
 async def test_replica_ack_not_reached_is_a_503_naming_the_written_receipt(
     ack_app: tuple[Any, Store, RedisServer, RedisServer],

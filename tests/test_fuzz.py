@@ -45,8 +45,8 @@ from tests.fake_providers import FakeHumanCheck
 from tests.servers import RAISED_LIMITS, ServicePool, ServiceProcess, create_key_cli, service_pool_fixture
 from web.app import create_app
 
-EXAMPLES = 200
-SOCKET_EXAMPLES = 60
+EXAMPLES = 200 * settings.default.max_examples // 100
+SOCKET_EXAMPLES = 60 * settings.default.max_examples // 100
 WEBHOOK_SECRET = "whsec_fuzz_secret_0123456789"
 HUMAN_SECRET = "human-secret-fuzz"
 COUNTER_PREFIXES = (b"ip:", b"m:")
@@ -362,6 +362,7 @@ async def send(target: Target, method: str, url: str, content: bytes | None, hea
 # --- properties ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("endpoint", POST_ENDPOINTS)
 @FUZZ_SETTINGS
 @given(data=st.data())
@@ -402,6 +403,7 @@ def encode_query(pairs: list[tuple[str, str]]) -> str:
     return urlencode([(k.encode("utf-8", "surrogatepass"), v.encode("utf-8", "surrogatepass")) for k, v in pairs])
 
 
+@pytest.mark.slow
 @FUZZ_SETTINGS
 @given(data=st.data())
 async def test_get_paths_and_queries_never_5xx_and_write_nothing(target: Target, data: st.DataObject) -> None:

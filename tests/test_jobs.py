@@ -135,7 +135,7 @@ def test_worker_needs_redis(tmp_path: Path) -> None:
 # --- the schedule and its single owner ---------------------------------------------------
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(params=["fakeredis", pytest.param("redis-server", marks=pytest.mark.slow)])
 def make_queue(request: pytest.FixtureRequest) -> Callable[[], Queue]:
     """Queues with their own connections to one jobs Redis, one per simulated worker."""
     if request.param == "fakeredis":

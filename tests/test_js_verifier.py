@@ -117,7 +117,7 @@ def test_node_verifier_unsigned_receipt_kind_and_retired_key(node: str) -> None:
     assert results[3]["checks"]["key_known"] is True and results[3]["checks"]["signature"] is False
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15 * settings.default.max_examples // 100, deadline=None)
 @given(receipts=st.lists(receipt_strategy, min_size=1, max_size=40))
 def test_node_jcs_agrees_with_the_service(receipts: list[dict[str, Any]]) -> None:
     node = node_binary()

@@ -394,6 +394,7 @@ def test_request_lines_skip_the_logging_machinery_with_the_same_fields(
     assert fast["path"] == "/v1/receipts/eps_[masked]" and fast["duration_ms"] == 1.234
 
 
+@pytest.mark.slow
 def test_a_client_that_hangs_up_mid_request_is_recorded_as_499_not_as_a_server_error(
     service_factory: ServicePool, redis_url: str, signing_keys_json: str
 ) -> None:

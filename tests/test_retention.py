@@ -307,7 +307,7 @@ async def test_the_sweep_leaves_foreign_and_malformed_keys_alone(store: Store) -
     assert await store.client.hgetall(b"b:{ABCD}:prj_y:1") == odd_fields
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(params=["fakeredis", pytest.param("redis-server", marks=pytest.mark.slow)])
 async def two_stores(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, Store]]:
     """Two stores with their own connections to one backend, like two sweeping processes."""
     if request.param == "fakeredis":
@@ -450,6 +450,7 @@ def test_expire_without_redis_url_exits_2() -> None:
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 def test_expire_with_unreachable_redis_exits_2() -> None:
     from tests.conftest import free_port
 

@@ -28,7 +28,6 @@ from receipts.apikeys import hash_api_key
 from tests.fake_providers import HOLD, FakeHumanCheck
 from tests.servers import ServicePool, WorkerProcess, service_pool_fixture, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 service_factory = service_pool_fixture()
 
 HOLD_WAIT_S = 20.0
@@ -45,6 +44,8 @@ def hold_until_released(started_path: str, release_path: str) -> str:
     return "finished after release"
 
 
+@pytest.mark.slow
+@pytest.mark.real_redis
 @pytest.mark.parametrize("web_workers", [1, 2])
 def test_web_server_finishes_in_flight_requests_on_sigterm(
     web_workers: int, redis_url: str, signing_keys_json: str, service_factory: ServicePool
@@ -90,6 +91,8 @@ def test_web_server_finishes_in_flight_requests_on_sigterm(
         human.close()
 
 
+@pytest.mark.slow
+@pytest.mark.real_redis
 def test_worker_finishes_its_current_job_on_sigterm(
     redis_url: str, workers: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
@@ -239,10 +242,22 @@ def test_sigterm_only_asks_the_monitor_to_stop_and_the_monitor_terminates_the_wo
 
 
 def test_install_replaces_the_stop_path_of_the_manager() -> None:
+    """After ``install``, Sanic's own WorkerManager stops as the fixes do: its signal handler
+    leaves the shared state alone and only posts the stop message, its monitor terminates the
+    workers, and its wait for the workers' start-up returns once a stop has begun."""
     from sanic.worker.manager import WorkerManager
 
     from web import sanic_fixes
 
     sanic_fixes.install()
-    assert WorkerManager.shutdown_signal is sanic_fixes.shutdown_signal
-    assert WorkerManager.monitor is sanic_fixes.monitor
+    manager = StoppingManager()
+    manager.in_handler = True
+    WorkerManager.shutdown_signal(manager, signal.SIGTERM, None)  # type: ignore[arg-type]
+    manager.in_handler = False
+    assert manager.sent == [None] and manager.shutdowns == 0, "the handler only posts the stop message"
+    WorkerManager.monitor(manager)  # type: ignore[arg-type]
+    assert manager.shutdowns == 1, "the monitor terminated the workers once it read the stop message"
+
+    starting = StartingManager(shutting_down=True)
+    WorkerManager.wait_for_ack(starting)  # type: ignore[arg-type]
+    assert starting.pipe == [None] and not starting.killed, "the stop message stays for monitor()"

@@ -147,6 +147,7 @@ def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
     assert bad_key.returncode == 1 and "401 unauthorized" in bad_key.stderr
 
 
+@pytest.mark.slow
 def test_submit_usage_and_io_errors_exit_2(files: dict[str, Path], tmp_path: Path) -> None:
     env = {"SERVICE_API_KEY": "eps_" + "A" * 43, "SERVICE_BASE_URL": "http://127.0.0.1:9"}
     no_key = run_cli("submit", "--input", str(files["input.tar"]))
@@ -176,6 +177,7 @@ def test_submit_reports_a_service_error_without_a_json_body(
 # --- blinded commitments -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_verify_checks_a_salted_input_hash(
     client: Any, api_key: dict[str, Any], files: dict[str, Path], tmp_path: Path, keyring: Any
 ) -> None:

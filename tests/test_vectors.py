@@ -185,7 +185,7 @@ receipt_strategy = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400 * settings.default.max_examples // 100, suppress_health_check=[HealthCheck.too_slow])
 @given(receipt=receipt_strategy)
 def test_canonical_bytes_agree_with_rfc8785_and_independent_jcs(receipt: dict[str, Any]) -> None:
     payload = signed_payload(receipt)
@@ -215,7 +215,7 @@ def test_known_canonical_forms() -> None:
         assert canonical_bytes(value) == text.encode("utf-8") == iv.jcs_bytes(value)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60 * settings.default.max_examples // 100, deadline=None)
 @given(
     code_ref=st.none() | unicode_text,
     run_id=st.none() | unicode_text,

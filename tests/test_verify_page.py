@@ -219,6 +219,7 @@ def tab(browser: Any, site: dict[str, Any]) -> Iterator[Page]:
 # ---------------------------------------------------------------- the cases
 
 
+@pytest.mark.slow
 def test_page_headers_forbid_inline_and_foreign_code(site: dict[str, Any]) -> None:
     response = httpx.get(site["base"] + "/verify")
     assert response.status_code == 200
@@ -231,6 +232,7 @@ def test_page_headers_forbid_inline_and_foreign_code(site: dict[str, Any]) -> No
         assert httpx.get(site["base"] + "/static/" + asset).status_code == 200, asset
 
 
+@pytest.mark.slow
 def test_genuine_receipt_by_url_is_valid_and_reads_only_the_receipt_and_keys(tab: Page, site: dict[str, Any]) -> None:
     receipt_id = site["newest"]["receipt_id"]
     tab.open(f"?receipt_id={receipt_id}")
@@ -249,6 +251,7 @@ def test_genuine_receipt_by_url_is_valid_and_reads_only_the_receipt_and_keys(tab
     assert sorted(tab.api_requests()) == sorted([("GET", f"/v1/receipts/{receipt_id}"), ("GET", "/v1/public-key")])
 
 
+@pytest.mark.slow
 def test_tampered_pasted_receipt_is_invalid_and_names_self_consistency(tab: Page, site: dict[str, Any]) -> None:
     tab.open()
     tampered = dict(site["newest"], code_ref="git:other")
@@ -262,6 +265,7 @@ def test_tampered_pasted_receipt_is_invalid_and_names_self_consistency(tab: Page
     assert tab.api_requests() == [("GET", "/v1/public-key")]
 
 
+@pytest.mark.slow
 def test_pasted_id_with_matching_local_files_is_valid(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
     (tmp_path / "input.bin").write_bytes(INPUT_BYTES)
     (tmp_path / "output.bin").write_bytes(b"out")
@@ -281,6 +285,7 @@ def test_pasted_id_with_matching_local_files_is_valid(tab: Page, site: dict[str,
     )
 
 
+@pytest.mark.slow
 def test_non_matching_local_file_is_invalid_and_names_the_file_hash(
     tab: Page, site: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -297,6 +302,7 @@ def test_non_matching_local_file_is_invalid_and_names_the_file_hash(
     assert checks["signature"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("salt", "expected"), [(SALT.hex(), "valid"), ("", "invalid"), ("zz", "error")])
 def test_salted_input_hash(tab: Page, site: dict[str, Any], tmp_path: Path, salt: str, expected: str) -> None:
     """A blinded input hash (sha256(salt || file)) matches only with the salt; a bad salt is an error."""
@@ -313,6 +319,7 @@ def test_salted_input_hash(tab: Page, site: dict[str, Any], tmp_path: Path, salt
         assert tab.checks()["input_hash"] is (expected == "valid")
 
 
+@pytest.mark.slow
 def test_unknown_id_is_an_error(tab: Page) -> None:
     tab.open("?receipt_id=rcpt_01KF0HJ080NOSUCHRECEIPT0000")
     verdict, text = tab.verdict()
@@ -322,6 +329,7 @@ def test_unknown_id_is_an_error(tab: Page) -> None:
     tab.errors = [e for e in tab.errors if "404" not in e]
 
 
+@pytest.mark.slow
 def test_a_receipt_answered_for_another_id_is_refused(
     tab: Page, site: dict[str, Any], redis_server: RedisServer
 ) -> None:
@@ -349,6 +357,7 @@ def test_a_receipt_answered_for_another_id_is_refused(
     assert f"answered with the receipt {genuine['receipt_id']} when asked for {other}" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "words"),
     [("{not json", "not valid JSON"), ("hello", "neither a receipt id"), ('{"a": "b"}', "neither a receipt")],
@@ -361,6 +370,7 @@ def test_malformed_input_is_an_error(tab: Page, text: str, words: str) -> None:
     assert tab.api_requests() == []
 
 
+@pytest.mark.slow
 def test_receipt_signed_by_retired_key_is_valid_and_says_retired(tab: Page, site: dict[str, Any]) -> None:
     tab.open(f"?receipt_id={site['retired']['receipt_id']}")
     verdict, text = tab.verdict()
@@ -450,6 +460,7 @@ def ignore_failed_key_fetch(tab: Page) -> None:
     tab.errors = [e for e in tab.errors if "Failed to load resource" not in e]
 
 
+@pytest.mark.slow
 def test_chosen_bundle_is_valid_against_the_published_keys(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
     bundle_path = tmp_path / "bundle.json"
     bundle_path.write_text(json.dumps(make_bundle(site)))
@@ -476,6 +487,7 @@ def test_chosen_bundle_is_valid_against_the_published_keys(tab: Page, site: dict
     assert tab.api_requests() == [("GET", "/v1/public-key")]
 
 
+@pytest.mark.slow
 def test_dropped_genuine_bundle_is_valid_and_names_the_key_pinning(tab: Page, site: dict[str, Any]) -> None:
     tab.open()
     tab.requests.clear()
@@ -487,6 +499,7 @@ def test_dropped_genuine_bundle_is_valid_and_names_the_key_pinning(tab: Page, si
     assert tab.api_requests() == [("GET", "/v1/public-key")]
 
 
+@pytest.mark.slow
 def test_forged_bundle_with_a_strangers_key_is_invalid(tab: Page, site: dict[str, Any]) -> None:
     forged = forge_bundle(make_bundle(site), sha(b"what the forger wants certified"))
     tab.open()
@@ -509,6 +522,7 @@ def test_forged_bundle_with_a_strangers_key_is_invalid(tab: Page, site: dict[str
     assert "someone-else" in text and "not published by this service" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["unreachable", "not-the-service"])
 def test_bundle_without_published_keys_is_not_verified(tab: Page, site: dict[str, Any], how: str) -> None:
     """No published keys and no key file: every check runs against the bundle's own keys, but
@@ -529,6 +543,7 @@ def test_bundle_without_published_keys_is_not_verified(tab: Page, site: dict[str
     ignore_failed_key_fetch(tab)
 
 
+@pytest.mark.slow
 def test_saved_key_file_pins_the_bundle_without_any_request(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
     """Offline: the JSON of GET /v1/public-key saved earlier (the file `verify --keys` takes)
     pins the keys; the page asks nothing of the (unreachable) service."""
@@ -548,6 +563,7 @@ def test_saved_key_file_pins_the_bundle_without_any_request(tab: Page, site: dic
     assert tab.api_requests() == [], "a saved key set replaces the key request"
 
 
+@pytest.mark.slow
 def test_dropped_key_file_pins_and_a_malformed_one_is_an_error(tab: Page, site: dict[str, Any], tmp_path: Path) -> None:
     unreachable_keys(tab, "unreachable")
     tab.open()
@@ -562,6 +578,7 @@ def test_dropped_key_file_pins_and_a_malformed_one_is_an_error(tab: Page, site: 
     assert tab.api_requests() == []
 
 
+@pytest.mark.slow
 def test_dropped_bundle_with_a_broken_link_is_invalid(tab: Page, site: dict[str, Any]) -> None:
     bundle = make_bundle(site)
     bundle["chain"] = [bundle["chain"][1]]  # skip the middle receipt: the link no longer matches
@@ -577,6 +594,7 @@ def test_dropped_bundle_with_a_broken_link_is_invalid(tab: Page, site: dict[str,
     assert tab.api_requests() == [("GET", "/v1/public-key")]
 
 
+@pytest.mark.slow
 def test_insecure_context_is_explained(browser: Any, site: dict[str, Any]) -> None:
     page = Page(browser, f"http://insecure.test:{site['port']}")
     page.open(f"?receipt_id={site['newest']['receipt_id']}")
@@ -587,6 +605,7 @@ def test_insecure_context_is_explained(browser: Any, site: dict[str, Any]) -> No
     page.close()
 
 
+@pytest.mark.slow
 def test_phone_viewport_screenshot(browser: Any, site: dict[str, Any]) -> None:
     page = Page(browser, site["base"], viewport={"width": 390, "height": 844})
     page.open(f"?receipt_id={site['newest']['receipt_id']}")
@@ -603,6 +622,7 @@ def test_phone_viewport_screenshot(browser: Any, site: dict[str, Any]) -> None:
     page.close()
 
 
+@pytest.mark.slow
 def test_bundle_from_the_bundle_endpoint_verifies_offline_with_saved_keys(
     tab: Page, site: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -626,6 +646,7 @@ def test_bundle_from_the_bundle_endpoint_verifies_offline_with_saved_keys(
     assert tab.requests == []
 
 
+@pytest.mark.slow
 def test_saved_key_file_replaces_the_key_request_for_ids_and_pasted_receipts(
     tab: Page, site: dict[str, Any], tmp_path: Path
 ) -> None:
