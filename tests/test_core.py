@@ -20,7 +20,6 @@ TIP, OTHER = hash_of("tip"), hash_of("other")
 
 
 def test_chain_placement_rules() -> None:
-    assert place_in_chain(None, None) == place_in_chain(None, None)
     first = place_in_chain(None, None)
     assert (first.chain_status, first.prev_receipt_hash, first.expected_prev_receipt_hash, first.advances_tip) == (
         "main",
