@@ -169,6 +169,27 @@ def test_the_service_chain_link_fails_for_a_missing_foreign_or_tampered_previous
     assert first["checks"]["chain_link"] is True  # the start of a chain names nothing
 
 
+def test_the_service_check_verifies_one_signature_and_trusts_its_stored_previous_receipt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``POST /v1/verify`` reads the previous receipt from its own store: it checks that
+    receipt's link and hash but not its signature, so a request costs one Ed25519 check."""
+    calls: list[str] = []
+    real_verify = KeyRing.verify
+
+    def counting_verify(ring: KeyRing, kid: str, receipt_hash: str, signature: str) -> bool:
+        calls.append(receipt_hash)
+        return real_verify(ring, kid, receipt_hash, signature)
+
+    monkeypatch.setattr(KeyRing, "verify", counting_verify)
+    unsigned_prev = {**SECOND, "signature": "not-a-signature"}
+    result = verify_receipt(THIRD, PUBLIC, input_hash=None, output_hash=None, prev_receipt=unsigned_prev)
+    assert result["ok"] and result["checks"]["chain_link"]
+    assert calls == [THIRD["receipt_hash"]]
+    assert check_link(SECOND["receipt_hash"], unsigned_prev, "prj_A", None).signature is None
+    assert check_link(SECOND["receipt_hash"], unsigned_prev, "prj_A", PUBLIC).signature is False
+
+
 def test_the_service_check_compares_hashes_case_insensitively_and_output_only_when_sent() -> None:
     other = "sha256:" + "9" * 64
     assert verify_receipt(THIRD, PUBLIC, input_hash=other, output_hash=None, prev_receipt=SECOND)["ok"] is False
