@@ -4,7 +4,7 @@ Profiling a create (bench/PROFILE.md) put about 43 % of a worker's CPU in redis-
 asyncio machinery under it: each command takes a pooled connection (an asyncio condition),
 arms a timeout, writes, waits and parses, 50-90 us apiece. ``FastLink`` is what the store's
 per-request commands (key lookup, counters, the issue script, receipt reads) go through when
-the store is one plain-TCP Redis:
+the store is one Redis, over TCP, TLS (``rediss://``) or a Unix socket (``unix://``):
 
 - every command of the process shares one connection; replies come back in order (RESP), so
   each waits on a future in a FIFO queue;
@@ -19,11 +19,16 @@ the store is one plain-TCP Redis:
   existing mapping to 503 ``store_unavailable`` applies unchanged;
 - a connection that has heard nothing for ``idle_reconnect_s`` (the pool's
   ``health_check_interval``, 30 s) is replaced before its next command, so a connection
-  dropped silently by a firewall or the server never costs a request the 5 s timeout.
+  dropped silently by a firewall or the server never costs a request the 5 s timeout;
+- TLS takes its ``SSLContext`` from redis-py's own ``RedisSSLContext``, built from the
+  client's options, so ``rediss://`` URLs and ``ssl_*`` arguments mean what they mean to
+  redis-py; a failed handshake (unknown CA, no client certificate) is a ``ConnectionError``;
+- each (re)connect sends ``AUTH`` (username and password, or what the client's
+  ``credential_provider`` answers at that moment) and ``SELECT`` before any command.
 
 A command in flight when its caller is cancelled still gets its reply (it is dropped); the
 order of the queue never breaks. ``PyLink`` offers the same calls over any redis-py client
-(fakeredis for the embedded store and unit tests, Redis Cluster, TLS), so the store has one
+(fakeredis for the embedded store and unit tests, Redis Cluster), so the store has one
 code path: both are a ``Link``, the store's only view of them; ``link_for`` picks.
 
 Upstream: an error reply becomes the exception redis-py would raise through
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Sequence
@@ -50,7 +56,8 @@ import hiredis
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 from redis._parsers.base import BaseParser
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import Connection, RedisSSLContext, SSLConnection, UnixDomainSocketConnection
+from redis.credentials import CredentialProvider
 
 Arg = bytes | str | int | float
 
@@ -154,7 +161,16 @@ class _Protocol(asyncio.Protocol):
 
 
 class FastLink:
-    """One pipelined connection to a plain-TCP Redis (see the module's description)."""
+    """One pipelined connection to one Redis over TCP, TLS or a Unix socket (see the
+    module's description).
+
+    ``ssl_context``: speak TLS, with this context (an ``ssl.SSLContext``, or redis-py's
+    ``RedisSSLContext``, whose ``get()`` builds it at the first connect) and ``host`` as the
+    server name the certificate is checked against. ``unix_path``: connect to this Unix
+    socket instead of ``host``/``port``. ``credential_provider``: a redis-py
+    ``CredentialProvider`` asked for ``(username, password)`` or ``(password,)`` at every
+    connect (a token that rotates is fetched anew); it replaces ``username``/``password``.
+    """
 
     def __init__(
         self,
@@ -167,8 +183,17 @@ class FastLink:
         connect_timeout_s: float = 2.0,
         command_timeout_s: float = 5.0,
         idle_reconnect_s: float = 30.0,
+        ssl_context: ssl.SSLContext | RedisSSLContext | None = None,
+        unix_path: str | None = None,
+        credential_provider: CredentialProvider | None = None,
     ) -> None:
+        if unix_path is not None and ssl_context is not None:
+            raise ValueError("a Unix socket link does not speak TLS")
+        if credential_provider is not None and (username is not None or password is not None):
+            raise ValueError("give either username/password or a credential_provider, not both")
         self.host, self.port, self.db = host, port, db
+        self.ssl_context, self.unix_path = ssl_context, unix_path
+        self.credential_provider = credential_provider
         self.idle_reconnect_s = idle_reconnect_s
         """A connection that has not heard from Redis for this long is replaced before its next
         command (redis-py's ``health_check_interval`` pings instead; this costs no round trip)."""
@@ -186,13 +211,26 @@ class FastLink:
     @classmethod
     def for_client(cls, client: aioredis.Redis) -> FastLink | None:
         """A link to the same server, database and credentials as ``client``'s pool, or None
-        when the pool's connections are not plain TCP (TLS, Unix socket): those keep redis-py."""
+        when the pool's connections are none of redis-py's TCP, TLS or Unix-socket classes.
+
+        For TLS, redis-py's own ``SSLConnection`` is built from the pool's keyword arguments
+        (no I/O) and its ``RedisSSLContext`` taken: the URL's and the caller's ``ssl_*``
+        options (CA file or data, client certificate and key, ``ssl_cert_reqs``,
+        ``ssl_check_hostname``, minimum version, ciphers) mean exactly what they mean to
+        redis-py, defaults included."""
         pool = client.connection_pool
-        if pool.connection_class is not Connection:
+        kind = pool.connection_class
+        if kind not in (Connection, SSLConnection, UnixDomainSocketConnection):
             return None
         kwargs = pool.connection_kwargs
-        if kwargs.get("credential_provider") is not None:
-            return None
+        if kwargs.get("credential_provider") is not None and (kwargs.get("username") or kwargs.get("password")):
+            return None  # redis-py refuses both at once (DataError): it says so, as before
+        ssl_context = None
+        if kind is SSLConnection:
+            try:
+                ssl_context = SSLConnection(**kwargs).ssl_context
+            except redis_errors.RedisError:  # an option redis-py refuses: it says so, as before
+                return None
         return cls(
             kwargs.get("host", "localhost"),
             int(kwargs.get("port", 6379)),
@@ -202,7 +240,17 @@ class FastLink:
             connect_timeout_s=float(kwargs.get("socket_connect_timeout") or 2.0),
             command_timeout_s=float(kwargs.get("socket_timeout") or 5.0),
             idle_reconnect_s=float(kwargs.get("health_check_interval") or 30.0),
+            ssl_context=ssl_context,
+            unix_path=kwargs.get("path") if kind is UnixDomainSocketConnection else None,
+            credential_provider=kwargs.get("credential_provider"),
         )
+
+    @property
+    def address(self) -> str:
+        """Where the link connects, for error messages."""
+        if self.unix_path is not None:
+            return f"unix:{self.unix_path}"
+        return f"{self.host}:{self.port}" + (" (TLS)" if self.ssl_context is not None else "")
 
     # -- sending
 
@@ -297,17 +345,46 @@ class FastLink:
             return protocol
         return await asyncio.shield(self._connecting)
 
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> _Protocol:
+        """The transport: a Unix socket, TLS over TCP (handshake included) or plain TCP."""
+        protocol: _Protocol
+        if self.unix_path is not None:
+            _, protocol = await loop.create_unix_connection(lambda: _Protocol(self), self.unix_path)
+        elif self.ssl_context is not None:
+            context = self.ssl_context
+            if isinstance(context, RedisSSLContext):
+                context = context.get()
+            _, protocol = await loop.create_connection(
+                lambda: _Protocol(self), self.host, self.port, ssl=context, server_hostname=self.host
+            )
+        else:
+            _, protocol = await loop.create_connection(lambda: _Protocol(self), self.host, self.port)
+        return protocol
+
+    async def _credentials(self) -> tuple[Any, ...]:
+        """AUTH's arguments, as redis-py sends them: the provider's, asked at each connect."""
+        if self.credential_provider is not None:
+            return tuple(await self.credential_provider.get_credentials_async())
+        if self.password is None:
+            return ()
+        return (self.username, self.password) if self.username else (self.password,)
+
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Protocol:
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, protocol = await loop.create_connection(lambda: _Protocol(self), self.host, self.port)
+                protocol = await self._open(loop)
         except TimeoutError as exc:
-            raise redis_errors.TimeoutError(f"connecting to Redis at {self.host}:{self.port} timed out") from exc
-        except OSError as exc:
-            raise redis_errors.ConnectionError(f"cannot connect to Redis at {self.host}:{self.port}: {exc}") from exc
+            raise redis_errors.TimeoutError(f"connecting to Redis at {self.address} timed out") from exc
+        except Exception as exc:  # OSError, ssl.SSLError (a certificate refused), a bad context
+            raise redis_errors.ConnectionError(f"cannot connect to Redis at {self.address}: {exc}") from exc
         setup: list[tuple[Arg, ...]] = []
-        if self.password is not None:
-            setup.append(("AUTH", self.username, self.password) if self.username else ("AUTH", self.password))
+        try:
+            credentials = await self._credentials()
+        except BaseException:
+            protocol.fail(redis_errors.ConnectionError("no credentials for Redis"))
+            raise
+        if credentials:
+            setup.append(("AUTH", *credentials))
         if self.db:
             setup.append(("SELECT", self.db))
         if setup:
@@ -380,8 +457,8 @@ def _chain(done: asyncio.Task[Any], future: asyncio.Future[Any]) -> None:
 
 
 def link_for(client: Any) -> Link:
-    """``FastLink`` for a plain redis-py ``Redis`` on TCP; ``PyLink`` for anything else
-    (fakeredis, Redis Cluster, TLS or Unix-socket connections)."""
+    """``FastLink`` for a redis-py ``Redis`` over TCP, TLS or a Unix socket; ``PyLink`` for
+    anything else (fakeredis, Redis Cluster)."""
     if type(client) is aioredis.Redis:
         fast = FastLink.for_client(client)
         if fast is not None:

@@ -76,13 +76,17 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A redis-server on a free loopback port in its own temporary directory."""
+    """A redis-server on a free loopback port in its own temporary directory.
 
-    def __init__(self, binary: str, extra: list[str] | None = None) -> None:
+    ``ready_kwargs``: how ``redis.Redis`` reaches it to see it answer (default: TCP on
+    ``port``; a TLS-only or Unix-socket server names its own way in)."""
+
+    def __init__(self, binary: str, extra: list[str] | None = None, ready_kwargs: dict[str, Any] | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="eps-redis-")
         self.port = free_port()
         self.binary = binary
         self.extra = extra or []
+        self.ready_kwargs = ready_kwargs
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -106,7 +110,7 @@ class RedisServer:
     def wait_until_ready(self, timeout: float = 10.0) -> None:
         """Poll PING until the server answers (also while it loads an AOF after a restart)."""
         deadline = time.monotonic() + timeout
-        with redis.Redis(port=self.port, socket_connect_timeout=0.2) as client:
+        with redis.Redis(**(self.ready_kwargs or {"port": self.port}), socket_connect_timeout=0.2) as client:
             while True:
                 try:
                     if client.ping():

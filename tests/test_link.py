@@ -1,9 +1,11 @@
-"""kv/link.py: the store's pipelined connection to a plain Redis, on a real redis-server.
+"""kv/link.py: the store's pipelined connection to Redis, on a real redis-server.
 
 Each test states one promise of ``FastLink``: replies reach their own callers, commands of
 one event-loop turn leave in one write, errors keep the reply order, a lost or silent
 server fails the waiting commands with the errors the store maps to 503 and the next
-command reconnects, and credentials and the database number are applied.
+command reconnects, and credentials and the database number are applied. Tests taking the
+``endpoint`` fixture run over plain TCP, TLS (client certificates required, a CA made by the
+test) and a Unix socket (tests/redis_endpoints.py).
 """
 
 from __future__ import annotations
@@ -11,8 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
+import signal
 import socket
-from collections.abc import AsyncIterator
+import ssl
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -22,6 +29,8 @@ import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
 from redis import exceptions as redis_errors
+from redis.asyncio.connection import SSLConnection
+from redis.credentials import CredentialProvider
 from sanic import HTTPResponse
 from sanic.response.types import HEADER_TRANSLATION_TABLE
 
@@ -29,6 +38,7 @@ from kv.link import FastLink, LuaScript, PyLink, link_for
 from kv.store import Store
 from receipts.errors import StoreUnavailable
 from tests.conftest import RedisServer
+from tests.redis_endpoints import KINDS, Certificates, Endpoint, endpoint_for, make_certificates
 from web.sanic_fixes import SANICS_PROCESSED_HEADERS, _sanitize_header_value
 
 pytestmark = pytest.mark.real_redis
@@ -38,9 +48,52 @@ def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="session")
+def tls_endpoint(certificates: Certificates) -> Iterator[Endpoint]:
+    endpoint = Endpoint("tls", certificates).start()
+    yield endpoint
+    endpoint.cleanup()
+
+
+@pytest.fixture(scope="session")
+def unix_endpoint() -> Iterator[Endpoint]:
+    endpoint = Endpoint("unix").start()
+    yield endpoint
+    endpoint.cleanup()
+
+
+@pytest.fixture(params=KINDS)
+def endpoint(request: pytest.FixtureRequest) -> Endpoint:
+    """The session's Redis over TCP, TLS or a Unix socket, emptied for this test."""
+    endpoint = endpoint_for(request, request.param)
+    with endpoint.admin() as admin:
+        admin.flushall()
+    return endpoint
+
+
+@pytest.fixture(params=KINDS)
+def own_endpoint(request: pytest.FixtureRequest, certificates: Certificates) -> Iterator[Endpoint]:
+    """A redis-server of its own (the test stops, freezes or restarts it)."""
+    endpoint = Endpoint(request.param, certificates).start()
+    yield endpoint
+    endpoint.cleanup()
+
+
+def fast_link(url: str) -> FastLink:
+    fast = FastLink.for_client(aioredis.from_url(url))
+    assert fast is not None
+    return fast
+
+
 @pytest.fixture
-async def link(redis_url: str) -> AsyncIterator[FastLink]:
-    fast = FastLink("127.0.0.1", port_of(redis_url), command_timeout_s=2.0)
+async def link(endpoint: Endpoint) -> AsyncIterator[FastLink]:
+    fast = fast_link(endpoint.url(socket_timeout="2"))
+    assert fast.command_timeout_s == 2.0
     yield fast
     await fast.close()
 
@@ -82,9 +135,9 @@ async def test_a_command_error_is_raised_to_its_caller_only(link: FastLink) -> N
     assert await after == b"1", "the replies after an error stay in order"
 
 
-async def test_a_script_unknown_to_the_server_is_loaded_and_run(link: FastLink, redis_url: str) -> None:
+async def test_a_script_unknown_to_the_server_is_loaded_and_run(link: FastLink, endpoint: Endpoint) -> None:
     script = LuaScript.register(aioredis.Redis(), "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}")
-    with redis.Redis.from_url(redis_url) as plain:
+    with endpoint.admin() as plain:
         plain.script_flush()
         assert plain.script_exists(script.sha) == [False]
         assert await link.run_script(script, ["counter"], ["arg"]) == [b"counter", b"arg", 1]
@@ -121,10 +174,10 @@ async def test_a_failed_first_command_whose_caller_left_is_not_an_unretrieved_er
 
 
 async def test_a_killed_connection_fails_waiting_commands_and_the_next_one_reconnects(
-    link: FastLink, redis_url: str
+    link: FastLink, endpoint: Endpoint
 ) -> None:
     await link.send("SET", "k", "v")
-    with redis.Redis.from_url(redis_url) as plain:
+    with endpoint.admin() as plain:
         blocked = link.send("BLPOP", "never-filled", 0)  # waits in Redis until its connection dies
         await asyncio.sleep(0)  # let it leave
         await asyncio.sleep(0.05)
@@ -183,20 +236,60 @@ async def test_the_store_answers_503_when_its_link_cannot_reach_redis() -> None:
         await store.close()
 
 
-async def test_username_password_and_database_are_applied(redis_url: str) -> None:
-    port = port_of(redis_url)
-    with redis.Redis.from_url(redis_url) as admin:
+async def test_username_password_and_database_are_applied(endpoint: Endpoint) -> None:
+    with endpoint.admin() as admin:
         admin.acl_setuser("linktest", enabled=True, passwords=["+s3cret"], keys=["*"], commands=["+@all"])
         try:
-            fast = FastLink.for_client(aioredis.from_url(f"redis://linktest:s3cret@127.0.0.1:{port}/5"))
+            fast = FastLink.for_client(aioredis.from_url(endpoint.url(db=5, userinfo="linktest:s3cret")))
             assert fast is not None
             await fast.send("SET", "in-db-5", "yes")
             await fast.close()
-            assert redis.Redis(port=port, db=5).get("in-db-5") == b"yes"
-            assert redis.Redis(port=port, db=0).get("in-db-5") is None
-            wrong = FastLink("127.0.0.1", port, username="linktest", password="wrong")
+            with endpoint.admin(db=5) as in_5, endpoint.admin(db=0) as in_0:
+                assert in_5.get("in-db-5") == b"yes"
+                assert in_0.get("in-db-5") is None
+            wrong = fast_link(endpoint.url(userinfo="linktest:wrong"))
             with pytest.raises(redis_errors.AuthenticationError):
                 await wrong.send("PING")
+            store = Store(aioredis.from_url(endpoint.url(userinfo="linktest:wrong")))
+            try:
+                assert isinstance(store.link, FastLink)
+                with pytest.raises(StoreUnavailable):
+                    await store.get_receipt_json("rcpt_x")
+            finally:
+                await store.close()
+        finally:
+            admin.acl_deluser("linktest")
+
+
+class CountingCredentials(CredentialProvider):
+    """Answers the ACL user's credentials and counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def get_credentials(self) -> tuple[str, str]:
+        self.asked += 1
+        return ("linktest", "s3cret")
+
+    async def get_credentials_async(self) -> tuple[str, str]:
+        return self.get_credentials()
+
+
+async def test_a_credential_provider_is_asked_at_every_connect(redis_url: str) -> None:
+    provider = CountingCredentials()
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.acl_setuser("linktest", enabled=True, passwords=["+s3cret"], keys=["*"], commands=["+@all"])
+        try:
+            fast = FastLink.for_client(aioredis.Redis(port=port_of(redis_url), credential_provider=provider))
+            assert fast is not None
+            assert await fast.send("ACL", "WHOAMI") == b"linktest"
+            assert provider.asked == 1
+            assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+            with contextlib.suppress(redis_errors.ConnectionError):
+                await fast.send("PING")  # may meet the closed connection first
+            assert await fast.send("ACL", "WHOAMI") == b"linktest"
+            assert provider.asked == 2, "the new connection asked again"
+            await fast.close()
         finally:
             admin.acl_deluser("linktest")
 
@@ -211,15 +304,103 @@ def test_the_link_follows_the_store_from_one_event_loop_to_the_next(redis_url: s
     assert asyncio.run(call("GET", "loop")) == b"one"
 
 
-async def test_link_for_takes_the_fast_path_only_for_a_plain_tcp_redis(tmp_path: Any) -> None:
+async def test_link_for_takes_the_fast_path_for_tcp_tls_and_unix_sockets(tmp_path: Any) -> None:
     assert isinstance(link_for(aioredis.from_url("redis://127.0.0.1:6399/0")), FastLink)
     assert isinstance(link_for(fakeredis.FakeAsyncRedis()), PyLink)
-    assert isinstance(link_for(aioredis.from_url(f"unix://{tmp_path}/redis.sock")), PyLink)
-    assert isinstance(link_for(aioredis.from_url("rediss://127.0.0.1:6399/0")), PyLink)
+    unix = link_for(aioredis.from_url(f"unix://{tmp_path}/redis.sock?db=3"))
+    assert isinstance(unix, FastLink) and unix.unix_path == f"{tmp_path}/redis.sock" and unix.db == 3
+    tls = link_for(aioredis.from_url("rediss://127.0.0.1:6399/0"))
+    assert isinstance(tls, FastLink) and tls.ssl_context is not None
 
 
-async def test_the_store_uses_the_link_on_real_redis(redis_server: RedisServer, redis_url: str) -> None:
-    store = Store(aioredis.from_url(redis_url))
+@pytest.mark.parametrize(
+    "query",
+    [
+        {},
+        {"ssl_cert_reqs": "none"},
+        {"ssl_cert_reqs": "optional", "ssl_check_hostname": "false"},
+        {
+            "ssl_cert_reqs": "required",
+            "ssl_check_hostname": "true",
+            "ssl_min_version": str(int(ssl.TLSVersion.TLSv1_3)),
+        },
+        {"ssl_ciphers": "ECDHE+AESGCM", "ssl_ca_certs": "/ca.pem", "ssl_certfile": "/c.pem", "ssl_keyfile": "/c.key"},
+    ],
+)
+def test_a_tls_links_context_is_the_one_redis_py_builds_from_the_same_url(query: dict[str, str]) -> None:
+    url = "rediss://127.0.0.1:6399/0" + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+    pool = aioredis.from_url(url).connection_pool
+    fast = FastLink.for_client(aioredis.Redis(connection_pool=pool))
+    assert fast is not None and fast.ssl_context is not None
+    theirs = SSLConnection(**pool.connection_kwargs).ssl_context
+    for name in ("keyfile", "certfile", "cert_reqs", "ca_certs", "ca_data", "check_hostname", "min_version", "ciphers"):
+        assert getattr(fast.ssl_context, name) == getattr(theirs, name), name
+
+
+async def test_tls_with_an_unknown_ca_or_no_client_certificate_is_a_connection_error(
+    tls_endpoint: Endpoint, certificates: Certificates
+) -> None:
+    for url in (
+        tls_endpoint.url(ssl_ca_certs=str(certificates.other_ca)),  # the server's certificate is not trusted
+        tls_endpoint.url(ssl_certfile="", ssl_keyfile=""),  # the server wants a client certificate
+    ):
+        fast = fast_link(url)
+        with pytest.raises(redis_errors.ConnectionError):
+            await fast.send("PING")
+        await fast.close()
+        store = Store(aioredis.from_url(url, socket_connect_timeout=1))
+        try:
+            assert isinstance(store.link, FastLink)
+            with pytest.raises(StoreUnavailable):
+                await store.get_receipt_json("rcpt_x")
+        finally:
+            await store.close()
+    # ssl_cert_reqs=none: no CA needed to reach it (the client certificate still is).
+    trusting = fast_link(tls_endpoint.url(ssl_ca_certs="", ssl_cert_reqs="none"))
+    assert await trusting.send("PING") == b"PONG"
+    await trusting.close()
+
+
+async def test_a_missing_unix_socket_is_a_connection_error(tmp_path: Path) -> None:
+    fast = fast_link(f"unix://{tmp_path}/absent.sock")
+    with pytest.raises(redis_errors.ConnectionError, match="cannot connect"):
+        await fast.send("PING")
+
+
+async def test_the_link_reconnects_after_the_server_restarts(own_endpoint: Endpoint) -> None:
+    fast = fast_link(own_endpoint.url(socket_connect_timeout="1"))
+    try:
+        assert await fast.send("SET", "k", "v") == b"OK"
+        own_endpoint.server.stop()
+        with pytest.raises(redis_errors.ConnectionError):
+            await fast.send("GET", "k")
+        own_endpoint.server.start()
+        assert await fast.send("PING") == b"PONG", "the next command opened a new connection"
+    finally:
+        await fast.close()
+
+
+async def test_a_frozen_server_times_out_every_waiting_command(own_endpoint: Endpoint) -> None:
+    fast = fast_link(own_endpoint.url(socket_timeout="0.3"))
+    process = own_endpoint.server.process
+    assert process is not None
+    try:
+        assert await fast.send("PING") == b"PONG"
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            results = await asyncio.gather(fast.send("GET", "a"), fast.send("GET", "b"), return_exceptions=True)
+            assert all(isinstance(r, redis_errors.TimeoutError) for r in results), results
+            assert time.monotonic() - started < 2
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        assert await fast.send("PING") == b"PONG"
+    finally:
+        await fast.close()
+
+
+async def test_the_store_uses_the_link_on_real_redis(redis_server: RedisServer, endpoint: Endpoint) -> None:
+    store = Store(aioredis.from_url(endpoint.url()))
     try:
         assert isinstance(store.link, FastLink)
         assert await store.get_receipt_json("rcpt_missing") is None
@@ -260,7 +441,7 @@ def test_fast_header_sanitising_examples(value: str) -> None:
 
 
 async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
-    redis_url: str, settings: Any, keyring: Any
+    endpoint: Endpoint, settings: Any, keyring: Any
 ) -> None:
     """A public read by id is one write to Redis (limit check and read together); a verify of
     a chained receipt is three (key and address limit + receipt, key limit + previous id,
@@ -272,7 +453,7 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
     from tests.conftest import auth, hash_of
     from web.app import create_app
 
-    store = Store(aioredis.from_url(redis_url))
+    store = Store(aioredis.from_url(endpoint.url()))
     client = create_app(settings, store=store).asgi_client
     try:
         key = await create_project_key(store, project_name="trips", plan="pro")
