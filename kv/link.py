@@ -50,7 +50,10 @@ import hiredis
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 from redis._parsers.base import BaseParser
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection
+
+from kv.cluster_link import ClusterLink
 
 Arg = bytes | str | int | float
 
@@ -380,10 +383,16 @@ def _chain(done: asyncio.Task[Any], future: asyncio.Future[Any]) -> None:
 
 
 def link_for(client: Any) -> Link:
-    """``FastLink`` for a plain redis-py ``Redis`` on TCP; ``PyLink`` for anything else
-    (fakeredis, Redis Cluster, TLS or Unix-socket connections)."""
+    """``FastLink`` for a plain redis-py ``Redis`` on TCP; ``ClusterLink`` (kv/cluster_link.py:
+    one ``FastLink`` per master, routed by slot, following MOVED and ASK) for a redis-py
+    ``RedisCluster`` on TCP; ``PyLink`` for anything else (fakeredis, TLS or Unix-socket
+    connections)."""
     if type(client) is aioredis.Redis:
         fast = FastLink.for_client(client)
         if fast is not None:
             return fast
+    if type(client) is RedisCluster:
+        cluster = ClusterLink.for_client(client, FastLink)
+        if cluster is not None:
+            return cluster
     return PyLink(client)
