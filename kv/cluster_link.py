@@ -207,7 +207,7 @@ class ClusterLink:
                     if isinstance(error, redis_errors.ClusterDownError):
                         self._refresh_soon()
                     await asyncio.sleep(TRY_AGAIN_PAUSES_S[pauses])
-                    pauses += 1
+                    pauses, redirections = pauses + 1, 0  # back to the owner: it may redirect again
                 if redirections > MAX_REDIRECTIONS:
                     raise redis_errors.ClusterError(f"too many cluster redirections for {name.decode()}") from error
             address = asking or self._address_for(name, args)
