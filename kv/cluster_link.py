@@ -138,7 +138,7 @@ class ClusterLink:
             address = self._address_for(name, args)
             if address is not None:
                 inner = self._link(address).send(*args)
-                inner.add_done_callback(lambda done: self._settle(done, outer, args, address))
+                inner.add_done_callback(lambda done: self._settle(done, outer, args))
                 return outer
         task = loop.create_task(self._execute(args))
         task.add_done_callback(lambda done: _chain(done, outer))
@@ -159,9 +159,7 @@ class ClusterLink:
         for link in links:
             await link.close()
 
-    def _settle(
-        self, done: asyncio.Future[Any], outer: asyncio.Future[Any], args: tuple[Arg, ...], at: Address
-    ) -> None:
+    def _settle(self, done: asyncio.Future[Any], outer: asyncio.Future[Any], args: tuple[Arg, ...]) -> None:
         """The first answer of a command sent directly: passed on, or handed to ``_execute``
         when it is a redirection or a pause to wait out."""
         if done.cancelled():
@@ -177,7 +175,7 @@ class ClusterLink:
             task = asyncio.get_running_loop().create_task(self._execute(args, exc))
             task.add_done_callback(lambda retried: _chain(retried, outer))
         else:
-            self._after_failure(exc, at)
+            self._after_failure(exc)
             _fail_quietly(outer, exc)
 
     async def _execute(self, args: tuple[Arg, ...], error: BaseException | None = None) -> Any:
@@ -226,7 +224,7 @@ class ClusterLink:
             except (redis_errors.AskError, *RETRIED_LATER) as exc:
                 error = exc
             except BaseException as exc:
-                self._after_failure(exc, address)
+                self._after_failure(exc)
                 raise
 
     async def _on_every_master(self, args: tuple[Arg, ...]) -> Any:
@@ -236,7 +234,7 @@ class ClusterLink:
             return [int(all(known)) for known in zip(*replies, strict=True)]
         return replies[0]
 
-    def _after_failure(self, exc: BaseException, address: Address) -> None:
+    def _after_failure(self, exc: BaseException) -> None:
         if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
             self._refresh_soon()  # the node may have failed over: learn who owns its slots now
 
