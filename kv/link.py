@@ -56,8 +56,11 @@ import hiredis
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 from redis._parsers.base import BaseParser
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection, RedisSSLContext, SSLConnection, UnixDomainSocketConnection
 from redis.credentials import CredentialProvider
+
+from kv.cluster_link import ClusterLink
 
 Arg = bytes | str | int | float
 
@@ -457,10 +460,16 @@ def _chain(done: asyncio.Task[Any], future: asyncio.Future[Any]) -> None:
 
 
 def link_for(client: Any) -> Link:
-    """``FastLink`` for a redis-py ``Redis`` over TCP, TLS or a Unix socket; ``PyLink`` for
-    anything else (fakeredis, Redis Cluster)."""
+    """``FastLink`` for a redis-py ``Redis`` over TCP, TLS or a Unix socket; ``ClusterLink``
+    (kv/cluster_link.py: one ``FastLink`` per master, routed by slot, following MOVED and ASK)
+    for a redis-py ``RedisCluster`` on TCP; ``PyLink`` for anything else (fakeredis, a TLS
+    cluster)."""
     if type(client) is aioredis.Redis:
         fast = FastLink.for_client(client)
         if fast is not None:
             return fast
+    if type(client) is RedisCluster:
+        cluster = ClusterLink.for_client(client, FastLink)
+        if cluster is not None:
+            return cluster
     return PyLink(client)

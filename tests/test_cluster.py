@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from kv.accounts import create_project_key, reissue_project_key
+from kv.cluster_link import ClusterLink
 from kv.connect import open_store
 from kv.keys import checkout_ref, project_key, receipt_key
 from kv.records import ClaimOutcome
@@ -49,6 +50,7 @@ async def cluster_store(redis_cluster: RedisClusterNodes) -> AsyncIterator[Store
     # authenticate.lua reads a key record and an address's counters (different slots): a
     # cluster store authenticates in two calls, which every test here goes through.
     assert store.is_cluster and not store.one_call_auth
+    assert isinstance(store.link, ClusterLink), "per-request commands take the pipelined cluster link"
     yield store
     await store.close()
 
