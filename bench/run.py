@@ -24,7 +24,6 @@ import platform
 import re
 import secrets
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -42,8 +41,8 @@ import orjson
 import redis
 
 from bench.preload import preload
+from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, pinned, wait_http
 
-REPO = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
 SCENARIOS = ("create32", "hot", "read", "verify")
 SCENARIO_TITLES = {
@@ -60,8 +59,6 @@ PROJECTS = 32
 PRELOAD_PROJECTS = 256
 ITEMS_SAMPLE = 10_000
 FLOOR_ITEMS = 1_000
-START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 15.0
 # The same raised limits as tests/servers.py: every counter still runs, none refuses.
 RAISED_LIMITS = {
     "plans": {name: {"per_minute": 1_000_000_000, "monthly": 1_000_000_000} for name in ("free", "basic", "pro")},
@@ -72,13 +69,6 @@ RAISED_LIMITS = {
         "authenticated": 1_000_000_000,
     },
 }
-# Variables that would change what the service does; the benchmark states its own.
-SERVICE_VARIABLES = (
-    "REDIS_URL", "SIGNING_KEYS", "LIMITS", "PUBLIC_BASE_URL", "SERVICE_BASE_URL", "SERVICE_API_KEY", "SERVICE_ENV",
-    "HOST", "PORT", "WEB_WORKERS", "RETENTION_DAYS", "JOBS_REDIS_URL", "REDIS_CLUSTER", "STORE_ACK", "LOG_FORMAT",
-    "METRICS_HOST", "METRICS_PORT", "METRICS_TOKEN", "PROMETHEUS_MULTIPROC_DIR", "REAL_IP_HEADER", "PROXIES_COUNT",
-    "PAYMENT_WEBHOOK_SECRET", "HUMAN_CHECK_SECRET", "HUMAN_CHECK_SITE_KEY", "BENCH_CEILING_SIZES",
-)  # fmt: skip
 MEMORY_SCENARIO = "memory"
 """``--scenarios memory``: only the memory measurement (no service, no load; about a minute)."""
 SCAN_SCENARIO = "scan"
@@ -91,82 +81,6 @@ MEMORY_KINDS = (
 )
 """The keys a receipt's write adds to, by kind (docs/redis.md). ``b:*`` also matches the
 buckets: memory_breakdown counts each key under the first pattern that matches it."""
-
-
-class HarnessError(RuntimeError):
-    """The benchmark could not run (a process failed, a scenario got no answer at all)."""
-
-
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-# --------------------------------------------------------------------------- processes
-
-
-@dataclass
-class Proc:
-    """A child process in its own session (so its workers can be stopped by group id)."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @classmethod
-    def start(cls, name: str, cmd: Sequence[str], *, env: dict[str, str], log_path: Path) -> Proc:
-        with open(log_path, "wb") as out:
-            process = subprocess.Popen(  # noqa: S603 - our own command lines
-                list(cmd), cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        return cls(name, process, log_path)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
-
-    def stop(self) -> None:
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(STOP_TIMEOUT_S)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)  # a worker that outlived its manager
-
-
-def pinned(cmd: Sequence[str], cpus: str | None) -> list[str]:
-    return ["taskset", "-c", cpus, *cmd] if cpus else list(cmd)
-
-
-def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARIABLES}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def wait_http(proc: Proc, url: str, timeout: float = START_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=1.0) as client:
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if client.get(url).status_code == 200:
-                    return
-            if not proc.alive():
-                raise HarnessError(f"{proc.name} exited early ({proc.process.returncode}):\n{proc.tail()}")
-            if time.monotonic() > deadline:
-                raise HarnessError(f"{proc.name} did not answer {url} within {timeout:.0f} s:\n{proc.tail()}")
-            time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------- machine
