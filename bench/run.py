@@ -284,19 +284,19 @@ def redis_settings(url: str) -> str:
 # --------------------------------------------------------------------------- setup
 
 
-async def _create_projects(url: str, prefix: str, count: int) -> list[dict[str, Any]]:
+async def _create_projects(url: str, prefix: str, count: int, cluster: bool) -> list[dict[str, Any]]:
     from kv.accounts import create_project_key
     from kv.connect import open_store
 
-    store = open_store(url)
+    store = open_store(url, cluster=cluster)
     try:
         return [await create_project_key(store, project_name=f"{prefix}-{n}", plan="pro") for n in range(count)]
     finally:
         await store.close()
 
 
-def create_projects(url: str, prefix: str, count: int) -> list[dict[str, Any]]:
-    return asyncio.run(_create_projects(url, prefix, count))
+def create_projects(url: str, prefix: str, count: int, *, cluster: bool = False) -> list[dict[str, Any]]:
+    return asyncio.run(_create_projects(url, prefix, count, cluster))
 
 
 def new_signing_keys() -> str:
