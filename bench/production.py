@@ -8,7 +8,8 @@ fly.toml sets, unpinned (the workers share the machine's cores as in production)
    each ratio to plain TCP compares runs measured side by side), plus the plain-TCP service
    with one worker (scale-out: one worker against fly.toml's count);
 2. latency without coordinated omission: an open loop (bench/loadgen.py, fixed arrival rate,
-   latency from the due time) at half of each kind's measured capacity;
+   latency from the due time) at half of each kind's measured capacity, after an unrecorded
+   warm-up at that rate;
 3. a hot project served by two service processes at once on the same plain-TCP Redis, the
    load split between them, then the fork check (bench/chain.py) on the project's chain.
 """
@@ -220,6 +221,8 @@ def run_production(
             if target.name == ONE_WORKER:
                 continue
             rate = max(1.0, OPEN_LOOP_SHARE * capacity[target.name])
+            if args.warmup > 0:  # unrecorded: the service opens its connections for this concurrency
+                open_loop(target.port, keys[target.name], rate, args.warmup, tmp, f"{target.name}-warm")
             result = open_loop(target.port, keys[target.name], rate, args.seconds, tmp, target.name)
             opened[target.name] = result
             log(

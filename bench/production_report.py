@@ -149,7 +149,8 @@ def production_markdown(production: dict[str, Any]) -> list[str]:
         f"{production['rounds']} round(s) of {production['seconds']:g} s, the kinds alternating round by round "
         f"({production['generator']}). Ratio = median over rounds of the kind's creates/s ÷ plain TCP's in the "
         f"same round. Open loop: bench/loadgen.py at {production['open_share']:.0%} of the kind's median "
-        f"creates/s over up to {production['open_connections']} connections for {production['seconds']:g} s, "
+        f"creates/s over up to {production['open_connections']} connections for {production['seconds']:g} s "
+        "after an unrecorded warm-up at that rate, "
         "each latency measured from the request's due time (no coordinated omission).",
         "",
         "| Redis | creates/s (median) | p50 ms | p99 ms | errors | ratio to plain TCP "
