@@ -38,6 +38,7 @@ HEADER_END = b"\r\n\r\n"
 CONTENT_LENGTH = b"\r\ncontent-length:"
 READ_TIMEOUT_S = 10.0
 DRAIN_S = 5.0
+ERROR_SAMPLES = 5
 INPUT_PAD = "a" * 24
 OUTPUT_PAD = "b" * 24
 
@@ -126,6 +127,8 @@ class Run:
         self.collect = collect
         self.bodies: list[bytes] = []
         """With ``collect``: every 201 answer's body (the hot-project check reads their receipts)."""
+        self.error_samples: list[str] = []
+        """The first few error answers' bodies (what the errors were)."""
         self.done = asyncio.get_running_loop().create_future()
 
     def record(self, status: int, latency_ns: int) -> None:
@@ -186,6 +189,8 @@ class HttpClient(asyncio.Protocol):
             now = time.perf_counter_ns()
             if self.run.collect and self.status == 201:
                 self.run.bodies.append(bytes(buf[self.body_at : self.need]))
+            elif self.status >= 400 and len(self.run.error_samples) < ERROR_SAMPLES:
+                self.run.error_samples.append(bytes(buf[self.body_at : self.need][:300]).decode(errors="replace"))
             del buf[: self.need]
             self.need = -1
             self.in_flight = False
@@ -281,7 +286,7 @@ async def run_load(
             conn.transport.abort()
     result = summary(run, elapsed, timeouts)
     if collect:
-        result["bodies"] = [body.decode() for body in run.bodies]
+        result["bodies"] = run.bodies
     return result
 
 
@@ -300,6 +305,7 @@ def summary(run: Run, elapsed: float, timeouts: int) -> dict[str, Any]:
         "conn_errors": run.conn_errors,
         "timeouts": timeouts,
         "statuses": {str(k): v for k, v in sorted(run.statuses.items())},
+        "error_samples": run.error_samples,
     }
 
 
@@ -472,9 +478,12 @@ def main(argv: list[str] | None = None) -> int:
             connections=int(spec["connections"]),
             seconds=float(spec["seconds"]),
             max_requests=int(spec.get("max_requests", 0)),
-            collect=bool(spec.get("collect")),
+            collect=bool(spec.get("collect")),  # a file name: every 201 body goes there
         )
     result = _new_loop_runner(coro)
+    bodies: list[bytes] = result.pop("bodies", [])
+    if spec.get("collect"):  # one 201 body a line (the service's JSON bodies are one line each)
+        Path(spec["collect"]).write_bytes(b"".join(body.replace(b"\n", b" ") + b"\n" for body in bodies))
     sys.stdout.write("BENCHJSON " + orjson.dumps(result).decode() + "\n")
     return 0
 

@@ -203,7 +203,8 @@ def production_markdown(production: dict[str, Any]) -> list[str]:
         "the timed window's).",
         "",
         f"- creates/s (both processes): {hot['rps']:,.0f}; p99 (worst process) {hot['p99_ms']:.2f} ms",
-        f"- answers: {statuses}; errors: {hot['errors']}",
+        f"- answers: {statuses}; errors: {hot['errors']}"
+        + "".join(f"; `{sample}`" for sample in hot.get("error_samples", [])[:3]),
         f"- chain: {hot['chain']} ({'no fork' if hot['chain_ok'] else '**fork or break**'})",
         "",
     ]
