@@ -5,6 +5,12 @@ loop, like wrk), hand-written HTTP/1.1 over ``asyncio.Protocol`` (no per-request
 or client library: the generator has to stay far faster than the server it measures).
 Every response's latency is recorded, so p50/p99 are exact percentiles of the samples.
 
+With ``rate`` in the spec the generator runs an open loop instead: request ``i`` is due at
+``t0 + i / rate`` whether or not earlier ones were answered, ``rate * seconds`` requests in
+all, and each latency counts from the due time, so a stalled server shows in the percentiles
+(no coordinated omission). The run stops by itself: after the last due time it waits at most
+``READ_TIMEOUT_S`` for the answers still missing and counts them as timeouts.
+
 Run as ``python -m bench.loadgen run SPEC.json`` (prints one JSON result line) or
 ``python -m bench.loadgen null-server --port P`` (a trivial HTTP responder that measures
 the generator's own ceiling). The scenario request shapes live here and in
@@ -20,6 +26,7 @@ import random
 import sys
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -31,6 +38,7 @@ HEADER_END = b"\r\n\r\n"
 CONTENT_LENGTH = b"\r\ncontent-length:"
 READ_TIMEOUT_S = 10.0
 DRAIN_S = 5.0
+ERROR_SAMPLES = 5
 INPUT_PAD = "a" * 24
 OUTPUT_PAD = "b" * 24
 
@@ -108,7 +116,7 @@ class RequestSource:
 class Run:
     """Shared state of one timed run: the deadline, the samples, the counts."""
 
-    def __init__(self, source: RequestSource, max_requests: int) -> None:
+    def __init__(self, source: RequestSource, max_requests: int, collect: bool = False) -> None:
         self.source = source
         self.max_requests = max_requests
         self.running = False
@@ -116,6 +124,11 @@ class Run:
         self.statuses: dict[int, int] = {}
         self.conn_errors = 0
         self.started = 0
+        self.collect = collect
+        self.bodies: list[bytes] = []
+        """With ``collect``: every 201 answer's body (the hot-project check reads their receipts)."""
+        self.error_samples: list[str] = []
+        """The first few error answers' bodies (what the errors were)."""
         self.done = asyncio.get_running_loop().create_future()
 
     def record(self, status: int, latency_ns: int) -> None:
@@ -125,13 +138,15 @@ class Run:
             self.done.set_result(None)
 
 
-class Connection(asyncio.Protocol):
-    """One keep-alive connection with at most one request in flight."""
+class HttpClient(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection with at most one request in flight; ``answered``
+    gets each complete response."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
         self.buf = bytearray()
         self.need = -1
+        self.body_at = 0
         self.status = 0
         self.sent_at = 0
         self.in_flight = False
@@ -167,20 +182,24 @@ class Connection(asyncio.Protocol):
                     return
                 stop = head.find(b"\r\n", at + 2)
                 length = int(head[at + len(CONTENT_LENGTH) : stop if stop >= 0 else len(head)])
+                self.body_at = end + 4
                 self.need = end + 4 + length
             if len(buf) < self.need:
                 return
             now = time.perf_counter_ns()
+            if self.run.collect and self.status == 201:
+                self.run.bodies.append(bytes(buf[self.body_at : self.need]))
+            elif self.status >= 400 and len(self.run.error_samples) < ERROR_SAMPLES:
+                self.run.error_samples.append(bytes(buf[self.body_at : self.need][:300]).decode(errors="replace"))
             del buf[: self.need]
             self.need = -1
             self.in_flight = False
-            if self.run.running:
-                self.run.record(self.status, now - self.sent_at)
-                self.send()
-            else:
-                assert self.transport is not None
-                self.transport.close()
+            if not self.answered(now):
                 return
+
+    def answered(self, now: int) -> bool:
+        """Record the response that just completed; False when the connection is closed."""
+        raise NotImplementedError
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.in_flight and self.run.running:
@@ -188,6 +207,19 @@ class Connection(asyncio.Protocol):
         self.in_flight = False
         if not self.closed.done():
             self.closed.set_result(None)
+
+
+class Connection(HttpClient):
+    """Closed loop: the next request leaves as soon as the previous answer is in."""
+
+    def answered(self, now: int) -> bool:
+        if self.run.running:
+            self.run.record(self.status, now - self.sent_at)
+            self.send()
+            return True
+        assert self.transport is not None
+        self.transport.close()
+        return False
 
 
 def percentile(sorted_samples: array[int] | list[int], fraction: float) -> float:
@@ -199,11 +231,18 @@ def percentile(sorted_samples: array[int] | list[int], fraction: float) -> float
 
 
 async def run_load(
-    host: str, port: int, spec: dict[str, Any], *, connections: int, seconds: float, max_requests: int = 0
+    host: str,
+    port: int,
+    spec: dict[str, Any],
+    *,
+    connections: int,
+    seconds: float,
+    max_requests: int = 0,
+    collect: bool = False,
 ) -> dict[str, Any]:
     """Drive ``connections`` closed-loop connections for ``seconds`` (or ``max_requests``)."""
     loop = asyncio.get_running_loop()
-    run = Run(RequestSource(spec, source_id=0), max_requests)
+    run = Run(RequestSource(spec, source_id=int(spec.get("source_id", 0))), max_requests, collect)
     conns: list[Connection] = []
     for _ in range(connections):
         _, proto = await loop.create_connection(lambda: Connection(run), host, port)
@@ -245,6 +284,13 @@ async def run_load(
     for conn in conns:
         if conn.transport is not None:
             conn.transport.abort()
+    result = summary(run, elapsed, timeouts)
+    if collect:
+        result["bodies"] = run.bodies
+    return result
+
+
+def summary(run: Run, elapsed: float, timeouts: int) -> dict[str, Any]:
     samples = sorted(run.latencies_us)
     non_2xx = sum(n for code, n in run.statuses.items() if not 200 <= code < 300)
     return {
@@ -254,11 +300,103 @@ async def run_load(
         "rps": len(samples) / elapsed if elapsed > 0 else 0.0,
         "p50_ms": percentile(samples, 0.50) / 1000,
         "p99_ms": percentile(samples, 0.99) / 1000,
+        "max_ms": (samples[-1] if samples else 0) / 1000,
         "errors": non_2xx + run.conn_errors + timeouts,
         "conn_errors": run.conn_errors,
         "timeouts": timeouts,
         "statuses": {str(k): v for k, v in sorted(run.statuses.items())},
+        "error_samples": run.error_samples,
     }
+
+
+class OpenConnection(HttpClient):
+    """Open loop: sends what the schedule hands it; latency counts from the scheduled time."""
+
+    def __init__(self, run: Run, schedule: OpenSchedule) -> None:
+        super().__init__(run)
+        self.schedule = schedule
+        self.scheduled_at = 0
+
+    def send_scheduled(self, scheduled_at: int) -> None:
+        self.scheduled_at = scheduled_at
+        self.send()
+
+    def answered(self, now: int) -> bool:
+        self.run.record(self.status, now - self.scheduled_at)
+        self.schedule.idle(self)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.in_flight:
+            self.schedule.lost += 1
+        super().connection_lost(exc)
+
+
+class OpenSchedule:
+    """Request ``i`` is due at ``t0 + i / rate``, whatever happened to the ones before it. A due
+    request leaves on an idle connection; when every connection is busy it waits in a queue,
+    and that wait counts in its latency (measured from the due time, not the send): no
+    coordinated omission."""
+
+    def __init__(self, rate: float, count: int) -> None:
+        self.rate = rate
+        self.count = count
+        self.released = 0
+        self.queue: deque[int] = deque()
+        self.idle_conns: list[OpenConnection] = []
+        self.t0 = 0
+        self.lost = 0
+
+    def idle(self, conn: OpenConnection) -> None:
+        if self.queue:
+            conn.send_scheduled(self.queue.popleft())
+        else:
+            self.idle_conns.append(conn)
+
+    def release_due(self, now: int) -> None:
+        due = min(self.count, int((now - self.t0) * self.rate / 1e9) + 1)
+        while self.released < due:
+            at = self.t0 + int(self.released * 1e9 / self.rate)
+            self.released += 1
+            if self.idle_conns:
+                self.idle_conns.pop().send_scheduled(at)
+            else:
+                self.queue.append(at)
+
+
+async def run_open(
+    host: str, port: int, spec: dict[str, Any], *, connections: int, rate: float, seconds: float
+) -> dict[str, Any]:
+    """Open loop: ``rate`` requests per second for ``seconds`` (``rate * seconds`` requests in
+    all) over up to ``connections`` connections, then at most READ_TIMEOUT_S more for the last
+    answers. Requests not answered by then count as timeouts."""
+    loop = asyncio.get_running_loop()
+    count = max(1, int(rate * seconds))
+    run = Run(RequestSource(spec, source_id=int(spec.get("source_id", 0))), count)
+    schedule = OpenSchedule(rate, count)
+    conns: list[OpenConnection] = []
+    for _ in range(connections):
+        _, proto = await loop.create_connection(lambda: OpenConnection(run, schedule), host, port)
+        conns.append(proto)
+        schedule.idle_conns.append(proto)
+    run.running = True
+    schedule.t0 = time.perf_counter_ns()
+    started = time.perf_counter()
+    step = min(0.001, 0.5 / rate)
+    while schedule.released < count:
+        schedule.release_due(time.perf_counter_ns())
+        await asyncio.sleep(step)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(run.done), READ_TIMEOUT_S)
+    elapsed = time.perf_counter() - started
+    run.running = False
+    unanswered = count - len(run.latencies_us) - schedule.lost
+    for conn in conns:
+        if conn.transport is not None:
+            conn.transport.abort()
+    result = summary(run, elapsed, max(0, unanswered))
+    result.update({"mode": "open", "rate": rate, "scheduled": count, "connections": connections})
+    return result
 
 
 class NullServer(asyncio.Protocol):
@@ -323,16 +461,29 @@ def main(argv: list[str] | None = None) -> int:
             _new_loop_runner(serve_null(args.host, args.port))
         return 0
     spec = orjson.loads(Path(args.spec).read_bytes())
-    result = _new_loop_runner(
-        run_load(
+    if spec.get("rate"):
+        coro = run_open(
+            spec["target_host"],
+            int(spec["target_port"]),
+            spec,
+            connections=int(spec["connections"]),
+            rate=float(spec["rate"]),
+            seconds=float(spec["seconds"]),
+        )
+    else:
+        coro = run_load(
             spec["target_host"],
             int(spec["target_port"]),
             spec,
             connections=int(spec["connections"]),
             seconds=float(spec["seconds"]),
             max_requests=int(spec.get("max_requests", 0)),
+            collect=bool(spec.get("collect")),  # a file name: every 201 body goes there
         )
-    )
+    result = _new_loop_runner(coro)
+    bodies: list[bytes] = result.pop("bodies", [])
+    if spec.get("collect"):  # one 201 body a line (the service's JSON bodies are one line each)
+        Path(spec["collect"]).write_bytes(b"".join(body.replace(b"\n", b" ") + b"\n" for body in bodies))
     sys.stdout.write("BENCHJSON " + orjson.dumps(result).decode() + "\n")
     return 0
 
