@@ -22,7 +22,7 @@ from receipts.limits import PlanLimits
 from receipts.model import parse_create_request
 from receipts.signing import KeyRing
 from tests.conftest import hash_of
-from web.issuing import Issued, ReceiptIssuer
+from web.issuing import MAX_GROUP, Issued, ReceiptIssuer, group_size
 
 UNLIMITED = PlanLimits(per_minute=10**9, monthly=10**9)
 
@@ -121,6 +121,37 @@ async def test_two_issuers_on_one_project_retry_on_each_others_tips(
     chain = await main_chain(store, key.project_id)
     assert len(chain) == 80
     assert {r["receipt_id"] for r in chain} == {i.receipt["receipt_id"] for i in issued}
+
+
+async def test_a_create_that_keeps_losing_to_another_process_gets_in_with_a_smaller_group(
+    store: Store, keyring: KeyRing, api_key: dict[str, Any]
+) -> None:
+    """Another process lands a receipt whenever this one commits more than one create at a
+    time (a long group: built and signed while the tip moves). Shrinking the group of a
+    create that lost (``group_size``) lets every create in; a fixed group of every queued
+    create would lose until it answered 503 chain_contention."""
+    rival = ReceiptIssuer(store, keyring)
+    key = record(api_key)
+    rival_writes = 0
+
+    class RacedStore:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        async def issue_receipts(self, project_id: str, items: Any) -> Any:
+            nonlocal rival_writes
+            if len(items) > 1:
+                rival_writes += 1
+                await create(rival, key, f"rival-{rival_writes}")
+            return await store.issue_receipts(project_id, items)
+
+    issuer = ReceiptIssuer(RacedStore(), keyring)  # type: ignore[arg-type]
+    issued = await asyncio.gather(*(create(issuer, key, f"raced-{i}") for i in range(10)))
+    chain = await main_chain(store, key.project_id)
+    assert {i.receipt["receipt_id"] for i in issued} <= {r["receipt_id"] for r in chain}
+    assert len(chain) == 10 + rival_writes
+    assert issuer.batch_sizes[1] >= 1
+    assert [group_size(attempts) for attempts in range(5)] == [MAX_GROUP, 16, 4, 1, 1]
 
 
 async def test_a_store_failure_answers_every_create_of_the_group_and_the_next_group_works(
