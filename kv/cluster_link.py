@@ -48,6 +48,8 @@ from redis import exceptions as redis_errors
 from redis.asyncio.connection import Connection
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from kv.futures import chain, fail_quietly, seen
+
 Arg = bytes | str | int | float
 Address = tuple[str, int]
 
@@ -141,7 +143,7 @@ class ClusterLink:
                 inner.add_done_callback(lambda done: self._settle(done, outer, args))
                 return outer
         task = loop.create_task(self._execute(args))
-        task.add_done_callback(lambda done: _chain(done, outer))
+        task.add_done_callback(lambda done: chain(done, outer))
         return outer
 
     async def run_script(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
@@ -173,10 +175,10 @@ class ClusterLink:
             outer.set_result(done.result())
         elif isinstance(exc, (redis_errors.AskError, *RETRIED_LATER)):
             task = asyncio.get_running_loop().create_task(self._execute(args, exc))
-            task.add_done_callback(lambda retried: _chain(retried, outer))
+            task.add_done_callback(lambda retried: chain(retried, outer))
         else:
             self._after_failure(exc)
-            _fail_quietly(outer, exc)
+            fail_quietly(outer, exc)
 
     async def _execute(self, args: tuple[Arg, ...], error: BaseException | None = None) -> Any:
         """Send ``args`` until it is answered: after ``error`` (a redirection or TRYAGAIN of an
@@ -282,7 +284,7 @@ class ClusterLink:
 
     def _start_refresh(self) -> asyncio.Task[None]:
         refreshing = self._refreshing = asyncio.get_running_loop().create_task(self._read_slots())
-        refreshing.add_done_callback(_seen)
+        refreshing.add_done_callback(seen)
         return refreshing
 
     async def _read_slots(self) -> None:
@@ -314,7 +316,7 @@ class ClusterLink:
         self.slots, self.masters, self._stale = slots, list(masters), False
         for address in [a for a in self.links if a not in masters and a not in self.startup_nodes]:
             link = self.links.pop(address)
-            asyncio.get_running_loop().create_task(link.close()).add_done_callback(_seen)
+            asyncio.get_running_loop().create_task(link.close()).add_done_callback(seen)
 
 
 def _command_name(args: Sequence[Arg]) -> bytes:
@@ -331,27 +333,3 @@ def _as_bytes(value: Arg) -> bytes:
 
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
-def _seen(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
-def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
-    future.set_exception(error)
-    future.exception()
-
-
-def _chain(done: asyncio.Future[Any], future: asyncio.Future[Any]) -> None:
-    if done.cancelled():
-        if not future.done():
-            future.cancel()
-        return
-    exc = done.exception()
-    if future.done():
-        return
-    if exc is not None:
-        _fail_quietly(future, exc)
-    else:
-        future.set_result(done.result())

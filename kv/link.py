@@ -61,6 +61,7 @@ from redis.asyncio.connection import Connection, RedisSSLContext, SSLConnection,
 from redis.credentials import CredentialProvider
 
 from kv.cluster_link import ClusterLink
+from kv.futures import chain, fail_quietly, seen
 
 Arg = bytes | str | int | float
 
@@ -106,7 +107,7 @@ class PyLink:
         """The command as a task (already under way, like ``FastLink.send``'s queued command);
         a failure nobody awaits is marked seen, as ``FastLink`` does."""
         task: asyncio.Future[Any] = asyncio.ensure_future(self.client.execute_command(*args))
-        task.add_done_callback(_seen)
+        task.add_done_callback(seen)
         return task
 
     async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
@@ -142,7 +143,7 @@ class _Protocol(asyncio.Protocol):
             if future.done():  # its caller was cancelled; the reply still kept the order
                 continue
             if isinstance(reply, hiredis.ReplyError):
-                _fail_quietly(future, BaseParser.parse_error(str(reply)))  # type: ignore[no-untyped-call]
+                fail_quietly(future, BaseParser.parse_error(str(reply)))  # type: ignore[no-untyped-call]
             else:
                 future.set_result(reply)
 
@@ -159,7 +160,7 @@ class _Protocol(asyncio.Protocol):
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
-                _fail_quietly(future, error)
+                fail_quietly(future, error)
         self.sent_at.clear()
 
 
@@ -270,7 +271,7 @@ class FastLink:
         future: asyncio.Future[Any] = loop.create_future()
         packed = _pack(args)
         task = loop.create_task(self._send_after_connect(packed))
-        task.add_done_callback(lambda done: _chain(done, future))
+        task.add_done_callback(lambda done: chain(done, future))
         return future
 
     async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
@@ -425,38 +426,10 @@ class FastLink:
         self._drop()
 
 
-def _seen(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
 def _pack(args: tuple[Arg, ...]) -> bytes:
     """One command in RESP, packed by hiredis (its stubs type the tuple as one element)."""
     packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]
     return packed
-
-
-def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
-    """Fail ``future``; whoever awaits it gets ``error`` raised. Marked as seen, so a future
-    nobody awaits any more (its partner in a pair failed first) logs no "never retrieved"."""
-    future.set_exception(error)
-    future.exception()
-
-
-def _chain(done: asyncio.Task[Any], future: asyncio.Future[Any]) -> None:
-    if done.cancelled():
-        if not future.done():
-            future.cancel()
-        return
-    # Retrieved even when nobody waits any more (the request was cancelled: its client hung
-    # up): otherwise asyncio logs "Task exception was never retrieved" as an error.
-    exc = done.exception()
-    if future.done():
-        return
-    if exc is not None:
-        _fail_quietly(future, exc)
-    else:
-        future.set_result(done.result())
 
 
 def link_for(client: Any) -> Link:
