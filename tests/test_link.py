@@ -113,6 +113,17 @@ class CountingTransport:
         return getattr(self.transport, name)
 
 
+async def assert_store_unavailable(client: aioredis.Redis) -> None:
+    """A store over ``client`` takes the fast link, and a read through it is a 503 (``StoreUnavailable``)."""
+    store = Store(client)
+    try:
+        assert isinstance(store.link, FastLink)
+        with pytest.raises(StoreUnavailable):
+            await store.get_receipt_json("rcpt_x")
+    finally:
+        await store.close()
+
+
 async def test_concurrent_commands_get_their_own_replies_and_leave_in_one_write(link: FastLink) -> None:
     await link.send("PING")  # connected
     protocol = link._protocol
@@ -227,13 +238,7 @@ async def test_the_store_answers_503_when_its_link_cannot_reach_redis() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    store = Store(aioredis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.5))
-    assert isinstance(store.link, FastLink)
-    try:
-        with pytest.raises(StoreUnavailable):
-            await store.get_receipt_json("rcpt_x")
-    finally:
-        await store.close()
+    await assert_store_unavailable(aioredis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.5))
 
 
 async def test_username_password_and_database_are_applied(endpoint: Endpoint) -> None:
@@ -250,13 +255,7 @@ async def test_username_password_and_database_are_applied(endpoint: Endpoint) ->
             wrong = fast_link(endpoint.url(userinfo="linktest:wrong"))
             with pytest.raises(redis_errors.AuthenticationError):
                 await wrong.send("PING")
-            store = Store(aioredis.from_url(endpoint.url(userinfo="linktest:wrong")))
-            try:
-                assert isinstance(store.link, FastLink)
-                with pytest.raises(StoreUnavailable):
-                    await store.get_receipt_json("rcpt_x")
-            finally:
-                await store.close()
+            await assert_store_unavailable(aioredis.from_url(endpoint.url(userinfo="linktest:wrong")))
         finally:
             admin.acl_deluser("linktest")
 
@@ -348,13 +347,7 @@ async def test_tls_with_an_unknown_ca_or_no_client_certificate_is_a_connection_e
         with pytest.raises(redis_errors.ConnectionError):
             await fast.send("PING")
         await fast.close()
-        store = Store(aioredis.from_url(url, socket_connect_timeout=1))
-        try:
-            assert isinstance(store.link, FastLink)
-            with pytest.raises(StoreUnavailable):
-                await store.get_receipt_json("rcpt_x")
-        finally:
-            await store.close()
+        await assert_store_unavailable(aioredis.from_url(url, socket_connect_timeout=1))
     # ssl_cert_reqs=none: no CA needed to reach it (the client certificate still is).
     trusting = fast_link(tls_endpoint.url(ssl_ca_certs="", ssl_cert_reqs="none"))
     assert await trusting.send("PING") == b"PONG"
