@@ -135,6 +135,38 @@ async def test_concurrent_commands_get_their_own_replies_and_leave_in_one_write(
     assert counting.writes == 1, "200 commands of one event-loop turn are one write"
 
 
+class RecordingTransport(CountingTransport):
+    """Also keeps what each write carried."""
+
+    def __init__(self, transport: Any) -> None:
+        super().__init__(transport)
+        self.sent: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+        super().write(data)
+
+
+async def test_commands_sent_while_a_write_is_unanswered_leave_together_when_it_is_answered(link: FastLink) -> None:
+    await link.send("PING")  # connected
+    protocol = link._protocol
+    assert protocol is not None
+    recording = RecordingTransport(protocol.transport)
+    protocol.transport = recording
+    blocked = link.send("BLPOP", "empty-list", "0.2")  # the server holds its answer 0.2 s
+    await asyncio.sleep(0)
+    assert recording.writes == 1
+    later = []
+    for i in range(3):  # three event-loop turns: three writes without the hold
+        later.append(link.send("ECHO", f"later-{i}"))
+        await asyncio.sleep(0)
+    assert recording.writes == 1, "nothing more leaves while the first write is unanswered"
+    assert await blocked is None
+    assert await asyncio.gather(*later) == [f"later-{i}".encode() for i in range(3)]
+    assert recording.writes == 2
+    assert all(f"later-{i}".encode() in recording.sent[1] for i in range(3)), "the three left in one write"
+
+
 async def test_a_command_error_is_raised_to_its_caller_only(link: FastLink) -> None:
     await link.send("SET", "text", "not a number")
     before = link.send("SET", "a", 1)
