@@ -1,4 +1,5 @@
-"""Operator verbs on the store at ``REDIS_URL``: ``keys``, ``receipts delete``, and ``signing-key new``.
+"""Operator verbs on the store at ``REDIS_URL``: ``keys``, ``receipts delete``; and the key makers
+``signing-key new`` and ``log-key new``.
 
 ``keys create`` prints the new key once, as JSON; every other ``keys`` verb takes
 ``--project`` as the project id (``prj_...``) or its unique name (docs/operations.md).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -70,6 +72,14 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     delete.add_argument("--reason", required=True, help="why (logged; the content never is)")
 
     new.set_defaults(run=_signing_key_new)
+    log_key = verbs.add_parser("log-key", help="transparency-log keys").add_subparsers(dest="action", required=True)
+    log_new = log_key.add_parser(
+        "new", help="print a LOG_SIGNING_KEY value, then the log's verifier key (what verifiers pin)"
+    )
+    log_new.add_argument(
+        "--origin", help="the log's origin (default: LOG_ORIGIN, else the host of PUBLIC_BASE_URL + /log)"
+    )
+    log_new.set_defaults(run=_log_key_new)
     for action, parser in keys.choices.items():
         parser.set_defaults(run=_on_store(KEY_ACTIONS[action]))
     delete.set_defaults(run=_on_store(_receipts_delete))
@@ -77,6 +87,21 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 def _signing_key_new(args: argparse.Namespace) -> int:
     print(orjson.dumps(new_key_set(args.kid), option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+def _log_key_new(args: argparse.Namespace) -> int:
+    from receipts.note import NoteError, Signer
+    from runtime.settings import default_log_origin
+
+    origin = args.origin or default_log_origin(os.environ)
+    try:
+        signer = Signer.generate(origin)
+    except NoteError as exc:
+        print(f"error: --origin: {exc}", file=sys.stderr)
+        return 2
+    print(signer.encode())
+    print(signer.verifier.encode())
     return 0
 
 

@@ -39,7 +39,10 @@ EXPIRE_NEEDS_REDIS = (
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    worker = verbs.add_parser("worker", help="run background jobs and their schedule (needs REDIS_URL)")
+    worker = verbs.add_parser(
+        "worker",
+        help="run background jobs, their schedule and (with LOG_SIGNING_KEY) the log integrator (needs REDIS_URL)",
+    )
     worker.add_argument("--burst", action="store_true", help="run the jobs queued now, then exit (no schedule)")
     worker.set_defaults(run=worker_command)
     expire = verbs.add_parser(
@@ -83,9 +86,19 @@ def worker_command(args: argparse.Namespace) -> int:
         if settings.metrics_port is not None
         else None
     )
+    integrator = None
+    if settings.log_signer is not None and not args.burst:
+        from jobs.log_integrator import IntegratorThread, LogConfig
+        from kv.connect import open_store
+
+        config = LogConfig(settings.log_origin, settings.log_signer)
+        integrator = IntegratorThread(lambda: open_store(settings.redis_url, cluster=settings.redis_cluster), config)
+        integrator.start()
     try:
         run_worker(settings.jobs_redis_url, burst=args.burst)
     finally:
+        if integrator is not None:
+            integrator.stop()
         if listener is not None:
             listener.stop()
     return 0

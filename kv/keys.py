@@ -209,3 +209,54 @@ def checkout_session_key(project_id: str, ref: str) -> str:
     """Hash in the pre-assigned project's slot: plan, created_ms, state (claimable/claimed),
     indexed_at, and after the claim claimed_at, actor_id, key_hash, project_id."""
     return f"cs:{{{slot_tag(project_id)}}}:{ref}"
+
+
+# --- the transparency log (docs/log.md) ------------------------------------------------
+# A create appends its entry to its project's queue (in the project's slot, in chain order)
+# and names the project in the log's dirty set; the integrator moves queued entries into
+# the tree. Tiles and entry bundles carry no slot tag: each lands in its own slot, so a
+# Cluster spreads them. Every log key but the queues, the index and the dirty set carries
+# the origin's tag: a new ``LOG_ORIGIN`` starts a new tree beside the old one.
+
+
+def log_tag(origin: str) -> str:
+    """Eight hex digits of SHA-256 of the origin: the log's part of its key names."""
+    return hashlib.sha256(origin.encode()).hexdigest()[:8]
+
+
+def log_queue_key(project_id: str) -> str:
+    """List: the project's log entries not yet in the tree, oldest first (entry bytes)."""
+    return f"lq:{{{slot_tag(project_id)}}}:{project_id}"
+
+
+def log_index_key(receipt_id: str) -> str:
+    """Hash: receipt id (16 bytes) -> its index in the log (decimal), once integrated; one
+    per slot tag, so a receipt id alone finds it (and it shares its project's slot)."""
+    return f"li:{{{receipt_slot_tag(receipt_id)}}}"
+
+
+LOG_DIRTY_KEY = "log:dirty"
+"""Set: ids of projects whose queue may hold entries (the integrator's worklist)."""
+LOG_RECHECK_KEY = "log:recheck"
+"""Sorted set: projects taken off ``LOG_DIRTY_KEY``, by when (ms), to be looked at again."""
+
+
+def log_state_key(origin: str) -> str:
+    """Hash: ``size``, ``root`` (32 bytes), ``checkpoint`` (the published signed note),
+    ``phase`` ("" | "tiles" | "ack") and ``batch`` (the journal of the batch under way)."""
+    return f"log:{log_tag(origin)}:state"
+
+
+def log_lock_key(origin: str) -> str:
+    """String with a TTL: the token of the integrator that is active."""
+    return f"log:{log_tag(origin)}:lock"
+
+
+def log_tile_key(origin: str, level: int, index: int) -> str:
+    """String: the hashes of tile ``index`` at ``level`` (grows to 8,192 bytes, then final)."""
+    return f"lt:{log_tag(origin)}:{level}:{index}"
+
+
+def log_bundle_key(origin: str, index: int) -> str:
+    """String: entry bundle ``index`` (uint16-length-prefixed entries; grows to 256, then final)."""
+    return f"le:{log_tag(origin)}:{index}"

@@ -207,6 +207,8 @@ class IssueItem:
     output_hash: str | None = None
     stored_value: bytes = b""
     """What the receipt record holds (``receipts.compact.encode``); b"": ``receipt_json``."""
+    log_entry: bytes = b""
+    """The receipt's transparency-log entry (``receipts.tlog.entry_bytes``); b"": no log."""
 
 
 @dataclass(frozen=True)

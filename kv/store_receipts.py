@@ -12,7 +12,7 @@ import orjson
 from redis.exceptions import NoScriptError
 
 from kv import keys
-from kv.link import Link
+from kv.link import FastLink, Link
 from kv.records import (
     Counter,
     IssueItem,
@@ -38,6 +38,18 @@ class ReceiptStore:
     _issue: Any
     _find_index_field: Any
     _delete_receipt: Any
+
+    async def _mark_for_log(self, project_id: str, script_on_link: bool) -> Awaitable[Any] | None:
+        """Name the project in the dirty set before its entries are queued. Over one
+        pipelined connection the mark leaves first, in the same write as the script that
+        queues them (Redis runs a connection's commands in order); elsewhere (a Cluster,
+        fakeredis, a script sent on another connection for ``STORE_ACK``) it is awaited first.
+        Returns what the caller awaits after the script, if any."""
+        marked = self.link.send("SADD", keys.LOG_DIRTY_KEY, project_id)
+        if script_on_link and isinstance(self.link, FastLink):
+            return marked
+        await marked
+        return None
 
     @_unavailable_as_503
     async def read_tip(self, project_id: str) -> tuple[bool, str | None]:
@@ -92,6 +104,7 @@ class ReceiptStore:
         script_args: list[Any] = []
         project_key = keys.project_key(project_id)
         meta_key = keys.index_meta_key(project_id)
+        log_queue = keys.log_queue_key(project_id)
         for item in items:
             receipt_id_bytes = keys.receipt_id_bytes(item.receipt_id)
             script_keys += [
@@ -101,6 +114,7 @@ class ReceiptStore:
                 keys.key_minute_counter_key(project_id, item.key_hash, item.minute.window_id),
                 keys.project_month_counter_key(project_id, item.month.window_id),
                 *self._search_keys(project_id, item.input_hash, item.output_hash),
+                log_queue,
             ]
             stale = item.stale_receipt_id
             script_args += [
@@ -119,11 +133,16 @@ class ReceiptStore:
                 keys.fingerprint_tail(item.fingerprint),
                 keys.search_field("input_hash", item.input_hash) if item.input_hash else b"",
                 keys.search_field("output_hash", item.output_hash) if item.output_hash else b"",
+                item.log_entry,
             ]
+        logged = any(item.log_entry for item in items)
+        marked = await self._mark_for_log(project_id, not self.ack.enabled) if logged else None
         if self.ack.enabled:
             reply, unacknowledged = await self._issue_acknowledged(script_keys, script_args, items)
         else:
             reply, unacknowledged = await self.link.run_script(self._issue, script_keys, script_args), None
+        if marked is not None:
+            await marked
         results = []
         for at in range(0, len(reply), 4):
             outcome = IssueOutcome(int(reply[at]))

@@ -120,6 +120,21 @@ class ChainContention(ServiceError):
     headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
 
 
+class LogUnavailable(ServiceError):
+    """The service runs without a transparency log (no ``LOG_SIGNING_KEY``)."""
+
+    code = "log_unavailable"
+    status = 503
+
+
+class LogPending(ServiceError):
+    """No published checkpoint covers the receipt yet (the integrator adds it within seconds)."""
+
+    code = "log_pending"
+    status = 409
+    headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
+
+
 class ClaimUnknown(ServiceError):
     """No payment webhook has been seen for this checkout session (yet)."""
 

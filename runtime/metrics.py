@@ -91,6 +91,18 @@ CORRUPT_RECORDS = Counter(
     ["route"],
 )
 
+LOG_ENTRIES = Counter("eps_log_entries", "Entries the integrator added to the transparency log")
+LOG_CHECKPOINTS = Counter("eps_log_checkpoints", "Checkpoints the integrator signed and published")
+LOG_BATCH_SECONDS = Histogram(
+    "eps_log_batch_duration_seconds",
+    "Time from reserving a log batch to finishing it (tiles, checkpoint, queues)",
+    buckets=STORE_BUCKETS,
+)
+LOG_HALTS = Counter(
+    "eps_log_halts",
+    "Times an integrator stopped publishing because the store's log is not what it published before (alert on any)",
+)
+
 STORE_OPERATION_SECONDS = Histogram(
     "eps_store_operation_duration_seconds",
     "Time of one Store operation (one script or a few commands), by Store method",

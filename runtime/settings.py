@@ -7,8 +7,11 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
 
 from receipts.limits import Limits, LimitsError, load_limits
+from receipts.note import NoteError, Signer
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from runtime.logs import json_logging
 from runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
@@ -19,6 +22,7 @@ DEFAULT_HUMAN_CHECK_SCRIPT_URL = "https://challenges.cloudflare.com/turnstile/v0
 DEFAULT_OPERATOR_CONTACT = "the operator (OPERATOR_CONTACT is not set)"
 DEFAULT_METRICS_HOST = "127.0.0.1"
 LOG_FORMATS = ("json", "text")
+DEFAULT_LOG_ORIGIN = "localhost/log"
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,11 @@ class Settings:
     """``METRICS_TOKEN``: ``GET /metrics`` on the main port with this bearer token; unset: 404."""
     log_format: str = "text"
     """``LOG_FORMAT``: ``json`` (one object per line) or ``text``."""
+    log_origin: str = DEFAULT_LOG_ORIGIN
+    """``LOG_ORIGIN``: the transparency log's origin line and key name (docs/log.md)."""
+    log_signer: Signer | None = None
+    """``LOG_SIGNING_KEY`` (or an ephemeral key in embedded mode); None: no log."""
+    log_ephemeral: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -133,7 +142,43 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         metrics_host=env.get("METRICS_HOST") or DEFAULT_METRICS_HOST,
         metrics_token=env.get("METRICS_TOKEN") or None,
         log_format=_log_format(env, redis_url),
+        **_log_settings(env, redis_url),
     )
+
+
+def default_log_origin(env: Mapping[str, str]) -> str:
+    """``LOG_ORIGIN``, else the host of ``PUBLIC_BASE_URL`` followed by ``/log``, else
+    ``localhost/log``."""
+    origin = (env.get("LOG_ORIGIN") or "").strip()
+    if origin:
+        return origin
+    base = (env.get("PUBLIC_BASE_URL") or "").strip()
+    host = urlsplit(base).netloc if base else ""
+    return f"{host}/log" if host else DEFAULT_LOG_ORIGIN
+
+
+def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, Any]:
+    """``LOG_ORIGIN`` (default: the host of ``PUBLIC_BASE_URL`` + ``/log``) and
+    ``LOG_SIGNING_KEY``, whose key name must be the origin. Without a key the embedded mode
+    makes an ephemeral one; with ``REDIS_URL`` the service runs without a log."""
+    origin = default_log_origin(env)
+    if any(c.isspace() or c == "+" for c in origin):
+        raise ConfigError("LOG_ORIGIN must hold no spaces and no '+' (a schema-less URL such as example.com/log)")
+    raw = (env.get("LOG_SIGNING_KEY") or "").strip()
+    if not raw:
+        if redis_url:
+            return {"log_origin": origin}
+        return {"log_origin": origin, "log_signer": Signer.generate(origin), "log_ephemeral": True}
+    try:
+        signer = Signer.parse(raw)
+    except NoteError as exc:
+        raise ConfigError(f"LOG_SIGNING_KEY: {exc} (make one with: python service.py log-key new)") from exc
+    if signer.name != origin:
+        raise ConfigError(
+            f"LOG_SIGNING_KEY is the key of {signer.name!r} but the log's origin is {origin!r}: set LOG_ORIGIN "
+            f"to it, or make a key for this origin (python service.py log-key new --origin {origin})"
+        )
+    return {"log_origin": origin, "log_signer": signer}
 
 
 def _metrics_port(env: Mapping[str, str]) -> int | None:

@@ -16,6 +16,7 @@ from sanic.compat import Header
 from sanic.response import BaseHTTPResponse
 
 from jobs.context import use_embedded_server
+from jobs.log_integrator import Integrator, LogConfig
 from jobs.queue import open_queue
 from jobs.retention import sweep_periodically
 from kv.connect import open_store
@@ -25,7 +26,7 @@ from runtime.logs import configure_logging, flush_request_lines, install_sanic_l
 from runtime.metrics import observe_request, release_worker_metrics
 from runtime.settings import Settings, load_settings, warn
 from runtime.store_ack import StoreAckError
-from web import bundles, claims, info, openapi, pages, receipts_api, sanic_fixes, search, usage
+from web import bundles, claims, info, log_api, openapi, pages, receipts_api, sanic_fixes, search, usage
 from web.access_log import log_request
 from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
@@ -73,6 +74,7 @@ def create_app(
     app.blueprint(usage.bp)
     app.blueprint(pages.bp)
     app.blueprint(claims.bp)
+    app.blueprint(log_api.bp)
     app.blueprint(openapi.bp)
     app.static("/static", STATIC_DIR, name="static")
     install_sanic_log_filters()
@@ -95,8 +97,12 @@ def create_app(
             )
             if settings.ephemeral_signing_key:
                 await announce_demo_key(app)
-            # No worker serves the embedded store, so the server sweeps expired receipts itself.
+            # No worker serves the embedded store, so the server sweeps expired receipts itself,
+            # and integrates the log.
             app.add_task(_sweep_until_stopped(app.ctx.store, settings.retention_days), name="retention-sweep")
+            if settings.log_signer is not None:
+                integrator = Integrator(app.ctx.store, LogConfig(settings.log_origin, settings.log_signer))
+                app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
         if not settings.embedded:
@@ -127,11 +133,19 @@ async def _sweep_until_stopped(store: Store, retention_days: float) -> None:
         await sweep_periodically(store, retention_days)
 
 
+async def _integrate_until_stopped(integrator: Integrator) -> None:
+    """The embedded server's log integrator, as a server task (cancelled at each stop)."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await integrator.run(asyncio.Event())
+
+
 def _attach_store(app: App, store: Store) -> None:
     settings: Settings = app.ctx.settings
     app.ctx.store = store
     store.ack = settings.store_ack
-    app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms)
+    app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms, log=settings.log_signer is not None)
+    if settings.log_signer is not None:
+        app.ctx.log = log_api.LogService(store, settings.log_origin, settings.log_signer.verifier)
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:
         use_embedded_server(store.embedded_server)

@@ -27,7 +27,7 @@ import orjson
 
 from kv.records import Counter, IssueItem, IssueOutcome, IssueResult, KeyRecord
 from kv.store import Store
-from receipts import compact
+from receipts import compact, tlog
 from receipts.errors import (
     ChainContention,
     IdempotencyConflict,
@@ -116,9 +116,13 @@ class ReceiptIssuer:
         store: Store,
         keyring: KeyRing,
         clock_ms: Callable[[], int] | None = None,
+        *,
+        log: bool = False,
     ) -> None:
         self.store = store
         self.keyring = keyring
+        self.log = log
+        """Queue each new receipt's transparency-log entry with it (``LOG_SIGNING_KEY`` set)."""
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._tips: OrderedDict[str, str | None] = OrderedDict()
         self._queues: dict[str, list[_Pending]] = {}
@@ -229,6 +233,7 @@ class ReceiptIssuer:
                     input_hash=receipt["input_hash"],
                     output_hash=receipt["output_hash"],
                     stored_value=compact.encode(receipt, receipt_json),
+                    log_entry=tlog.entry_bytes(receipt) if self.log else b"",
                 )
             )
             if placement.advances_tip:

@@ -19,6 +19,7 @@ from web.auth import authenticate_counted
 from web.bodies import check_body_size, json_body
 from web.errors import report_corrupt_record
 from web.issuing import ReceiptIssuer
+from web.log_api import create_log_object
 
 bp = Blueprint("receipts")
 T = TypeVar("T")
@@ -59,15 +60,17 @@ async def create_receipt(request: Request) -> HTTPResponse:
         raise
     plan = request.app.ctx.settings.limits.plan(key.plan)
     issued = await issuer.issue(req, key, header_key, plan)
-    body = _splice(
-        [
-            ("ok", b"true"),
-            ("receipt", issued.receipt_json),
-            ("idempotency", orjson.dumps({"hit": issued.replayed, "key": issued.replay_key})),
-            ("chain", orjson.dumps(chain_object(issued.receipt))),
-            ("quota", orjson.dumps(quota_object(key.plan, issued.month))),
-        ]
-    )
+    parts = [
+        ("ok", b"true"),
+        ("receipt", issued.receipt_json),
+        ("idempotency", orjson.dumps({"hit": issued.replayed, "key": issued.replay_key})),
+        ("chain", orjson.dumps(chain_object(issued.receipt))),
+        ("quota", orjson.dumps(quota_object(key.plan, issued.month))),
+    ]
+    log_object = await create_log_object(request, issued.receipt["receipt_id"])
+    if log_object is not None:
+        parts.append(("log", orjson.dumps(log_object)))
+    body = _splice(parts)
     status = 200 if issued.replayed else 201
     headers = {
         "Location": f"/v1/receipts/{issued.receipt['receipt_id']}",

@@ -2,8 +2,8 @@
 -- why not (group commit: the receipts of one batch were chained on each other in memory).
 -- Runs after index_buckets.lua (its idx_* functions).
 --
--- The call holds N receipts: KEYS has 7 per receipt and ARGV 15 per receipt, receipt i
--- (from 0) at KEYS[7i+1..7i+7] and ARGV[15i+1..15i+15], each laid out as below. They are
+-- The call holds N receipts: KEYS has 8 per receipt and ARGV 16 per receipt, receipt i
+-- (from 0) at KEYS[8i+1..8i+8] and ARGV[16i+1..16i+16], each laid out as below. They are
 -- processed in order; the first that is not issued (code 1-6) ends the call: the receipts
 -- after it were built on it and are not looked at (the caller rebuilds and sends them
 -- again). N = 1 is a single receipt, with the same reply.
@@ -16,6 +16,7 @@
 -- KEYS[6] the search set of the receipt's input_hash (sorted set: 16-byte receipt ids
 --         scored by created ms, once a hash has more than four receipts)
 -- KEYS[7] the search set of its output_hash (KEYS[6] again when there is none)
+-- KEYS[8] the project's log queue (list of entries waiting for the integrator)
 -- ARGV[1] the tip the receipt was built on ("" = the project had no tip)
 -- ARGV[2] the receipt's stored value (compact record, or JSON)
 -- ARGV[3] receipt_hash
@@ -34,6 +35,8 @@
 --          when the hash's set KEYS[6] exists or the value already holds four ids (64
 --          bytes, listpack's limit), added to the set, the value's ids moving there too
 -- ARGV[15] output_hash search field ("" = the receipt has no output_hash), with KEYS[7]
+-- ARGV[16] the receipt's log entry ("" = the service runs without a log): appended to
+--          KEYS[8] with the receipt, so the log sees the project's receipts in chain order
 -- A search set scores each id by its creation time (Unix ms), read from the id's first
 -- six bytes.
 --
@@ -47,7 +50,8 @@
 --   {4, ""}           the project does not exist
 --   {5, ""}           the key's per-minute limit is used up
 --   {6, ""}           the project's monthly quota is used up
--- Codes 2-6 write nothing for their receipt; code 1 writes only its minute counter.
+-- Codes 2-6 write nothing for their receipt; code 1 writes only its minute counter (a replay
+-- adds no log entry).
 
 -- The ids a search field hands to its hash's set: the field's own (it goes) and `id`.
 local function moving_ids(meta, field, id)
@@ -120,6 +124,9 @@ local function issue_one(k, a)
   if ARGV[a + 4] == '1' then
     redis.call('HSET', KEYS[k + 1], 'tip', ARGV[a + 3])
   end
+  if ARGV[a + 16] ~= '' then
+    redis.call('RPUSH', KEYS[k + 8], ARGV[a + 16])
+  end
   count_minute()
   month = redis.call('INCR', KEYS[k + 5])
   if month == 1 then
@@ -129,8 +136,8 @@ local function issue_one(k, a)
 end
 
 local replies = {}
-for i = 0, #KEYS / 7 - 1 do
-  local reply = issue_one(7 * i, 15 * i)
+for i = 0, #KEYS / 8 - 1 do
+  local reply = issue_one(8 * i, 16 * i)
   for _, value in ipairs(reply) do
     replies[#replies + 1] = value
   end

@@ -22,6 +22,7 @@ from sanic import Blueprint, HTTPResponse, Request
 from receipts.apikeys import MAX_KEY_LEN, MIN_KEY_LEN
 from web.info import base_url
 from web.openapi.common import API_VERSION, ERROR_CODES, JSON, OPENAPI_HEADERS, OPENAPI_VERSION, header_ref
+from web.openapi.log_paths import LOG_PATHS
 from web.openapi.paths import PATHS
 from web.openapi.responses import ERROR_MEANINGS, HEADERS, RESPONSES
 from web.openapi.schemas import SCHEMAS
@@ -57,7 +58,7 @@ def _finish_responses(paths: Mapping[str, Any], responses: Mapping[str, Any]) ->
 
 def build_document() -> dict[str, Any]:
     """The whole document, without ``servers`` (added per request)."""
-    paths = copy.deepcopy(PATHS)
+    paths = copy.deepcopy({**PATHS, **LOG_PATHS})
     responses = copy.deepcopy(RESPONSES)
     _finish_responses(paths, responses)
     return {
@@ -85,6 +86,7 @@ def build_document() -> dict[str, Any]:
             {"name": "Receipts", "description": "Issue, read, search and verify receipts."},
             {"name": "Keys", "description": "Getting an API key: paid checkouts and free claims."},
             {"name": "Pages", "description": "HTML pages for people."},
+            {"name": "Log", "description": "The transparency log: checkpoints, tiles and proofs (C2SP)."},
         ],
     }
 

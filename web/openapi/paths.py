@@ -115,7 +115,15 @@ PATHS: dict[str, Any] = {
                     "description": "Replaces the computed replay key (same project scope); "
                     "reused with another body: 409.",
                     "schema": {"type": "string", "pattern": f"^[!-~]{{1,{MAX_IDEMPOTENCY_HEADER_LEN}}}$"},
-                }
+                },
+                {
+                    "name": "Prefer",
+                    "in": "header",
+                    "required": False,
+                    "description": "`wait=N` (RFC 7240, N at most 10): wait up to N seconds for a published "
+                    "checkpoint to cover the receipt, and return its index and proof in `log`.",
+                    "schema": {"type": "string"},
+                },
             ],
             "requestBody": _json_body("CreateReceiptRequest", "The hashes and labels to sign."),
             "responses": {

@@ -106,6 +106,8 @@ ERROR_MEANINGS = {
     "claim_expired": "the checkout is older than the claim window",
     "claim_not_ready": "payments are not configured",
     "not_configured": "the human verification is not configured",
+    "log_unavailable": "the service runs without a transparency log (no `LOG_SIGNING_KEY`)",
+    "log_pending": "no published checkpoint covers the receipt yet; retry after `Retry-After`",
 }
 
 

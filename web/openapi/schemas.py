@@ -181,11 +181,50 @@ SCHEMAS: dict[str, Any] = {
             "idempotency": schema_ref("Idempotency"),
             "chain": schema_ref("Chain"),
             "quota": schema_ref("Quota"),
+            "log": schema_ref("ReceiptLog"),
         },
+        required=["ok", "receipt", "idempotency", "chain", "quota"],
         description=(
             "A new receipt (201, `idempotency.hit` false) or an idempotent replay of an earlier one "
-            "(200, `idempotency.hit` true). One schema for both, so a generated client has one type to return."
+            "(200, `idempotency.hit` true). One schema for both, so a generated client has one type to return. "
+            "`log` is present when the service runs a transparency log."
         ),
+    ),
+    "ReceiptLog": {
+        "description": (
+            "The receipt's place in the transparency log: its index and C2SP tlog-proof once a published "
+            "checkpoint covers it (with `Prefer: wait=N`), else `pending` and where the proof will be."
+        ),
+        "oneOf": [
+            _obj({"index": COUNT, "proof": _string("C2SP tlog-proof text (`c2sp.org/tlog-proof@v1`)")}),
+            _obj({"status": {"const": "pending"}, "proof_url": _string("`GET` this for the proof (409 until ready)")}),
+        ],
+    },
+    "LogInfo": _obj(
+        {
+            "origin": _string("The log's origin line (and its key's name)"),
+            "log_vkey": _string("The log's Ed25519 verifier key, `<origin>+<key id>+<base64>` (pin it)"),
+            "checkpoint_url": _string("Path of the latest checkpoint"),
+            "witnesses": {
+                "type": "array",
+                "items": _obj(
+                    {"name": _string("Witness name"), "vkey": _string("Its verifier key"), "url": _string("Its URL")}
+                ),
+            },
+            "policy": _string("The witness policy in C2SP tlog-policy form (empty when none)"),
+        }
+    ),
+    "CheckpointTimestamps": _obj(
+        {
+            "tree_size": COUNT,
+            "checkpoint": _string("The checkpoint (signed note) the time-stamps cover"),
+            "timestamps": {
+                "type": "array",
+                "items": _obj(
+                    {"tsa": _string("The TSA's URL"), "response_base64": _string("RFC 3161 TimeStampResp, DER, base64")}
+                ),
+            },
+        }
     ),
     "ReceiptRead": _obj({"ok": {"const": True}, "receipt": schema_ref("Receipt")}),
     "SearchPage": _obj(
@@ -238,7 +277,21 @@ SCHEMAS: dict[str, Any] = {
                 "description": "Earlier receipts of the chain, newest first.",
             },
             "chain_complete": {"type": "boolean", "description": "true when the segment reaches the chain's start."},
+            "log": _obj(
+                {
+                    "origin": _string("The log's origin"),
+                    "log_vkey": _string("The log's verifier key (pin your own copy)"),
+                    "proof": {"type": ["string", "null"], "description": "C2SP tlog-proof; null while pending"},
+                },
+                description="Present when the service runs a transparency log.",
+            ),
+            "timestamps": {
+                "type": "array",
+                "items": _obj({"tsa": _string("The TSA's URL"), "response_base64": _string("RFC 3161 TimeStampResp")}),
+                "description": "RFC 3161 time-stamps of the proof's checkpoint (present with `log`).",
+            },
         },
+        required=["format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete"],
         description="An offline verification bundle (docs/bundles.md); verifies with no network.",
     ),
     "VerifyRequest": _obj(
