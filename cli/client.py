@@ -47,6 +47,12 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
     verify.add_argument("--max-links", type=int, default=1000, help="stop the chain walk after this many links")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
+    verify.add_argument(
+        "--log-key", help="the transparency log's verifier key (GET /v1/log's log_vkey) to pin: check inclusion"
+    )
+    verify.add_argument(
+        "--since-checkpoint", metavar="FILE", help="an older checkpoint you kept: check the log still extends it"
+    )
 
     submit = verbs.add_parser("submit", help="hash files locally and ask the service for a receipt")
     add_submit_arguments(submit)
@@ -88,6 +94,8 @@ def _verify(args: argparse.Namespace) -> int:
         chain=args.chain,
         max_links=args.max_links,
         salt_hex=args.salt,
+        log_key=args.log_key,
+        since_checkpoint=args.since_checkpoint,
     )
     report = run_verify(options, hash_file)
     if args.json:

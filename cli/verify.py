@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import orjson
 
+from cli import verify_log
 from receipts.signing import KeyRing, KeySetError, load_key_ring
 from receipts.verifier import (
     BundleError,
@@ -54,6 +55,10 @@ class VerifyOptions:
     max_links: int = 1000
     salt_hex: str | None = None
     """Salt (hex) of a blinded input hash: the input is hashed as sha256(salt || file)."""
+    log_key: str | None = None
+    """The transparency log's verifier key to pin: check the receipt's inclusion (docs/log.md)."""
+    since_checkpoint: str | None = None
+    """An older checkpoint (signed note) the log must be consistent with (needs ``log_key``)."""
 
 
 class VerifyInputError(Exception):
@@ -235,9 +240,31 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
                 links, chain_ok, truncated = _walk_chain(receipt, keyring, client, options)
                 report["chain"] = {"links": links, "truncated": truncated}
                 checks["chain"] = chain_ok
+        if options.log_key is not None or options.since_checkpoint is not None:
+            report["log"] = _check_log(receipt, bundle, options, checks)
         report["ok"] = all(checks.values()) and report["keys_pinned"]
     except VerifyInputError as exc:
         report["error"] = str(exc)
+    return report
+
+
+def _check_log(
+    receipt: dict[str, Any], bundle: BundleParts | None, options: VerifyOptions, checks: dict[str, bool]
+) -> Any:
+    """The log checks: the bundle's proof offline (the tiles of ``--since-checkpoint`` are
+    the one thing fetched), else the service's proof."""
+    if options.log_key is None:
+        raise VerifyInputError("--since-checkpoint needs --log-key (the log's verifier key to pin)")
+    base = (options.base_url or (None if bundle else DEFAULT_BASE_URL) or "").rstrip("/") or None
+    online = bundle is None or options.since_checkpoint is not None
+    try:
+        log_key = verify_log.parse_log_key(options.log_key)
+        with httpx.Client(timeout=HTTP_TIMEOUT_S) if online else _no_network() as client:
+            bundle_log = (bundle.log or {"proof": None}) if bundle else None
+            report, more = verify_log.check(receipt, bundle_log, log_key, options.since_checkpoint, base, client)
+    except verify_log.LogInputError as exc:
+        raise VerifyInputError(str(exc)) from exc
+    checks.update(more)
     return report
 
 
@@ -303,6 +330,8 @@ def render_report(report: dict[str, Any]) -> str:
                 lines.append(f"      {_mark(link['ok'])} {link['receipt_id']} {link['receipt_hash']}")
         if chain["truncated"]:
             lines.append("      (stopped at --max-links; earlier links not checked)")
+    if report.get("log"):
+        lines.extend(verify_log.render(report["log"], _mark))
     if report["ok"]:
         lines.append("Verdict: VALID")
     elif not pinned and all(checks.values()):

@@ -75,6 +75,8 @@ class BundleParts:
     chain: list[dict[str, Any]]
     """The earlier receipts, newest first."""
     claimed_complete: bool
+    log: dict[str, Any] | None = None
+    """The transparency log member (``origin``, ``log_vkey``, ``proof``), when carried."""
 
 
 def recompute_hash_or_none(receipt: Mapping[str, Any]) -> HashStr | None:
@@ -219,7 +221,14 @@ def bundle_parts(document: dict[str, Any]) -> BundleParts:
     receipt, chain = document.get("receipt"), document.get("chain")
     if not isinstance(receipt, dict) or not isinstance(chain, list) or not all(isinstance(e, dict) for e in chain):
         raise BundleError("the bundle is malformed (receipt must be an object, chain a list of objects)")
-    return BundleParts(receipt, document.get("keys"), chain, document.get("chain_complete") is True)
+    log = document.get("log")
+    return BundleParts(
+        receipt,
+        document.get("keys"),
+        chain,
+        document.get("chain_complete") is True,
+        log if isinstance(log, dict) else None,
+    )
 
 
 def check_bundle_chain(

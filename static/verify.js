@@ -1,11 +1,13 @@
 // The public verification page (docs/verify-page.md). Wiring only: the checks themselves live
 // in verify-core.js (shared with the Node.js tests) and the streaming hash in sha256.js.
 // No inline handlers, no third-party code. The only requests this page makes are
-// GET /v1/receipts/{id} and GET /v1/public-key on its own origin; a saved key set, when given,
-// replaces the second. A bundle's keys are pinned: they must be the service's published keys
+// GET /v1/receipts/{id} and GET /v1/public-key on its own origin (a saved key set, when given,
+// replaces the second), and when the service runs a transparency log (<body data-log="on">)
+// GET /v1/log and, unless a bundle carries it, GET /v1/receipts/{id}/log-proof. A bundle's keys are pinned: they must be the service's published keys
 // (or the saved key set's), and a bundle checked only against its own keys is never "valid".
 
 import * as core from './verify-core.js';
+import * as tlog from './verify-log.js';
 import { Sha256 } from './sha256.js';
 
 const CHUNK_BYTES = 4 * 1024 * 1024;
@@ -174,6 +176,57 @@ async function hashFile(file, label, salt) {
 
 // ------------------------------------------------------------------ the check
 
+const LOG_MEANING =
+  'The log key signed a tree that holds this receipt at that place: the service cannot remove it, or show ' +
+  'someone a history without it, without signing two inconsistent checkpoints. It does not prove when the ' +
+  'receipt was made, nor that everyone is shown the same log.';
+
+/** The transparency-log line: a check, an information note (pending, no log), or null. */
+async function logCheck(receipt, bundle) {
+  const title = 'Transparency log';
+  let info;
+  try {
+    const response = await fetch('/v1/log', { headers: { Accept: 'application/json' } });
+    if (response.status === 503) {
+      return { id: 'log', info: true, ok: true, title, detail: 'This service runs without a transparency log.' };
+    }
+    if (!response.ok) throw new Error(`GET /v1/log answered HTTP ${response.status}`);
+    info = await response.json();
+  } catch (err) {
+    return { id: 'log', info: true, ok: true, title, detail: `The log could not be read: ${err.message}` };
+  }
+  let proof = null;
+  if (bundle) {
+    proof = core.isObject(bundle.log) && typeof bundle.log.proof === 'string' ? bundle.log.proof : null;
+  } else if (core.isObject(receipt) && core.isReceiptId(String(receipt.receipt_id))) {
+    const response = await fetch(`/v1/receipts/${receipt.receipt_id}/log-proof`);
+    if (response.ok) proof = await response.text();
+    else if (response.status !== 409) {
+      return { id: 'log', info: true, ok: true, title, detail: `GET log-proof answered HTTP ${response.status}.` };
+    }
+  }
+  if (proof === null) {
+    return {
+      id: 'log',
+      info: true,
+      ok: true,
+      title,
+      detail: 'Pending: no published checkpoint covers this receipt yet (the log adds it within seconds).',
+    };
+  }
+  try {
+    const found = await tlog.checkInclusion(receipt, proof, info.log_vkey);
+    return {
+      id: 'log',
+      ok: true,
+      title,
+      detail: `In the log at index ${found.index}, checkpoint of size ${found.size} signed by ${found.origin}. ${LOG_MEANING}`,
+    };
+  } catch (err) {
+    return { id: 'log', ok: false, title, detail: `Not shown to be in the log: ${err.message}.` };
+  }
+}
+
 async function verify() {
   const support = await supportReady;
   if (!support.ok) throw new PageError(SUPPORT_MESSAGES[support.reason]);
@@ -257,6 +310,8 @@ async function verify() {
   }
   checks.push(...result.checks);
   const notes = [];
+  const inLog = document.body.dataset.log === 'on' ? await logCheck(receipt, bundle) : null;
+  if (inLog) (inLog.info ? notes : checks).push(inLog);
 
   if (bundle) {
     const chain = await core.verifyChain(receipt, bundle.chain === undefined ? [] : bundle.chain, keys);

@@ -22,6 +22,7 @@ from receipts.signing import KeyRing
 from receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
 from web.errors import report_corrupt_record
 from web.info import base_url
+from web.log_api import LogService
 from web.receipts_api import JSON, PUBLIC_READ_HEADERS, _splice
 
 bp = Blueprint("bundles")
@@ -98,17 +99,21 @@ async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
     receipt: dict[str, Any] = orjson.loads(stored)
     chain_raw, chain, complete = await collect_chain(request, store, receipt, depth)
     keyring: KeyRing = request.app.ctx.settings.keyring
-    body = _splice(
-        [
-            ("format", orjson.dumps(BUNDLE_FORMAT)),
-            ("version", orjson.dumps(BUNDLE_VERSION)),
-            ("created_at", orjson.dumps(format_created_at(request.app.ctx.clock_ms()))),
-            ("service", orjson.dumps(base_url(request))),
-            ("receipt", stored),
-            ("keys", orjson.dumps(bundle_keys(keyring, [receipt, *chain]))),
-            ("chain", b"[" + b",".join(chain_raw) + b"]"),
-            ("chain_complete", orjson.dumps(complete)),
-        ]
-    )
+    parts = [
+        ("format", orjson.dumps(BUNDLE_FORMAT)),
+        ("version", orjson.dumps(BUNDLE_VERSION)),
+        ("created_at", orjson.dumps(format_created_at(request.app.ctx.clock_ms()))),
+        ("service", orjson.dumps(base_url(request))),
+        ("receipt", stored),
+        ("keys", orjson.dumps(bundle_keys(keyring, [receipt, *chain]))),
+        ("chain", b"[" + b",".join(chain_raw) + b"]"),
+        ("chain_complete", orjson.dumps(complete)),
+    ]
+    log: LogService | None = getattr(request.app.ctx, "log", None)
+    if log is not None:
+        found = await log.proof(receipt_id)
+        log_member = {"origin": log.origin, "log_vkey": log.verifier.encode(), "proof": found[1] if found else None}
+        parts += [("log", orjson.dumps(log_member)), ("timestamps", b"[]")]
+    body = _splice(parts)
     headers = {**PUBLIC_READ_HEADERS, **ratelimit_headers([usage])}
     return HTTPResponse(body, status=200, headers=headers, content_type=JSON)

@@ -4,9 +4,10 @@ the OpenAPI document (``web.openapi``) so the page and ``/openapi.json`` always 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 from sanic import Blueprint, HTTPResponse, Request
-from sanic.response import file, html
+from sanic.response import html
 
 from web.openapi import reference_view
 from web.templating import TEMPLATES
@@ -35,11 +36,17 @@ VERIFY_PAGE_HEADERS = {
 
 @bp.get("/verify")
 async def verify_page(request: Request) -> HTTPResponse:
-    return await file(
-        request.app.ctx.static_dir / "verify.html",
-        mime_type="text/html; charset=utf-8",
-        headers=VERIFY_PAGE_HEADERS,
-    )
+    """The page; ``<body data-log="on">`` when the service runs a transparency log, so the
+    page asks for the log (and a receipt's proof) only then."""
+    page = _verify_page(request.app.ctx.static_dir / "verify.html")
+    if getattr(request.app.ctx, "log", None) is not None:
+        page = page.replace("<body", '<body data-log="on"', 1)
+    return HTTPResponse(page, headers=VERIFY_PAGE_HEADERS, content_type="text/html; charset=utf-8")
+
+
+@functools.cache
+def _verify_page(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
 
 
 # The reference page has no script at all, and loads only its own stylesheet.
