@@ -34,7 +34,8 @@ class RetentionStore:
 
         SCAN passes, one per prefix, in this order: the index buckets (``b:``: one
         ``expire_index_bucket.lua`` per bucket removes its expired hash-index and
-        idempotency fields and search ids, atomically), then the receipts (``r:``), then the
+        idempotency fields and search ids, atomically), then the receipts (``r:``, with each
+        one's log-index field; its log entry stays, the log is append-only), then the
         search sets (``x:``). In that order a replay never finds a record whose receipt is
         already gone: an identical create after the sweep issues a new receipt. The age
         comes from the receipt id each key (``r:``) or value names. The ``x:`` sets lose
@@ -91,12 +92,15 @@ class RetentionStore:
             for name in names:
                 receipt_id = keys.receipt_id_in_receipt_key(_lenient_text(name))
                 if receipt_id is not None and keys.receipt_created_ms(receipt_id) < cutoff_ms:
-                    expired.append(name)
+                    expired.append((name, receipt_id))
             if expired:
                 pipe = self.client.pipeline(transaction=False)
-                for name in expired:
+                for name, receipt_id in expired:
                     pipe.delete(name)
-                removed += sum(int(result) for result in await pipe.execute())
+                    # Its place in the transparency log is no longer looked up (the entry stays).
+                    pipe.hdel(keys.log_index_key(receipt_id), keys.receipt_id_bytes(receipt_id))
+                results = await pipe.execute()
+                removed += sum(int(result) for result in results[::2])
         return removed, scanned
 
     async def _expire_search_members(self, cutoff_ms: int, batch: int) -> tuple[int, int]:

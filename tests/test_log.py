@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
 from tlog_scales.backend import LocalBackend
 from tlog_scales.reader import TilesReader
 from tlog_scales.signing import Vkey
@@ -27,7 +32,7 @@ from receipts import note, tlog
 from receipts.limits import PlanLimits, load_limits
 from receipts.model import parse_create_request
 from runtime.settings import Settings
-from tests.conftest import auth, hash_of
+from tests.conftest import RedisServer, auth, hash_of, missing_binary
 from tests.servers import RAISED_LIMITS
 from web.app import create_app
 
@@ -405,3 +410,63 @@ def test_log_key_new_prints_a_signer_key_and_its_verifier_key() -> None:
     text = note.Checkpoint("example.com/log", 1, b"\0" * 32).text()
     note.verify_note(note.sign_note(text, signer), [note.Verifier.parse(vkey)])
     assert base64.b64decode(vkey.split("+", 2)[2])[0] == 1
+
+
+@pytest.mark.slow
+async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_forks_nothing(
+    keyring: Any, signer: note.Signer
+) -> None:
+    """kill -9 of a redis-server running appendfsync always, mid-way through the log's life:
+    every receipt acknowledged by a 201 before the kill reaches the log after the restart,
+    and the integrator that saw the old checkpoints extends them (no fork, no halt)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing_binary("redis-server", "the restart test needs a real Redis")
+    assert binary is not None
+    server = RedisServer(binary, ["--appendonly", "yes", "--appendfsync", "always"])
+    server.start()
+    store = Store(aioredis.from_url(server.url))
+    try:
+        app = log_app(store, keyring, signer)
+        client = app.asgi_client
+        key = await create_project_key(store, project_name="restart", plan="pro")
+        before_kill = await issue(app, key, [f"k{n}" for n in range(300)])
+        worker = integrator(store, signer)
+        await worker.step(force=True)
+        first = await published(client, signer)
+        before_kill += await issue(app, key, [f"q{n}" for n in range(40)])  # queued, not yet in the log
+        server.stop(kill=True)
+        server.process = None
+        server.start()  # the same directory: the AOF is replayed
+        with contextlib.suppress(redis_errors.ConnectionError):
+            await store.link.send("PING")  # the lost connection fails its next command; then it reconnects
+        after = await issue(app, key, [f"a{n}" for n in range(5)])
+        await worker.step(force=True)
+        final = await published(client, signer)
+        assert final.size == 345
+        proof = await app.ctx.log.reader.compute(final.size, lambda v: v.consistency_proof(first.size))
+        tlog.verify_consistency(first.size, first.root, final.size, final.root, proof)
+        assert sorted([await proof_index(app, signer, r) for r in before_kill + after]) == list(range(345))
+    finally:
+        await store.close()
+        server.cleanup()
+
+
+async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps_its_entry(
+    store: Store, keyring: Any, signer: note.Signer
+) -> None:
+    app = log_app(store, keyring, signer)
+    client = app.asgi_client
+    key = await create_project_key(store, project_name="sweep", plan="pro")
+    receipts = await issue(app, key, [f"s{n}" for n in range(4)])
+    await integrator(store, signer).step(force=True)
+    index_key = keys.log_index_key(receipts[0]["receipt_id"])
+    assert await store.client.hlen(index_key) == 4
+    summary = await store.expire_receipts(int(time.time() * 1000) + 86_400_000)
+    assert summary["receipts"] == 4
+    assert await store.client.hlen(index_key) == 0
+    _, gone = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/log-proof")
+    assert gone.status == 404
+    assert (await published(client, signer)).size == 4
+    _, bundle = await client.get("/v1/log/tile/entries/000.p/4")
+    assert tlog.split_bundle(bundle.body) == [tlog.entry_bytes(r) for r in receipts]
