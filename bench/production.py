@@ -56,10 +56,11 @@ class ServiceSpec:
     tmp: Path
     procs: list[Proc] = field(default_factory=list)
 
-    def start(self, name: str, redis_kind: RedisKind, workers: int) -> int:
+    def start(self, name: str, redis_kind: RedisKind, workers: int, extra_env: dict[str, str] | None = None) -> int:
         port = free_port()
         env = base_env()
         env.update(redis_kind.service_env())
+        env.update(extra_env or {})
         env.update(
             {
                 "SIGNING_KEYS": self.signing_keys,

@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 import pytest
 
+from receipts.note import Signer
 from tests.conftest import REPO
 from tests.fake_providers import FakeHumanCheck
 from tests.servers import ServicePool, clean_env, create_key_cli, service_pool_fixture
@@ -131,6 +132,8 @@ def test_schemathesis_finds_no_failure_on_a_configured_service(
                 "PAYMENT_WEBHOOK_SECRET": WEBHOOK_SECRET,
                 "HUMAN_CHECK_SECRET": "human-check-secret",
                 "HUMAN_CHECK_VERIFY_URL": human.url,
+                "LOG_SIGNING_KEY": Signer.generate("schemathesis.example/log").encode(),
+                "LOG_ORIGIN": "schemathesis.example/log",
             },
         )
         key = create_key_cli(redis_url, project="schemathesis", plan="pro")
