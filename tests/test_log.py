@@ -470,3 +470,45 @@ async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps
     assert (await published(client, signer)).size == 4
     _, bundle = await client.get("/v1/log/tile/entries/000.p/4")
     assert tlog.split_bundle(bundle.body) == [tlog.entry_bytes(r) for r in receipts]
+
+
+class _Interleaved:
+    """A store for one integrator whose first reserve waits for ``between`` to run first."""
+
+    def __init__(self, store: Store, between: Any) -> None:
+        self._store, self._between, self.reserves = store, between, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def log_reserve(self, *args: Any) -> bool:
+        if not self.reserves:
+            await self._between()
+        reserved: bool = await self._store.log_reserve(*args)
+        self.reserves.append(reserved)
+        return reserved
+
+
+async def test_an_integrator_whose_tree_moved_before_its_reserve_writes_nothing(
+    store: Store, keyring: Any, signer: note.Signer
+) -> None:
+    """A computes a batch; before it reserves, a create lands and B integrates it with A's
+    entries; A's reserve must fail (the compare-and-set), so nothing of A's batch is written."""
+    app = log_app(store, keyring, signer)
+    client = app.asgi_client
+    key = await create_project_key(store, project_name="interleave", plan="pro")
+    receipts = await issue(app, key, [f"i{n}" for n in range(10)])
+    rival = integrator(store, signer)
+
+    async def between() -> None:
+        receipts.extend(await issue(app, key, ["late"]))
+        assert await rival.step(force=True) == 11
+
+    proxy = _Interleaved(store, between)
+    first = Integrator(proxy, LogConfig(ORIGIN, signer))
+    assert await first.step(force=True) == 0
+    assert proxy.reserves == [False]
+    final = await published(client, signer)
+    assert final.size == 11
+    assert sorted([await proof_index(app, signer, r) for r in receipts]) == list(range(11))
+    assert await first.step(force=True) == 0  # and afterwards it follows the tree B made
