@@ -345,15 +345,24 @@ async def test_racing_integrators_never_fork_and_lose_nothing(store: Store, keyr
     assert sorted([await proof_index(app, signer, r) for r in receipts]) == list(range(252))
 
 
+async def integrated(
+    store: Store, keyring: Any, signer: note.Signer, name: str, count: int
+) -> tuple[Any, dict[str, Any], Integrator]:
+    """A client, a project's key with ``count`` receipts created over HTTP, and the
+    integrator that put them in the log."""
+    client = log_app(store, keyring, signer).asgi_client
+    key = await create_project_key(store, project_name=name, plan="pro")
+    for n in range(count):
+        await create(client, key, f"{name}-{n}")
+    worker = integrator(store, signer)
+    await worker.step(force=True)
+    return client, key, worker
+
+
 async def test_lost_tiles_halt_the_log_instead_of_signing_a_fork(
     store: Store, keyring: Any, signer: note.Signer
 ) -> None:
-    client = log_app(store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name="lost", plan="pro")
-    for n in range(10):
-        await create(client, key, f"l{n}")
-    worker = integrator(store, signer)
-    await worker.step(force=True)
+    client, key, worker = await integrated(store, keyring, signer, "lost", 10)
     before = await published(client, signer)
     await store.client.delete(keys.log_tile_key(ORIGIN, 0, 0))
     await create(client, key, "l-next")
@@ -367,12 +376,7 @@ async def test_lost_tiles_halt_the_log_instead_of_signing_a_fork(
 async def test_a_store_rolled_back_to_an_older_tree_halts_the_integrator_that_saw_more(
     store: Store, keyring: Any, signer: note.Signer
 ) -> None:
-    client = log_app(store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name="rollback", plan="pro")
-    for n in range(3):
-        await create(client, key, f"o{n}")
-    worker = integrator(store, signer)
-    await worker.step(force=True)
+    client, key, worker = await integrated(store, keyring, signer, "rollback", 3)
     state_key = keys.log_state_key(ORIGIN)
     older = await store.client.hgetall(state_key)
     for n in range(3):
