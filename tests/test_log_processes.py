@@ -4,6 +4,7 @@ command checking inclusion against a pinned log key and consistency with a kept 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -150,3 +151,19 @@ def test_the_verify_page_shows_the_receipts_place_in_the_log(browser: Any, log_s
         assert tab.checks()["log"] is False
     finally:
         tab.close()
+
+
+def test_the_embedded_server_runs_its_own_integrator(tmp_path: Path) -> None:
+    """No REDIS_URL: the demo's server integrates the log itself, with an ephemeral key."""
+    with ServicePool(tmp_path) as pool:
+        service = pool.start(redis_url=None, signing_keys=None)
+        demo_key = re.search(r"eps_[A-Za-z0-9_-]{43}", service.stdout() + service.stderr())
+        assert demo_key is not None, "the embedded server prints a demo key"
+        headers = {"Authorization": f"Bearer {demo_key.group(0)}", "Prefer": "wait=10"}
+        created = httpx.post(service.base_url + "/v1/receipts", headers=headers, json={"input_hash": hash_of("demo")})
+        assert created.status_code == 201, created.text
+        log = created.json()["log"]
+        info = httpx.get(service.base_url + "/v1/log").json()
+        proof = note.parse_tlog_proof(log["proof"])
+        note.open_checkpoint(proof.checkpoint, note.Verifier.parse(info["log_vkey"]))
+        assert info["origin"] == "localhost/log" and log["index"] == proof.index
