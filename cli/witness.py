@@ -1,0 +1,74 @@
+"""``witness key new`` and ``witness serve``: a C2SP tlog-witness of its own (docs/witness.md).
+
+It shares nothing with the service but the code: its own key, its own state file, no Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    witness = verbs.add_parser("witness", help="a transparency-log witness (its own key and state)")
+    actions = witness.add_subparsers(dest="action", required=True)
+    key = actions.add_parser("key", help="witness keys").add_subparsers(dest="key_action", required=True)
+    new = key.add_parser("new", help="print a private key line, then the witness's verifier key")
+    new.add_argument("--name", required=True, help="the witness's name, e.g. witness.example.org")
+    new.set_defaults(run=_key_new)
+    serve = actions.add_parser("serve", help="serve POST /add-checkpoint")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8030)
+    serve.add_argument("--key-file", required=True, help="file holding the private key line of `witness key new`")
+    serve.add_argument("--state", required=True, help="the witness's state file (created if missing)")
+    serve.add_argument(
+        "--log", action="append", required=True, metavar="ORIGIN=VKEY", help="a log to witness (repeatable)"
+    )
+    serve.set_defaults(run=_serve)
+
+
+def _key_new(args: argparse.Namespace) -> int:
+    from receipts.cosignature import Cosigner
+    from receipts.note import NoteError
+
+    try:
+        cosigner = Cosigner.generate(args.name)
+    except NoteError as exc:
+        print(f"error: --name: {exc}", file=sys.stderr)
+        return 2
+    print(cosigner.encode())
+    print(cosigner.key.encode())
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from receipts.cosignature import Cosigner
+    from receipts.note import NoteError, Verifier
+    from web.witness import witness_app
+
+    try:
+        cosigner = Cosigner.parse(Path(args.key_file).read_text(encoding="utf-8").splitlines()[0])
+    except (OSError, IndexError, NoteError) as exc:
+        print(f"error: --key-file: {exc}", file=sys.stderr)
+        return 2
+    logs = {}
+    for item in args.log:
+        origin, sep, vkey = item.partition("=")
+        try:
+            verifier = Verifier.parse(vkey)
+        except NoteError as exc:
+            print(f"error: --log {origin}: {exc}", file=sys.stderr)
+            return 2
+        if not sep or verifier.name != origin:
+            print(f"error: --log {item!r}: give ORIGIN=VKEY, the key named by its origin", file=sys.stderr)
+            return 2
+        logs[origin] = verifier
+    state = Path(args.state)
+    if not state.parent.is_dir():
+        print(f"error: --state: {state.parent} is not a directory", file=sys.stderr)
+        return 2
+    app = witness_app(cosigner, logs, state)
+    print(f"witness {cosigner.name} on http://{args.host}:{args.port} for {', '.join(logs)}", flush=True)
+    app.run(host=args.host, port=args.port, single_process=True, access_log=False, motd=False)
+    return 0

@@ -1,0 +1,189 @@
+"""The witness (C2SP tlog-witness and tlog-cosignature): every status, durability across a
+restart, and one cosignature among concurrent requests for the same old size."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from receipts import cosignature, note, tlog
+from tests.conftest import REPO, free_port
+from tests.test_tlog import TileStore, leaves
+from web.witness import witness_app
+
+ORIGIN = "log.example/w"
+
+
+@pytest.fixture
+def log_key() -> note.Signer:
+    return note.Signer.generate(ORIGIN)
+
+
+@pytest.fixture
+def cosigner() -> cosignature.Cosigner:
+    return cosignature.Cosigner.generate("witness.example/one")
+
+
+def checkpoint(signer: note.Signer, store: TileStore) -> str:
+    return note.sign_note(note.Checkpoint(ORIGIN, store.size, store.root).text(), signer)
+
+
+def body(old: int, proof: list[bytes], signed: str) -> bytes:
+    return (f"old {old}\n" + "".join(base64.b64encode(h).decode() + "\n" for h in proof) + "\n" + signed).encode()
+
+
+def grown(count: int, seed: int = 1) -> TileStore:
+    store = TileStore()
+    store.append(leaves(count, seed))
+    return store
+
+
+async def post(client: Any, data: bytes) -> Any:
+    _, response = await client.post("/add-checkpoint", content=data)
+    return response
+
+
+def test_cosignature_keys_and_signatures_follow_tlog_cosignature(cosigner: cosignature.Cosigner) -> None:
+    key = cosigner.key
+    assert cosignature.Cosigner.parse(cosigner.encode()) == cosigner
+    assert cosignature.CosignerKey.parse(key.encode()) == key
+    assert key.key_id == hashlib.sha256(b"witness.example/one\n\x04" + key.public_key).digest()[:4]
+    text = note.Checkpoint(ORIGIN, 3, b"\x07" * 32).text()
+    line = cosigner.cosign(text, 1_700_000_000)
+    parsed = note.parse_note(text + "\n" + line)
+    assert cosignature.cosignatures(parsed, [key]) == {"witness.example/one": 1_700_000_000}
+    other = note.parse_note(note.Checkpoint(ORIGIN, 4, b"\x07" * 32).text() + "\n" + line)
+    assert cosignature.cosignatures(other, [key]) == {}, "a cosignature of another checkpoint does not count"
+    stranger = cosignature.Cosigner.generate("witness.example/one").key
+    assert cosignature.cosignatures(parsed, [stranger]) == {}
+
+
+async def test_every_status_of_add_checkpoint(
+    tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
+) -> None:
+    client = witness_app(cosigner, {ORIGIN: log_key.verifier}, tmp_path / "state.json", "w1").asgi_client
+    five, nine = grown(5), grown(9)
+    first = await post(client, body(0, [], checkpoint(log_key, five)))
+    assert first.status == 200, first.text
+    cosigned = note.parse_note(checkpoint(log_key, five) + first.text)
+    assert cosignature.cosignatures(cosigned, [cosigner.key]).keys() == {"witness.example/one"}
+    again = await post(client, body(0, [], checkpoint(log_key, nine)))
+    assert (again.status, again.text, again.headers["content-type"]) == (409, "5\n", "text/x.tlog.size")
+    proof = nine.hashes().consistency_proof(5)
+    assert (await post(client, body(5, proof, checkpoint(log_key, nine)))).status == 200
+    # Unknown origin, no valid log signature, old larger than the checkpoint, malformed.
+    other = note.Signer.generate("log.example/other")
+    assert (
+        await post(
+            client, body(0, [], note.sign_note(note.Checkpoint("log.example/other", 1, b"\1" * 32).text(), other))
+        )
+    ).status == 404
+    impostor = note.Signer.generate(ORIGIN)
+    assert (await post(client, body(9, [], checkpoint(impostor, nine)))).status == 403
+    assert (await post(client, body(10, [], checkpoint(log_key, nine)))).status == 400
+    for bad in (
+        b"old 01\n\n" + checkpoint(log_key, nine).encode(),
+        b"nonsense",
+        body(9, [b"short"], checkpoint(log_key, nine)),
+    ):
+        assert (await post(client, bad)).status == 400
+    # A fork: size 12 from another history, with a proof from it.
+    fork = grown(12, seed=2)
+    forked = await post(client, body(9, fork.hashes().consistency_proof(9), checkpoint(log_key, fork)))
+    assert forked.status == 422
+    # Same size, another root: 409.
+    assert (await post(client, body(9, [], checkpoint(log_key, grown(9, seed=3))))).status == 409
+    # Same size, same root: cosigned again.
+    assert (await post(client, body(9, [], checkpoint(log_key, nine)))).status == 200
+
+
+async def test_concurrent_requests_for_one_old_size_get_one_cosignature(
+    tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
+) -> None:
+    """The check of the old size and the write are one step: of requests racing from size 5
+    to different sizes, one wins and the rest are told the new size (no roll-back)."""
+    client = witness_app(cosigner, {ORIGIN: log_key.verifier}, tmp_path / "state.json", "w2").asgi_client
+    tree = grown(40)
+    assert (await post(client, body(0, [], checkpoint(log_key, grown(5))))).status == 200
+    requests = []
+    for size in range(6, 30):
+        view = tlog.TileHashes(size, tree.read)
+        signed = note.sign_note(note.Checkpoint(ORIGIN, size, view.root()).text(), log_key)
+        requests.append(post(client, body(5, view.consistency_proof(5), signed)))
+    answers = await asyncio.gather(*requests)
+    assert sorted(a.status for a in answers).count(200) == 1
+    sizes = {a.text for a in answers if a.status == 409}
+    assert len(sizes) == 1, "every loser is told the one size that won"
+
+
+def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
+    tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
+) -> None:
+    """A real ``witness serve`` process: cosign, stop, start again on the same state, and a
+    fork of the cosigned tree is refused (422), as is an old size it no longer holds (409)."""
+    key_file = tmp_path / "witness.key"
+    key_file.write_text(cosigner.encode() + "\n")
+    state = tmp_path / "state.json"
+
+    def start() -> tuple[subprocess.Popen[bytes], str]:
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "service.py", "witness", "serve", "--port", str(port), "--key-file", str(key_file),
+             "--state", str(state), "--log", f"{ORIGIN}={log_key.verifier.encode()}"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                httpx.post(base + "/add-checkpoint", content=b"", timeout=1)
+                return process, base
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        process.kill()
+        pytest.fail("the witness did not start")
+
+    eight = grown(8)
+    process, base = start()
+    try:
+        done = httpx.post(base + "/add-checkpoint", content=body(0, [], checkpoint(log_key, eight)))
+        assert done.status_code == 200
+    finally:
+        process.terminate()
+        process.wait(10)
+    process, base = start()
+    try:
+        fork = grown(20, seed=4)
+        forked = httpx.post(
+            base + "/add-checkpoint", content=body(8, fork.hashes().consistency_proof(8), checkpoint(log_key, fork))
+        )
+        assert forked.status_code == 422
+        stale = httpx.post(base + "/add-checkpoint", content=body(0, [], checkpoint(log_key, grown(3))))
+        assert (stale.status_code, stale.text) == (409, "8\n")
+        good = grown(20)
+        proof = good.hashes().consistency_proof(8)
+        assert (
+            httpx.post(base + "/add-checkpoint", content=body(8, proof, checkpoint(log_key, good))).status_code == 200
+        )
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_witness_key_new_prints_the_private_key_then_the_verifier_key() -> None:
+    done = subprocess.run(
+        [sys.executable, "service.py", "witness", "key", "new", "--name", "witness.example/cli"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    private, public = done.stdout.splitlines()
+    assert cosignature.Cosigner.parse(private).key == cosignature.CosignerKey.parse(public)
