@@ -53,6 +53,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     verify.add_argument(
         "--since-checkpoint", metavar="FILE", help="an older checkpoint you kept: check the log still extends it"
     )
+    verify.add_argument(
+        "--log-policy", metavar="FILE", help="a C2SP tlog-policy: its log key, and the witness quorum to meet"
+    )
 
     submit = verbs.add_parser("submit", help="hash files locally and ask the service for a receipt")
     add_submit_arguments(submit)
@@ -96,6 +99,7 @@ def _verify(args: argparse.Namespace) -> int:
         salt_hex=args.salt,
         log_key=args.log_key,
         since_checkpoint=args.since_checkpoint,
+        log_policy=args.log_policy,
     )
     report = run_verify(options, hash_file)
     if args.json:

@@ -59,6 +59,8 @@ class VerifyOptions:
     """The transparency log's verifier key to pin: check the receipt's inclusion (docs/log.md)."""
     since_checkpoint: str | None = None
     """An older checkpoint (signed note) the log must be consistent with (needs ``log_key``)."""
+    log_policy: str | None = None
+    """A C2SP tlog-policy file: its log key, and the witness quorum the checkpoint must meet."""
 
 
 class VerifyInputError(Exception):
@@ -240,7 +242,7 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
                 links, chain_ok, truncated = _walk_chain(receipt, keyring, client, options)
                 report["chain"] = {"links": links, "truncated": truncated}
                 checks["chain"] = chain_ok
-        if options.log_key is not None or options.since_checkpoint is not None:
+        if options.log_key is not None or options.since_checkpoint is not None or options.log_policy is not None:
             report["log"] = _check_log(receipt, bundle, options, checks)
         report["ok"] = all(checks.values()) and report["keys_pinned"]
     except VerifyInputError as exc:
@@ -253,15 +255,21 @@ def _check_log(
 ) -> Any:
     """The log checks: the bundle's proof offline (the tiles of ``--since-checkpoint`` are
     the one thing fetched), else the service's proof."""
-    if options.log_key is None:
-        raise VerifyInputError("--since-checkpoint needs --log-key (the log's verifier key to pin)")
     base = (options.base_url or (None if bundle else DEFAULT_BASE_URL) or "").rstrip("/") or None
     online = bundle is None or options.since_checkpoint is not None
     try:
-        log_key = verify_log.parse_log_key(options.log_key)
+        policy = verify_log.load_policy(options.log_policy) if options.log_policy else None
+        if options.log_key is not None:
+            log_key = verify_log.parse_log_key(options.log_key)
+        elif policy is not None:
+            log_key = verify_log.policy_log_key(policy)
+        else:
+            raise VerifyInputError("--since-checkpoint needs --log-key or --log-policy (the log's key to pin)")
         with httpx.Client(timeout=HTTP_TIMEOUT_S) if online else _no_network() as client:
             bundle_log = (bundle.log or {"proof": None}) if bundle else None
-            report, more = verify_log.check(receipt, bundle_log, log_key, options.since_checkpoint, base, client)
+            report, more = verify_log.check(
+                receipt, bundle_log, log_key, options.since_checkpoint, base, client, policy
+            )
     except verify_log.LogInputError as exc:
         raise VerifyInputError(str(exc)) from exc
     checks.update(more)

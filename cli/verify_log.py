@@ -4,12 +4,14 @@ log's consistency with it from the service's tiles (receipts/log_check.py decide
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from receipts import log_check, note, tlog
+from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
 
 MAX_TILE_FETCHES = 64
 
@@ -45,6 +47,20 @@ def proof_text(receipt: dict[str, Any], bundle_log: Any, base: str | None, clien
     return response.text
 
 
+def load_policy(path: str) -> Policy:
+    try:
+        return parse_policy(_read(path))
+    except PolicyError as exc:
+        raise LogInputError(f"--log-policy: {exc}") from exc
+
+
+def policy_log_key(policy: Policy) -> note.Verifier:
+    keys = policy.log_keys()
+    if len(keys) != 1:
+        raise LogInputError("--log-policy names no log or several: give --log-key too")
+    return keys[0]
+
+
 def check(
     receipt: dict[str, Any],
     bundle_log: Any,
@@ -52,6 +68,7 @@ def check(
     since_path: str | None,
     base: str | None,
     client: httpx.Client,
+    policy: Policy | None = None,
 ) -> tuple[dict[str, Any], dict[str, bool]]:
     """(the report's ``log`` member, the checks it adds)."""
     text = proof_text(receipt, bundle_log, base, client)
@@ -61,6 +78,14 @@ def check(
     inclusion = log_check.check_inclusion(receipt, text, log_key)
     report = inclusion.report()
     checks = {"log_inclusion": inclusion.ok}
+    if policy is not None:
+        try:
+            checkpoint_note = note.parse_tlog_proof(text).checkpoint
+        except note.NoteError:
+            checkpoint_note = ""
+        quorum = check_quorum(checkpoint_note, policy, int(time.time()))
+        report["quorum"] = {"ok": quorum.ok, "reason": quorum.reason, "cosigned": quorum.cosigned}
+        checks["log_quorum"] = quorum.ok
     if since_path is not None:
         older_text = _read(since_path)
         try:
@@ -113,6 +138,9 @@ def _read(path: str) -> str:
 
 def render(report: dict[str, Any], mark: Any) -> list[str]:
     lines = [f"  {mark(report['ok'])} transparency log: {report['reason']}"]
+    quorum = report.get("quorum")
+    if quorum:
+        lines.append(f"  {mark(quorum['ok'])} witnesses: {quorum['reason']}")
     consistency = report.get("consistency")
     if consistency:
         lines.append(f"  {mark(consistency['ok'])} {consistency['reason']}")

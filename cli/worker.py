@@ -88,10 +88,10 @@ def worker_command(args: argparse.Namespace) -> int:
     )
     integrator = None
     if settings.log_signer is not None and not args.burst:
-        from jobs.log_integrator import IntegratorThread, LogConfig
+        from jobs.log_integrator import IntegratorThread, log_config
         from kv.connect import open_store
 
-        config = LogConfig(settings.log_origin, settings.log_signer)
+        config = log_config(settings)
         integrator = IntegratorThread(lambda: open_store(settings.redis_url, cluster=settings.redis_cluster), config)
         integrator.start()
     try:

@@ -34,10 +34,13 @@ from typing import Any
 
 import orjson
 
+from jobs.log_witnesses import WitnessClient
 from kv.log_reader import LogDataMissing, LogReader
 from receipts import note, tlog
 from receipts.errors import StoreUnavailable
+from receipts.policy import Policy
 from runtime import metrics
+from runtime.settings import Settings
 
 log = logging.getLogger("eps.log")
 
@@ -62,6 +65,20 @@ class LogConfig:
     trigger: int = TRIGGER
     max_batch: int = MAX_BATCH
     lock_ms: int = LOCK_MS
+    policy: Policy | None = None
+    """``LOG_WITNESS_POLICY``: the witnesses each checkpoint is sent to (jobs/log_witnesses.py)."""
+    witness_timeout_ms: int = 1000
+
+
+def log_config(settings: Settings) -> LogConfig:
+    """The integrator's configuration from the service's settings (``LOG_*``)."""
+    assert settings.log_signer is not None
+    return LogConfig(
+        settings.log_origin,
+        settings.log_signer,
+        policy=settings.log_policy,
+        witness_timeout_ms=settings.log_witness_timeout_ms,
+    )
 
 
 @dataclass
@@ -90,6 +107,11 @@ class Integrator:
         self.store = store
         self.config = config
         self.reader = LogReader(store, config.origin)
+        self.witnesses = (
+            WitnessClient(store, config.origin, config.policy, config.witness_timeout_ms, self.reader)
+            if config.policy is not None
+            else None
+        )
         self.token = secrets.token_hex(16)
         self.holding = False
         self.halted: str | None = None
@@ -235,6 +257,8 @@ class Integrator:
         await self.store.log_write(self.config.origin, extension.tiles, bundles)
         checkpoint = note.Checkpoint(self.config.origin, batch.new_size, batch.new_root)
         signed = note.sign_note(checkpoint.text(), self.config.signer)
+        if self.witnesses is not None:
+            signed = await self.witnesses.cosign(signed, checkpoint)
         await self.store.log_publish(self.config.origin, batch.new_size, signed.encode())
         metrics.LOG_CHECKPOINTS.inc()
 

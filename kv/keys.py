@@ -247,6 +247,11 @@ def log_state_key(origin: str) -> str:
     return f"log:{log_tag(origin)}:state"
 
 
+def log_witnesses_key(origin: str) -> str:
+    """Hash: witness name -> the tree size it last cosigned (where the next request starts)."""
+    return f"log:{log_tag(origin)}:witnesses"
+
+
 def log_lock_key(origin: str) -> str:
     """String with a TTL: the token of the integrator that is active."""
     return f"log:{log_tag(origin)}:lock"

@@ -85,6 +85,16 @@ class LogStore:
     async def log_queue_length(self, project_id: str) -> int:
         return int(await self.link.send("LLEN", keys.log_queue_key(project_id)))
 
+    @_unavailable_as_503
+    async def log_witness_sizes(self, origin: str) -> dict[str, int]:
+        reply = await self.link.send("HGETALL", keys.log_witnesses_key(origin))
+        pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
+        return {_text(name): int(size) for name, size in pairs}
+
+    @_unavailable_as_503
+    async def log_witness_size(self, origin: str, witness: str, size: int) -> None:
+        await self.link.send("HSET", keys.log_witnesses_key(origin), witness, size)
+
     # -- writing, for the integrator
 
     @_unavailable_as_503

@@ -33,6 +33,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -97,6 +98,20 @@ LOG_BATCH_SECONDS = Histogram(
     "eps_log_batch_duration_seconds",
     "Time from reserving a log batch to finishing it (tiles, checkpoint, queues)",
     buckets=STORE_BUCKETS,
+)
+LOG_WITNESS_COSIGNED = Counter(
+    "eps_log_witness_cosignatures", "Cosignatures a witness returned for our checkpoints, by witness", ["witness"]
+)
+LOG_WITNESS_SIZE = Gauge(
+    "eps_log_witness_size",
+    "The tree size each witness last cosigned, by witness",
+    ["witness"],
+    multiprocess_mode="max",
+)
+LOG_WITNESS_FAILURES = Counter(
+    "eps_log_witness_failures",
+    "Checkpoints a witness did not cosign, by witness and kind (HTTP status, timeout, unreachable, ...)",
+    ["witness", "kind"],
 )
 LOG_HALTS = Counter(
     "eps_log_halts",

@@ -7,11 +7,13 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from receipts.limits import Limits, LimitsError, load_limits
 from receipts.note import NoteError, Signer
+from receipts.policy import Policy, PolicyError, parse_policy
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from runtime.logs import json_logging
 from runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
@@ -72,6 +74,10 @@ class Settings:
     log_signer: Signer | None = None
     """``LOG_SIGNING_KEY`` (or an ephemeral key in embedded mode); None: no log."""
     log_ephemeral: bool = False
+    log_policy: Policy | None = None
+    """``LOG_WITNESS_POLICY``: a C2SP tlog-policy file naming the witnesses (docs/log.md)."""
+    log_witness_timeout_ms: int = 1000
+    """``LOG_WITNESS_TIMEOUT_MS``: how long a checkpoint waits for cosignatures."""
 
     @property
     def embedded(self) -> bool:
@@ -178,7 +184,25 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
             f"LOG_SIGNING_KEY is the key of {signer.name!r} but the log's origin is {origin!r}: set LOG_ORIGIN "
             f"to it, or make a key for this origin (python service.py log-key new --origin {origin})"
         )
-    return {"log_origin": origin, "log_signer": signer}
+    return {"log_origin": origin, "log_signer": signer, **_witness_settings(env)}
+
+
+def _witness_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    raw = (env.get("LOG_WITNESS_TIMEOUT_MS") or "").strip()
+    if raw:
+        if not raw.isdigit() or not 0 < int(raw) <= 60_000:
+            raise ConfigError("LOG_WITNESS_TIMEOUT_MS must be milliseconds, 1 to 60000")
+        settings["log_witness_timeout_ms"] = int(raw)
+    path = (env.get("LOG_WITNESS_POLICY") or "").strip()
+    if path:
+        try:
+            settings["log_policy"] = parse_policy(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"LOG_WITNESS_POLICY: cannot read {path}: {exc}") from exc
+        except PolicyError as exc:
+            raise ConfigError(f"LOG_WITNESS_POLICY: {exc}") from exc
+    return settings
 
 
 def _metrics_port(env: Mapping[str, str]) -> int | None:

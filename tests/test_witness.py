@@ -135,22 +135,7 @@ def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
     state = tmp_path / "state.json"
 
     def start() -> tuple[subprocess.Popen[bytes], str]:
-        port = free_port()
-        process = subprocess.Popen(
-            [sys.executable, "service.py", "witness", "serve", "--port", str(port), "--key-file", str(key_file),
-             "--state", str(state), "--log", f"{ORIGIN}={log_key.verifier.encode()}"],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                httpx.post(base + "/add-checkpoint", content=b"", timeout=1)
-                return process, base
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        process.kill()
-        pytest.fail("the witness did not start")
+        return start_witness(key_file, state, {ORIGIN: log_key.verifier})
 
     eight = grown(8)
     process, base = start()
@@ -177,6 +162,27 @@ def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
     finally:
         process.terminate()
         process.wait(10)
+
+
+def start_witness(key_file: Path, state: Path, logs: dict[str, note.Verifier]) -> tuple[subprocess.Popen[bytes], str]:
+    """A ``witness serve`` process on a free port, answering; (process, base URL)."""
+    port = free_port()
+    log_args = [arg for origin, key in logs.items() for arg in ("--log", f"{origin}={key.encode()}")]
+    process = subprocess.Popen(
+        [sys.executable, "service.py", "witness", "serve", "--port", str(port), "--key-file", str(key_file),
+         "--state", str(state), *log_args],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.post(base + "/add-checkpoint", content=b"", timeout=1)
+            return process, base
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    process.kill()
+    pytest.fail("the witness did not start")
 
 
 def test_witness_key_new_prints_the_private_key_then_the_verifier_key() -> None:

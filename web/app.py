@@ -16,7 +16,7 @@ from sanic.compat import Header
 from sanic.response import BaseHTTPResponse
 
 from jobs.context import use_embedded_server
-from jobs.log_integrator import Integrator, LogConfig
+from jobs.log_integrator import Integrator, log_config
 from jobs.queue import open_queue
 from jobs.retention import sweep_periodically
 from kv.connect import open_store
@@ -101,7 +101,7 @@ def create_app(
             # and integrates the log.
             app.add_task(_sweep_until_stopped(app.ctx.store, settings.retention_days), name="retention-sweep")
             if settings.log_signer is not None:
-                integrator = Integrator(app.ctx.store, LogConfig(settings.log_origin, settings.log_signer))
+                integrator = Integrator(app.ctx.store, log_config(settings))
                 app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
@@ -145,7 +145,7 @@ def _attach_store(app: App, store: Store) -> None:
     store.ack = settings.store_ack
     app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms, log=settings.log_signer is not None)
     if settings.log_signer is not None:
-        app.ctx.log = log_api.LogService(store, settings.log_origin, settings.log_signer.verifier)
+        app.ctx.log = log_api.LogService(store, settings.log_origin, settings.log_signer.verifier, settings.log_policy)
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:
         use_embedded_server(store.embedded_server)

@@ -18,6 +18,7 @@ from receipts import note, tlog
 from receipts.errors import LogPending, LogUnavailable, NotFound
 from receipts.ids import is_receipt_id
 from receipts.limits import ratelimit_headers
+from receipts.policy import Policy
 
 bp = Blueprint("log")
 
@@ -38,6 +39,7 @@ class LogService:
     store: Store
     origin: str
     verifier: note.Verifier
+    policy: Policy | None = None
     reader: LogReader = field(init=False)
 
     def __post_init__(self) -> None:
@@ -116,12 +118,16 @@ async def create_log_object(request: Request, receipt_id: str) -> dict[str, Any]
 async def describe(request: Request) -> HTTPResponse:
     headers = await _counted(request)
     service = log_of(request)
+    policy = service.policy
+    witnesses = [
+        {"name": w.name, "vkey": w.key.encode(), "url": w.url} for w in (policy.witnesses.values() if policy else [])
+    ]
     body = {
         "origin": service.origin,
         "log_vkey": service.verifier.encode(),
         "checkpoint_url": "/v1/log/checkpoint",
-        "witnesses": [],
-        "policy": "",
+        "witnesses": witnesses,
+        "policy": policy.text if policy else "",
     }
     return HTTPResponse(
         orjson.dumps(body), headers={**headers, "Cache-Control": "public, max-age=60"}, content_type="application/json"

@@ -1,0 +1,143 @@
+"""C2SP tlog-policy: which logs and witnesses to trust, and the quorum of cosignatures a
+checkpoint needs. Pure.
+
+    log <vkey> [<url>]
+    witness <name> <vkey> [<url>]
+    group <name> all|any|<k> <name>...
+    quorum <name>            # or: quorum none
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from receipts import cosignature, note
+
+MAX_ITEMS = 64
+
+
+class PolicyError(ValueError):
+    """A malformed policy (the message names the line)."""
+
+
+@dataclass(frozen=True)
+class Witness:
+    name: str
+    key: cosignature.CosignerKey
+    url: str | None = None
+
+
+@dataclass
+class Policy:
+    logs: list[tuple[note.Verifier, str | None]] = field(default_factory=list)
+    witnesses: dict[str, Witness] = field(default_factory=dict)
+    groups: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+    quorum: str = "none"
+    text: str = ""
+
+    def log_keys(self) -> list[note.Verifier]:
+        return [key for key, _ in self.logs]
+
+    def satisfied(self, cosigned: set[str]) -> bool:
+        """Whether witnesses named ``cosigned`` (policy names) meet the quorum."""
+        if self.quorum == "none":
+            return True
+        return self._witnessed(self.quorum, cosigned)
+
+    def _witnessed(self, name: str, cosigned: set[str]) -> bool:
+        if name in self.witnesses:
+            return name in cosigned
+        threshold, members = self.groups[name]
+        return sum(self._witnessed(member, cosigned) for member in members) >= threshold
+
+
+def parse_policy(text: str) -> Policy:
+    policy = Policy(text=text)
+    seen_keys: set[bytes] = set()
+    quorum_lines = 0
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip(" \t")
+        if not line or line.startswith("#"):
+            continue
+        if any(ord(c) < 0x20 and c != "\t" for c in line):
+            raise PolicyError(f"line {number}: control characters")
+        words = line.replace("\t", " ").split()
+        kind = words[0]
+        try:
+            if kind == "log" and len(words) in (2, 3):
+                key = note.Verifier.parse(words[1])
+                if key.public_key in seen_keys:
+                    raise PolicyError(f"line {number}: a duplicate key")
+                seen_keys.add(key.public_key)
+                policy.logs.append((key, words[2] if len(words) == 3 else None))
+            elif kind == "witness" and len(words) in (3, 4):
+                name = words[1]
+                _new_name(policy, name, number)
+                witness_key = cosignature.CosignerKey.parse(words[2])
+                if witness_key.public_key in seen_keys:
+                    raise PolicyError(f"line {number}: a duplicate key")
+                seen_keys.add(witness_key.public_key)
+                policy.witnesses[name] = Witness(name, witness_key, words[3] if len(words) == 4 else None)
+            elif kind == "group" and len(words) >= 4:
+                name, rule, members = words[1], words[2], words[3:]
+                _new_name(policy, name, number)
+                if len(set(members)) != len(members):
+                    raise PolicyError(f"line {number}: a member listed twice")
+                for member in members:
+                    if member == "none" or (member not in policy.witnesses and member not in policy.groups):
+                        raise PolicyError(f"line {number}: {member!r} is not a witness or group defined above")
+                if rule == "all":
+                    threshold = len(members)
+                elif rule == "any":
+                    threshold = 1
+                elif rule.isdigit() and 1 <= int(rule) <= len(members) and not rule.startswith("0"):
+                    threshold = int(rule)
+                else:
+                    raise PolicyError(f"line {number}: the threshold is all, any or 1..{len(members)}")
+                policy.groups[name] = (threshold, members)
+            elif kind == "quorum" and len(words) == 2:
+                quorum_lines += 1
+                if words[1] != "none" and words[1] not in policy.witnesses and words[1] not in policy.groups:
+                    raise PolicyError(f"line {number}: the quorum names nothing defined above")
+                policy.quorum = words[1]
+            else:
+                raise PolicyError(f"line {number}: not a log, witness, group or quorum line")
+        except note.NoteError as exc:
+            raise PolicyError(f"line {number}: {exc}") from exc
+    if quorum_lines != 1:
+        raise PolicyError("a policy has exactly one quorum line")
+    if len(policy.logs) + len(policy.witnesses) + len(policy.groups) > MAX_ITEMS:
+        raise PolicyError("the policy is too large")
+    return policy
+
+
+def _new_name(policy: Policy, name: str, number: int) -> None:
+    if name == "none" or name in policy.witnesses or name in policy.groups:
+        raise PolicyError(f"line {number}: the name {name!r} is taken")
+
+
+@dataclass(frozen=True)
+class QuorumCheck:
+    ok: bool
+    reason: str
+    cosigned: dict[str, int]
+    """Policy witness name -> cosignature time (valid cosignatures only)."""
+
+
+def check_quorum(note_text: str | bytes, policy: Policy, now: int) -> QuorumCheck:
+    """The checkpoint note's log signature (by a log of the policy) and its cosignatures
+    against the quorum: unknown keys ignored, cosignatures dated in the future not counted."""
+    try:
+        parsed, _ = note.verify_note(note_text, policy.log_keys())
+    except note.NoteError as exc:
+        return QuorumCheck(False, f"no log of the policy signed the checkpoint: {exc}", {})
+    by_key = {w.key.name: w for w in policy.witnesses.values()}
+    found = cosignature.cosignatures(parsed, [w.key for w in policy.witnesses.values()])
+    cosigned = {by_key[name].name: at for name, at in found.items() if at <= now}
+    future = sorted(by_key[name].name for name, at in found.items() if at > now)
+    if policy.satisfied(set(cosigned)):
+        names = ", ".join(sorted(cosigned)) or "none needed"
+        return QuorumCheck(True, f"the quorum is met (cosigned by {names})", cosigned)
+    extra = f"; dated in the future, not counted: {', '.join(future)}" if future else ""
+    names = ", ".join(sorted(cosigned)) or "none"
+    return QuorumCheck(False, f"the quorum {policy.quorum!r} is NOT met (valid cosignatures: {names}{extra})", cosigned)
