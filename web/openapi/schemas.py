@@ -208,7 +208,14 @@ SCHEMAS: dict[str, Any] = {
             "witnesses": {
                 "type": "array",
                 "items": _obj(
-                    {"name": _string("Witness name"), "vkey": _string("Its verifier key"), "url": _string("Its URL")}
+                    {
+                        "name": _string("Witness name (in the policy)"),
+                        "vkey": _string("Its verifier key (cosignature/v1)"),
+                        "url": {
+                            "type": ["string", "null"],
+                            "description": "Its submission URL, if the policy gives one",
+                        },
+                    }
                 ),
             },
             "policy": _string("The witness policy in C2SP tlog-policy form (empty when none)"),
