@@ -167,3 +167,20 @@ def test_the_embedded_server_runs_its_own_integrator(tmp_path: Path) -> None:
         proof = note.parse_tlog_proof(log["proof"])
         note.open_checkpoint(proof.checkpoint, note.Verifier.parse(info["log_vkey"]))
         assert info["origin"] == "localhost/log" and log["index"] == proof.index
+
+
+def test_the_monitor_passes_on_the_services_own_log(log_site: dict[str, Any], tmp_path: Path) -> None:
+    def run() -> tuple[int, dict[str, Any]]:
+        done = subprocess.run(
+            [sys.executable, "service.py", "monitor", "--base-url", log_site["base"], "--log-key",
+             log_site["signer"].verifier.encode(), "--state", str(tmp_path), "--once"],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        return done.returncode, orjson.loads(done.stdout.splitlines()[-1])
+
+    create(log_site, "monitored-1", wait=10)
+    code, first = run()
+    assert code == 0 and first["ok"] and first["new_entries"] == first["checkpoint"]["size"] > 0
+    create(log_site, "monitored-2", wait=10)
+    code, second = run()
+    assert code == 0 and second["new_entries"] >= 1
