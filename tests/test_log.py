@@ -127,11 +127,16 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(store: Store, keyr
     _, pending = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/log-proof")
     assert pending.status == 409 and pending.json["error"]["code"] == "log_pending"
     assert pending.headers["retry-after"] == "1"
-    assert await integrator(store, signer).step(force=True) == 40
+    _, huge = await client.get("/v1/log/checkpoints/" + "9" * 5000 + "/timestamps")
+    assert huge.status == 404
+    long_wait = await create(client, keys_[0], "long-wait", Prefer="wait=" + "9" * 5000)
+    assert long_wait["log"]["status"] == "pending"
+    receipts.append(long_wait["receipt"])
+    assert await integrator(store, signer).step(force=True) == 41
     checkpoint = await published(client, signer)
-    assert checkpoint.size == 40 and checkpoint.origin == ORIGIN
+    assert checkpoint.size == 41 and checkpoint.origin == ORIGIN
     indices = [await check_proof(client, signer, r) for r in receipts]
-    assert sorted(indices) == list(range(40))
+    assert sorted(indices) == list(range(41))
     # Each project's receipts are in the log in their chain order.
     for project in {r["project_id"] for r in receipts}:
         mine = [i for i, r in zip(indices, receipts, strict=True) if r["project_id"] == project]
@@ -140,7 +145,7 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(store: Store, keyr
     again = await create(client, keys_[0], "r0")
     assert again["idempotency"]["hit"] is True
     assert await integrator(store, signer).step(force=True) == 0
-    assert (await published(client, signer)).size == 40
+    assert (await published(client, signer)).size == 41
     _, described = await client.get("/v1/log")
     assert described.json == {
         "origin": ORIGIN,
@@ -224,7 +229,8 @@ async def test_tile_routes_refuse_what_is_not_published(store: Store, keyring: A
     _, bundle = await client.get("/v1/log/tile/entries/000.p/5")
     assert len(tlog.split_bundle(bundle.body)) == 5
     for path in ("0/000", "0/000.p/6", "1/000.p/1", "0/001.p/1", "0/0.p/1", "00/000.p/1", "64/000", "0/000.p/0",
-                 "0/000.p/256", "0/x000/000.p/1", "x/000", "entries/000.p/6"):  # fmt: skip
+                 "0/000.p/256", "0/x000/000.p/1", "x/000", "entries/000.p/6", "9" * 5000 + "/000",
+                 "0/000.p/" + "9" * 5000):  # fmt: skip
         _, response = await client.get(f"/v1/log/tile/{path}")
         assert response.status == 404, path
         assert response.json["error"]["code"] == "not_found"

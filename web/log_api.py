@@ -96,8 +96,9 @@ def prefer_wait(request: Request) -> float:
     for header in request.headers.getall("prefer", []):
         for preference in header.split(","):
             name, _, value = preference.strip().partition("=")
-            if name.strip().lower() == "wait" and value.strip().isdigit():
-                return float(min(int(value.strip()), MAX_WAIT_S))
+            value = value.strip()
+            if name.strip().lower() == "wait" and value.isdigit() and len(value) <= 6:
+                return float(min(int(value), MAX_WAIT_S))
     return 0.0
 
 
@@ -172,12 +173,14 @@ def _parse_tile_path(path: str) -> tuple[str, int, int]:
     width = tlog.TILE_WIDTH
     if len(parts) >= 3 and parts[-2].endswith(".p"):
         raw_width = parts[-1]
-        if not raw_width.isdigit() or raw_width.startswith("0") or not 1 <= int(raw_width) <= 255:
+        if not raw_width.isdigit() or len(raw_width) > 3 or raw_width.startswith("0") or not 1 <= int(raw_width) <= 255:
             raise NotFound("no such tile (a partial width is 1-255)")
         width = int(raw_width)
         parts = [*parts[:-2], parts[-2][:-2]]
     level = parts[0] if parts else ""
-    if level != "entries" and (not level.isdigit() or (level != "0" and level.startswith("0")) or int(level) > 63):
+    if level != "entries" and (
+        not level.isdigit() or len(level) > 2 or (level != "0" and level.startswith("0")) or int(level) > 63
+    ):
         raise NotFound("no such tile (the level is 0-63 or entries)")
     try:
         index = tlog.parse_tile_index(parts[1:])
@@ -203,7 +206,7 @@ async def timestamps(request: Request, size: str) -> HTTPResponse:
     headers = await _counted(request)
     service = log_of(request)
     published = await service.published()
-    if published is None or not size.isdigit() or int(size) != published[0].size:
+    if published is None or not size.isdigit() or len(size) > 20 or int(size) != published[0].size:
         raise NotFound("no time-stamps for a checkpoint of that size")
     body = {"tree_size": published[0].size, "checkpoint": published[1], "timestamps": []}
     return HTTPResponse(
