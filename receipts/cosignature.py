@@ -15,28 +15,28 @@ Witness keys are written like log keys (receipts/note.py) with type byte 0x04:
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
 from dataclasses import dataclass, field
 
 import nacl.exceptions
 import nacl.signing
 
-from receipts.note import SIGNATURE_PREFIX, Note, NoteError
+from receipts.note import (
+    SIGNATURE_PREFIX,
+    Note,
+    NoteError,
+    encode_skey,
+    encode_vkey,
+    key_id,
+    parse_skey,
+    parse_vkey,
+)
 
 COSIGNATURE_V1 = 0x04
 MAX_TIMESTAMP = (1 << 63) - 1
 
 
 def _key_id(name: str, public_key: bytes) -> bytes:
-    return hashlib.sha256(name.encode() + b"\n" + bytes([COSIGNATURE_V1]) + public_key).digest()[:4]
-
-
-def _decode(text: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise NoteError(f"{what} is not base64") from exc
+    return key_id(name, COSIGNATURE_V1, public_key)
 
 
 def signed_message(checkpoint_text: str, timestamp: int) -> bytes:
@@ -53,20 +53,10 @@ class CosignerKey:
 
     @classmethod
     def parse(cls, vkey: str) -> CosignerKey:
-        parts = vkey.strip().split("+", 2)
-        if len(parts) != 3 or not parts[0] or any(c.isspace() for c in parts[0]):
-            raise NoteError("a witness key is <name>+<key id>+<base64 key>")
-        raw = _decode(parts[2], "the witness key")
-        if len(raw) != 33 or raw[0] != COSIGNATURE_V1:
-            raise NoteError("only Ed25519 cosignature/v1 witness keys (type 0x04) are supported")
-        kid = _key_id(parts[0], raw[1:])
-        if parts[1] != kid.hex():
-            raise NoteError("the witness key's id does not match its name and key")
-        return cls(parts[0], kid, raw[1:])
+        return cls(*parse_vkey(vkey, COSIGNATURE_V1, "witness key"))
 
     def encode(self) -> str:
-        data = base64.b64encode(bytes([COSIGNATURE_V1]) + self.public_key).decode()
-        return f"{self.name}+{self.key_id.hex()}+{data}"
+        return encode_vkey(self.name, self.key_id, COSIGNATURE_V1, self.public_key)
 
     def verify(self, checkpoint_text: str, line_signature: bytes) -> int | None:
         """The timestamp of a valid cosignature (the bytes after the key id), else None."""
@@ -99,14 +89,9 @@ class Cosigner:
 
     @classmethod
     def parse(cls, skey: str) -> Cosigner:
-        parts = skey.strip().split("+", 4)
-        if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
-            raise NoteError("a witness signer key is PRIVATE+KEY+<name>+<key id>+<base64 key>")
-        raw = _decode(parts[4], "the witness signer key")
-        if len(raw) != 33 or raw[0] != COSIGNATURE_V1:
-            raise NoteError("only Ed25519 cosignature/v1 signer keys (type 0x04) are supported")
-        cosigner = cls(parts[2], raw[1:])
-        if parts[3] != cosigner.key.key_id.hex():
+        name, hex_id, seed = parse_skey(skey, COSIGNATURE_V1, "witness signer key")
+        cosigner = cls(name, seed)
+        if hex_id != cosigner.key.key_id.hex():
             raise NoteError("the witness signer key's id does not match its name and key")
         return cosigner
 
@@ -116,8 +101,7 @@ class Cosigner:
         return CosignerKey(self.name, _key_id(self.name, public), public)
 
     def encode(self) -> str:
-        data = base64.b64encode(bytes([COSIGNATURE_V1]) + self.seed).decode()
-        return f"PRIVATE+KEY+{self.name}+{self.key.key_id.hex()}+{data}"
+        return encode_skey(self.name, self.key.key_id, COSIGNATURE_V1, self.seed)
 
     def cosign(self, checkpoint_text: str, timestamp: int) -> str:
         """The signature line (with its newline) cosigning the checkpoint at ``timestamp``."""

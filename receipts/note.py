@@ -54,6 +54,48 @@ def _check_name(name: str) -> str:
     return name
 
 
+# The text forms of keys, for any signature type over a 32-byte Ed25519 key (0x01 a log's
+# note signature, 0x04 a witness's cosignature): the same parsing and checks for both.
+
+
+def parse_vkey(vkey: str, signature_type: int, what: str) -> tuple[str, bytes, bytes]:
+    """(name, key id, public key) of ``<name>+<key id>+<base64(type || key)>``."""
+    parts = vkey.strip().split("+", 2)
+    if len(parts) != 3:
+        raise NoteError(f"a {what} is <name>+<key id>+<base64 key>")
+    name, hex_id, data = parts
+    _check_name(name)
+    raw = _b64decode(data, f"the {what}")
+    if len(raw) != 33 or raw[0] != signature_type:
+        raise NoteError(f"only Ed25519 {what}s (type 0x{signature_type:02x}, 32 bytes) are supported")
+    kid = key_id(name, signature_type, raw[1:])
+    if not re.fullmatch(r"[0-9a-f]{8}", hex_id) or bytes.fromhex(hex_id) != kid:
+        raise NoteError(f"the {what}'s id does not match its name and key")
+    return name, kid, raw[1:]
+
+
+def parse_skey(skey: str, signature_type: int, what: str) -> tuple[str, str, bytes]:
+    """(name, key id in hex, seed) of ``PRIVATE+KEY+<name>+<key id>+<base64(type || seed)>``;
+    the caller checks the id against the key the seed makes."""
+    parts = skey.strip().split("+", 4)
+    if len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY":
+        raise NoteError(f"a {what} is PRIVATE+KEY+<name>+<key id>+<base64 key>")
+    name, hex_id, data = parts[2], parts[3], parts[4]
+    _check_name(name)
+    raw = _b64decode(data, f"the {what}")
+    if len(raw) != 33 or raw[0] != signature_type:
+        raise NoteError(f"only Ed25519 {what}s (type 0x{signature_type:02x}, 32-byte seed) are supported")
+    return name, hex_id, raw[1:]
+
+
+def encode_vkey(name: str, kid: bytes, signature_type: int, public_key: bytes) -> str:
+    return f"{name}+{kid.hex()}+{base64.b64encode(bytes([signature_type]) + public_key).decode()}"
+
+
+def encode_skey(name: str, kid: bytes, signature_type: int, seed: bytes) -> str:
+    return f"PRIVATE+KEY+{name}+{kid.hex()}+{base64.b64encode(bytes([signature_type]) + seed).decode()}"
+
+
 @dataclass(frozen=True)
 class Verifier:
     """An Ed25519 verifier key (what verifiers and witnesses pin)."""
@@ -64,21 +106,10 @@ class Verifier:
 
     @classmethod
     def parse(cls, vkey: str) -> Verifier:
-        parts = vkey.strip().split("+", 2)
-        if len(parts) != 3:
-            raise NoteError("a verifier key is <name>+<key id>+<base64 key>")
-        name, hex_id, data = parts
-        _check_name(name)
-        raw = _b64decode(data, "the verifier key")
-        if len(raw) != 33 or raw[0] != ED25519:
-            raise NoteError("only Ed25519 verifier keys (type 0x01, 32 bytes) are supported")
-        kid = key_id(name, ED25519, raw[1:])
-        if not re.fullmatch(r"[0-9a-f]{8}", hex_id) or bytes.fromhex(hex_id) != kid:
-            raise NoteError("the verifier key's id does not match its name and key")
-        return cls(name, kid, raw[1:])
+        return cls(*parse_vkey(vkey, ED25519, "verifier key"))
 
     def encode(self) -> str:
-        return f"{self.name}+{self.key_id.hex()}+{base64.b64encode(bytes([ED25519]) + self.public_key).decode()}"
+        return encode_vkey(self.name, self.key_id, ED25519, self.public_key)
 
     def verify(self, text: bytes, signature: bytes) -> bool:
         try:
@@ -101,15 +132,8 @@ class Signer:
 
     @classmethod
     def parse(cls, skey: str) -> Signer:
-        parts = skey.strip().split("+", 4)
-        if len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY":
-            raise NoteError("a signer key is PRIVATE+KEY+<name>+<key id>+<base64 key>")
-        name, hex_id, data = parts[2], parts[3], parts[4]
-        _check_name(name)
-        raw = _b64decode(data, "the signer key")
-        if len(raw) != 33 or raw[0] != ED25519:
-            raise NoteError("only Ed25519 signer keys (type 0x01, 32-byte seed) are supported")
-        signer = cls(name, raw[1:])
+        name, hex_id, seed = parse_skey(skey, ED25519, "signer key")
+        signer = cls(name, seed)
         if hex_id != signer.verifier.key_id.hex():
             raise NoteError("the signer key's id does not match its name and key")
         return signer
@@ -120,8 +144,7 @@ class Signer:
         return Verifier(self.name, key_id(self.name, ED25519, public), public)
 
     def encode(self) -> str:
-        kid = self.verifier.key_id.hex()
-        return f"PRIVATE+KEY+{self.name}+{kid}+{base64.b64encode(bytes([ED25519]) + self.seed).decode()}"
+        return encode_skey(self.name, self.verifier.key_id, ED25519, self.seed)
 
     def signature_line(self, text: bytes) -> str:
         signature = nacl.signing.SigningKey(self.seed).sign(text).signature
