@@ -23,11 +23,10 @@ from typing import Any
 import httpx
 import orjson
 
+from cli.verify_log import HttpTiles, LogInputError
 from receipts import note, tlog
 from receipts.monitor import MonitorState, Violation, check_entries
 from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
-
-MAX_TILE_FETCHES = 64
 
 
 class LogUnreadable(Exception):
@@ -81,6 +80,13 @@ def _policy_key(policy: Policy | None) -> note.Verifier:
 
 
 def run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
+    try:
+        return _run_pass(base, log_key, policy, state_dir)
+    except LogInputError as exc:  # a tile the pass needed could not be read
+        raise LogUnreadable(str(exc)) from exc
+
+
+def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
     state_path = state_dir / "state.json"
     state = MonitorState.from_json(orjson.loads(state_path.read_bytes())) if state_path.exists() else MonitorState()
     with httpx.Client(timeout=10) as client:
@@ -94,7 +100,7 @@ def run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir
             quorum = check_quorum(text, policy, int(time.time()))
             if not quorum.ok:
                 violations.append(Violation("quorum", quorum.reason))
-        tiles = _HttpTiles(client, base)
+        tiles = HttpTiles(client, base)
         if checkpoint.size < state.size:
             violations.append(
                 Violation(
@@ -147,36 +153,8 @@ def _get(client: httpx.Client, url: str) -> bytes:
     return response.content
 
 
-class _HttpTiles:
-    def __init__(self, client: httpx.Client, base: str) -> None:
-        self.client, self.base = client, base
-        self.tiles: dict[tuple[int, int, int], bytes] = {}
-
-    def read(self, level: int, index: int, width: int) -> bytes:
-        if (level, index, width) not in self.tiles:
-            raise tlog.MissingTile(level, index, width)
-        return self.tiles[(level, index, width)]
-
-    def fetch(self, level: int, index: int, width: int) -> bytes:
-        """A tile, read once per pass (the root check and the entry check see the same bytes)."""
-        if (level, index, width) not in self.tiles:
-            path = tlog.tile_path(level, index, width)
-            self.tiles[(level, index, width)] = _get(self.client, f"{self.base}/v1/log/tile/{path}")
-        return self.tiles[(level, index, width)]
-
-    def compute(self, size: int, fn: Any) -> Any:
-        for _ in range(MAX_TILE_FETCHES * 4):
-            try:
-                return fn(tlog.TileHashes(size, self.read))
-            except tlog.MissingTile as missing:
-                self.fetch(missing.level, missing.index, missing.width)
-            except tlog.ProofError as exc:
-                raise LogUnreadable(f"the log's tiles are unusable: {exc}") from exc
-        raise LogUnreadable("too many tiles for one computation")
-
-
 def _entries(
-    client: httpx.Client, base: str, tiles: _HttpTiles, first: int, size: int
+    client: httpx.Client, base: str, tiles: HttpTiles, first: int, size: int
 ) -> tuple[list[bytes], list[tuple[int, str]]]:
     """Entries ``first``..``size``-1 from the bundles, each checked against its leaf hash."""
     entries: list[bytes] = []

@@ -5,15 +5,17 @@ log's consistency with it from the service's tiles (receipts/log_check.py decide
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from receipts import log_check, note, tlog
 from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
 
-MAX_TILE_FETCHES = 64
+MAX_TILE_FETCHES = 256
+T = TypeVar("T")
 
 
 class LogInputError(Exception):
@@ -89,7 +91,7 @@ def check(
     if since_path is not None:
         older_text = _read(since_path)
         try:
-            older = log_check.open_older_checkpoint(older_text, log_key)
+            older, _ = note.open_checkpoint(older_text, log_key)
         except note.NoteError as exc:
             raise LogInputError(f"--since-checkpoint: {exc}") from exc
         newer = inclusion.checkpoint
@@ -102,31 +104,49 @@ def check(
     return report, checks
 
 
+class HttpTiles:
+    """The log's tiles read over HTTP, each once, for computations on a tree of a given size
+    (``receipts.tlog.TileHashes``): whatever a computation finds missing is fetched and the
+    computation run again. Used by ``verify --since-checkpoint`` and by ``monitor``."""
+
+    def __init__(self, client: httpx.Client, base: str) -> None:
+        self.client, self.base = client, base
+        self.tiles: dict[tuple[int, int, int], bytes] = {}
+
+    def read(self, level: int, index: int, width: int) -> bytes:
+        if (level, index, width) not in self.tiles:
+            raise tlog.MissingTile(level, index, width)
+        return self.tiles[(level, index, width)]
+
+    def fetch(self, level: int, index: int, width: int) -> bytes:
+        if (level, index, width) not in self.tiles:
+            url = f"{self.base}/v1/log/tile/{tlog.tile_path(level, index, width)}"
+            try:
+                response = self.client.get(url)
+            except httpx.HTTPError as exc:
+                raise LogInputError(f"cannot reach {url}: {exc}") from exc
+            if response.status_code != 200:
+                raise LogInputError(f"{url} answered HTTP {response.status_code}")
+            self.tiles[(level, index, width)] = response.content
+        return self.tiles[(level, index, width)]
+
+    def compute(self, size: int, fn: Callable[[tlog.TileHashes], T]) -> T:
+        for _ in range(MAX_TILE_FETCHES):
+            try:
+                return fn(tlog.TileHashes(size, self.read))
+            except tlog.MissingTile as missing:
+                self.fetch(missing.level, missing.index, missing.width)
+            except tlog.ProofError as exc:
+                raise LogInputError(f"the log's tiles are unusable: {exc}") from exc
+        raise LogInputError("a computation needed more tiles than any proof does")
+
+
 def consistency_proof(client: httpx.Client, base: str, old_size: int, size: int) -> list[bytes]:
     """The consistency proof from ``old_size`` to ``size``, computed here from the tiles the
     service serves (the service is not asked for a proof, and not trusted for one)."""
     if old_size == 0 or old_size >= size:
         return []
-    tiles: dict[tuple[int, int, int], bytes] = {}
-
-    def read(level: int, index: int, width: int) -> bytes:
-        if (level, index, width) not in tiles:
-            raise tlog.MissingTile(level, index, width)
-        return tiles[(level, index, width)]
-
-    for _ in range(MAX_TILE_FETCHES):
-        try:
-            return tlog.TileHashes(size, read).consistency_proof(old_size)
-        except tlog.MissingTile as missing:
-            url = f"{base}/v1/log/tile/{tlog.tile_path(missing.level, missing.index, missing.width)}"
-            try:
-                response = client.get(url)
-            except httpx.HTTPError as exc:
-                raise LogInputError(f"cannot reach {url}: {exc}") from exc
-            if response.status_code != 200:
-                raise LogInputError(f"{url} answered HTTP {response.status_code}") from None
-            tiles[(missing.level, missing.index, missing.width)] = response.content
-    raise LogInputError("the consistency proof needed more tiles than any proof does")
+    return HttpTiles(client, base).compute(size, lambda view: view.consistency_proof(old_size))
 
 
 def _read(path: str) -> str:

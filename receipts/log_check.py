@@ -57,12 +57,6 @@ def _with(found: LogInclusion, ok: bool, reason: str) -> LogInclusion:
     return LogInclusion(ok, reason, found.index, found.tree_size, found.origin, found.checkpoint)
 
 
-def open_older_checkpoint(text: str, log_key: note.Verifier) -> note.Checkpoint:
-    """An older checkpoint a verifier kept, signed by the pinned key (``NoteError`` if not)."""
-    checkpoint, _ = note.open_checkpoint(text, log_key)
-    return checkpoint
-
-
 def check_consistency(older: note.Checkpoint, newer: note.Checkpoint, proof: list[bytes]) -> tuple[bool, str]:
     """Whether ``newer`` extends ``older`` (same origin, a valid consistency proof)."""
     if older.origin != newer.origin:
