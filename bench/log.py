@@ -84,15 +84,15 @@ def checkpoint_size(port: int) -> int:
     return int(text.split("\n")[1]) if text.count("\n") > 2 else 0
 
 
-def log_bytes(url: str) -> tuple[int, int]:
-    """(bytes of every log key, entries published)."""
+def log_bytes(url: str) -> int:
+    """Bytes (MEMORY USAGE) of every log key."""
     client = redis.Redis.from_url(url)
     total = 0
     for pattern in ("lq:*", "li:*", "lt:*", "le:*", "log:*"):
         for name in client.scan_iter(match=pattern, count=1000):
             total += int(client.memory_usage(name, samples=0) or 0)
     client.close()
-    return total, 0
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         published = checkpoint_size(on)
         log(f"integrator: {queued} entries in {took:.2f} s (worker start included)")
         # 4. bytes per receipt.
-        total, _ = log_bytes(redis_kind.url)
+        total = log_bytes(redis_kind.url)
         report = {
             "capacity_on": capacity["on"],
             "capacity_off": capacity["off"],

@@ -175,23 +175,29 @@ class Integrator:
             return batch.new_size - batch.size
         await self._check_extends_seen(size, root)
         projects = await self.store.log_dirty_projects(DIRTY_SAMPLE)
-        queued = await self.store.log_queued(projects, self.config.max_batch) if projects else {}
+        # Lengths first (cheap): a pass that only waits for the interval or the trigger reads
+        # no entries; they are read once, when the batch is made.
+        lengths = await self.store.log_queue_lengths(projects) if projects else {}
+        now_ms = int(time.time() * 1000)
+        for pid in projects:
+            if not lengths[pid]:
+                await self.store.log_tidy_dirty(pid, now_ms)
+        await self.store.log_recheck(now_ms - RECHECK_AFTER_MS)
+        waiting = sum(lengths.values())
+        if not waiting:
+            return 0
+        waited = time.monotonic() - self._last_batch
+        if not force and waiting < self.config.trigger and waited < self.config.interval_s:
+            return 0
+        queued = await self.store.log_queued([pid for pid in projects if lengths[pid]], self.config.max_batch)
         taken: list[tuple[str, list[bytes]]] = []
         total = 0
-        for pid in projects:
-            entries = queued[pid][: self.config.max_batch - total]
+        for pid, project_entries in queued.items():
+            entries = project_entries[: self.config.max_batch - total]
             if entries:
                 taken.append((pid, entries))
                 total += len(entries)
-        now_ms = int(time.time() * 1000)
-        for pid in projects:
-            if not queued[pid]:
-                await self.store.log_tidy_dirty(pid, now_ms)
-        await self.store.log_recheck(now_ms - RECHECK_AFTER_MS)
         if not total:
-            return 0
-        waited = time.monotonic() - self._last_batch
-        if not force and total < self.config.trigger and waited < self.config.interval_s:
             return 0
         try:
             edge = await self.reader.edge(size)
@@ -212,8 +218,9 @@ class Integrator:
         self._last_batch = time.monotonic()
         metrics.LOG_ENTRIES.inc(total)
         metrics.LOG_BATCH_SECONDS.observe(time.monotonic() - started)
-        for pid, _ in taken:
-            if not await self.store.log_queue_length(pid):
+        emptied = await self.store.log_queue_lengths([pid for pid, _ in taken])
+        for pid, length in emptied.items():
+            if not length:
                 await self.store.log_tidy_dirty(pid, now_ms)
         return total
 

@@ -43,16 +43,13 @@ class WitnessClient:
         if self.sizes is None:
             self.sizes = await self.store.log_witness_sizes(self.origin)
         async with httpx.AsyncClient(timeout=self.timeout_s) as client:
-            tasks = [asyncio.create_task(self._one(client, w, signed, checkpoint)) for w in self.witnesses]
+            tasks = {asyncio.create_task(self._one(client, w, signed, checkpoint)): w for w in self.witnesses}
             done, pending = await asyncio.wait(tasks, timeout=self.timeout_s)
             for task in pending:
                 task.cancel()
-                metrics.LOG_WITNESS_FAILURES.labels(self._name_of(tasks.index(task)), "timeout").inc()
+                metrics.LOG_WITNESS_FAILURES.labels(tasks[task].name, "timeout").inc()
         lines = "".join(task.result() for task in done if not task.cancelled() and task.exception() is None)
         return signed + lines
-
-    def _name_of(self, position: int) -> str:
-        return self.witnesses[position].name
 
     async def _one(self, client: httpx.AsyncClient, witness: Witness, signed: str, checkpoint: note.Checkpoint) -> str:
         assert self.sizes is not None

@@ -82,8 +82,10 @@ class LogStore:
         return {pid: list(entries) for pid, entries in zip(project_ids, replies, strict=True)}
 
     @_unavailable_as_503
-    async def log_queue_length(self, project_id: str) -> int:
-        return int(await self.link.send("LLEN", keys.log_queue_key(project_id)))
+    async def log_queue_lengths(self, project_ids: list[str]) -> dict[str, int]:
+        """How many entries each project's queue holds (one round trip)."""
+        sends = [self.link.send("LLEN", keys.log_queue_key(pid)) for pid in project_ids]
+        return {pid: int(n) for pid, n in zip(project_ids, await asyncio.gather(*sends), strict=True)}
 
     @_unavailable_as_503
     async def log_witness_sizes(self, origin: str) -> dict[str, int]:
