@@ -11,8 +11,10 @@ also across restarts and concurrent requests.
 
 Statuses, as tlog-witness says: 404 unknown origin, 403 no valid log signature, 400 a
 malformed body or an old size larger than the checkpoint's, 409 ``<size>\\n`` with
-``Content-Type: text/x.tlog.size`` when ``old`` is not the size it last cosigned (or the same
-size with another root), 422 a consistency proof that does not verify, 200 the cosignature.
+``Content-Type: text/x.tlog.size`` when ``old`` is not the size it last cosigned, 422 a
+consistency proof that does not verify or the same size with another root (the contract's
+choice: C2SP says 409 there, but no size the log could resend from would help), 200 the
+cosignature.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def witness_app(
                     return text(f"{known['size']}\n", 409, "text/x.tlog.size")
                 if old == checkpoint.size:
                     if old and base64.b64decode(known["root"]) != checkpoint.root:
-                        return text(f"{known['size']}\n", 409, "text/x.tlog.size")
+                        return text("the same size with another root\n", 422)
                 elif old == 0:
                     if proof:
                         return text("a proof from size 0 is empty\n", 422)
