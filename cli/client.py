@@ -56,6 +56,12 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     verify.add_argument(
         "--log-policy", metavar="FILE", help="a C2SP tlog-policy: its log key, and the witness quorum to meet"
     )
+    verify.add_argument(
+        "--tsa-roots",
+        metavar="PEM",
+        help="root certificates of the time-stamp authorities you trust: check the RFC 3161 time-stamps of the "
+        "proof's checkpoint and report the latest time the receipt provably existed (needs --log-key or --log-policy)",
+    )
 
     submit = verbs.add_parser("submit", help="hash files locally and ask the service for a receipt")
     add_submit_arguments(submit)
@@ -100,6 +106,7 @@ def _verify(args: argparse.Namespace) -> int:
         log_key=args.log_key,
         since_checkpoint=args.since_checkpoint,
         log_policy=args.log_policy,
+        tsa_roots=args.tsa_roots,
     )
     report = run_verify(options, hash_file)
     if args.json:

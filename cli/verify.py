@@ -61,6 +61,8 @@ class VerifyOptions:
     """An older checkpoint (signed note) the log must be consistent with (needs ``log_key``)."""
     log_policy: str | None = None
     """A C2SP tlog-policy file: its log key, and the witness quorum the checkpoint must meet."""
+    tsa_roots: str | None = None
+    """A PEM file of trusted TSA roots: check the proof's checkpoint's RFC 3161 time-stamps."""
 
 
 class VerifyInputError(Exception):
@@ -242,7 +244,8 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
                 links, chain_ok, truncated = _walk_chain(receipt, keyring, client, options)
                 report["chain"] = {"links": links, "truncated": truncated}
                 checks["chain"] = chain_ok
-        if options.log_key is not None or options.since_checkpoint is not None or options.log_policy is not None:
+        log_options = (options.log_key, options.since_checkpoint, options.log_policy, options.tsa_roots)
+        if any(option is not None for option in log_options):
             report["log"] = _check_log(receipt, bundle, options, checks)
         report["ok"] = all(checks.values()) and report["keys_pinned"]
     except VerifyInputError as exc:
@@ -254,21 +257,35 @@ def _check_log(
     receipt: dict[str, Any], bundle: BundleParts | None, options: VerifyOptions, checks: dict[str, bool]
 ) -> Any:
     """The log checks: the bundle's proof offline (the tiles of ``--since-checkpoint`` are
-    the one thing fetched), else the service's proof."""
+    the one thing fetched), else the service's proof (with ``--tsa-roots``, the service's
+    bundle: its proof is against a time-stamped checkpoint, and comes with the stamps)."""
     base = (options.base_url or (None if bundle else DEFAULT_BASE_URL) or "").rstrip("/") or None
     online = bundle is None or options.since_checkpoint is not None
     try:
         policy = verify_log.load_policy(options.log_policy) if options.log_policy else None
+        roots = verify_log.load_tsa_roots(options.tsa_roots) if options.tsa_roots else None
         if options.log_key is not None:
             log_key = verify_log.parse_log_key(options.log_key)
         elif policy is not None:
             log_key = verify_log.policy_log_key(policy)
         else:
-            raise VerifyInputError("--since-checkpoint needs --log-key or --log-policy (the log's key to pin)")
+            raise VerifyInputError(
+                "--since-checkpoint and --tsa-roots need --log-key or --log-policy (the log's key to pin)"
+            )
         with httpx.Client(timeout=HTTP_TIMEOUT_S) if online else _no_network() as client:
-            bundle_log = (bundle.log or {"proof": None}) if bundle else None
+            bundle_log: Any = (bundle.log or {"proof": None}) if bundle else None
+            stamps: Any = bundle.timestamps if bundle else None
+            if bundle is None and roots is not None:
+                bundle_log, stamps = verify_log.service_bundle_log(receipt, base, client)
             report, more = verify_log.check(
-                receipt, bundle_log, log_key, options.since_checkpoint, base, client, policy
+                receipt,
+                bundle_log,
+                log_key,
+                options.since_checkpoint,
+                base,
+                client,
+                policy,
+                verify_log.Stamps(stamps or [], roots) if roots is not None else None,
             )
     except verify_log.LogInputError as exc:
         raise VerifyInputError(str(exc)) from exc

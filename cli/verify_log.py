@@ -1,17 +1,25 @@
 """The log part of ``verify``: find the receipt's tlog-proof (in the bundle, or from the
 service), check it against the pinned log key, and, given an older checkpoint, check the
-log's consistency with it from the service's tiles (receipts/log_check.py decides)."""
+log's consistency with it from the service's tiles (receipts/log_check.py decides); given
+TSA roots, check the RFC 3161 time-stamps of the proof's checkpoint (receipts/timestamps.py)
+and report the latest time by which the receipt provably existed."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import cryptography.x509
 import httpx
+import orjson
 
-from receipts import log_check, note, tlog
+from receipts import log_check, note, timestamps, tlog
 from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
 
 MAX_TILE_FETCHES = 256
@@ -49,6 +57,103 @@ def proof_text(receipt: dict[str, Any], bundle_log: Any, base: str | None, clien
     return response.text
 
 
+@dataclass(frozen=True)
+class Stamps:
+    """The time-stamps to check (a bundle's ``timestamps``) and the roots trusted for them."""
+
+    items: list[Any]
+    roots: list[cryptography.x509.Certificate]
+
+
+def load_tsa_roots(path: str) -> list[cryptography.x509.Certificate]:
+    try:
+        return timestamps.load_roots(Path(path).read_bytes())
+    except OSError as exc:
+        raise LogInputError(f"cannot read {path}: {exc.strerror}") from exc
+    except timestamps.StampError as exc:
+        raise LogInputError(f"--tsa-roots: {exc}") from exc
+
+
+def service_bundle_log(receipt: dict[str, Any], base: str | None, client: httpx.Client) -> tuple[Any, Any]:
+    """(``log``, ``timestamps``) of the service's bundle of the receipt: its proof is against
+    the first time-stamped checkpoint covering the receipt (checked here like any proof)."""
+    if base is None:
+        raise LogInputError("give --base-url to fetch the receipt's log proof and time-stamps")
+    url = f"{base}/v1/receipts/{receipt.get('receipt_id')}/bundle"
+    try:
+        response = client.get(url, params={"depth": "0"})
+    except httpx.HTTPError as exc:
+        raise LogInputError(f"cannot reach {url}: {exc}") from exc
+    if response.status_code != 200:
+        raise LogInputError(f"{url} answered HTTP {response.status_code}")
+    try:
+        document = orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise LogInputError(f"{url} did not answer JSON") from exc
+    log = document.get("log") if isinstance(document, dict) else None
+    if not isinstance(log, dict):
+        raise LogInputError(f"{url} carries no log member: the service runs without a transparency log")
+    return log, document.get("timestamps")
+
+
+def check_stamps(stamps: Stamps, checkpoint_text: str, created_at: Any) -> dict[str, Any]:
+    """The report's ``time`` member: each time-stamp checked against the trusted roots over
+    the checkpoint's text; ``existed_by`` is the earliest genTime plus accuracy among those
+    that verify. A time-stamp that does not verify is reported and not relied on (like a
+    cosignature by an unknown key); ``ok`` needs one that does."""
+    checked: list[dict[str, Any]] = []
+    bounds: list[datetime.datetime] = []
+    for item in stamps.items:
+        tsa = item.get("tsa") if isinstance(item, dict) else None
+        entry: dict[str, Any] = {"tsa": tsa if isinstance(tsa, str) else None, "ok": False}
+        try:
+            raw = item.get("response_base64") if isinstance(item, dict) else None
+            if not isinstance(raw, str):
+                raise timestamps.StampError("no response_base64")
+            der = base64.b64decode(raw, validate=True)
+            stamp = timestamps.verify_token(der, checkpoint_text, stamps.roots)
+        except (binascii.Error, timestamps.StampError) as exc:
+            entry["reason"] = str(exc)
+        else:
+            bounds.append(stamp.existed_by)
+            entry.update(
+                ok=True,
+                gen_time=_iso(stamp.gen_time),
+                accuracy_s=stamp.accuracy_s,
+                tsa_name=stamp.tsa_name,
+                reason=f"time-stamped by {stamp.tsa_name} at {_iso(stamp.gen_time)} (accuracy {stamp.accuracy_s:g} s)",
+            )
+        checked.append(entry)
+    if not bounds:
+        reason = (
+            "no time-stamp of the proof's checkpoint verifies against --tsa-roots"
+            if checked
+            else "the proof's checkpoint has no time-stamps yet (the service stamps every LOG_TSA_INTERVAL_S): "
+            "fetch the bundle again later"
+        )
+        return {"ok": False, "reason": reason, "existed_by": None, "stamps": checked}
+    existed_by = min(bounds)
+    reason = f"the receipt existed by {_iso(existed_by)} (RFC 3161, the checkpoint that holds it)"
+    issued = _parse_time(created_at)
+    if issued is not None and issued > existed_by:
+        reason += f"; its created_at {created_at} is LATER than that: the service's clock was ahead"
+    return {"ok": True, "reason": reason, "existed_by": _iso(existed_by), "stamps": checked}
+
+
+def _iso(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_time(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+
+
 def load_policy(path: str) -> Policy:
     try:
         return parse_policy(_read(path))
@@ -71,6 +176,7 @@ def check(
     base: str | None,
     client: httpx.Client,
     policy: Policy | None = None,
+    stamps: Stamps | None = None,
 ) -> tuple[dict[str, Any], dict[str, bool]]:
     """(the report's ``log`` member, the checks it adds)."""
     text = proof_text(receipt, bundle_log, base, client)
@@ -80,11 +186,17 @@ def check(
     inclusion = log_check.check_inclusion(receipt, text, log_key)
     report = inclusion.report()
     checks = {"log_inclusion": inclusion.ok}
+    try:
+        checkpoint_note = note.parse_tlog_proof(text).checkpoint
+    except note.NoteError:
+        checkpoint_note = ""
+    if stamps is not None:
+        moment: dict[str, Any] = {"ok": False, "reason": "no checkpoint to time: the log proof did not check"}
+        if inclusion.checkpoint is not None:
+            moment = check_stamps(stamps, note.parse_note(checkpoint_note).text, receipt.get("created_at"))
+        report["time"] = moment
+        checks["log_time"] = moment["ok"]
     if policy is not None:
-        try:
-            checkpoint_note = note.parse_tlog_proof(text).checkpoint
-        except note.NoteError:
-            checkpoint_note = ""
         quorum = check_quorum(checkpoint_note, policy, int(time.time()))
         report["quorum"] = {"ok": quorum.ok, "reason": quorum.reason, "cosigned": quorum.cosigned}
         checks["log_quorum"] = quorum.ok
@@ -97,9 +209,12 @@ def check(
         newer = inclusion.checkpoint
         if newer is None or base is None:
             raise LogInputError("--since-checkpoint needs a log proof and --base-url (the tiles are read from it)")
+        kept_size = older.size
+        if older.size > newer.size:  # a bundle's proof may be against an older, time-stamped checkpoint
+            older, newer = newer, older
         proof = consistency_proof(client, base, older.size, newer.size)
         ok, reason = log_check.check_consistency(older, newer, proof)
-        report["consistency"] = {"ok": ok, "reason": reason, "since_size": older.size}
+        report["consistency"] = {"ok": ok, "reason": reason, "since_size": kept_size}
         checks["log_consistency"] = ok
     return report, checks
 
@@ -164,4 +279,9 @@ def render(report: dict[str, Any], mark: Any) -> list[str]:
     consistency = report.get("consistency")
     if consistency:
         lines.append(f"  {mark(consistency['ok'])} {consistency['reason']}")
+    moment = report.get("time")
+    if moment:
+        lines.append(f"  {mark(moment['ok'])} time: {moment['reason']}")
+        for stamp in moment.get("stamps", []):
+            lines.append(f"      {mark(stamp['ok'])} {stamp.get('tsa')}: {stamp.get('reason')}")
     return lines

@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from jobs.log_timestamps import Stamper, TsaConfig
 from jobs.log_witnesses import WitnessClient
 from kv.log_reader import LogDataMissing, LogReader
 from receipts import note, tlog
@@ -68,16 +69,27 @@ class LogConfig:
     policy: Policy | None = None
     """``LOG_WITNESS_POLICY``: the witnesses each checkpoint is sent to (jobs/log_witnesses.py)."""
     witness_timeout_ms: int = 1000
+    tsa: TsaConfig | None = None
+    """``LOG_TSA_URLS`` and friends: RFC 3161 time-stamps over checkpoints (jobs/log_timestamps.py)."""
 
 
 def log_config(settings: Settings) -> LogConfig:
     """The integrator's configuration from the service's settings (``LOG_*``)."""
     assert settings.log_signer is not None
+    tsa = None
+    if settings.log_tsa_urls:
+        tsa = TsaConfig(
+            settings.log_tsa_urls,
+            settings.log_tsa_interval_s,
+            settings.log_tsa_roots,
+            keep_s=int((settings.retention_days + 1) * 86400),
+        )
     return LogConfig(
         settings.log_origin,
         settings.log_signer,
         policy=settings.log_policy,
         witness_timeout_ms=settings.log_witness_timeout_ms,
+        tsa=tsa,
     )
 
 
@@ -122,7 +134,15 @@ class Integrator:
     # -- the loop
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Pass after pass until ``stop`` is set; errors are logged and retried."""
+        """Pass after pass until ``stop`` is set; errors are logged and retried. With
+        ``LOG_TSA_URLS`` the time-stamping loop runs beside it."""
+        if self.config.tsa is None:
+            await self._integrate(stop)
+            return
+        stamper = Stamper(self.store, self.config.origin, self.config.tsa)
+        await asyncio.gather(self._integrate(stop), stamper.run(stop))
+
+    async def _integrate(self, stop: asyncio.Event) -> None:
         try:
             while not stop.is_set():
                 integrated = 0

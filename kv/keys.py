@@ -257,6 +257,23 @@ def log_lock_key(origin: str) -> str:
     return f"log:{log_tag(origin)}:lock"
 
 
+def log_stamps_key(origin: str) -> str:
+    """Sorted set: the sizes of the checkpoints that have RFC 3161 time-stamps (score = size),
+    to find the first one covering an entry."""
+    return f"log:{log_tag(origin)}:stamps"
+
+
+def log_stamp_key(origin: str, size: int) -> str:
+    """String with a TTL (the receipts' retention): JSON ``{"checkpoint", "timestamps"}`` of
+    the checkpoint of ``size``, the signed note as published and every TSA's response."""
+    return f"ls:{log_tag(origin)}:{size}"
+
+
+def log_stamping_key(origin: str) -> str:
+    """String with a TTL of ``LOG_TSA_INTERVAL_S``: whoever set it stamps this interval."""
+    return f"log:{log_tag(origin)}:stamping"
+
+
 def log_tile_key(origin: str, level: int, index: int) -> str:
     """String: the hashes of tile ``index`` at ``level`` (grows to 8,192 bytes, then final)."""
     return f"lt:{log_tag(origin)}:{level}:{index}"

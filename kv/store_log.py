@@ -97,6 +97,54 @@ class LogStore:
     async def log_witness_size(self, origin: str, witness: str, size: int) -> None:
         await self.link.send("HSET", keys.log_witnesses_key(origin), witness, size)
 
+    # -- time-stamps (jobs/log_timestamps.py writes, the routes read)
+
+    @_unavailable_as_503
+    async def log_stamp(self, origin: str, size: int) -> bytes | None:
+        value: bytes | None = await self.link.send("GET", keys.log_stamp_key(origin, size))
+        return value
+
+    @_unavailable_as_503
+    async def log_stamp_covering(self, origin: str, index: int, tries: int = 8) -> tuple[int, bytes] | None:
+        """The first time-stamped checkpoint whose tree holds entry ``index`` (size > index)
+        and its record; None when there is none (yet, or any more). Sizes whose record has
+        expired are dropped from the set on the way."""
+        for _ in range(tries):
+            members = await self.link.send(
+                "ZRANGEBYSCORE", keys.log_stamps_key(origin), f"({index}", "+inf", "LIMIT", 0, 1
+            )
+            if not members:
+                return None
+            size = int(members[0])
+            record = await self.log_stamp(origin, size)
+            if record is not None:
+                return size, record
+            await self.link.send("ZREM", keys.log_stamps_key(origin), members[0])
+        return None
+
+    @_unavailable_as_503
+    async def log_last_stamped(self, origin: str) -> int:
+        members = await self.link.send("ZRANGE", keys.log_stamps_key(origin), -1, -1)
+        return int(members[0]) if members else 0
+
+    @_unavailable_as_503
+    async def log_stamp_claim(self, origin: str, token: str, hold_ms: int) -> bool:
+        """Claim this interval's stamping (SET NX PX): true for one caller per interval."""
+        return bool(await self.link.send("SET", keys.log_stamping_key(origin), token, "NX", "PX", hold_ms))
+
+    @_unavailable_as_503
+    async def log_stamp_save(self, origin: str, size: int, record: bytes, ttl_s: int) -> None:
+        """Keep a checkpoint's time-stamps for ``ttl_s``: the record first, then its size in
+        the set (a reader that finds the size finds the record until it expires), then the
+        oldest sizes whose records have expired leave the set."""
+        await self.link.send("SET", keys.log_stamp_key(origin, size), record, "EX", ttl_s)
+        await self.link.send("ZADD", keys.log_stamps_key(origin), size, size)
+        oldest = await self.link.send("ZRANGE", keys.log_stamps_key(origin), 0, 15)
+        for member in oldest:
+            if await self.link.send("EXISTS", keys.log_stamp_key(origin, int(member))):
+                break
+            await self.link.send("ZREM", keys.log_stamps_key(origin), member)
+
     # -- writing, for the integrator
 
     @_unavailable_as_503

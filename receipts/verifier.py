@@ -77,6 +77,8 @@ class BundleParts:
     claimed_complete: bool
     log: dict[str, Any] | None = None
     """The transparency log member (``origin``, ``log_vkey``, ``proof``), when carried."""
+    timestamps: list[Any] | None = None
+    """The RFC 3161 time-stamps of the proof's checkpoint (``tsa``, ``response_base64``)."""
 
 
 def recompute_hash_or_none(receipt: Mapping[str, Any]) -> HashStr | None:
@@ -221,13 +223,14 @@ def bundle_parts(document: dict[str, Any]) -> BundleParts:
     receipt, chain = document.get("receipt"), document.get("chain")
     if not isinstance(receipt, dict) or not isinstance(chain, list) or not all(isinstance(e, dict) for e in chain):
         raise BundleError("the bundle is malformed (receipt must be an object, chain a list of objects)")
-    log = document.get("log")
+    log, stamps = document.get("log"), document.get("timestamps")
     return BundleParts(
         receipt,
         document.get("keys"),
         chain,
         document.get("chain_complete") is True,
         log if isinstance(log, dict) else None,
+        stamps if isinstance(stamps, list) else None,
     )
 
 

@@ -113,6 +113,19 @@ LOG_WITNESS_FAILURES = Counter(
     "Checkpoints a witness did not cosign, by witness and kind (HTTP status, timeout, unreachable, ...)",
     ["witness", "kind"],
 )
+LOG_TIMESTAMPS = Counter(
+    "eps_log_timestamps", "RFC 3161 time-stamps obtained, checked and kept for a checkpoint, by TSA", ["tsa"]
+)
+LOG_TSA_FAILURES = Counter(
+    "eps_log_tsa_failures",
+    "Time-stamp requests whose answer was not kept, by TSA and kind (unreachable, http_<status>, refused)",
+    ["tsa", "kind"],
+)
+LOG_STAMPED_SIZE = Gauge(
+    "eps_log_stamped_size",
+    "The size of the newest checkpoint that has a kept time-stamp",
+    multiprocess_mode="max",
+)
 LOG_HALTS = Counter(
     "eps_log_halts",
     "Times an integrator stopped publishing because the store's log is not what it published before (alert on any)",

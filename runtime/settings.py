@@ -15,6 +15,7 @@ from receipts.limits import Limits, LimitsError, load_limits
 from receipts.note import NoteError, Signer
 from receipts.policy import Policy, PolicyError, parse_policy
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
+from receipts.timestamps import StampError, load_roots
 from runtime.logs import json_logging
 from runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 
@@ -78,6 +79,12 @@ class Settings:
     """``LOG_WITNESS_POLICY``: a C2SP tlog-policy file naming the witnesses (docs/log.md)."""
     log_witness_timeout_ms: int = 1000
     """``LOG_WITNESS_TIMEOUT_MS``: how long a checkpoint waits for cosignatures."""
+    log_tsa_urls: tuple[str, ...] = ()
+    """``LOG_TSA_URLS``: RFC 3161 time-stamp authorities, comma-separated (docs/log.md)."""
+    log_tsa_interval_s: float = 60.0
+    """``LOG_TSA_INTERVAL_S``: at most one time-stamp round per this many seconds."""
+    log_tsa_roots: tuple[Any, ...] = ()
+    """``LOG_TSA_ROOTS``: a PEM file of the TSAs' roots; responses must verify against them."""
 
     @property
     def embedded(self) -> bool:
@@ -174,7 +181,12 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
     if not raw:
         if redis_url:
             return {"log_origin": origin}
-        return {"log_origin": origin, "log_signer": Signer.generate(origin), "log_ephemeral": True}
+        return {
+            "log_origin": origin,
+            "log_signer": Signer.generate(origin),
+            "log_ephemeral": True,
+            **_tsa_settings(env),
+        }
     try:
         signer = Signer.parse(raw)
     except NoteError as exc:
@@ -184,7 +196,7 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
             f"LOG_SIGNING_KEY is the key of {signer.name!r} but the log's origin is {origin!r}: set LOG_ORIGIN "
             f"to it, or make a key for this origin (python service.py log-key new --origin {origin})"
         )
-    return {"log_origin": origin, "log_signer": signer, **_witness_settings(env)}
+    return {"log_origin": origin, "log_signer": signer, **_witness_settings(env), **_tsa_settings(env)}
 
 
 def _witness_settings(env: Mapping[str, str]) -> dict[str, Any]:
@@ -202,6 +214,35 @@ def _witness_settings(env: Mapping[str, str]) -> dict[str, Any]:
             raise ConfigError(f"LOG_WITNESS_POLICY: cannot read {path}: {exc}") from exc
         except PolicyError as exc:
             raise ConfigError(f"LOG_WITNESS_POLICY: {exc}") from exc
+    return settings
+
+
+def _tsa_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    urls = tuple(u.strip() for u in (env.get("LOG_TSA_URLS") or "").split(",") if u.strip())
+    for url in urls:
+        parsed = urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ConfigError(f"LOG_TSA_URLS: {url!r} is not an http(s) URL of an RFC 3161 time-stamp authority")
+    if urls:
+        settings["log_tsa_urls"] = urls
+    raw = (env.get("LOG_TSA_INTERVAL_S") or "").strip()
+    if raw:
+        try:
+            interval = float(raw)
+        except ValueError:
+            interval = 0.0
+        if not 1 <= interval <= 86400:
+            raise ConfigError("LOG_TSA_INTERVAL_S must be seconds, 1 to 86400")
+        settings["log_tsa_interval_s"] = interval
+    path = (env.get("LOG_TSA_ROOTS") or "").strip()
+    if path:
+        try:
+            settings["log_tsa_roots"] = tuple(load_roots(Path(path).read_bytes()))
+        except OSError as exc:
+            raise ConfigError(f"LOG_TSA_ROOTS: cannot read {path}: {exc}") from exc
+        except StampError as exc:
+            raise ConfigError(f"LOG_TSA_ROOTS: {exc}") from exc
     return settings
 
 

@@ -111,9 +111,9 @@ async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
     ]
     log: LogService | None = getattr(request.app.ctx, "log", None)
     if log is not None:
-        found = await log.proof(receipt_id)
-        log_member = {"origin": log.origin, "log_vkey": log.verifier.encode(), "proof": found[1] if found else None}
-        parts += [("log", orjson.dumps(log_member)), ("timestamps", b"[]")]
+        proof, stamps = await log.bundle_log(receipt_id)
+        log_member = {"origin": log.origin, "log_vkey": log.verifier.encode(), "proof": proof}
+        parts += [("log", orjson.dumps(log_member)), ("timestamps", stamps)]
     body = _splice(parts)
     headers = {**PUBLIC_READ_HEADERS, **ratelimit_headers([usage])}
     return HTTPResponse(body, status=200, headers=headers, content_type=JSON)

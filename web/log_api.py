@@ -67,6 +67,28 @@ class LogService:
             return None
         return index, note.TlogProof(index, tuple(path), text).encode()
 
+    async def bundle_log(self, receipt_id: str) -> tuple[str | None, bytes]:
+        """(tlog-proof text or None while pending, the JSON list of its checkpoint's
+        time-stamps) for a bundle. The proof is against the first time-stamped checkpoint
+        that covers the receipt, so the time-stamps bound the receipt's time as tightly as
+        the log can; without one (none yet, or no TSA), against the latest checkpoint."""
+        index = await self.store.log_index(receipt_id)
+        if index is None:
+            return None, b"[]"
+        stamped = await self.store.log_stamp_covering(self.origin, index)
+        if stamped is not None:
+            size, raw = stamped
+            record = orjson.loads(raw)
+            try:
+                path = await self.reader.compute(size, lambda view: view.inclusion_proof(index))
+            except LogDataMissing:
+                path = None
+            if path is not None:
+                proof = note.TlogProof(index, tuple(path), record["checkpoint"]).encode()
+                return proof, orjson.dumps(record["timestamps"])
+        found = await self.proof(receipt_id)
+        return (found[1] if found else None), b"[]"
+
     async def wait_for_proof(self, receipt_id: str, seconds: float) -> tuple[int, str] | None:
         deadline = time.monotonic() + seconds
         while True:
@@ -203,12 +225,20 @@ async def log_proof(request: Request, receipt_id: str) -> HTTPResponse:
 
 @bp.get("/v1/log/checkpoints/<size:str>/timestamps")
 async def timestamps(request: Request, size: str) -> HTTPResponse:
+    """Every kept RFC 3161 time-stamp of the checkpoint of that size (and the checkpoint as
+    published); the latest checkpoint answers with an empty list until it is stamped."""
     headers = await _counted(request)
     service = log_of(request)
-    published = await service.published()
-    if published is None or not size.isdigit() or len(size) > 20 or int(size) != published[0].size:
+    if not size.isdigit() or len(size) > 20 or (len(size) > 1 and size.startswith("0")):
         raise NotFound("no time-stamps for a checkpoint of that size")
-    body = {"tree_size": published[0].size, "checkpoint": published[1], "timestamps": []}
-    return HTTPResponse(
-        orjson.dumps(body), headers={**headers, "Cache-Control": CHECKPOINT_CACHE}, content_type="application/json"
-    )
+    record = await service.store.log_stamp(service.origin, int(size))
+    if record is not None:
+        body = orjson.dumps({"tree_size": int(size), **orjson.loads(record)})
+        cache = "public, max-age=3600"
+    else:
+        published = await service.published()
+        if published is None or int(size) != published[0].size:
+            raise NotFound("no time-stamps for a checkpoint of that size (none kept, or past retention)")
+        body = orjson.dumps({"tree_size": published[0].size, "checkpoint": published[1], "timestamps": []})
+        cache = CHECKPOINT_CACHE
+    return HTTPResponse(body, headers={**headers, "Cache-Control": cache}, content_type="application/json")

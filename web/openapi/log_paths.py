@@ -75,7 +75,8 @@ LOG_PATHS: dict[str, Any] = {
     "/v1/log/checkpoints/{size}/timestamps": _get(
         "getCheckpointTimestamps",
         "RFC 3161 time-stamps of a checkpoint",
-        "Every time-stamp obtained for the checkpoint of that size (imprint: SHA-256 of the checkpoint's text).",
+        "Every RFC 3161 time-stamp kept for the checkpoint of that size (imprint: SHA-256 of the checkpoint's "
+        "text); the latest checkpoint answers with an empty list until it is stamped, any other size 404.",
         ok_json("The time-stamps.", "CheckpointTimestamps", LOG_HEADERS),
         parameters=[{"name": "size", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}],
         responses={"404": E404},

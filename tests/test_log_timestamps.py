@@ -1,0 +1,331 @@
+"""RFC 3161 time evidence for the log: a real TSA run locally (``openssl ts -reply``, CA and
+TSA certificate made here) stamps checkpoints; only answers that pass the checks are kept;
+the route and bundles serve them; ``openssl ts -verify`` (an implementation nobody here
+wrote) accepts what we keep; ``verify --tsa-roots`` reports when the receipt existed."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from jobs.log_timestamps import Stamper, TsaConfig
+from kv import keys
+from kv.accounts import create_project_key
+from kv.store import Store
+from receipts import note, timestamps, tlog
+from runtime import metrics
+from tests.conftest import REPO, free_port
+from tests.local_tsa import LocalTsa, openssl_binary
+from tests.test_log import ORIGIN, integrator, issue, log_app
+
+CHECKPOINT_TEXT = f"{ORIGIN}\n5\n{base64.b64encode(bytes(range(32))).decode()}\n"
+
+
+@pytest.fixture(scope="module")
+def signer() -> note.Signer:
+    return note.Signer.generate(ORIGIN)
+
+
+@pytest.fixture(scope="module")
+def tsa(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTsa]:
+    local = LocalTsa(tmp_path_factory.mktemp("tsa")).start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture(scope="module")
+def other_tsa(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTsa]:
+    local = LocalTsa(tmp_path_factory.mktemp("other-tsa"), name="Other TSA").start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture(autouse=True)
+def well_behaved(tsa: LocalTsa, other_tsa: LocalTsa) -> Iterator[None]:
+    yield
+    tsa.mode = other_tsa.mode = "ok"
+
+
+def ask(tsa: LocalTsa, text: str = CHECKPOINT_TEXT) -> tuple[timestamps.StampRequest, bytes]:
+    import httpx
+
+    request = timestamps.new_request(text)
+    response = httpx.post(tsa.url, content=request.der, headers={"Content-Type": timestamps.QUERY_TYPE})
+    return request, response.content
+
+
+def roots_of(tsa: LocalTsa) -> list[Any]:
+    return timestamps.load_roots(tsa.roots_pem.read_bytes())
+
+
+# -- the checks (receipts/timestamps.py) against a real TSA
+
+
+def test_a_good_answer_is_kept_and_verifies_against_its_root(tsa: LocalTsa) -> None:
+    request, der = ask(tsa)
+    before = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=2)
+    kept = timestamps.check_response(der, request)
+    assert kept == timestamps.check_response(der, request, roots_of(tsa))
+    assert kept.tsa_name == "CN=Local Test TSA" and kept.accuracy_s == 1.0
+    assert before <= kept.gen_time <= datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=2)
+    assert kept.existed_by == kept.gen_time + datetime.timedelta(seconds=1)
+    assert timestamps.verify_token(der, CHECKPOINT_TEXT, roots_of(tsa)) == kept
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("rejection", "did not grant"),
+        ("garbage", "not a DER TimeStampResp"),
+        ("other_imprint", "over another text"),
+        ("other_nonce", "nonce is not the request's"),
+        ("no_eku", "no extended key usage"),
+    ],
+)
+def test_a_bad_answer_is_refused_before_it_is_kept(tsa: LocalTsa, mode: str, reason: str) -> None:
+    tsa.mode = mode
+    request, der = ask(tsa)
+    for roots in (None, roots_of(tsa)):
+        with pytest.raises(timestamps.StampError, match=reason):
+            timestamps.check_response(der, request, roots)
+
+
+def test_a_token_verifies_only_under_its_root_and_over_its_checkpoint(tsa: LocalTsa, other_tsa: LocalTsa) -> None:
+    request, der = ask(tsa)
+    with pytest.raises(timestamps.StampError, match="does not verify against the roots"):
+        timestamps.verify_token(der, CHECKPOINT_TEXT, roots_of(other_tsa))
+    # With the TSA's root among others it verifies.
+    assert timestamps.verify_token(der, CHECKPOINT_TEXT, roots_of(other_tsa) + roots_of(tsa))
+    with pytest.raises(timestamps.StampError, match="over another text"):
+        timestamps.verify_token(der, CHECKPOINT_TEXT.replace("\n5\n", "\n6\n"), roots_of(tsa))
+    # A flipped byte in the signed part breaks the signature.
+    tampered = bytearray(der)
+    tampered[-10] ^= 1
+    with pytest.raises(timestamps.StampError):
+        timestamps.verify_token(bytes(tampered), CHECKPOINT_TEXT, roots_of(tsa))
+    # The nonce is the requester's business: a verifier does not need it, the log checks it.
+    assert timestamps.check_response(der, request, roots_of(tsa)).serial > 0
+
+
+def test_openssl_accepts_what_we_keep_over_the_checkpoint_text(tsa: LocalTsa, tmp_path: Path) -> None:
+    """The imprint is SHA-256 of the checkpoint's text, as the contract says: OpenSSL's own
+    verifier, given only that text, the response and the root, agrees."""
+    request, der = ask(tsa)
+    timestamps.check_response(der, request, roots_of(tsa))
+    (tmp_path / "checkpoint.txt").write_text(CHECKPOINT_TEXT)
+    (tmp_path / "reply.tsr").write_bytes(der)
+    command = [openssl_binary(), "ts", "-verify", "-data", str(tmp_path / "checkpoint.txt")]
+    command += ["-in", str(tmp_path / "reply.tsr"), "-CAfile", str(tsa.roots_pem)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "Verification: OK" in done.stdout, done.stdout + done.stderr
+    (tmp_path / "checkpoint.txt").write_text(CHECKPOINT_TEXT + "— a signature line is not part of the text\n")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+
+
+# -- the stamper, the store and the routes
+
+
+def tsa_config(*urls: str, interval_s: float = 60, roots: tuple[Any, ...] = ()) -> TsaConfig:
+    return TsaConfig(tuple(urls), interval_s, roots, keep_s=3600)
+
+
+async def grow(app: Any, store: Store, signer: note.Signer, key: dict[str, Any], labels: list[str]) -> Any:
+    receipts = await issue(app, key, labels)
+    await integrator(store, signer).step(force=True)
+    return receipts
+
+
+def failures(url: str, kind: str) -> float:
+    return metrics.LOG_TSA_FAILURES.labels(url, kind)._value.get()
+
+
+async def test_the_newest_checkpoint_is_stamped_and_served(
+    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
+) -> None:
+    app = log_app(store, keyring, signer)
+    client = app.asgi_client
+    key = await create_project_key(store, project_name="stamped", plan="pro")
+    await grow(app, store, signer, key, [f"s{n}" for n in range(7)])
+    both_roots = tuple(roots_of(tsa) + roots_of(other_tsa))
+    stamper = Stamper(store, ORIGIN, tsa_config(tsa.url, other_tsa.url, roots=both_roots))
+    asked = len(tsa.requests)
+    assert await stamper.step() == 7
+    assert len(tsa.requests) == asked + 1
+    _, response = await client.get("/v1/log/checkpoints/7/timestamps")
+    assert response.status == 200, response.text
+    body = response.json
+    assert body["tree_size"] == 7
+    checkpoint_text = note.parse_note(body["checkpoint"]).text
+    assert note.parse_checkpoint(checkpoint_text).size == 7
+    assert [t["tsa"] for t in body["timestamps"]] == [tsa.url, other_tsa.url]
+    for item, local in zip(body["timestamps"], (tsa, other_tsa), strict=True):
+        timestamps.verify_token(base64.b64decode(item["response_base64"]), checkpoint_text, roots_of(local))
+    # Nothing new: no request. New entries within the interval: still none (one per interval).
+    assert await stamper.step() is None
+    await grow(app, store, signer, key, ["s7"])
+    assert await stamper.step() is None
+    assert len(tsa.requests) == asked + 1
+    ttl = await store.client.pttl(keys.log_stamping_key(ORIGIN))
+    assert 0 < ttl <= 60_000
+    # The interval over (its claim expired): the newest checkpoint is stamped.
+    await store.client.delete(keys.log_stamping_key(ORIGIN))
+    assert await stamper.step() == 8
+    # The latest checkpoint before it is stamped, and sizes never stamped.
+    await grow(app, store, signer, key, ["s8"])
+    _, latest = await client.get("/v1/log/checkpoints/9/timestamps")
+    assert latest.status == 200 and latest.json["timestamps"] == [] and latest.json["tree_size"] == 9
+    for size in ("6", "10", "07", "x", "9" * 30):
+        _, missing = await client.get(f"/v1/log/checkpoints/{size}/timestamps")
+        assert missing.status == 404, size
+        assert missing.json["error"]["code"] == "not_found"
+
+
+async def test_workers_stamp_once_per_interval_between_them(
+    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa
+) -> None:
+    app = log_app(store, keyring, signer)
+    key = await create_project_key(store, project_name="racing", plan="pro")
+    await grow(app, store, signer, key, ["r0", "r1"])
+    asked = len(tsa.requests)
+    stampers = [Stamper(store, ORIGIN, tsa_config(tsa.url)) for _ in range(4)]
+    results = await asyncio.gather(*(s.step() for s in stampers))
+    assert sorted(results, key=lambda r: r or 0) == [None, None, None, 2]
+    assert len(tsa.requests) == asked + 1
+
+
+async def test_an_answer_that_fails_a_check_is_not_kept(
+    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
+) -> None:
+    app = log_app(store, keyring, signer)
+    client = app.asgi_client
+    key = await create_project_key(store, project_name="refused", plan="pro")
+    await grow(app, store, signer, key, ["f0"])
+    down = f"http://127.0.0.1:{free_port()}/"
+    other_tsa.mode = "other_nonce"
+    refused, unreachable = failures(other_tsa.url, "refused"), failures(down, "unreachable")
+    stamper = Stamper(store, ORIGIN, tsa_config(tsa.url, other_tsa.url, down))
+    assert await stamper.step() == 1
+    _, response = await client.get("/v1/log/checkpoints/1/timestamps")
+    assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
+    assert failures(other_tsa.url, "refused") == refused + 1
+    assert failures(down, "unreachable") == unreachable + 1
+    # No TSA answers well: nothing is kept, and the latest checkpoint has no time-stamps.
+    await grow(app, store, signer, key, ["f1"])
+    await store.client.delete(keys.log_stamping_key(ORIGIN))
+    tsa.mode, other_tsa.mode = "error_500", "no_eku"
+    assert await stamper.step() is None
+    assert await store.log_stamp(ORIGIN, 2) is None
+    assert failures(tsa.url, "http_500") >= 1 and failures(other_tsa.url, "refused") == refused + 2
+    # Roots configured: a good answer from a TSA under another root is not kept.
+    tsa.mode = other_tsa.mode = "ok"
+    await store.client.delete(keys.log_stamping_key(ORIGIN))
+    pinned = Stamper(store, ORIGIN, tsa_config(tsa.url, other_tsa.url, roots=tuple(roots_of(tsa))))
+    assert await pinned.step() == 2
+    _, response = await client.get("/v1/log/checkpoints/2/timestamps")
+    assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
+
+
+async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
+    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa
+) -> None:
+    app = log_app(store, keyring, signer)
+    client = app.asgi_client
+    key = await create_project_key(store, project_name="bundled", plan="pro")
+    early = await grow(app, store, signer, key, [f"b{n}" for n in range(3)])
+    stamper = Stamper(store, ORIGIN, tsa_config(tsa.url))
+    assert await stamper.step() == 3
+    late = await grow(app, store, signer, key, [f"c{n}" for n in range(300)])  # past a full tile
+
+    async def bundle(receipt: dict[str, Any]) -> dict[str, Any]:
+        _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}/bundle")
+        assert response.status == 200
+        return dict(response.json)
+
+    stamped = await bundle(early[1])
+    proof = note.parse_tlog_proof(stamped["log"]["proof"])
+    checkpoint, _ = note.open_checkpoint(proof.checkpoint, signer.verifier)
+    assert checkpoint.size == 3, "the proof is against the stamped checkpoint, not the latest (303)"
+    tlog.verify_inclusion(
+        tlog.leaf_hash(tlog.entry_bytes(early[1])), proof.index, 3, proof.path, checkpoint.root
+    )  # fmt: skip
+    assert len(stamped["timestamps"]) == 1
+    timestamps.verify_token(
+        base64.b64decode(stamped["timestamps"][0]["response_base64"]),
+        note.parse_note(proof.checkpoint).text,
+        roots_of(tsa),
+    )
+    newer = await bundle(late[-1])
+    assert (
+        note.parse_checkpoint(note.parse_note(note.parse_tlog_proof(newer["log"]["proof"]).checkpoint).text).size == 303
+    )
+    assert newer["timestamps"] == []
+    # Once the stamp's record expires, the bundle falls back to the latest checkpoint and
+    # the expired size leaves the set.
+    await store.client.delete(keys.log_stamp_key(ORIGIN, 3))
+    fallback = await bundle(early[1])
+    assert fallback["timestamps"] == [] and fallback["log"]["proof"] is not None
+    assert await store.client.zcard(keys.log_stamps_key(ORIGIN)) == 0
+
+
+# -- verify --tsa-roots
+
+
+def verify_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "service.py", "verify", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+async def test_verify_reports_when_the_receipt_existed(
+    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa, tmp_path: Path
+) -> None:
+    app = log_app(store, keyring, signer)
+    client = app.asgi_client
+    key = await create_project_key(store, project_name="timed", plan="pro")
+    receipts = await grow(app, store, signer, key, ["t0", "t1"])
+    assert await Stamper(store, ORIGIN, tsa_config(tsa.url)).step() == 2
+    _, response = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/bundle")
+    bundle = response.json
+    _, keys_response = await client.get("/v1/public-key")
+    (tmp_path / "keys.json").write_text(keys_response.text)
+    bundle_file = tmp_path / "bundle.json"
+    bundle_file.write_bytes(orjson.dumps(bundle))
+    common = [str(bundle_file), "--keys", str(tmp_path / "keys.json"), "--log-key", signer.verifier.encode()]
+    done = verify_cli(*common, "--tsa-roots", str(tsa.roots_pem))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "time: the receipt existed by 20" in done.stdout and "CN=Local Test TSA" in done.stdout
+    report = orjson.loads(verify_cli(*common, "--tsa-roots", str(tsa.roots_pem), "--json").stdout)
+    existed_by = datetime.datetime.fromisoformat(report["log"]["time"]["existed_by"].replace("Z", "+00:00"))
+    issued = datetime.datetime.fromisoformat(receipts[0]["created_at"].replace("Z", "+00:00"))
+    assert issued <= existed_by <= datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=2)
+    # Roots of another TSA: no time-stamp is trusted, the check fails.
+    done = verify_cli(*common, "--tsa-roots", str(other_tsa.roots_pem), "--json")
+    report = orjson.loads(done.stdout)
+    assert done.returncode == 1 and report["checks"]["log_time"] is False
+    assert "does not verify against the roots" in report["log"]["time"]["stamps"][0]["reason"]
+    # A time-stamp moved onto another checkpoint does not count.
+    moved = dict(bundle, timestamps=[dict(bundle["timestamps"][0], response_base64="AAAA")])
+    bundle_file.write_bytes(orjson.dumps(moved))
+    done = verify_cli(*common, "--tsa-roots", str(tsa.roots_pem), "--json")
+    assert done.returncode == 1 and orjson.loads(done.stdout)["checks"]["log_time"] is False
+    # No time-stamps yet: asked for time evidence, the verdict says it is missing.
+    bundle_file.write_bytes(orjson.dumps(dict(bundle, timestamps=[])))
+    done = verify_cli(*common, "--tsa-roots", str(tsa.roots_pem))
+    assert done.returncode == 1 and "no time-stamps yet" in done.stdout
+    # --tsa-roots needs the log key pinned, and a readable PEM file.
+    done = verify_cli(str(bundle_file), "--keys", str(tmp_path / "keys.json"), "--tsa-roots", str(tsa.roots_pem))
+    assert done.returncode == 2 and "need --log-key or --log-policy" in done.stdout
+    (tmp_path / "not.pem").write_text("no certificate here\n")
+    done = verify_cli(*common, "--tsa-roots", str(tmp_path / "not.pem"))
+    assert done.returncode == 2 and "--tsa-roots" in done.stdout
