@@ -8,11 +8,14 @@ import base64
 import hashlib
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from receipts import cosignature, note, tlog
@@ -163,6 +166,47 @@ def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_two_witness_processes_on_one_state_file_cosign_one_of_racing_checkpoints(
+    tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
+) -> None:
+    """The state file's ``flock`` serializes processes too: two ``witness serve`` processes
+    sharing one state file, sent checkpoints of different sizes from the same old size at the
+    same moment, cosign exactly one; every other request is told the size that won."""
+    key_file = tmp_path / "witness.key"
+    key_file.write_text(cosigner.encode() + "\n")
+    state = tmp_path / "state.json"
+    started = [start_witness(key_file, state, {ORIGIN: log_key.verifier}) for _ in range(2)]
+    try:
+        tree = grown(300)
+        assert httpx.post(started[0][1] + "/add-checkpoint", content=body(0, [], checkpoint(log_key, grown(5))))
+        old = 5
+        for _ in range(6):  # rounds: one race can miss a missing lock, six rarely do
+            bodies = []
+            for size in range(old + 1, old + 41):
+                view = tlog.TileHashes(size, tree.read)
+                signed = note.sign_note(note.Checkpoint(ORIGIN, size, view.root()).text(), log_key)
+                bodies.append(body(old, view.consistency_proof(old), signed))
+            gate = threading.Barrier(len(bodies))
+
+            def send(n: int, bodies: list[bytes] = bodies, gate: threading.Barrier = gate) -> httpx.Response:
+                gate.wait(10)
+                return httpx.post(started[n % 2][1] + "/add-checkpoint", content=bodies[n], timeout=20)
+
+            with ThreadPoolExecutor(len(bodies)) as pool:
+                answers = list(pool.map(send, range(len(bodies))))
+            winners = [n for n, a in enumerate(answers) if a.status_code == 200]
+            assert len(winners) == 1, sorted(a.status_code for a in answers)
+            won = old + 1 + winners[0]
+            assert {a.text for a in answers if a.status_code == 409} == {f"{won}\n"}
+            assert all(a.status_code in (200, 409) for a in answers)
+            assert orjson.loads(state.read_bytes())[ORIGIN]["size"] == won
+            old = won
+    finally:
+        for process, _ in started:
+            process.terminate()
+            process.wait(10)
 
 
 def start_witness(key_file: Path, state: Path, logs: dict[str, note.Verifier]) -> tuple[subprocess.Popen[bytes], str]:
