@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,9 @@ import pytest
 from sanic.config import DEFAULT_CONFIG
 
 from cli.main import _parser
+from receipts import cosignature, note
 from runtime.settings import load_settings
-from tests.conftest import REPO, hash_of
+from tests.conftest import REPO, free_port, hash_of
 from tests.servers import ServicePool, run_cli, service_pool_fixture
 
 FLY = tomllib.loads((REPO / "fly.toml").read_text())
@@ -266,3 +268,56 @@ def test_the_image_file_layout_serves_issues_and_works_jobs(
         assert script.content == (app_dir / "static/verify.js").read_bytes()
     burst = run_cli("worker", "--burst", env={"REDIS_URL": redis_url}, app_dir=app_dir)
     assert burst.returncode == 0, burst.stderr
+
+
+# --- fly.witness.toml ------------------------------------------------------------------------
+
+WITNESS_FLY = tomllib.loads((REPO / "fly.witness.toml").read_text())
+PLACEHOLDER = "REPLACE_WITH_THE_LOG_VKEY"
+
+
+def test_the_witness_app_runs_witness_serve_on_its_port_volume_and_key_file() -> None:
+    (name,) = WITNESS_FLY["processes"]
+    words = command_words(WITNESS_FLY["processes"][name])
+    assert_runs_service_py(words, "witness")
+    args = _parser().parse_args(words[2:])
+    assert (args.verb, args.action) == ("witness", "serve")
+    assert WITNESS_FLY["http_service"]["internal_port"] == args.port and args.host == "0.0.0.0"
+    (key_file,) = WITNESS_FLY["files"]
+    assert key_file["guest_path"] == args.key_file and key_file["secret_name"]
+    assert Path(args.state).parent == Path(WITNESS_FLY["mounts"]["destination"]), "the state lives on the volume"
+    assert WITNESS_FLY["app"] != FLY["app"], "a witness is not a process group of the log's own app"
+    assert [PLACEHOLDER in log for log in args.log] == [True]
+
+
+def test_the_witness_command_refuses_the_placeholder_and_serves_once_the_log_key_is_set(tmp_path: Path) -> None:
+    words = command_words(WITNESS_FLY["processes"]["witness"])
+    (key_path,) = (f["guest_path"] for f in WITNESS_FLY["files"])
+    cosigner = cosignature.Cosigner.generate("witness.example.org")
+    (tmp_path / "witness.key").write_text(cosigner.encode() + "\n")
+    port = str(free_port())
+    args = _parser().parse_args(words[2:])
+    local = [
+        {key_path: str(tmp_path / "witness.key"), args.state: str(tmp_path / "state.json")}.get(word, word)
+        for word in words[1:]
+    ]
+    local[local.index("--port") + 1], local[local.index("--host") + 1] = port, "127.0.0.1"
+    done = run_cli(*local[1:])
+    assert done.returncode == 2 and "--log example.com/log" in done.stderr, done.stderr
+    log_key = note.Signer.generate("example.com/log")
+    local[local.index("--log") + 1] = f"example.com/log={log_key.verifier.encode()}"
+    process = subprocess.Popen([sys.executable, *local], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        checkpoint = note.sign_note(note.Checkpoint("example.com/log", 0, bytes(32)).text(), log_key)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                answer = httpx.post(f"http://127.0.0.1:{port}/add-checkpoint", content=f"old 0\n\n{checkpoint}")
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline and process.poll() is None, "the witness did not start"
+                time.sleep(0.05)
+        assert answer.status_code == 200 and answer.text.startswith("\u2014 witness.example.org ")
+    finally:
+        process.terminate()
+        process.wait(10)
