@@ -1,10 +1,15 @@
 """The verification page's witness checks, in a real Chromium.
 
-The page's own module (static/verify-log.js) against the Python it mirrors: cosignatures
+First, the page's own module (static/verify-log.js) against the Python it mirrors: cosignatures
 made by receipts/cosignature.py (valid, forged, future-dated, by unknown keys, repeated,
 beyond 2^63 - 1), checkpoints with a good, forged or missing log signature, and policies with
 k-of-n and nested groups, each pair run through ``policy.check_quorum`` and the page's
 ``checkQuorum``; malformed policies must fail with the same message in both.
+
+Then the whole page: a real ``service.py serve`` (embedded store, its own integrator) whose
+``LOG_WITNESS_POLICY`` names two real ``service.py witness serve`` processes with a quorum of
+2. The page shows both cosignatures and "quorum met"; a pasted policy whose quorum needs a
+third witness shows "NOT met"; a bundle with a forged cosignature shows which one fails.
 """
 
 from __future__ import annotations
@@ -12,17 +17,23 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import re
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 
-from receipts import note, policy
+from receipts import cosignature, note, policy
 from receipts.cosignature import Cosigner
-from tests.conftest import REPO
+from tests.conftest import REPO, hash_of
+from tests.servers import ServicePool
 from tests.test_verify_page import Page, browser  # noqa: F401  (the module fixture)
+from tests.test_witness import start_witness
 
 pytestmark = pytest.mark.slow
 
@@ -293,3 +304,184 @@ def test_the_expected_answers_on_the_two_of_three_policy(agreement: dict[str, An
     assert results["beyond_2_63"]["lines"][2][2] == str(2**63)
     assert statuses("short_blob") == ["log", "valid", "invalid"]
     assert results["two"]["lines"][1][:2] == ["witness.example/w1", "w1"]
+
+
+# ---------------------------------------------------------------- the page, end to end
+
+PAGE_ORIGIN = "page.example/log"
+
+
+@pytest.fixture(scope="module")
+def witnessed_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """An embedded-store service whose log sends each checkpoint to two witness processes."""
+    folder = tmp_path_factory.mktemp("page-witnesses")
+    signer = note.Signer.generate(PAGE_ORIGIN)
+    cosigners: dict[str, tuple[Cosigner, str]] = {}
+    processes = []
+    try:
+        for name in ("w1", "w2"):
+            cosigner = Cosigner.generate(f"witness.example/{name}")
+            key_file = folder / f"{name}.key"
+            key_file.write_text(cosigner.encode() + "\n")
+            process, base = start_witness(key_file, folder / f"{name}.state", {PAGE_ORIGIN: signer.verifier})
+            processes.append(process)
+            cosigners[name] = (cosigner, base)
+        lines = [f"log {signer.verifier.encode()}"]
+        lines += [f"witness {name} {c.key.encode()} {base}" for name, (c, base) in cosigners.items()]
+        text = "\n".join([*lines, "group both 2 w1 w2", "quorum both"]) + "\n"
+        (folder / "policy.txt").write_text(text)
+        third = Cosigner.generate("witness.example/w3")
+        needs_three = "\n".join([*lines, f"witness w3 {third.key.encode()}", "group all3 all w1 w2 w3", "quorum all3"])
+        env = {
+            "LOG_SIGNING_KEY": signer.encode(),
+            "LOG_ORIGIN": PAGE_ORIGIN,
+            "LOG_WITNESS_POLICY": str(folder / "policy.txt"),
+            # Local witnesses answer in milliseconds; the room is for a loaded machine.
+            "LOG_WITNESS_TIMEOUT_MS": "10000",
+        }
+        with ServicePool(folder) as pool:
+            service = pool.start(redis_url=None, signing_keys=None, env=env)
+            demo_key = re.search(r"eps_[A-Za-z0-9_-]{43}", service.stdout() + service.stderr())
+            assert demo_key is not None, "the embedded server prints a demo key"
+            yield {
+                "base": service.base_url,
+                "api_key": demo_key.group(0),
+                "policy": policy.parse_policy(text),
+                "needs_three": needs_three,
+            }
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(10)
+
+
+def create_logged(site: dict[str, Any], label: str) -> dict[str, Any]:
+    """A receipt whose proof's checkpoint carries both cosignatures (checked in Python first)."""
+    headers = {"Authorization": f"Bearer {site['api_key']}", "Prefer": "wait=10"}
+    created = httpx.post(
+        site["base"] + "/v1/receipts", headers=headers, json={"input_hash": hash_of(label)}, timeout=30
+    )
+    assert created.status_code == 201, created.text
+    body: dict[str, Any] = created.json()
+    assert "proof" in body["log"], f"no checkpoint covered the receipt within 10 s: {body['log']}"
+    return body
+
+
+def cosignature_times(site: dict[str, Any], receipt_id: str) -> dict[str, int]:
+    proof = httpx.get(f"{site['base']}/v1/receipts/{receipt_id}/log-proof", timeout=10)
+    assert proof.status_code == 200, proof.text
+    checked = policy.check_quorum(note.parse_tlog_proof(proof.text).checkpoint, site["policy"], 2**40)
+    assert checked.ok, checked.reason
+    assert set(checked.cosigned) == {"w1", "w2"}
+    return checked.cosigned
+
+
+def utc(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def cosignature_rows(tab: Page) -> dict[str, tuple[str, str]]:
+    rows = tab.page.locator("#verdict ul.cosignatures li[data-witness]")
+    return {
+        str(rows.nth(i).get_attribute("data-witness")): (
+            str(rows.nth(i).get_attribute("data-status")),
+            rows.nth(i).inner_text(),
+        )
+        for i in range(rows.count())
+    }
+
+
+def test_the_page_shows_both_cosignatures_and_the_quorum_met(browser: Any, witnessed_site: dict[str, Any]) -> None:  # noqa: F811
+    from playwright.sync_api import expect
+
+    body = create_logged(witnessed_site, "page-quorum")
+    receipt_id = body["receipt"]["receipt_id"]
+    times = cosignature_times(witnessed_site, receipt_id)
+    tab = Page(browser, witnessed_site["base"])
+    try:
+        tab.open(f"?receipt_id={receipt_id}")
+        expect(tab.page.locator("#policy-input")).to_be_visible()  # the service runs a log
+        verdict, text = tab.verdict()
+        assert verdict == "valid", text
+        assert tab.checks()["log"] is True and tab.checks()["log_quorum"] is True
+        rows = cosignature_rows(tab)
+        assert set(rows) == {"w1", "w2"}
+        for name, at in times.items():
+            status, row = rows[name]
+            assert status == "valid"
+            assert row == f"{name} (witness.example/{name}), cosigned {utc(at)}: verifies, counted."
+        assert (
+            "Witness quorum met: 2 counted cosignatures (w1, w2) meet the policy's quorum, group both: 2 of w1, w2."
+            in text
+        )
+        assert "Policy: the one this service publishes (GET /v1/log)" in text
+        assert "As python service.py verify --log-policy says it: the quorum is met (cosigned by w1, w2)." in text
+        assert "independent witnesses saw this checkpoint consistent with every one they saw before" in text
+        assert "What it does not prove" in text
+        assert ("GET", "/v1/log") in tab.api_requests()
+
+        # The same receipt against a pasted policy that needs a third witness.
+        tab.page.fill("#policy-input", witnessed_site["needs_three"])
+        tab.page.click("#verify-button")
+        verdict, text = tab.verdict()
+        assert verdict == "invalid", text
+        assert tab.checks()["log"] is True and tab.checks()["log_quorum"] is False
+        assert {name: status for name, (status, _) in cosignature_rows(tab).items()} == {"w1": "valid", "w2": "valid"}
+        assert (
+            "Witness quorum NOT met: 2 counted cosignatures (w1, w2) do not meet the policy's quorum, "
+            "group all3: 3 of w1, w2, w3." in text
+        )
+        assert "Policy: the one you pasted on this page (the policy this service publishes was not used)." in text
+        assert "the quorum 'all3' is NOT met (valid cosignatures: w1, w2)" in text
+
+        # A pasted policy that does not parse is an error before anything is checked.
+        tab.page.fill("#policy-input", "quorum nobody\n")
+        tab.page.click("#verify-button")
+        verdict, text = tab.verdict()
+        assert verdict == "error", text
+        assert (
+            "The pasted witness policy is not a C2SP tlog-policy: line 1: the quorum names nothing defined above."
+            in text
+        )
+    finally:
+        tab.close()
+
+
+def test_a_bundle_with_a_forged_cosignature_and_its_time_stamps(browser: Any, witnessed_site: dict[str, Any]) -> None:  # noqa: F811
+    body = create_logged(witnessed_site, "page-bundle")
+    receipt_id = body["receipt"]["receipt_id"]
+    bundle = httpx.get(f"{witnessed_site['base']}/v1/receipts/{receipt_id}/bundle", timeout=10).json()
+    assert policy.check_quorum(
+        note.parse_tlog_proof(bundle["log"]["proof"]).checkpoint, witnessed_site["policy"], 2**40
+    ).ok
+    # The page counts time-stamps and reads none of them: any two entries will do.
+    bundle["timestamps"] = [{"tsa": "https://tsa.example/", "response_base64": "MAA="}] * 2
+    tab = Page(browser, witnessed_site["base"])
+    try:
+        tab.open()
+        verdict, text = tab.paste_and_verify(orjson.dumps(bundle).decode())
+        assert verdict == "valid", text
+        assert tab.checks()["log_quorum"] is True
+        assert "2 RFC 3161 time-stamps: check them with python service.py verify --tsa-roots PEM." in text
+
+        proof = bundle["log"]["proof"]
+        w2_line = next(line for line in proof.split("\n") if line.startswith("\u2014 witness.example/w2 "))
+        forged = dict(bundle, log=dict(bundle["log"], proof=proof.replace(w2_line + "\n", forge(w2_line))))
+        verdict, text = tab.paste_and_verify(orjson.dumps(forged).decode())
+        assert verdict == "invalid", text
+        assert tab.checks()["log"] is True, "the log's own signature is untouched"
+        assert tab.checks()["log_quorum"] is False
+        rows = cosignature_rows(tab)
+        assert rows["w1"][0] == "valid" and rows["w2"][0] == "invalid"
+        assert "does NOT verify (forged, damaged or made for another checkpoint): not counted." in rows["w2"][1]
+        assert "Witness quorum NOT met: 1 counted cosignature (w1) does not meet the policy's quorum" in text
+    finally:
+        tab.close()
+
+
+def test_the_published_witnesses_are_the_policys(witnessed_site: dict[str, Any]) -> None:
+    """What the page reads from GET /v1/log: the policy text and its witnesses."""
+    info = httpx.get(witnessed_site["base"] + "/v1/log", timeout=10).json()
+    assert policy.parse_policy(info["policy"]).witnesses.keys() == {"w1", "w2"}
+    assert [w["name"] for w in info["witnesses"]] == ["w1", "w2"]
+    assert all(cosignature.CosignerKey.parse(w["vkey"]) for w in info["witnesses"])
