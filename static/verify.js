@@ -5,6 +5,8 @@
 // replaces the second), and when the service runs a transparency log (<body data-log="on">)
 // GET /v1/log and, unless a bundle carries it, GET /v1/receipts/{id}/log-proof. A bundle's keys are pinned: they must be the service's published keys
 // (or the saved key set's), and a bundle checked only against its own keys is never "valid".
+// The checkpoint's witness cosignatures are checked against the witness policy pasted on the
+// page, else the one GET /v1/log publishes, as `service.py verify --log-policy` checks them.
 
 import * as core from './verify-core.js';
 import * as tlog from './verify-log.js';
@@ -28,6 +30,11 @@ const progressLabel = document.getElementById('progress-label');
 const progress = document.getElementById('hash-progress');
 const verdict = document.getElementById('verdict');
 const supportBox = document.getElementById('support');
+const policyField = document.getElementById('policy-field');
+const policyInput = document.getElementById('policy-input');
+
+// The witness policy field matters only when the service runs a log.
+if (document.body.dataset.log === 'on') policyField.hidden = false;
 
 class PageError extends Error {}
 
@@ -181,19 +188,147 @@ const LOG_MEANING =
   'someone a history without it, without signing two inconsistent checkpoints. It does not prove when the ' +
   'receipt was made, nor that everyone is shown the same log.';
 
-/** The transparency-log line: a check, an information note (pending, no log), or null. */
+const QUORUM_MEANING =
+  'What it proves: each counted cosignature is a witness saying that, at its time, this checkpoint was consistent ' +
+  'with every checkpoint of this log it had seen before; with the quorum met, independent witnesses saw this ' +
+  'checkpoint consistent with every one they saw before, so a log showing others a different history would have ' +
+  'had to fool them too. What it does not prove: that the witnesses are in fact independent of the service or of ' +
+  'each other (that rests on the policy, and the published one comes from this service: paste one you got ' +
+  "elsewhere), when the receipt was made (a cosignature time is the witness's clock, and only says the checkpoint " +
+  'existed then), or anything about the data behind the hashes.';
+
+const COSIGNATURE_STATUS = {
+  valid: 'verifies, counted',
+  future: "verifies, but is dated after this browser's clock: not counted",
+  superseded: 'verifies, but a later cosignature by the same key is the one counted',
+  invalid: 'does NOT verify (forged, damaged or made for another checkpoint): not counted',
+};
+
+/** POSIX seconds (a BigInt) as "YYYY-MM-DD HH:MM:SS UTC", or the number when no date has it. */
+function utc(seconds) {
+  const ms = Number(seconds) * 1000;
+  if (!(Math.abs(ms) <= 8.64e15)) return `time ${seconds}`;
+  return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d{3}Z$/, ' UTC');
+}
+
+/** The pasted witness policy, null when the field is empty; a PageError when it is malformed. */
+async function pastedPolicy() {
+  if (document.body.dataset.log !== 'on' || policyInput.value.trim() === '') return null;
+  try {
+    return await tlog.parsePolicy(policyInput.value);
+  } catch (err) {
+    if (err instanceof tlog.PolicyError) throw new PageError(`The pasted witness policy is not a C2SP tlog-policy: ${err.message}.`);
+    throw err;
+  }
+}
+
+/** The witness-quorum line: a check of the checkpoint's cosignatures, or a note when no policy applies. */
+async function quorumCheck(checkpointNote, published, pasted) {
+  const title = 'Witness quorum';
+  let policy = pasted;
+  const source = pasted
+    ? 'Policy: the one you pasted on this page (the policy this service publishes was not used).'
+    : 'Policy: the one this service publishes (GET /v1/log); paste another above to check against your own.';
+  if (!policy) {
+    if (typeof published !== 'string' || published.trim() === '') {
+      return {
+        id: 'log_quorum',
+        info: true,
+        ok: true,
+        title,
+        detail: 'This service publishes no witness policy and none was pasted: cosignatures were not checked.',
+      };
+    }
+    try {
+      policy = await tlog.parsePolicy(published);
+    } catch (err) {
+      return { id: 'log_quorum', ok: false, title, detail: `The policy this service publishes cannot be read: ${err.message}.` };
+    }
+  }
+  const now = Math.floor(Date.now() / 1000);
+  const result = await tlog.checkQuorum(checkpointNote, policy, now);
+  const rows = el('ul', { class: 'cosignatures' });
+  for (const line of result.lines) {
+    if (line.status === 'log') continue;
+    if (line.status === 'unknown') {
+      rows.append(el('li', { 'data-status': 'unknown' }, `${line.keyName}: a key the policy does not name, ignored.`));
+      continue;
+    }
+    const time = line.time === null ? 'at an unreadable time' : utc(line.time);
+    rows.append(
+      el(
+        'li',
+        { 'data-status': line.status, 'data-witness': line.witness },
+        el('strong', {}, line.witness),
+        ` (${line.keyName}), cosigned ${time}: ${COSIGNATURE_STATUS[line.status]}.`,
+      ),
+    );
+  }
+  if (rows.childElementCount === 0) rows.append(el('li', { 'data-status': 'none' }, 'The checkpoint carries no cosignatures.'));
+  const counted = [...result.cosigned.keys()];
+  const what = `${counted.length} counted cosignature${counted.length === 1 ? '' : 's'}${counted.length ? ` (${counted.join(', ')})` : ''}`;
+  const rule = tlog.describeQuorum(policy);
+  let verdictText;
+  const one = counted.length === 1;
+  if (!result.logSigned) verdictText = `Witness quorum NOT met: ${result.reason}.`;
+  else if (result.ok) verdictText = `Witness quorum met: ${what} ${one ? 'meets' : 'meet'} the policy's quorum, ${rule}.`;
+  else verdictText = `Witness quorum NOT met: ${what} ${one ? 'does' : 'do'} not meet the policy's quorum, ${rule}.`;
+  const detail = el(
+    'div',
+    { class: 'quorum' },
+    el('p', { class: 'quorum-verdict' }, verdictText),
+    el('p', {}, `${source} Cosignatures dated after ${utc(BigInt(now))} (this browser's clock) are not counted.`),
+    rows,
+    el('p', { class: 'help' }, `As python service.py verify --log-policy says it: ${result.reason}.`),
+    el('p', { class: 'help' }, QUORUM_MEANING),
+  );
+  return { id: 'log_quorum', ok: result.ok, title, detail };
+}
+
+/** The note on a bundle's RFC 3161 time-stamps, counted only (their DER is not read here). */
+function timestampsNote(bundle) {
+  if (!bundle || !Array.isArray(bundle.timestamps)) return null;
+  const n = bundle.timestamps.length;
+  const detail =
+    n === 0
+      ? ['The bundle carries no RFC 3161 time-stamp of this checkpoint.']
+      : [`${n} RFC 3161 time-stamp${n === 1 ? '' : 's'}: check them with `, el('code', {}, 'python service.py verify --tsa-roots PEM'), '.'];
+  return { id: 'log_timestamps', info: true, ok: true, title: 'Time-stamps', detail: el('span', {}, ...detail) };
+}
+
+/** The transparency-log lines: the inclusion check (or a note: pending, no log), then, with a
+ * proof, the witness quorum, and a bundle's time-stamps. */
+async function logChecks(receipt, bundle, pasted) {
+  const inclusion = await logCheck(receipt, bundle);
+  const out = [inclusion.check];
+  if (inclusion.proof !== null) {
+    let checkpointNote = null;
+    try {
+      checkpointNote = tlog.parseProof(inclusion.proof).note;
+    } catch {
+      // The inclusion line already says why the proof cannot be read.
+    }
+    if (checkpointNote !== null) out.push(await quorumCheck(checkpointNote, inclusion.info.policy, pasted));
+  }
+  const stamps = timestampsNote(bundle);
+  if (stamps) out.push(stamps);
+  return out;
+}
+
+/** The inclusion line, {check, proof, info}: a check, or an information note (pending, no log). */
 async function logCheck(receipt, bundle) {
   const title = 'Transparency log';
+  const none = (check) => ({ check, proof: null, info: null });
   let info;
   try {
     const response = await fetch('/v1/log', { headers: { Accept: 'application/json' } });
     if (response.status === 503) {
-      return { id: 'log', info: true, ok: true, title, detail: 'This service runs without a transparency log.' };
+      return none({ id: 'log', info: true, ok: true, title, detail: 'This service runs without a transparency log.' });
     }
     if (!response.ok) throw new Error(`GET /v1/log answered HTTP ${response.status}`);
     info = await response.json();
   } catch (err) {
-    return { id: 'log', info: true, ok: true, title, detail: `The log could not be read: ${err.message}` };
+    return none({ id: 'log', info: true, ok: true, title, detail: `The log could not be read: ${err.message}` });
   }
   let proof = null;
   if (bundle) {
@@ -202,28 +337,24 @@ async function logCheck(receipt, bundle) {
     const response = await fetch(`/v1/receipts/${receipt.receipt_id}/log-proof`);
     if (response.ok) proof = await response.text();
     else if (response.status !== 409) {
-      return { id: 'log', info: true, ok: true, title, detail: `GET log-proof answered HTTP ${response.status}.` };
+      return none({ id: 'log', info: true, ok: true, title, detail: `GET log-proof answered HTTP ${response.status}.` });
     }
   }
   if (proof === null) {
-    return {
+    return none({
       id: 'log',
       info: true,
       ok: true,
       title,
       detail: 'Pending: no published checkpoint covers this receipt yet (the log adds it within seconds).',
-    };
+    });
   }
   try {
     const found = await tlog.checkInclusion(receipt, proof, info.log_vkey);
-    return {
-      id: 'log',
-      ok: true,
-      title,
-      detail: `In the log at index ${found.index}, checkpoint of size ${found.size} signed by ${found.origin}. ${LOG_MEANING}`,
-    };
+    const detail = `In the log at index ${found.index}, checkpoint of size ${found.size} signed by ${found.origin}. ${LOG_MEANING}`;
+    return { check: { id: 'log', ok: true, title, detail }, proof, info };
   } catch (err) {
-    return { id: 'log', ok: false, title, detail: `Not shown to be in the log: ${err.message}.` };
+    return { check: { id: 'log', ok: false, title, detail: `Not shown to be in the log: ${err.message}.` }, proof, info };
   }
 }
 
@@ -233,6 +364,7 @@ async function verify() {
   const parsed = core.parseUserInput(input.value);
   if (parsed.kind === 'invalid') throw new PageError(parsed.message);
   saltBytes(); // a malformed salt is reported before anything is fetched
+  const pasted = await pastedPolicy(); // and so is a malformed witness policy
 
   const saved = await savedKeys();
   const keysFrom = saved ? `the saved key set "${saved.name}" (no key request was made)` : null;
@@ -310,8 +442,9 @@ async function verify() {
   }
   checks.push(...result.checks);
   const notes = [];
-  const inLog = document.body.dataset.log === 'on' ? await logCheck(receipt, bundle) : null;
-  if (inLog) (inLog.info ? notes : checks).push(inLog);
+  if (document.body.dataset.log === 'on') {
+    for (const c of await logChecks(receipt, bundle, pasted)) (c.info ? notes : checks).push(c);
+  }
 
   if (bundle) {
     const chain = await core.verifyChain(receipt, bundle.chain === undefined ? [] : bundle.chain, keys);
