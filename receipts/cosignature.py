@@ -110,16 +110,17 @@ class Cosigner:
         return f"{SIGNATURE_PREFIX}{self.name} {base64.b64encode(blob).decode()}\n"
 
 
-def cosignatures(note: Note, keys: list[CosignerKey]) -> dict[str, int]:
-    """Witness name -> timestamp of each valid cosignature by one of ``keys`` (others ignored;
-    one whose signature fails is not counted)."""
+def cosignatures(note: Note, keys: list[CosignerKey]) -> dict[CosignerKey, int]:
+    """Key -> timestamp of each valid cosignature by one of ``keys`` (others ignored; one
+    whose signature fails is not counted). Keyed by the key, not its name: two witnesses may
+    use keys of the same name."""
     known = {(k.name, k.key_id): k for k in keys}
-    found: dict[str, int] = {}
+    found: dict[CosignerKey, int] = {}
     for signature in note.signatures:
         key = known.get((signature.name, signature.key_id))
         if key is None:
             continue
         timestamp = key.verify(note.text, signature.signature)
         if timestamp is not None:
-            found[key.name] = timestamp
+            found[key] = timestamp
     return found

@@ -59,9 +59,9 @@ def parse_policy(text: str) -> Policy:
         line = raw.strip(" \t")
         if not line or line.startswith("#"):
             continue
-        if any(ord(c) < 0x20 and c != "\t" for c in line):
+        if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in line):
             raise PolicyError(f"line {number}: control characters")
-        words = line.replace("\t", " ").split()
+        words = [word for word in line.replace("\t", " ").split(" ") if word]  # spaces and tabs only
         kind = words[0]
         try:
             if kind == "log" and len(words) in (2, 3):
@@ -90,7 +90,7 @@ def parse_policy(text: str) -> Policy:
                     threshold = len(members)
                 elif rule == "any":
                     threshold = 1
-                elif rule.isdigit() and 1 <= int(rule) <= len(members) and not rule.startswith("0"):
+                elif rule.isascii() and rule.isdigit() and 1 <= int(rule) <= len(members) and not rule.startswith("0"):
                     threshold = int(rule)
                 else:
                     raise PolicyError(f"line {number}: the threshold is all, any or 1..{len(members)}")
@@ -131,10 +131,10 @@ def check_quorum(note_text: str | bytes, policy: Policy, now: int) -> QuorumChec
         parsed, _ = note.verify_note(note_text, policy.log_keys())
     except note.NoteError as exc:
         return QuorumCheck(False, f"no log of the policy signed the checkpoint: {exc}", {})
-    by_key = {w.key.name: w for w in policy.witnesses.values()}
-    found = cosignature.cosignatures(parsed, [w.key for w in policy.witnesses.values()])
-    cosigned = {by_key[name].name: at for name, at in found.items() if at <= now}
-    future = sorted(by_key[name].name for name, at in found.items() if at > now)
+    by_key = {w.key: w for w in policy.witnesses.values()}
+    found = cosignature.cosignatures(parsed, list(by_key))
+    cosigned = {by_key[key].name: at for key, at in found.items() if at <= now}
+    future = sorted(by_key[key].name for key, at in found.items() if at > now)
     if policy.satisfied(set(cosigned)):
         names = ", ".join(sorted(cosigned)) or "none needed"
         return QuorumCheck(True, f"the quorum is met (cosigned by {names})", cosigned)

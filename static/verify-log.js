@@ -161,7 +161,8 @@ const MAX_POLICY_ITEMS = 64;
 // What Python's str.split() and the regular expression \s take for whitespace (not JS's \s).
 const PY_SPACE = '\t\n\u000b\u000c\r\u001c\u001d\u001e\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000';
 const NAME_RE = new RegExp(`^[^${PY_SPACE}+]+$`, 'u');
-const WORDS_RE = new RegExp(`[${PY_SPACE}]+`, 'u');
+// C2SP tlog-policy: words are separated by spaces and tabs only.
+const WORDS_RE = /[ \t]+/;
 
 export class NoteError extends Error {}
 export class PolicyError extends Error {}
@@ -277,7 +278,7 @@ export async function parsePolicy(text) {
     const number = i + 1;
     const line = rows[i].replace(/^[ \t]+|[ \t]+$/g, '');
     if (!line || line.startsWith('#')) continue;
-    if (/[\u0000-\u0008\u000a-\u001f]/.test(line)) throw new PolicyError(`line ${number}: control characters`);
+    if (/[\u0000-\u0008\u000a-\u001f\u007f]/.test(line)) throw new PolicyError(`line ${number}: control characters`);
     const words = line.split(WORDS_RE).filter((w) => w);
     const kind = words[0];
     try {
@@ -357,7 +358,9 @@ export function describeQuorum(policy) {
  */
 export async function checkCosignatures(parsed, policy) {
   const witnessKeys = [...policy.witnesses.values()].map((w) => w.key);
-  const byKey = new Map([...policy.witnesses.values()].map((w) => [w.key.name, w]));
+  // By the key itself (name and key id), never by its name alone: two witnesses may use
+  // keys of the same name, and one's cosignature must not count for the other.
+  const byKey = new Map([...policy.witnesses.values()].map((w) => [w.key, w]));
   const logKeys = policy.logs.map((l) => l.key);
   const lines = [];
   const found = new Map();
@@ -367,7 +370,7 @@ export async function checkCosignatures(parsed, policy) {
       lines.push({ keyName: signature.name, witness: null, time: null, status: findKey(logKeys, signature) ? 'log' : 'unknown' });
       continue;
     }
-    const witness = byKey.get(key.name).name;
+    const witness = byKey.get(key).name;
     const blob = signature.signature;
     if (blob.length !== 8 + 64) {
       lines.push({ keyName: key.name, witness, time: null, status: 'invalid' });
@@ -377,7 +380,7 @@ export async function checkCosignatures(parsed, policy) {
     const message = concat(ENC.encode(`cosignature/v1\ntime ${time}\n`), ENC.encode(parsed.text));
     const ok = time <= MAX_TIMESTAMP && (await ed25519Verify(key.key, blob.slice(8), message));
     lines.push({ keyName: key.name, witness, time, status: ok ? 'valid' : 'invalid' });
-    if (ok) found.set(key.name, time);
+    if (ok) found.set(witness, time);
   }
   return { lines, found };
 }
@@ -409,19 +412,18 @@ export async function checkQuorum(noteText, policy, now) {
     const reason = `no log of the policy signed the checkpoint: ${err.message}`;
     return { ok: false, reason, cosigned: new Map(), future: [], lines: [], logSigned: false };
   }
-  const byKey = new Map([...policy.witnesses.values()].map((w) => [w.key.name, w]));
   const { lines, found } = await checkCosignatures(parsed, policy);
   const cosigned = new Map();
   const future = [];
   for (const [name, at] of found) {
-    if (at <= limit) cosigned.set(byKey.get(name).name, at);
-    else future.push(byKey.get(name).name);
+    if (at <= limit) cosigned.set(name, at);
+    else future.push(name);
   }
   future.sort(byCodePoint);
   for (const line of lines) {
     if (line.status !== 'valid') continue;
     // Python keeps one time per key, the last valid line's: an earlier line is not what counts.
-    if (found.get(line.keyName) !== line.time) line.status = 'superseded';
+    if (found.get(line.witness) !== line.time) line.status = 'superseded';
     else if (line.time > limit) line.status = 'future';
   }
   const names = [...cosigned.keys()].sort(byCodePoint).join(', ');

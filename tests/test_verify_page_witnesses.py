@@ -182,6 +182,10 @@ def corpus() -> dict[str, Any]:
         ),
         "no_log": "\n".join([*witnesses("w1", "w2"), "group g any w1 w2", "quorum g"]),
         "other_log": "\n".join([f"log {other_log.verifier.encode()}", *witnesses("w1"), "quorum w1"]),
+        # Two witnesses whose keys share a name: one's cosignature must not count for the other.
+        "same_key_names": "\n".join(
+            [log_line, f"witness wa {w['w1'].key.encode()}", f"witness wb {imposter.key.encode()}", "quorum wb"]
+        ),
     }
     key = w["w1"].key.encode()
     name, kid, data = key.split("+", 2)  # base64 may hold "+" too
@@ -217,6 +221,13 @@ def corpus() -> dict[str, Any]:
         f"witness w1 {key}\ngroup g any\nquorum w1\n",
         f"witness w1 {key}\n" + "".join(f"group g{n} any w1\n" for n in range(64)) + "quorum w1\n",
         f"witness w1 {key}\nquorum w1\ngroup g any w1\nquorum g\n",
+        # Only spaces and tabs separate words; DEL is a control character; thresholds are
+        # ASCII digits (each once crashed parse_policy or was accepted).
+        "\u00a0\nquorum none\n",
+        f"witness\u00a0w1 {key}\nquorum w1\n",
+        "quorum none\u007f\n",
+        f"witness w1 {key}\ngroup g \u00b2 w1\nquorum g\n",
+        f"witness w1 {key}\ngroup g \u0661 w1\nquorum g\n",
     ]
     return {"notes": notes, "policies": policies, "malformed": malformed, "w": w, "log": log}
 
@@ -272,6 +283,16 @@ def test_the_page_checks_every_quorum_as_python_does(agreement: dict[str, Any], 
             outcomes.add((expected.ok, bool(expected.cosigned)))
     # The corpus is not all one answer: met and not met, with and without counted cosignatures.
     assert outcomes == {(True, True), (True, False), (False, True), (False, False)}
+
+
+def test_a_cosignature_counts_only_for_the_witness_whose_key_made_it(agreement: dict[str, Any]) -> None:
+    """wa and wb use keys of the same name (witness.example/w1): wa's cosignature does not
+    meet a quorum of wb, and the imposter key's does (in Python and on the page)."""
+    results = {
+        key.split("|")[1]: value for key, value in agreement["results"].items() if key.startswith("same_key_names|")
+    }
+    assert not results["two"]["ok"] and results["two"]["cosigned"] == {"wa": str(NOW - 100)}
+    assert results["unknown_keys"]["ok"] and results["unknown_keys"]["cosigned"] == {"wb": str(NOW - 1)}
 
 
 def test_the_expected_answers_on_the_two_of_three_policy(agreement: dict[str, Any]) -> None:
