@@ -4,6 +4,7 @@ command checking inclusion against a pinned log key and consistency with a kept 
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
@@ -16,9 +17,10 @@ import httpx
 import orjson
 import pytest
 
-from receipts import note
+from receipts import note, timestamps
 from tests.conftest import REPO, RedisServer, hash_of
-from tests.servers import ServicePool, WorkerProcess, create_key_cli
+from tests.local_tsa import LocalTsa
+from tests.servers import ServicePool, WorkerProcess, create_key_cli, wait_until
 from tests.test_verify_page import Page, browser  # noqa: F401  (the module fixture)
 
 pytestmark = pytest.mark.slow
@@ -154,9 +156,12 @@ def test_the_verify_page_shows_the_receipts_place_in_the_log(browser: Any, log_s
 
 
 def test_the_embedded_server_runs_its_own_integrator(tmp_path: Path) -> None:
-    """No REDIS_URL: the demo's server integrates the log itself, with an ephemeral key."""
+    """No REDIS_URL: the demo's server integrates the log itself, with an ephemeral key, and
+    time-stamps its checkpoints when given a TSA."""
+    tsa = LocalTsa(tmp_path / "tsa").start()
+    env = {"LOG_TSA_URLS": tsa.url, "LOG_TSA_INTERVAL_S": "1"}
     with ServicePool(tmp_path) as pool:
-        service = pool.start(redis_url=None, signing_keys=None)
+        service = pool.start(redis_url=None, signing_keys=None, env=env)
         demo_key = re.search(r"eps_[A-Za-z0-9_-]{43}", service.stdout() + service.stderr())
         assert demo_key is not None, "the embedded server prints a demo key"
         headers = {"Authorization": f"Bearer {demo_key.group(0)}", "Prefer": "wait=10"}
@@ -167,6 +172,18 @@ def test_the_embedded_server_runs_its_own_integrator(tmp_path: Path) -> None:
         proof = note.parse_tlog_proof(log["proof"])
         note.open_checkpoint(proof.checkpoint, note.Verifier.parse(info["log_vkey"]))
         assert info["origin"] == "localhost/log" and log["index"] == proof.index
+        receipt_id = created.json()["receipt"]["receipt_id"]
+        bundle: dict[str, Any] = {}
+
+        def stamped() -> bool:
+            bundle.update(httpx.get(f"{service.base_url}/v1/receipts/{receipt_id}/bundle").json())
+            return bool(bundle["timestamps"])
+
+        wait_until(stamped, 20, "a time-stamp of the embedded log's checkpoint")
+        text = note.parse_note(note.parse_tlog_proof(bundle["log"]["proof"]).checkpoint).text
+        roots = timestamps.load_roots(tsa.roots_pem.read_bytes())
+        timestamps.verify_token(base64.b64decode(bundle["timestamps"][0]["response_base64"]), text, roots)
+    tsa.stop()
 
 
 def test_the_monitor_passes_on_the_services_own_log(log_site: dict[str, Any], tmp_path: Path) -> None:
