@@ -4,7 +4,9 @@ masters."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -12,14 +14,16 @@ import pytest
 from redis.crc import key_slot
 
 from jobs.log_integrator import Integrator, LogConfig
+from jobs.log_timestamps import Stamper, TsaConfig
 from kv import keys
 from kv.accounts import create_project_key
 from kv.connect import open_store
 from kv.store import Store
-from receipts import note, tlog
+from receipts import note, timestamps, tlog
 from receipts.limits import load_limits
 from runtime.settings import Settings
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
+from tests.local_tsa import LocalTsa
 from tests.servers import RAISED_LIMITS
 from tests.test_log import ORIGIN, check_proof, create, issue, published
 from web.app import create_app
@@ -60,3 +64,30 @@ async def test_the_log_works_on_a_cluster_and_spreads_its_tiles(cluster_store: S
     assert tile.status == 200 and len(tile.body) == 89 * 32
     entries = tlog.split_bundle((await client.get("/v1/log/tile/entries/002.p/89"))[1].body)
     assert [tlog.leaf_hash(e) for e in entries] == tlog.split_tile(tile.body)
+
+
+async def test_time_stamps_are_kept_and_served_on_a_cluster(cluster_store: Store, keyring: Any, tmp_path: Path) -> None:
+    """The stamper's keys (claim, record, sorted set) live in different slots; each command
+    names one key, so a cluster serves them as a single Redis does."""
+    signer = note.Signer.generate(ORIGIN)
+    settings = Settings(
+        redis_url="redis://injected-by-tests", redis_cluster=True, keyring=keyring, env="test",
+        limits=load_limits(orjson.dumps(RAISED_LIMITS)), log_origin=ORIGIN, log_signer=signer,
+    )  # fmt: skip
+    app = create_app(settings, store=cluster_store)
+    client = app.asgi_client
+    key = await create_project_key(cluster_store, project_name="cl-stamped", plan="pro")
+    receipts = await issue(app, key, [f"s{i}" for i in range(5)])
+    await Integrator(cluster_store, LogConfig(ORIGIN, signer)).step(force=True)
+    tsa = LocalTsa(tmp_path / "tsa").start()
+    try:
+        assert await Stamper(cluster_store, ORIGIN, TsaConfig((tsa.url,), keep_s=3600)).step() == 5
+    finally:
+        tsa.stop()
+    _, response = await client.get("/v1/log/checkpoints/5/timestamps")
+    assert response.status == 200 and len(response.json["timestamps"]) == 1
+    _, bundle = await client.get(f"/v1/receipts/{receipts[2]['receipt_id']}/bundle")
+    assert bundle.json["timestamps"] == response.json["timestamps"]
+    text = note.parse_note(response.json["checkpoint"]).text
+    der = base64.b64decode(response.json["timestamps"][0]["response_base64"])
+    timestamps.verify_token(der, text, timestamps.load_roots(tsa.roots_pem.read_bytes()))
