@@ -286,6 +286,14 @@ def run_cli(
     )
 
 
+def verify_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python service.py verify ARGS`` in the repository, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "service.py", "verify", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
 def create_key_cli(redis_url: str, *, project: str = "tests", plan: str = "pro") -> dict[str, Any]:
     """``service.py keys create`` against ``redis_url``: the printed JSON (api_key, project_id, ...).
 

@@ -39,13 +39,17 @@ async def cluster_store(redis_cluster: RedisClusterNodes) -> AsyncIterator[Store
     await store.close()
 
 
-async def test_the_log_works_on_a_cluster_and_spreads_its_tiles(cluster_store: Store, keyring: Any) -> None:
-    signer = note.Signer.generate(ORIGIN)
+def cluster_app(store: Store, keyring: Any, signer: note.Signer) -> Any:
     settings = Settings(
         redis_url="redis://injected-by-tests", redis_cluster=True, keyring=keyring, env="test",
         limits=load_limits(orjson.dumps(RAISED_LIMITS)), log_origin=ORIGIN, log_signer=signer,
     )  # fmt: skip
-    app = create_app(settings, store=cluster_store)
+    return create_app(settings, store=store)
+
+
+async def test_the_log_works_on_a_cluster_and_spreads_its_tiles(cluster_store: Store, keyring: Any) -> None:
+    signer = note.Signer.generate(ORIGIN)
+    app = cluster_app(cluster_store, keyring, signer)
     client = app.asgi_client
     project_keys = [await create_project_key(cluster_store, project_name=f"cl-{i}", plan="pro") for i in range(6)]
     receipts = [(await create(client, project_keys[0], "over-http"))["receipt"]]
@@ -70,11 +74,7 @@ async def test_time_stamps_are_kept_and_served_on_a_cluster(cluster_store: Store
     """The stamper's keys (claim, record, sorted set) live in different slots; each command
     names one key, so a cluster serves them as a single Redis does."""
     signer = note.Signer.generate(ORIGIN)
-    settings = Settings(
-        redis_url="redis://injected-by-tests", redis_cluster=True, keyring=keyring, env="test",
-        limits=load_limits(orjson.dumps(RAISED_LIMITS)), log_origin=ORIGIN, log_signer=signer,
-    )  # fmt: skip
-    app = create_app(settings, store=cluster_store)
+    app = cluster_app(cluster_store, keyring, signer)
     client = app.asgi_client
     key = await create_project_key(cluster_store, project_name="cl-stamped", plan="pro")
     receipts = await issue(app, key, [f"s{i}" for i in range(5)])

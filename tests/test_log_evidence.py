@@ -18,8 +18,8 @@ import pytest
 from receipts import cosignature, note, policy, timestamps
 from tests.conftest import RedisServer
 from tests.local_tsa import LocalTsa
-from tests.servers import ServicePool, WorkerProcess, create_key_cli, wait_until
-from tests.test_log_processes import create, verify_cli
+from tests.servers import ServicePool, WorkerProcess, create_key_cli, verify_cli, wait_until
+from tests.test_log_processes import create
 from tests.test_witness import start_witness
 
 pytestmark = pytest.mark.slow

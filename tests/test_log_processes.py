@@ -20,7 +20,7 @@ import pytest
 from receipts import note, timestamps
 from tests.conftest import REPO, RedisServer, hash_of
 from tests.local_tsa import LocalTsa
-from tests.servers import ServicePool, WorkerProcess, create_key_cli, wait_until
+from tests.servers import ServicePool, WorkerProcess, create_key_cli, verify_cli, wait_until
 from tests.test_verify_page import Page, browser  # noqa: F401  (the module fixture)
 
 pytestmark = pytest.mark.slow
@@ -56,13 +56,6 @@ def create(site: dict[str, Any], label: str, wait: int | None = None) -> httpx.R
     )
     assert response.status_code == 201, response.text
     return response
-
-
-def verify_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "service.py", "verify", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
 
 
 def test_the_worker_integrates_and_a_waiting_create_gets_its_proof(log_site: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ import asyncio
 import base64
 import datetime
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from kv.accounts import create_project_key
 from kv.store import Store
 from receipts import note, timestamps, tlog
 from runtime import metrics
-from tests.conftest import REPO, free_port
+from tests.conftest import free_port
 from tests.local_tsa import LocalTsa, openssl_binary
+from tests.servers import verify_cli
 from tests.test_log import ORIGIN, integrator, issue, log_app
 
 CHECKPOINT_TEXT = f"{ORIGIN}\n5\n{base64.b64encode(bytes(range(32))).decode()}\n"
@@ -278,13 +278,6 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
 
 
 # -- verify --tsa-roots
-
-
-def verify_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "service.py", "verify", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
 
 
 async def test_verify_reports_when_the_receipt_existed(

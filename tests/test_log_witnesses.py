@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ from kv import keys
 from kv.accounts import create_project_key
 from kv.store import Store
 from receipts import cosignature, note, policy
-from tests.conftest import REPO, free_port
+from tests.conftest import free_port
+from tests.servers import verify_cli
 from tests.test_log import ORIGIN, issue, log_app, published
 from tests.test_witness import start_witness
 
@@ -56,13 +56,6 @@ def witnesses(signer: note.Signer, tmp_path_factory: pytest.TempPathFactory) -> 
         for process in started:
             process.terminate()
             process.wait(10)
-
-
-def verify_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "service.py", "verify", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
 
 
 async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum(
