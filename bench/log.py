@@ -1,4 +1,5 @@
-"""The transparency log's figures: ``python -m bench.log`` (about 4 minutes; ``--quick``: about 1).
+"""The transparency log's figures: ``python -m bench.log`` (about 3 minutes, half a minute of it with
+witnesses; ``--quick``: under 1).
 
 On one plain-TCP Redis with ``appendfsync always`` (production's setting), a service with
 the log (``LOG_SIGNING_KEY``, plus ``service.py worker`` running the integrator) and one
