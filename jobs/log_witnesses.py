@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from typing import Any
 
 import httpx
@@ -62,10 +63,13 @@ class WitnessClient:
             except LogDataMissing as exc:
                 return self._failed(witness, "no_proof", str(exc))
             body = f"old {old}\n" + "".join(base64.b64encode(h).decode() + "\n" for h in proof) + "\n" + signed
+            sent = time.perf_counter()
             try:
                 response = await client.post(f"{(witness.url or '').rstrip('/')}/add-checkpoint", content=body.encode())
             except httpx.HTTPError as exc:
+                metrics.LOG_WITNESS_REQUEST_SECONDS.labels(witness.name).observe(time.perf_counter() - sent)
                 return self._failed(witness, "unreachable", str(exc))
+            metrics.LOG_WITNESS_REQUEST_SECONDS.labels(witness.name).observe(time.perf_counter() - sent)
             if response.status_code == 409 and response.headers.get("content-type", "").startswith(SIZE_TYPE):
                 text = response.text.strip()
                 if not text.isdigit():

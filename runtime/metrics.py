@@ -51,6 +51,9 @@ HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 JOB_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0)
 SCRAPE_TIMEOUT_S = 10
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# A witness next door answers in milliseconds, one abroad in tens to hundreds; the ceiling is
+# LOG_WITNESS_TIMEOUT_MS (at most 60 s).
+WITNESS_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 
 log = logging.getLogger("eps.metrics")
 # The *_created series double every counter for nothing a dashboard here uses (and
@@ -107,6 +110,12 @@ LOG_WITNESS_SIZE = Gauge(
     "The tree size each witness last cosigned, by witness",
     ["witness"],
     multiprocess_mode="max",
+)
+LOG_WITNESS_REQUEST_SECONDS = Histogram(
+    "eps_log_witness_request_seconds",
+    "Time of one POST /add-checkpoint to a witness, sent to answered (any status or HTTP error), by witness",
+    ["witness"],
+    buckets=WITNESS_BUCKETS,
 )
 LOG_WITNESS_FAILURES = Counter(
     "eps_log_witness_failures",
