@@ -17,8 +17,10 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
@@ -284,6 +286,17 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def serving(server: ThreadingHTTPServer) -> Iterator[str]:
+    """``server`` (bound to loopback) answering from a thread: its base URL; shut down after."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def verify_cli(*args: str) -> subprocess.CompletedProcess[str]:

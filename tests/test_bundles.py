@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import logging
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +28,7 @@ from tests.clock import Clock
 from tests.conftest import auth, hash_of
 from tests.independent_verifier import verify as independent_verify
 from tests.independent_verifier import verify_chain_link
-from tests.servers import raw_json_member, run_cli
+from tests.servers import raw_json_member, run_cli, serving
 from web.app import create_app
 
 BUNDLE_MEMBERS = ["format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete"]
@@ -244,14 +243,8 @@ def key_server(body: dict[str, Any]) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield url
 
 
 def forge(body: dict[str, Any], input_hash: str) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from receipts import note, tlog
 from tests.conftest import REPO
+from tests.servers import serving
 from tests.test_tlog import TileStore
 
 ORIGIN = "served.example/log"
@@ -80,11 +80,8 @@ def served() -> Iterator[tuple[ServedLog, str]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield log, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield log, url
 
 
 def monitor(base: str, log: ServedLog, state: Path) -> tuple[int, dict[str, Any]]:

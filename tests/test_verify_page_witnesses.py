@@ -18,7 +18,6 @@ import base64
 import functools
 import hashlib
 import re
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -31,7 +30,7 @@ import pytest
 from receipts import cosignature, note, policy
 from receipts.cosignature import Cosigner
 from tests.conftest import REPO, hash_of
-from tests.servers import ServicePool
+from tests.servers import ServicePool, serving
 from tests.test_verify_page import Page, browser  # noqa: F401  (the module fixture)
 from tests.test_witness import start_witness
 
@@ -95,13 +94,8 @@ class _Quiet(SimpleHTTPRequestHandler):
 def static_site() -> Iterator[str]:
     """static/ over http://127.0.0.1 (a secure context, so WebCrypto has Ed25519)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(REPO / "static")))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server) as url:
+        yield url
 
 
 def forge(line: str) -> str:
