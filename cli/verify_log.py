@@ -186,18 +186,14 @@ def check(
     inclusion = log_check.check_inclusion(receipt, text, log_key)
     report = inclusion.report()
     checks = {"log_inclusion": inclusion.ok}
-    try:
-        checkpoint_note = note.parse_tlog_proof(text).checkpoint
-    except note.NoteError:
-        checkpoint_note = ""
     if stamps is not None:
         moment: dict[str, Any] = {"ok": False, "reason": "no checkpoint to time: the log proof did not check"}
         if inclusion.checkpoint is not None:
-            moment = check_stamps(stamps, note.parse_note(checkpoint_note).text, receipt.get("created_at"))
+            moment = check_stamps(stamps, inclusion.checkpoint_text, receipt.get("created_at"))
         report["time"] = moment
         checks["log_time"] = moment["ok"]
     if policy is not None:
-        quorum = check_quorum(checkpoint_note, policy, int(time.time()))
+        quorum = check_quorum(inclusion.checkpoint_note, policy, int(time.time()))
         report["quorum"] = {"ok": quorum.ok, "reason": quorum.reason, "cosigned": quorum.cosigned}
         checks["log_quorum"] = quorum.ok
     if since_path is not None:

@@ -24,6 +24,7 @@ from receipts.note import (
     SIGNATURE_PREFIX,
     Note,
     NoteError,
+    check_name,
     encode_skey,
     encode_vkey,
     key_id,
@@ -83,9 +84,7 @@ class Cosigner:
 
     @classmethod
     def generate(cls, name: str) -> Cosigner:
-        if not name or any(c.isspace() or c == "+" for c in name):
-            raise NoteError("a witness name is non-empty, without spaces or '+'")
-        return cls(name, bytes(nacl.signing.SigningKey.generate()))
+        return cls(check_name(name), bytes(nacl.signing.SigningKey.generate()))
 
     @classmethod
     def parse(cls, skey: str) -> Cosigner:

@@ -3,6 +3,7 @@ checkpoint signed by a pinned log key) and an older checkpoint's consistency wit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,10 @@ class LogInclusion:
     tree_size: int | None = None
     origin: str | None = None
     checkpoint: note.Checkpoint | None = None
+    checkpoint_note: str = ""
+    """The proof's signed checkpoint as given (with every signature), once the proof parsed."""
+    checkpoint_text: str = ""
+    """Its note text (what the log signed and a time-stamp's imprint covers), once signed."""
 
     def report(self) -> dict[str, Any]:
         return {
@@ -37,10 +42,13 @@ def check_inclusion(receipt: Mapping[str, Any], proof_text: str, log_key: note.V
     except note.NoteError as exc:
         return LogInclusion(False, f"the log proof is malformed: {exc}")
     try:
-        checkpoint, _ = note.open_checkpoint(proof.checkpoint, log_key)
+        checkpoint, opened = note.open_checkpoint(proof.checkpoint, log_key)
     except note.NoteError as exc:
-        return LogInclusion(False, f"the proof's checkpoint is not signed by the pinned log key: {exc}")
-    found = LogInclusion(False, "", proof.index, checkpoint.size, checkpoint.origin, checkpoint)
+        reason = f"the proof's checkpoint is not signed by the pinned log key: {exc}"
+        return LogInclusion(False, reason, checkpoint_note=proof.checkpoint)
+    found = LogInclusion(
+        False, "", proof.index, checkpoint.size, checkpoint.origin, checkpoint, proof.checkpoint, opened.text
+    )
     try:
         leaf = tlog.leaf_hash(tlog.entry_bytes(receipt))
     except (KeyError, ValueError, TypeError):
@@ -54,7 +62,7 @@ def check_inclusion(receipt: Mapping[str, Any], proof_text: str, log_key: note.V
 
 
 def _with(found: LogInclusion, ok: bool, reason: str) -> LogInclusion:
-    return LogInclusion(ok, reason, found.index, found.tree_size, found.origin, found.checkpoint)
+    return dataclasses.replace(found, ok=ok, reason=reason)
 
 
 def check_consistency(older: note.Checkpoint, newer: note.Checkpoint, proof: list[bytes]) -> tuple[bool, str]:

@@ -48,7 +48,8 @@ def _b64decode(text: str, what: str) -> bytes:
         raise NoteError(f"{what} is not base64") from exc
 
 
-def _check_name(name: str) -> str:
+def check_name(name: str) -> str:
+    """``name`` if it can name a key (non-empty, no spaces, no '+'), else NoteError."""
     if not _NAME_RE.fullmatch(name):
         raise NoteError("a key name is non-empty, without spaces or '+'")
     return name
@@ -64,7 +65,7 @@ def parse_vkey(vkey: str, signature_type: int, what: str) -> tuple[str, bytes, b
     if len(parts) != 3:
         raise NoteError(f"a {what} is <name>+<key id>+<base64 key>")
     name, hex_id, data = parts
-    _check_name(name)
+    check_name(name)
     raw = _b64decode(data, f"the {what}")
     if len(raw) != 33 or raw[0] != signature_type:
         raise NoteError(f"only Ed25519 {what}s (type 0x{signature_type:02x}, 32 bytes) are supported")
@@ -81,7 +82,7 @@ def parse_skey(skey: str, signature_type: int, what: str) -> tuple[str, str, byt
     if len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY":
         raise NoteError(f"a {what} is PRIVATE+KEY+<name>+<key id>+<base64 key>")
     name, hex_id, data = parts[2], parts[3], parts[4]
-    _check_name(name)
+    check_name(name)
     raw = _b64decode(data, f"the {what}")
     if len(raw) != 33 or raw[0] != signature_type:
         raise NoteError(f"only Ed25519 {what}s (type 0x{signature_type:02x}, 32-byte seed) are supported")
@@ -128,7 +129,7 @@ class Signer:
 
     @classmethod
     def generate(cls, name: str) -> Signer:
-        return cls(_check_name(name), bytes(nacl.signing.SigningKey.generate()))
+        return cls(check_name(name), bytes(nacl.signing.SigningKey.generate()))
 
     @classmethod
     def parse(cls, skey: str) -> Signer:
@@ -197,7 +198,7 @@ def parse_note(note: str | bytes) -> Note:
         if not line.startswith(SIGNATURE_PREFIX):
             raise NoteError("a signature line starts with an em dash and a space")
         name, _, data = line[len(SIGNATURE_PREFIX) :].partition(" ")
-        _check_name(name)
+        check_name(name)
         raw_sig = _b64decode(data, "a signature")
         if len(raw_sig) < 5:
             raise NoteError("a signature is a key id and at least one byte")
