@@ -15,6 +15,7 @@ error is reported and retried. The state (DIR/state.json) advances only after a 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from pathlib import Path
@@ -23,10 +24,11 @@ from typing import Any
 import httpx
 import orjson
 
-from cli.verify_log import HttpTiles, LogInputError
+from cli.verify_log import LogInputError, http_fetch
 from receipts import note, tlog
 from receipts.monitor import MonitorState, Violation, check_entries
 from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
+from receipts.tiles import TileMissing, TileReader
 
 
 class LogUnreadable(Exception):
@@ -81,16 +83,20 @@ def _policy_key(policy: Policy | None) -> note.Verifier:
 
 def run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
     try:
-        return _run_pass(base, log_key, policy, state_dir)
-    except LogInputError as exc:  # a tile the pass needed could not be read
+        return asyncio.run(_run_pass(base, log_key, policy, state_dir))
+    except (LogInputError, TileMissing) as exc:  # a resource the pass needed could not be read
         raise LogUnreadable(str(exc)) from exc
 
 
-def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
+async def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
     state_path = state_dir / "state.json"
     state = MonitorState.from_json(orjson.loads(state_path.read_bytes())) if state_path.exists() else MonitorState()
-    with httpx.Client(timeout=10) as client:
-        text = _get(client, f"{base}/v1/log/checkpoint").decode()
+    async with httpx.AsyncClient(timeout=10) as client:
+        fetch = http_fetch(client, f"{base}/v1/log/")
+        raw = await fetch("checkpoint")
+        if raw is None:
+            raise LogUnreadable(f"{base}/v1/log/checkpoint answered HTTP 404")
+        text = raw.decode()
         violations: list[Violation] = []
         try:
             checkpoint, _ = note.open_checkpoint(text, log_key)
@@ -100,7 +106,7 @@ def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_di
             quorum = check_quorum(text, policy, int(time.time()))
             if not quorum.ok:
                 violations.append(Violation("quorum", quorum.reason))
-        tiles = HttpTiles(client, base)
+        tiles = TileReader(fetch)
         if checkpoint.size < state.size:
             violations.append(
                 Violation(
@@ -110,11 +116,11 @@ def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_di
         elif checkpoint.size == state.size and checkpoint.root != state.root:
             violations.append(Violation("inconsistent", f"a second root for size {state.size}: history was rewritten"))
         elif checkpoint.size > state.size:
-            root = tiles.compute(checkpoint.size, lambda view: view.root())
+            root = await tiles.compute(checkpoint.size, lambda view: view.root())
             if root != checkpoint.root:
                 violations.append(Violation("inconsistent", "the tiles do not hash to the checkpoint's root"))
             elif state.size:
-                proof = tiles.compute(checkpoint.size, lambda view: view.consistency_proof(state.size))
+                proof = await tiles.compute(checkpoint.size, lambda view: view.consistency_proof(state.size))
                 try:
                     tlog.verify_consistency(state.size, state.root, checkpoint.size, checkpoint.root, proof)
                 except tlog.ProofError as exc:
@@ -124,9 +130,9 @@ def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_di
         if violations:
             return _report(False, violations, checkpoint)
         first = state.size
-        entries = _entries(client, base, tiles, first, checkpoint.size)
-        violations += [Violation("entry", problem, index) for index, problem in entries[1]]
-        violations += check_entries(state, first, entries[0])
+        entries, problems = await _entries(tiles, first, checkpoint.size)
+        violations += [Violation("entry", problem, index) for index, problem in problems]
+        violations += check_entries(state, first, entries)
         if violations:
             return _report(False, violations, checkpoint)
         state.size, state.root = checkpoint.size, checkpoint.root
@@ -143,34 +149,24 @@ def _report(ok: bool, violations: list[Violation], checkpoint: note.Checkpoint |
     return report
 
 
-def _get(client: httpx.Client, url: str) -> bytes:
-    try:
-        response = client.get(url)
-    except httpx.HTTPError as exc:
-        raise LogUnreadable(f"cannot reach {url}: {exc}") from exc
-    if response.status_code != 200:
-        raise LogUnreadable(f"{url} answered HTTP {response.status_code}")
-    return response.content
-
-
-def _entries(
-    client: httpx.Client, base: str, tiles: HttpTiles, first: int, size: int
-) -> tuple[list[bytes], list[tuple[int, str]]]:
+async def _entries(tiles: TileReader, first: int, size: int) -> tuple[list[bytes], list[tuple[int, str]]]:
     """Entries ``first``..``size``-1 from the bundles, each checked against its leaf hash."""
     entries: list[bytes] = []
     problems: list[tuple[int, str]] = []
     index = first // tlog.TILE_WIDTH
     while index * tlog.TILE_WIDTH < size:
         width = tlog.tile_width(size, 0, index)
-        bundle = tlog.split_bundle(_get(client, f"{base}/v1/log/tile/{tlog.tile_path('entries', index, width)}"))
-        hashes = tlog.split_tile(tiles.fetch(0, index, width))
-        if len(bundle) < width:
-            problems.append((index * tlog.TILE_WIDTH + len(bundle), "the entry bundle is short"))
-        for offset, entry in enumerate(bundle[:width]):
+        hashes = tlog.split_tile(await tiles.tile(0, index, width))
+        try:
+            bundle = await tiles.bundle(index, width)
+        except TileMissing as exc:
+            problems.append((index * tlog.TILE_WIDTH, str(exc)))
+            bundle = []
+        for offset, entry in enumerate(bundle):
             position = index * tlog.TILE_WIDTH + offset
             if position < first:
                 continue
-            if offset >= len(hashes) or tlog.leaf_hash(entry) != hashes[offset]:
+            if tlog.leaf_hash(entry) != hashes[offset]:
                 problems.append((position, "the entry does not hash to its leaf in the tile"))
             entries.append(entry)
         index += 1

@@ -6,14 +6,14 @@ and report the latest time by which the receipt provably existed."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import datetime
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import cryptography.x509
 import httpx
@@ -21,9 +21,7 @@ import orjson
 
 from receipts import log_check, note, timestamps, tlog
 from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
-
-MAX_TILE_FETCHES = 256
-T = TypeVar("T")
+from receipts.tiles import Fetch, TileMissing, TileReader
 
 
 class LogInputError(Exception):
@@ -208,56 +206,48 @@ def check(
         kept_size = older.size
         if older.size > newer.size:  # a bundle's proof may be against an older, time-stamped checkpoint
             older, newer = newer, older
-        proof = consistency_proof(client, base, older.size, newer.size)
+        proof = consistency_proof(base, older.size, newer.size)
         ok, reason = log_check.check_consistency(older, newer, proof)
         report["consistency"] = {"ok": ok, "reason": reason, "since_size": kept_size}
         checks["log_consistency"] = ok
     return report, checks
 
 
-class HttpTiles:
-    """The log's tiles read over HTTP, each once, for computations on a tree of a given size
-    (``receipts.tlog.TileHashes``): whatever a computation finds missing is fetched and the
-    computation run again. Used by ``verify --since-checkpoint`` and by ``monitor``."""
+def http_fetch(client: httpx.AsyncClient, prefix: str) -> Fetch:
+    """Reads a log's resources (``checkpoint``, tiles, bundles) over HTTP under ``prefix``:
+    the service's ``/v1/log/``, or a static copy of the log store behind any web server.
+    A 404 is "not there" (None); any other failure is ``LogInputError``."""
 
-    def __init__(self, client: httpx.Client, base: str) -> None:
-        self.client, self.base = client, base
-        self.tiles: dict[tuple[int, int, int], bytes] = {}
+    async def fetch(path: str) -> bytes | None:
+        url = prefix + path
+        try:
+            response = await client.get(url)
+        except httpx.HTTPError as exc:
+            raise LogInputError(f"cannot reach {url}: {exc}") from exc
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise LogInputError(f"{url} answered HTTP {response.status_code}")
+        return response.content
 
-    def read(self, level: int, index: int, width: int) -> bytes:
-        if (level, index, width) not in self.tiles:
-            raise tlog.MissingTile(level, index, width)
-        return self.tiles[(level, index, width)]
-
-    def fetch(self, level: int, index: int, width: int) -> bytes:
-        if (level, index, width) not in self.tiles:
-            url = f"{self.base}/v1/log/tile/{tlog.tile_path(level, index, width)}"
-            try:
-                response = self.client.get(url)
-            except httpx.HTTPError as exc:
-                raise LogInputError(f"cannot reach {url}: {exc}") from exc
-            if response.status_code != 200:
-                raise LogInputError(f"{url} answered HTTP {response.status_code}")
-            self.tiles[(level, index, width)] = response.content
-        return self.tiles[(level, index, width)]
-
-    def compute(self, size: int, fn: Callable[[tlog.TileHashes], T]) -> T:
-        for _ in range(MAX_TILE_FETCHES):
-            try:
-                return fn(tlog.TileHashes(size, self.read))
-            except tlog.MissingTile as missing:
-                self.fetch(missing.level, missing.index, missing.width)
-            except tlog.ProofError as exc:
-                raise LogInputError(f"the log's tiles are unusable: {exc}") from exc
-        raise LogInputError("a computation needed more tiles than any proof does")
+    return fetch
 
 
-def consistency_proof(client: httpx.Client, base: str, old_size: int, size: int) -> list[bytes]:
+def consistency_proof(base: str, old_size: int, size: int) -> list[bytes]:
     """The consistency proof from ``old_size`` to ``size``, computed here from the tiles the
     service serves (the service is not asked for a proof, and not trusted for one)."""
     if old_size == 0 or old_size >= size:
         return []
-    return HttpTiles(client, base).compute(size, lambda view: view.consistency_proof(old_size))
+
+    async def compute() -> list[bytes]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            reader = TileReader(http_fetch(client, f"{base}/v1/log/"))
+            return await reader.compute(size, lambda view: view.consistency_proof(old_size))
+
+    try:
+        return asyncio.run(compute())
+    except (TileMissing, tlog.ProofError) as exc:
+        raise LogInputError(f"the log's tiles are unusable: {exc}") from exc
 
 
 def _read(path: str) -> str:

@@ -95,8 +95,9 @@ def merkle_root(hashes: Sequence[bytes]) -> bytes:
 # --------------------------------------------------------------------------- tiles
 
 
-def tile_path(level: int | str, index: int, width: int = TILE_WIDTH) -> str:
-    """``<L>/<N>[.p/<W>]`` as tlog-tiles spells it (``level`` "entries" for a bundle)."""
+def index_path(index: int) -> str:
+    """A tile index as tlog-tiles spells it: zero-padded 3-digit elements, all but the last
+    ``x``-prefixed (1234067 is ``x001/x234/067``)."""
     parts = []
     n = index
     while True:
@@ -104,8 +105,12 @@ def tile_path(level: int | str, index: int, width: int = TILE_WIDTH) -> str:
         n //= 1000
         if n == 0:
             break
-    elements = ["x" + part for part in reversed(parts[1:])] + [parts[0]]
-    path = f"{level}/" + "/".join(elements)
+    return "/".join(["x" + part for part in reversed(parts[1:])] + [parts[0]])
+
+
+def tile_path(level: int | str, index: int, width: int = TILE_WIDTH) -> str:
+    """``<L>/<N>[.p/<W>]`` as tlog-tiles spells it (``level`` "entries" for a bundle)."""
+    path = f"{level}/{index_path(index)}"
     return path if width == TILE_WIDTH else f"{path}.p/{width}"
 
 
@@ -163,19 +168,19 @@ def split_bundle(data: bytes) -> list[bytes]:
 
 @dataclass
 class Extension:
-    """What appending leaves to a tree changes: the new size and root, and the new bytes of
-    every tile that changed, by (level, index), each written at byte ``offset`` of its tile
-    (the hashes before it are unchanged)."""
+    """What appending leaves to a tree changes: the new size and root, and every tile that
+    changed, by (level, index), as its whole content at the new size (``len // 32`` hashes:
+    a full tile, or the partial tile at that level's edge)."""
 
     size: int
     root: bytes
-    tiles: dict[tuple[int, int], tuple[int, bytes]]
+    tiles: dict[tuple[int, int], bytes]
 
 
 def extend(size: int, edge: Mapping[int, Sequence[bytes]], leaves: Sequence[bytes]) -> Extension:
     """Append ``leaves`` (leaf hashes) to a tree of ``size`` whose right-edge partial tiles
     are ``edge`` (level -> the hashes of that level's last, partial tile; an absent level is
-    empty). Returns the new tiles and root."""
+    empty). Returns the new tiles and root; ``ProofError`` when ``edge`` does not fit ``size``."""
     levels: dict[int, list[bytes]] = {}
     for level in range(_levels(size)):
         want = tile_width(size, level, (size >> (TILE_HEIGHT * level)) // TILE_WIDTH)
@@ -185,26 +190,26 @@ def extend(size: int, edge: Mapping[int, Sequence[bytes]], leaves: Sequence[byte
         if len(have) != want:
             raise ProofError(f"the level-{level} edge tile holds {len(have)} hashes, the tree needs {want}")
         levels[level] = have
-    changed: dict[tuple[int, int], tuple[int, bytes]] = {}
-    starts = {level: len(hashes) for level, hashes in levels.items()}
+    changed: dict[tuple[int, int], bytes] = {}
+    grown: set[int] = set()
 
     def add(level: int, value: bytes, position: int) -> None:
         row = levels.setdefault(level, [])
-        starts.setdefault(level, len(row))
         row.append(value)
+        grown.add(level)
         if len(row) == TILE_WIDTH:
             index = position // TILE_WIDTH
-            changed[(level, index)] = (starts[level] * HASH_SIZE, b"".join(row[starts[level] :]))
+            changed[(level, index)] = b"".join(row)
             add(level + 1, merkle_root(row), index)
-            levels[level], starts[level] = [], 0
+            levels[level] = []
+            grown.discard(level)
 
     for offset, value in enumerate(leaves):
         add(0, value, size + offset)
     new_size = size + len(leaves)
-    for level, row in levels.items():
-        if row[starts[level] :]:
-            index = (new_size >> (TILE_HEIGHT * level)) // TILE_WIDTH
-            changed[(level, index)] = (starts[level] * HASH_SIZE, b"".join(row[starts[level] :]))
+    for level in grown:
+        index = (new_size >> (TILE_HEIGHT * level)) // TILE_WIDTH
+        changed[(level, index)] = b"".join(levels[level])
     edge_after = {level: row for level, row in levels.items() if row}
     return Extension(new_size, root_from_edge(new_size, edge_after), changed)
 
@@ -251,23 +256,30 @@ def edge_tiles(size: int) -> list[tuple[int, int, int]]:
 
 # --------------------------------------------------------------------------- proofs from tiles
 
-TileReader = Callable[[int, int, int], bytes]
-"""(level, index, width) -> at least the first ``width`` hashes of that tile, as bytes; may
-raise ``MissingTile`` for a caller that fetches it and computes again (``with_tiles``)."""
+TileRead = Callable[[int, int, int], bytes]
+"""(level, index, width) -> at least the first ``width`` hashes of that tile, as bytes."""
 
 
-class MissingTile(LookupError):
-    """A tile the computation needs and the reader does not hold yet."""
+def tiles_needed(size: int, fn: Callable[[TileHashes], Any]) -> list[tuple[int, int, int]]:
+    """The tiles (level, index, width) that ``fn`` reads from the tree of ``size``, in the
+    order it first reads them. Found by running ``fn`` on zero hashes: which tiles a Merkle
+    computation (a root, an inclusion or consistency proof) reads depends on the tree's size
+    and the indices asked for, never on the hashes, so a caller can fetch every tile at once
+    and then compute (``receipts.tiles.TileReader``)."""
+    seen: dict[tuple[int, int, int], None] = {}
 
-    def __init__(self, level: int, index: int, width: int) -> None:
-        super().__init__(f"tile {tile_path(level, index, width)} is needed")
-        self.level, self.index, self.width = level, index, width
+    def record(level: int, index: int, width: int) -> bytes:
+        seen[(level, index, width)] = None
+        return bytes(width * HASH_SIZE)
+
+    fn(TileHashes(size, record))
+    return list(seen)
 
 
 class TileHashes:
     """Merkle Tree Hashes of a tree of ``size`` read from its tiles (``read``), memoised."""
 
-    def __init__(self, size: int, read: TileReader) -> None:
+    def __init__(self, size: int, read: TileRead) -> None:
         self.size = size
         self.read = read
         self._tiles: dict[tuple[int, int], list[bytes]] = {}

@@ -32,7 +32,7 @@ def leaves(count: int, seed: int = 1) -> list[bytes]:
 
 
 class TileStore:
-    """Tiles as the store keeps them: one growing value per (level, index)."""
+    """Tiles as a log keeps them: the widest content of each (level, index)."""
 
     def __init__(self) -> None:
         self.tiles: dict[tuple[int, int], bytearray] = {}
@@ -47,10 +47,10 @@ class TileStore:
 
     def append(self, new: list[bytes]) -> tlog.Extension:
         ext = tlog.extend(self.size, self.edge(), new)
-        for (level, index), (offset, data) in ext.tiles.items():
+        for (level, index), data in ext.tiles.items():
             tile = self.tiles.setdefault((level, index), bytearray())
-            assert len(tile) == offset, "a tile only grows at its end"
-            tile[offset:] = data
+            assert data.startswith(bytes(tile)), "a tile only grows at its end"
+            tile[:] = data
         self.size, self.root = ext.size, ext.root
         return ext
 

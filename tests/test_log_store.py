@@ -1,0 +1,286 @@
+"""The log store's backends keep one contract (kv/logstore/objects.py): whole objects,
+conditional writes, sorted listing. ``ObjectStoreContract`` runs against each backend: memory
+and a real directory here, S3-compatible storage in test_log_store_s3.py. The file backend's
+own promises (atomic appearance, nothing partial left, the flock across processes) follow."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kv.logstore import LogStoreError, open_objects
+from kv.logstore.files import FileObjects
+from kv.logstore.log import Batch, LogStore, LogStoreConflict, TreeState, size_name
+from kv.logstore.memory import MemoryObjects
+from kv.logstore.objects import ObjectStore
+from receipts import note, tlog
+
+
+class ObjectStoreContract:
+    """Subclasses provide the ``objects`` fixture (an empty store)."""
+
+    async def test_a_written_object_reads_back_with_a_version(self, objects: ObjectStore) -> None:
+        assert await objects.read("tile/0/000") is None
+        await objects.write("tile/0/000", b"a" * 32)
+        blob = await objects.read("tile/0/000")
+        assert blob is not None and blob.data == b"a" * 32 and blob.version
+        await objects.write("tile/0/000", b"b" * 32)
+        again = await objects.read("tile/0/000")
+        assert again is not None and again.data == b"b" * 32 and again.version != blob.version
+
+    async def test_create_writes_only_when_there_is_nothing(self, objects: ObjectStore) -> None:
+        assert await objects.create(".state/identity", b"first")
+        assert not await objects.create(".state/identity", b"second")
+        blob = await objects.read(".state/identity")
+        assert blob is not None and blob.data == b"first"
+
+    async def test_replace_needs_the_version_it_read(self, objects: ObjectStore) -> None:
+        assert await objects.replace(".state/tree", b"x", "no-such-version") is None
+        assert await objects.read(".state/tree") is None
+        await objects.write(".state/tree", b"one")
+        first = await objects.read(".state/tree")
+        assert first is not None
+        second_version = await objects.replace(".state/tree", b"two", first.version)
+        assert second_version is not None
+        assert await objects.replace(".state/tree", b"three", first.version) is None
+        blob = await objects.read(".state/tree")
+        assert blob is not None and blob.data == b"two" and blob.version == second_version
+
+    async def test_only_one_of_racing_replaces_wins(self, objects: ObjectStore) -> None:
+        await objects.write(".state/tree", b"0")
+        start = await objects.read(".state/tree")
+        assert start is not None
+        results = await asyncio.gather(
+            *(objects.replace(".state/tree", f"{n}".encode(), start.version) for n in range(1, 9))
+        )
+        winners = [n for n, version in enumerate(results, start=1) if version is not None]
+        assert len(winners) == 1
+        blob = await objects.read(".state/tree")
+        assert blob is not None and blob.data == f"{winners[0]}".encode()
+
+    async def test_only_one_of_racing_creates_wins(self, objects: ObjectStore) -> None:
+        results = await asyncio.gather(*(objects.create(".state/lease", f"{n}".encode()) for n in range(8)))
+        assert sum(results) == 1
+        blob = await objects.read(".state/lease")
+        assert blob is not None and blob.data == f"{results.index(True)}".encode()
+
+    async def test_delete_removes_and_tolerates_absence(self, objects: ObjectStore) -> None:
+        await objects.write(".state/halt", b"h")
+        await objects.delete(".state/halt")
+        assert await objects.read(".state/halt") is None
+        await objects.delete(".state/halt")
+        assert await objects.create(".state/halt", b"again")
+
+    async def test_list_sorts_bytewise_and_starts_after(self, objects: ObjectStore) -> None:
+        names = [
+            "tile/0/000",
+            "tile/0/000.p/7",
+            "tile/0/000.p/12",
+            "tile/0/001",
+            "tile/1/000.p/1",
+            "tile/entries/000",
+            ".state/tree",
+            "checkpoint",
+        ]
+        for name in names:
+            await objects.write(name, b"x")
+        assert await objects.names("") == sorted(names, key=str.encode)
+        assert await objects.names("tile/0/000.p/") == ["tile/0/000.p/12", "tile/0/000.p/7"]
+        assert await objects.names("tile/0/") == ["tile/0/000", "tile/0/000.p/12", "tile/0/000.p/7", "tile/0/001"]
+        assert await objects.names("tile/", after="tile/0/001") == ["tile/1/000.p/1", "tile/entries/000"]
+        assert await objects.names("tile/", after="tile/0/000.p/12", limit=2) == ["tile/0/000.p/7", "tile/0/001"]
+        assert await objects.names("nothing/") == []
+
+    async def test_sized_names_list_in_numeric_order(self, objects: ObjectStore) -> None:
+        sizes = [0, 7, 999, 1000, 1001, 65536, 1234067, 2000, 10**12 + 5]
+        for size in sizes:
+            await objects.write(size_name(".state/timestamps/", size), b"r")
+        listed = await objects.names(".state/timestamps/")
+        assert listed == [size_name(".state/timestamps/", s) for s in sorted(sizes)]
+        after = await objects.names(".state/timestamps/", after=size_name(".state/timestamps/", 1001), limit=2)
+        assert after == [size_name(".state/timestamps/", 2000), size_name(".state/timestamps/", 65536)]
+
+    async def test_the_typed_store_keeps_the_log_rules(self, objects: ObjectStore) -> None:
+        store = LogStore(objects)
+        assert await store.is_empty()
+        signer = note.Signer.generate("contract.example/v1/log")
+        empty = note.sign_note(note.Checkpoint(signer.name, 0, tlog.EMPTY_ROOT).text(), signer).encode()
+        from kv.logstore.log import Identity
+
+        assert await store.create_log(Identity(signer.name, signer.verifier.encode()), empty)
+        assert not await store.create_log(Identity("another.example/log", "x"), empty)
+        assert not await store.is_empty()
+        tree = await store.tree()
+        assert tree is not None and (tree.size, tree.root) == (0, tlog.EMPTY_ROOT)
+        moved = await store.advance(tree, 3, b"r" * 32, 5)
+        assert moved is not None and moved.size == 3
+        assert await store.advance(tree, 4, b"s" * 32, 6) is None  # a stale read never advances
+
+        full = b"\x01" * 8192
+        await store.write_tile(0, 0, full[:64], 2)
+        await store.write_tile(0, 0, full[:96], 3)
+        await store.write_tile(0, 0, full, 256)
+        assert await objects.names("tile/0/000.p/") == []  # partials go once the full tile is there
+        await store.write_tile(0, 0, full, 256)  # the same bytes again: fine
+        with pytest.raises(LogStoreConflict):
+            await store.write_tile(0, 0, b"\x02" * 8192, 256)
+        assert await store.fetch("tile/0/000") == full
+
+        batch = Batch(3, b"r" * 32, 5, b"t" * 32, 9, [b"e1\n", b"e2\n"])
+        assert await store.stage(batch)
+        assert not await store.stage(Batch(3, b"r" * 32, 4, b"u" * 32, 9, [b"other\n"]))
+        assert await store.staged(3) == batch
+        assert await store.staged_sizes() == [3]
+        await store.unstage(3)
+        assert await store.staged_sizes() == []
+
+    async def test_the_public_checkpoint_never_goes_back(self, objects: ObjectStore) -> None:
+        store = LogStore(objects)
+        signer = note.Signer.generate("contract.example/v1/log")
+
+        witness = note.Signer.generate("witness.example")
+
+        def signed(size: int, cosigned: bool = False) -> bytes:
+            text = note.Checkpoint(signer.name, size, bytes([size]) * 32).text()
+            extra = witness.signature_line(text.encode()) if cosigned else ""
+            return (note.sign_note(text, signer) + extra).encode()
+
+        assert await store.publish(signed(5))
+        assert await store.publish(signed(7))
+        assert not await store.publish(signed(6))
+        assert await store.checkpoint() == signed(7)
+        cosigned = signed(7, cosigned=True)
+        assert await store.publish(cosigned)  # the same tree with more signatures
+        assert not await store.publish(signed(7))  # ... is not replaced by fewer
+        assert await store.checkpoint() == cosigned
+
+    async def test_the_lease_is_held_by_one_until_it_expires_or_is_dropped(self, objects: ObjectStore) -> None:
+        store = LogStore(objects)
+        assert await store.lease("a", 60_000)
+        assert not await store.lease("b", 60_000)
+        assert await store.lease("a", 60_000, "keep")
+        assert not await store.lease("b", 60_000, "keep")
+        await store.lease("a", 0, "drop")
+        assert await store.lease("b", 60_000)
+        assert await store.lease("c", -1) is False
+        assert await store.lease("b", -1, "keep")  # renewed into the past: expired at once
+        assert await store.lease("c", 60_000)
+
+    async def test_halt_and_resume(self, objects: ObjectStore) -> None:
+        store = LogStore(objects)
+        assert await store.halted() is None
+        assert await store.resume("nothing to lift") is None
+        assert await store.halt("witness w answered 422", {"witness": "w"})
+        assert not await store.halt("again", {})
+        halted = await store.halted()
+        assert halted is not None and halted["reason"] == "witness w answered 422"
+        assert await store.resume("checked: our own test witness") == halted
+        assert await store.halted() is None
+        assert len(await objects.names(".state/resumed/")) == 1
+
+    async def test_time_stamps_are_found_by_the_index_they_cover(self, objects: ObjectStore) -> None:
+        store = LogStore(objects)
+        assert await store.stamp_covering(0) is None
+        for size in (10, 300, 1200):
+            await store.save_stamp(size, f"record {size}".encode())
+        assert await store.stamp_covering(0) == (10, b"record 10")
+        assert await store.stamp_covering(9) == (10, b"record 10")
+        assert await store.stamp_covering(10) == (300, b"record 300")
+        assert await store.stamp_covering(1199) == (1200, b"record 1200")
+        assert await store.stamp_covering(1200) is None
+        assert await store.last_stamped() == 1200
+        assert await store.stamp(300) == b"record 300"
+
+
+class TestMemory(ObjectStoreContract):
+    @pytest.fixture
+    def objects(self) -> ObjectStore:
+        return MemoryObjects()
+
+
+class TestFiles(ObjectStoreContract):
+    @pytest.fixture
+    async def objects(self, tmp_path: Path) -> AsyncIterator[ObjectStore]:
+        store = open_objects(f"file://{tmp_path}/log")
+        yield store
+        await store.close()
+
+
+def test_urls_name_their_backend(tmp_path: Path) -> None:
+    assert isinstance(open_objects("memory:"), MemoryObjects)
+    files = open_objects(f"file://{tmp_path}")
+    assert isinstance(files, FileObjects) and files.url == f"file://{tmp_path}"
+    for bad in ("file://relative/path", "ftp://x/y", "redis://localhost", "s3:///no-bucket", "/plain/path"):
+        with pytest.raises(LogStoreError):
+            open_objects(bad)
+
+
+async def test_files_appear_whole_and_nothing_partial_is_left(tmp_path: Path) -> None:
+    objects = FileObjects(tmp_path)
+    await objects.write("tile/0/x001/234", b"h" * 8192)
+    assert (tmp_path / "tile/0/x001/234").read_bytes() == b"h" * 8192
+    await objects.create(".state/identity", b"i")
+    # Only the objects and the (empty) directory of temporary files: nothing half written.
+    assert _files_under(tmp_path) == [".state/identity", "tile/0/x001/234"]
+    assert (tmp_path / ".state/tmp").is_dir()
+
+
+def _files_under(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+async def test_a_file_store_refuses_names_that_leave_it(tmp_path: Path) -> None:
+    objects = FileObjects(tmp_path / "log")
+    for bad in ("../escape", "/abs", "tile//0", "tile/./0", ""):
+        with pytest.raises(LogStoreError):
+            await objects.write(bad, b"x")
+    assert not (tmp_path / "escape").exists()
+
+
+def _race_replace(root: str, start: str, value: int, results: Any) -> None:
+    objects = FileObjects(root)
+    results.put((value, asyncio.run(objects.replace(".state/tree", str(value).encode(), start))))
+
+
+def test_a_replace_is_won_by_one_process_of_many(tmp_path: Path) -> None:
+    """The flock excludes other processes, not only other threads: eight processes try to
+    replace the same version, one wins, and the file holds its bytes."""
+    objects = FileObjects(tmp_path)
+    asyncio.run(objects.write(".state/tree", b"start"))
+    blob = asyncio.run(objects.read(".state/tree"))
+    assert blob is not None
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    processes = [
+        context.Process(target=_race_replace, args=(str(tmp_path), blob.version, n, results)) for n in range(8)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(30)
+    outcomes = [results.get(timeout=5) for _ in processes]
+    winners = [value for value, version in outcomes if version is not None]
+    assert len(winners) == 1
+    assert (tmp_path / ".state/tree").read_bytes() == str(winners[0]).encode()
+
+
+async def test_a_file_store_serves_the_state_directory_as_its_own_files(tmp_path: Path) -> None:
+    """What a static web server would see: the tree state is a plain JSON file."""
+    store = LogStore(FileObjects(tmp_path))
+    signer = note.Signer.generate("files.example/v1/log")
+    from kv.logstore.log import Identity
+
+    await store.create_log(
+        Identity(signer.name, signer.verifier.encode()),
+        note.sign_note(note.Checkpoint(signer.name, 0, tlog.EMPTY_ROOT).text(), signer).encode(),
+    )
+    state = TreeState.decode((tmp_path / ".state/tree").read_bytes(), "")
+    assert (state.size, state.root) == (0, tlog.EMPTY_ROOT)
+    assert (tmp_path / "checkpoint").read_text().startswith("files.example/v1/log\n0\n")
+    assert os.stat(tmp_path / "checkpoint").st_size > 0
