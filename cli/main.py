@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cli import admin, client, monitor, serve, witness, worker
+from cli import admin, client, log_ops, monitor, serve, witness, worker
 from receipts.signing import KeySetError
 from runtime.settings import ConfigError
 
@@ -22,7 +22,7 @@ from runtime.settings import ConfigError
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="service.py", description="Execution Proof Service")
     verbs = parser.add_subparsers(dest="verb")
-    for group in (serve, admin, worker, client, witness, monitor):
+    for group in (serve, admin, worker, client, witness, monitor, log_ops):
         group.add_parsers(verbs)
     return parser
 

@@ -17,7 +17,7 @@ import socket
 import sys
 import tempfile
 
-from runtime.settings import Settings, load_settings
+from runtime.settings import Settings, load_settings, require_log_store
 
 LISTEN_BACKLOG = 100
 """Sanic's own default backlog for the socket it would have bound."""
@@ -36,6 +36,7 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 def serve(args: argparse.Namespace) -> int:
     """The ``serve`` verb (the default): the HTTP service until SIGTERM or SIGINT."""
     settings = load_settings()
+    require_log_store(settings)
     own_metrics_dir = None
     if settings.metrics_exposed and not settings.embedded and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Sanic's workers each count in files here and a scrape sums them. Set before

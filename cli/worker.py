@@ -7,15 +7,21 @@ redis and the store are imported only when a verb runs.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import signal
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import orjson
 
 from cli.stores import run_on_store
-from runtime.settings import load_settings
+from runtime.settings import load_settings, require_log_store
 
 if TYPE_CHECKING:
+    from jobs.log_integrator import LogConfig
+    from kv.logstore import LogStore
     from kv.store import Store
 
 EMBEDDED_MESSAGE = (
@@ -63,6 +69,7 @@ def worker_command(args: argparse.Namespace) -> int:
     if settings.embedded or not settings.jobs_redis_url:
         print(EMBEDDED_MESSAGE, file=sys.stderr)
         return 2
+    require_log_store(settings)
     try:
         connection = redis.Redis.from_url(settings.jobs_redis_url)
     except ValueError:
@@ -90,9 +97,23 @@ def worker_command(args: argparse.Namespace) -> int:
     if settings.log_signer is not None and not args.burst:
         from jobs.log_integrator import IntegratorThread, log_config
         from kv.connect import open_store
+        from kv.logstore import open_log_store
 
         config = log_config(settings)
-        integrator = IntegratorThread(lambda: open_store(settings.redis_url, cluster=settings.redis_cluster), config)
+
+        def open_stores() -> tuple[Store, LogStore]:
+            assert settings.log_store is not None
+            return open_store(settings.redis_url, cluster=settings.redis_cluster), open_log_store(settings.log_store)
+
+        refused = check_log_store(open_stores, config)
+        if refused is not None:
+            print(f"error: {refused}", file=sys.stderr)
+            if listener is not None:
+                listener.stop()
+            return 2
+        # A store refused later (it changed under the running worker) stops the whole worker,
+        # as a warm shutdown: its exit status says so.
+        integrator = IntegratorThread(open_stores, config, on_refused=lambda: os.kill(os.getpid(), signal.SIGTERM))
         integrator.start()
     try:
         run_worker(settings.jobs_redis_url, burst=args.burst)
@@ -101,7 +122,29 @@ def worker_command(args: argparse.Namespace) -> int:
             integrator.stop()
         if listener is not None:
             listener.stop()
+    if integrator is not None and integrator.refused is not None:
+        print(f"error: {integrator.refused}", file=sys.stderr)
+        return 2
     return 0
+
+
+def check_log_store(open_stores: Callable[[], tuple[Store, LogStore]], config: LogConfig) -> str | None:
+    """Before the worker starts: the log store is this log's (created if it is new and
+    Redis knows no such log). The reason it is refused, or None."""
+    from jobs.log_integrator import Integrator, LogRefused
+
+    async def check() -> str | None:
+        store, log_store = open_stores()
+        try:
+            await Integrator(store, log_store, config).prepare()
+        except LogRefused as exc:
+            return str(exc)
+        finally:
+            await store.close()
+            await log_store.close()
+        return None
+
+    return asyncio.run(check())
 
 
 def expire_command(args: argparse.Namespace) -> int:

@@ -1,45 +1,59 @@
-"""The integrator: moves queued log entries into the Merkle tree and publishes checkpoints
-(docs/log.md).
+"""The integrator: moves queued log entries from Redis into the Merkle tree in the log store
+and publishes checkpoints (docs/log.md, "Sequencing").
 
-One is active at a time, behind a lock in Redis that it renews on every pass; any number
-wait as standbys (every ``python service.py worker`` runs one; in embedded mode the server
-does). A pass, at most every ``interval_s`` or as soon as ``trigger`` entries wait:
+Before anything, ``prepare`` checks the log store against the configuration and Redis: a
+store holding another log's identity, or an empty store beside a Redis that knows this log
+(a lost or mistyped ``LOG_STORE``), is refused (``LogRefused``); an empty store beside a Redis
+with no trace of the log becomes a new log (identity, size-0 checkpoint, published at once).
 
-1. read the tree state; finish a batch a crashed or deposed integrator left half done;
-2. take up to ``max_batch`` queued entries, project by project in each queue's order;
-3. read the right edge of the tree and check that it hashes to the state's root (if not,
-   the store lost data: stop, loudly, rather than sign a fork);
-4. reserve the batch (compare-and-set on size and root; the journal names each project's
-   entries), write tiles and bundles at fixed offsets, sign and publish the checkpoint,
-   acknowledge each project's queue (recording each receipt's index), finish.
+One integrator is active at a time, behind a lease in the store that it renews; any number
+wait. From the store's tree state (size S, root R) a batch goes:
 
-Every step after the reserve is idempotent and computed only from the journal and the
-queues, so whoever finishes a batch writes the same bytes and signs the same checkpoint.
-Besides the store's own check, the integrator remembers the newest tree it saw and refuses
-to go on if the store's tree is not an extension of it (a store restored from an older
-copy). A halted integrator keeps its lock (no standby signs instead) until restarted.
+1. **stage**: its entries are written to ``.state/staging/<S>`` (create-only: one batch per
+   size, whoever comes first), before any tile;
+2. **tiles**: its entry bundles and tiles are written (full ones created once, the same bytes
+   whoever writes them, since they come from the staged batch);
+3. **advance**: the tree state moves from (S, R) to (S', R') by compare-and-swap;
+4. **sync**: each entry leaves its project's queue and its receipt gets its index; Redis's
+   synced size moves from S to S' (compare-and-set);
+5. **publish**: the checkpoint of (S', R') is signed, sent to the witnesses, published.
+
+Killed anywhere, the next integrator finishes a staged batch from the store (2-3), syncs the
+queues with the tree (4: every queued entry found in the tree after Redis's synced size
+leaves its queue with its index; this is also how a Redis restored from an older snapshot
+catches up, and why no receipt ever enters the log twice) and publishes the tree state (5).
+The tree state only ever moves by compare-and-swap from what was read, to a tree computed
+from the stored edge tiles, after checking they hash to the stored root: the log never signs
+a tree that is not an extension of the last one it signed.
+
+A witness's evidence of a fork halts the log (``.state/halt``, kept until ``log resume``):
+nothing more is signed, entries keep queueing up to ``LOG_MAX_PENDING``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
+import os
 import secrets
+import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from jobs.log_timestamps import Stamper, TsaConfig
 from jobs.log_witnesses import WitnessClient
-from kv.log_reader import LogDataMissing, LogReader
+from kv import keys
+from kv.logstore import LogStore, LogStoreConflict, LogStoreError
+from kv.logstore.log import Batch, Identity, TreeState, checkpoint_size
+from kv.store import Store
 from receipts import note, tlog
 from receipts.errors import StoreUnavailable
 from receipts.policy import Policy
+from receipts.tiles import TileMissing, TileReader
 from runtime import metrics
 from runtime.settings import Settings
 
@@ -48,14 +62,19 @@ log = logging.getLogger("eps.log")
 INTERVAL_S = 1.0
 TRIGGER = 256
 MAX_BATCH = 4096
-LOCK_MS = 10_000
+LEASE_MS = 5_000
 POLL_S = 0.05
 DIRTY_SAMPLE = 1024
 RECHECK_AFTER_MS = 30_000
+HALT_RECHECK_S = 2.0
+ERROR_REPEAT_S = 60.0
+CRASH_POINTS = ("staged", "tiles_half", "tiles", "advanced", "unstaged", "acked_half", "synced", "signed", "published")
+"""Where a batch can be cut short in the fault-injection tests: after each of its steps."""
 
 
-class LogHalted(RuntimeError):
-    """The integrator stopped publishing: the store's log is not what it signed before."""
+class LogRefused(RuntimeError):
+    """The log store and the configuration (or Redis) disagree about which log this is, or
+    the store's data does not hash to its own tree: the integrator does not touch the log."""
 
 
 @dataclass(frozen=True)
@@ -65,12 +84,14 @@ class LogConfig:
     interval_s: float = INTERVAL_S
     trigger: int = TRIGGER
     max_batch: int = MAX_BATCH
-    lock_ms: int = LOCK_MS
+    lease_ms: int = LEASE_MS
     policy: Policy | None = None
     """``LOG_WITNESS_POLICY``: the witnesses each checkpoint is sent to (jobs/log_witnesses.py)."""
     witness_timeout_ms: int = 1000
     tsa: TsaConfig | None = None
     """``LOG_TSA_URLS`` and friends: RFC 3161 time-stamps over checkpoints (jobs/log_timestamps.py)."""
+    crash_at: str | None = None
+    """``LOG_TEST_CRASH_AT``, for fault-injection tests only: kill -9 this process at that point."""
 
 
 def log_config(settings: Settings) -> LogConfig:
@@ -78,254 +99,478 @@ def log_config(settings: Settings) -> LogConfig:
     assert settings.log_signer is not None
     tsa = None
     if settings.log_tsa_urls:
-        tsa = TsaConfig(
-            settings.log_tsa_urls,
-            settings.log_tsa_interval_s,
-            settings.log_tsa_roots,
-            keep_s=int((settings.retention_days + 1) * 86400),
-        )
+        tsa = TsaConfig(settings.log_tsa_urls, settings.log_tsa_interval_s, settings.log_tsa_roots)
     return LogConfig(
         settings.log_origin,
         settings.log_signer,
         policy=settings.log_policy,
         witness_timeout_ms=settings.log_witness_timeout_ms,
         tsa=tsa,
+        crash_at=settings.log_test_crash_at,
     )
 
 
 @dataclass
-class _Batch:
-    size: int
-    root: bytes
-    new_size: int
-    new_root: bytes
-    projects: list[tuple[str, list[bytes]]]
-    counts: list[int] | None = None
-    """Entries each project holds in the tree (the journal's; an acknowledged project's
-    entries are no longer read back, but its count still places the ones after it)."""
+class _Edge:
+    """The right edge of the tree of ``size``: its partial hash tiles and the entries of its
+    partial bundle, kept from the last batch so the next reads nothing back."""
 
-    def journal(self) -> bytes:
-        return orjson.dumps(
-            {
-                "from": self.size,
-                "from_root": base64.b64encode(self.root).decode(),
-                "projects": [[pid, len(entries), _receipt_id(entries[-1])] for pid, entries in self.projects],
-            }
+    size: int
+    tiles: dict[int, list[bytes]]
+    bundle: list[bytes]
+
+
+async def prepare_log(store: Store, log_store: LogStore, origin: str, signer: note.Signer) -> Identity:
+    """Check the log store before anything uses it (the server at its start, every worker
+    before its first pass): the store's identity, the store created if it is new.
+    ``LogRefused`` when the store holds another log, holds files but no identity, or is
+    empty while Redis knows this log (a lost or mistyped ``LOG_STORE``)."""
+    identity = await log_store.identity()
+    mine = Identity(origin, signer.verifier.encode())
+    if identity is None:
+        if not await log_store.is_empty():
+            raise LogRefused(
+                f"the log store {log_store.url} holds log files but no identity (.state/identity): "
+                "it is not a store this service created; point LOG_STORE at the log's own store"
+            )
+        if await store.log_has_trace(origin):
+            raise LogRefused(
+                f"the log store {log_store.url} is empty, but Redis holds entries of the log {origin}: "
+                "LOG_STORE is lost or mistyped. Point it at the log's store (or restore the store, or copy it "
+                "with `log export`); an empty store is never made the start of a new log over an old one's queue"
+            )
+        empty = note.sign_note(note.Checkpoint(origin, 0, tlog.EMPTY_ROOT).text(), signer)
+        if await log_store.create_log(mine, empty.encode()):
+            log.warning("created a new transparency log %s in %s (size 0)", origin, log_store.url)
+        await store.log_mark_synced(origin, None, 0)  # this Redis's trace of the log
+        identity = await log_store.identity()
+    if identity != mine:
+        found = identity or Identity("?", "?")
+        raise LogRefused(
+            f"the log store {log_store.url} holds the log {found.origin} with verifier key {found.vkey}; this "
+            f"process is configured for {mine.origin} with verifier key {mine.vkey} (LOG_ORIGIN, LOG_SIGNING_KEY)"
         )
+    return identity
 
 
 class Integrator:
-    def __init__(self, store: Any, config: LogConfig) -> None:
+    def __init__(self, store: Store, log_store: LogStore, config: LogConfig) -> None:
         self.store = store
+        self.log = log_store
         self.config = config
-        self.reader = LogReader(store, config.origin)
+        self.origin = config.origin
+        self.reader = TileReader(log_store.fetch)
         self.witnesses = (
-            WitnessClient(store, config.origin, config.policy, config.witness_timeout_ms, self.reader)
+            WitnessClient(log_store, config.policy, config.witness_timeout_ms, self.reader)
             if config.policy is not None
             else None
         )
         self.token = secrets.token_hex(16)
         self.holding = False
-        self.halted: str | None = None
-        self.seen: tuple[int, bytes] = (0, tlog.EMPTY_ROOT)
-        """The newest (size, root) this integrator saw published: the store must extend it."""
+        self._lease_checked = 0.0
+        self.tree: TreeState | None = None
+        """The tree state as this integrator last read or wrote it; None: read it again."""
+        self._edge: _Edge | None = None
+        self.halted: dict[str, Any] | None = None
+        self._halt_checked = 0.0
         self._last_batch = time.monotonic()
+        self._reported: dict[str, float] = {}
+        self.crash: Callable[[str], None] | None = _kill_at(config.crash_at) if config.crash_at else None
+        """Fault injection for tests: called at each point between two steps of a batch
+        (``CRASH_POINTS``)."""
+
+    def _point(self, name: str) -> None:
+        if self.crash is not None:
+            self.crash(name)
+
+    async def prepare(self) -> Identity:
+        """The store checked (and created if new) before the first pass: ``prepare_log``."""
+        return await prepare_log(self.store, self.log, self.origin, self.config.signer)
 
     # -- the loop
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Pass after pass until ``stop`` is set; errors are logged and retried. With
+        """Pass after pass until ``stop`` is set; errors are logged (each kind at most once a
+        minute) and retried. ``LogRefused`` ends the loop (and is raised). With
         ``LOG_TSA_URLS`` the time-stamping loop runs beside it."""
         if self.config.tsa is None:
             await self._integrate(stop)
             return
-        stamper = Stamper(self.store, self.config.origin, self.config.tsa)
-        await asyncio.gather(self._integrate(stop), stamper.run(stop))
+        stamper = Stamper(self.store, self.log, self.origin, self.config.tsa)
+        stamping = asyncio.ensure_future(stamper.run(stop))
+        try:
+            await self._integrate(stop)
+        finally:
+            stop.set()
+            await stamping
 
     async def _integrate(self, stop: asyncio.Event) -> None:
         try:
             while not stop.is_set():
                 integrated = 0
                 try:
-                    if await self.lock():
+                    if await self._hold_lease():
                         integrated = await self.step()
-                except LogHalted as exc:
-                    self._halt(str(exc))
-                except Exception:  # a long-running loop: say it, retry next pass
-                    log.exception("log integrator pass failed; retrying")
+                except LogRefused as exc:
+                    log.critical("LOG REFUSED: the integrator stops and signs nothing: %s", exc)
+                    raise
+                except (StoreUnavailable, LogStoreError, TileMissing, OSError) as exc:
+                    self._report(type(exc).__name__, "log integrator pass failed (retrying): %s", exc)
+                except Exception as exc:  # noqa: BLE001 - a long-running loop: say it, retry next pass
+                    self._report(type(exc).__name__, "log integrator pass failed (retrying): %r", exc, trace=True)
                 if integrated < self.config.max_batch:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), POLL_S)
         finally:
-            if self.holding and not self.halted:
-                with contextlib.suppress(StoreUnavailable):  # the lock expires by itself
-                    await self.store.log_lock(self.config.origin, self.token, "drop", 0)
+            if self.holding:
+                with contextlib.suppress(LogStoreError):  # the lease expires by itself
+                    await self.log.lease(self.token, 0, "drop")
 
-    async def lock(self) -> bool:
-        action = "keep" if self.holding else "take"
-        self.holding = await self.store.log_lock(self.config.origin, self.token, action, self.config.lock_ms)
-        return self.holding
+    def _report(self, kind: str, message: str, *args: Any, trace: bool = False) -> None:
+        """Log a failure, but each kind at most once every ``ERROR_REPEAT_S``: a Redis or a
+        store that is down must not flood the log with a line every pass."""
+        now = time.monotonic()
+        if now - self._reported.get(kind, -ERROR_REPEAT_S) < ERROR_REPEAT_S:
+            return
+        self._reported[kind] = now
+        log.warning(message, *args, exc_info=trace)
 
-    def _halt(self, reason: str) -> None:
-        if self.halted is None:
-            metrics.LOG_HALTS.inc()
-        self.halted = reason
-        log.critical("LOG HALTED: the integrator will not sign another checkpoint: %s", reason)
+    async def _hold_lease(self) -> bool:
+        """Whether this integrator holds the lease: renewed a third of the way through, and
+        looked for by a standby four times a lease."""
+        now = time.monotonic()
+        if self.holding and now - self._lease_checked < self.config.lease_ms / 3000:
+            return True
+        if not self.holding and now - self._lease_checked < self.config.lease_ms / 4000:
+            return False
+        self._lease_checked = now
+        held = await self.log.lease(self.token, self.config.lease_ms, "keep" if self.holding else "take")
+        if held != self.holding:
+            self.tree = None  # taken (or lost): read the tree state again before anything
+        self.holding = held
+        return held
 
     # -- one pass
 
     async def step(self, force: bool = False) -> int:
         """One pass; the number of entries it integrated. ``force``: do not wait for the
         interval or the trigger (tests, and ``--once`` tools)."""
-        if self.halted:
-            raise LogHalted(self.halted)
-        origin = self.config.origin
-        state = await self.store.log_state(origin)
-        size, root = int(state.get("size", b"0")), state.get("root") or tlog.EMPTY_ROOT
-        phase = (state.get("phase") or b"").decode()
-        if phase:
-            batch = await self._journal_batch(state, size, root)
-            # Before its tiles are written only the batch's start is published (and readable).
-            await self._check_extends_seen(*((batch.size, batch.root) if phase == "tiles" else (size, root)))
-            if phase == "tiles":
-                await self._write_and_publish(batch)
-            await self._acknowledge(batch)
-            await self.store.log_finish(origin, batch.new_size)
-            self.seen = (batch.new_size, batch.new_root)
-            return batch.new_size - batch.size
-        await self._check_extends_seen(size, root)
-        projects = await self.store.log_dirty_projects(DIRTY_SAMPLE)
+        if self.tree is None:
+            await self._load()
+        if self.halted is not None:
+            await self._still_halted()
+            return 0
+        tree = self.tree
+        if tree is None:
+            return 0  # another integrator moved the tree while this one caught up: next pass
+        projects = await self.store.log_dirty_projects(self.origin, DIRTY_SAMPLE)
         # Lengths first (cheap): a pass that only waits for the interval or the trigger reads
         # no entries; they are read once, when the batch is made.
-        lengths = await self.store.log_queue_lengths(projects) if projects else {}
+        lengths = await self.store.log_queue_lengths(self.origin, projects) if projects else {}
         now_ms = int(time.time() * 1000)
         for pid in projects:
             if not lengths[pid]:
-                await self.store.log_tidy_dirty(pid, now_ms)
-        await self.store.log_recheck(now_ms - RECHECK_AFTER_MS)
+                await self.store.log_tidy_dirty(self.origin, pid, now_ms)
+        await self.store.log_recheck(self.origin, now_ms - RECHECK_AFTER_MS)
         waiting = sum(lengths.values())
+        if self.store.is_cluster and len(projects) < DIRTY_SAMPLE:
+            await self.store.log_set_pending(self.origin, waiting)  # the count drifts on a Cluster
         if not waiting:
             return 0
         waited = time.monotonic() - self._last_batch
         if not force and waiting < self.config.trigger and waited < self.config.interval_s:
             return 0
-        queued = await self.store.log_queued([pid for pid in projects if lengths[pid]], self.config.max_batch)
-        taken: list[tuple[str, list[bytes]]] = []
-        total = 0
-        for pid, project_entries in queued.items():
-            entries = project_entries[: self.config.max_batch - total]
-            if entries:
-                taken.append((pid, entries))
-                total += len(entries)
-        if not total:
+        queued = await self.store.log_queued(
+            self.origin, [pid for pid in projects if lengths[pid]], self.config.max_batch
+        )
+        # Read after the entries: had Redis been restored from an older snapshot before they
+        # were read, its synced size is behind the tree, and they may be in the tree already.
+        synced = await self.store.log_synced(self.origin)
+        if synced != tree.size:
+            await self._sync_with_tree(synced)
             return 0
-        try:
-            edge = await self.reader.edge(size)
-        except LogDataMissing as exc:
-            raise LogHalted(f"{exc}: the tree of size {size} cannot be extended") from exc
-        if tlog.root_from_edge(size, edge) != root:
-            raise LogHalted(f"the store's edge tiles do not hash to its tree of size {size}: its data was lost")
-        leaves = [tlog.leaf_hash(entry) for _, entries in taken for entry in entries]
-        extension = tlog.extend(size, edge, leaves)
-        batch = _Batch(size, root, extension.size, extension.root, taken)
-        if not await self.store.log_reserve(origin, size, root, batch.new_size, batch.new_root, batch.journal()):
-            return 0  # another integrator moved the tree: read it again next pass
+        entries: list[bytes] = []
+        for project_entries in queued.values():
+            entries += project_entries[: self.config.max_batch - len(entries)]
+        if not entries:
+            return 0
+        edge = await self._edge_of(tree)
+        extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in entries])
+        newest = max(keys.receipt_created_ms(_receipt_id(entry)) for entry in entries)
+        batch = Batch(tree.size, tree.root, extension.size, extension.root, newest, entries)
+        if not await self.log.stage(batch):
+            self.tree = None  # another integrator staged a batch from this size: start over
+            return 0
+        self._point("staged")
         started = time.monotonic()
-        await self._write_and_publish(batch, extension)
-        await self._acknowledge(batch)
-        await self.store.log_finish(origin, batch.new_size)
-        self.seen = (batch.new_size, batch.new_root)
+        await self._finish(batch, extension, edge)
         self._last_batch = time.monotonic()
-        metrics.LOG_ENTRIES.inc(total)
+        metrics.LOG_ENTRIES.inc(len(entries))
         metrics.LOG_BATCH_SECONDS.observe(time.monotonic() - started)
-        emptied = await self.store.log_queue_lengths([pid for pid, _ in taken])
-        for pid, length in emptied.items():
-            if not length:
-                await self.store.log_tidy_dirty(pid, now_ms)
-        return total
+        return len(entries)
 
     # -- the phases
 
-    async def _journal_batch(self, state: dict[str, bytes], size: int, root: bytes) -> _Batch:
-        """The batch a journal describes, its entries read back from the queues."""
-        journal = orjson.loads(state.get("batch") or b"{}")
-        projects: list[tuple[str, list[bytes]]] = []
-        counts = [int(p[1]) for p in journal["projects"]]
-        queued = await self.store.log_queued([p[0] for p in journal["projects"]], self.config.max_batch)
-        for pid, count, last_id in journal["projects"]:
-            entries = queued[pid][:count]
-            if len(entries) == count and _receipt_id(entries[-1]) == last_id:
-                projects.append((pid, entries))
-            elif (state.get("phase") or b"") == b"tiles":
-                raise LogHalted(f"the entries of project {pid} that the batch to size {size} names are gone")
-            else:
-                projects.append((pid, []))  # already acknowledged
-        return _Batch(int(journal["from"]), base64.b64decode(journal["from_root"]), size, root, projects, counts)
+    async def _finish(self, batch: Batch, extension: tlog.Extension, edge: _Edge) -> bool:
+        """Write the staged batch's tiles and bundles, advance the tree, sync Redis, publish.
+        False when another integrator advanced the tree first (the tree is read again)."""
+        tree = self.tree
+        assert tree is not None
+        assert (tree.size, tree.root) == (batch.size, batch.root)
+        if (extension.size, extension.root) != (batch.new_size, batch.new_root):
+            raise LogRefused(f"the batch staged from size {batch.size} does not hash to the tree it names")
+        bundles = _bundles(batch.size, edge.bundle, batch.entries)
+        writes: list[tuple[int | str, int, bytes, int]] = [
+            (level, index, data, len(data) // tlog.HASH_SIZE) for (level, index), data in extension.tiles.items()
+        ]
+        writes += [("entries", index, data, count) for index, (data, count) in bundles.items()]
+        half = len(writes) // 2
+        try:
+            await asyncio.gather(*(self.log.write_tile(*write) for write in writes[:half]))
+            self._point("tiles_half")
+            await asyncio.gather(*(self.log.write_tile(*write) for write in writes[half:]))
+        except LogStoreConflict as exc:
+            raise LogRefused(str(exc)) from exc
+        self._point("tiles")
+        advanced = await self.log.advance(tree, batch.new_size, batch.new_root, batch.newest_ms)
+        if advanced is None:
+            self.tree = None  # another integrator advanced it (from the same staged batch)
+            return False
+        self._point("advanced")
+        self.tree = advanced
+        combined, keep = edge.bundle + batch.entries, batch.new_size % tlog.TILE_WIDTH
+        tail = combined[len(combined) - keep :] if keep else []
+        self._edge = _Edge(advanced.size, _edge_after(advanced.size, edge.tiles, extension), tail)
+        await self.log.unstage(batch.size)
+        self._point("unstaged")
+        await self._sync_batch(batch)
+        await self._publish(advanced)
+        return True
 
-    async def _write_and_publish(self, batch: _Batch, extension: tlog.Extension | None = None) -> None:
-        if extension is None:
-            try:
-                edge = await self.reader.edge(batch.size)
-            except LogDataMissing as exc:
-                raise LogHalted(str(exc)) from exc
-            leaves = [tlog.leaf_hash(entry) for _, entries in batch.projects for entry in entries]
-            extension = tlog.extend(batch.size, edge, leaves)
-            if extension.root != batch.new_root or extension.size != batch.new_size:
-                raise LogHalted(f"the batch to size {batch.new_size} no longer hashes to the root it reserved")
-        entries = [entry for _, batch_entries in batch.projects for entry in batch_entries]
-        bundles: dict[int, tuple[int, bytes]] = {}
-        offset = await self.reader.bundle_prefix_length(batch.size)
-        for position, entry in enumerate(entries, start=batch.size):
-            index = position // tlog.TILE_WIDTH
-            if index not in bundles:
-                bundles[index] = (offset if position == batch.size else 0, b"")
-            start, data = bundles[index]
-            bundles[index] = (start, data + tlog.bundle_entry(entry))
-        await self.store.log_write(self.config.origin, extension.tiles, bundles)
-        checkpoint = note.Checkpoint(self.config.origin, batch.new_size, batch.new_root)
+    async def _sync_batch(self, batch: Batch) -> None:
+        """Take the batch's entries off their queues with their indices; move the synced size."""
+        by_project: dict[str, list[tuple[bytes, int]]] = {}
+        for offset, entry in enumerate(batch.entries):
+            by_project.setdefault(_project_id(entry), []).append((entry, batch.size + offset))
+        projects = list(by_project.items())
+        half = max(1, len(projects) // 2)
+        await asyncio.gather(*(self.store.log_ack(self.origin, pid, acks) for pid, acks in projects[:half]))
+        self._point("acked_half")
+        await asyncio.gather(*(self.store.log_ack(self.origin, pid, acks) for pid, acks in projects[half:]))
+        await self.store.log_mark_synced(self.origin, batch.size, batch.new_size)
+        self._point("synced")
+        emptied = await self.store.log_queue_lengths(self.origin, list(by_project))
+        now_ms = int(time.time() * 1000)
+        for pid, length in emptied.items():
+            if not length:
+                await self.store.log_tidy_dirty(self.origin, pid, now_ms)
+
+    async def _sync_with_tree(self, synced: int | None) -> None:
+        """Bring Redis in line with the tree: every queued entry that is in the tree after the
+        synced size (or anywhere, with none recorded) leaves its queue with its index, then
+        the synced size moves to the tree's. Only entries created no later than the newest
+        in the tree can be there, so usually nothing is read back from the store."""
+        tree = self.tree
+        assert tree is not None
+        if synced is not None and synced > tree.size:
+            raise LogRefused(
+                f"Redis says {synced} entries of the log {self.origin} are in the tree, the log store {self.log.url} "
+                f"holds {tree.size}: the store lost entries (restored from an older copy?) or LOG_STORE names "
+                "another store. Nothing is signed until the store is the log's again"
+            )
+        projects = await self.store.log_all_dirty_projects(self.origin)
+        queued = await self.store.log_queued(self.origin, projects, -1)
+        wanted: dict[str, tuple[str, bytes]] = {}
+        for pid, entries in queued.items():
+            for entry in entries:
+                receipt_id = _receipt_id(entry)
+                if keys.receipt_created_ms(receipt_id) <= tree.newest_ms:
+                    wanted[receipt_id] = (pid, entry)
+        found: dict[str, list[tuple[bytes, int]]] = {}
+        start = synced or 0
+        if wanted and start < tree.size:
+            log.warning(
+                "the log's queues are behind its tree (synced %s, tree %d): looking for %d queued entries in the "
+                "tree from %d",
+                synced,
+                tree.size,
+                len(wanted),
+                start,
+            )
+            for index in range(start // tlog.TILE_WIDTH, (tree.size + tlog.TILE_WIDTH - 1) // tlog.TILE_WIDTH):
+                bundle = await self.reader.bundle(index, tlog.tile_width(tree.size, 0, index))
+                for offset, entry in enumerate(bundle):
+                    position = index * tlog.TILE_WIDTH + offset
+                    hit = wanted.get(_receipt_id(entry)) if position >= start else None
+                    if hit is not None and hit[1] == entry:
+                        found.setdefault(hit[0], []).append((entry, position))
+        for pid, acks in found.items():
+            await self.store.log_ack(self.origin, pid, acks)
+        if found:
+            log.warning(
+                "%d queued entries were in the log already: taken off their queues, indices recorded",
+                sum(len(acks) for acks in found.values()),
+            )
+        await self.store.log_mark_synced(self.origin, synced, tree.size)
+
+    async def _publish(self, tree: TreeState) -> None:
+        """Sign the tree, collect cosignatures, publish; halt instead on evidence of a fork."""
+        checkpoint = note.Checkpoint(self.origin, tree.size, tree.root)
         signed = note.sign_note(checkpoint.text(), self.config.signer)
         if self.witnesses is not None:
-            signed = await self.witnesses.cosign(signed, checkpoint)
-        await self.store.log_publish(self.config.origin, batch.new_size, signed.encode())
-        metrics.LOG_CHECKPOINTS.inc()
+            cosigned = await self.witnesses.cosign(signed, checkpoint)
+            if cosigned.evidence is not None:
+                await self._halt(
+                    f"witness {cosigned.evidence['witness']} answered {cosigned.evidence['status']}: "
+                    f"{cosigned.evidence['detail']}",
+                    cosigned.evidence,
+                )
+                return
+            signed = cosigned.text
+        self._point("signed")
+        if await self.log.publish(signed.encode()):
+            metrics.LOG_CHECKPOINTS.inc()
+        self._point("published")
 
-    async def _acknowledge(self, batch: _Batch) -> None:
-        index = batch.size
-        counts = batch.counts or [len(entries) for _, entries in batch.projects]
-        for (pid, entries), count in zip(batch.projects, counts, strict=True):
-            if entries:
-                ids = [_receipt_id(entry) for entry in entries]
-                await self.store.log_ack(pid, entries, ids, index)
-            index += count
+    # -- reading the store
 
-    async def _check_extends_seen(self, size: int, root: bytes) -> None:
-        seen_size, seen_root = self.seen
-        if size < seen_size:
-            raise LogHalted(f"the store's tree has {size} entries, fewer than the {seen_size} published before")
-        if size == seen_size:
-            if root != seen_root:
-                raise LogHalted(f"the store's tree of size {size} has another root than the one published before")
+    async def _load(self) -> None:
+        """Read the tree state; finish a batch a crashed integrator staged; sync Redis with
+        the tree; publish the tree if its checkpoint is not out yet."""
+        tree = await self.log.tree()
+        if tree is None:
+            raise LogStoreError(f"log store {self.log.url}: no tree state yet (.state/tree)")
+        self.tree, self._edge = tree, None
+        self.halted = await self.log.halted()
+        metrics.LOG_HALTED.set(1 if self.halted else 0)
+        if self.halted is not None:
+            self._log_halt(self.halted)
             return
-        if seen_size:
-            try:
-                old = await self.reader.compute(size, lambda view: view.mth(0, seen_size))
-            except LogDataMissing as exc:
-                raise LogHalted(str(exc)) from exc
-            if old != seen_root:
-                raise LogHalted(f"the store's tree does not extend the tree of size {seen_size} published before")
-        self.seen = (size, root)
+        for size in await self.log.staged_sizes():
+            if size != tree.size:
+                await self.log.unstage(size)  # finished (or from a size the tree never had)
+                continue
+            batch = await self.log.staged(size)
+            if batch is None:
+                continue
+            if batch.root != tree.root:
+                raise LogRefused(f"a batch staged from size {size} names another root than the tree's")
+            edge = await self._edge_of(tree)
+            extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in batch.entries])
+            log.warning("finishing the batch a stopped integrator staged (sizes %d to %d)", batch.size, batch.new_size)
+            if not await self._finish(batch, extension, edge):
+                return
+        tree = self.tree
+        assert tree is not None
+        synced = await self.store.log_synced(self.origin)
+        if synced != tree.size:
+            await self._sync_with_tree(synced)
+        published = await self.log.checkpoint()
+        if published is None or checkpoint_size(published) < tree.size:
+            await self._publish(tree)
+
+    async def _edge_of(self, tree: TreeState) -> _Edge:
+        """The edge of the tree: kept from the last batch, else read and checked against the
+        tree's root (tiles that do not hash to it: the store lost data; nothing is signed)."""
+        if self._edge is not None and self._edge.size == tree.size:
+            return self._edge
+        try:
+            tiles = await self.reader.edge(tree.size)
+            count = tree.size % tlog.TILE_WIDTH
+            bundle = await self.reader.bundle(tree.size // tlog.TILE_WIDTH, count) if count else []
+        except TileMissing as exc:
+            raise LogRefused(f"{exc}: the tree of size {tree.size} cannot be extended") from exc
+        if tlog.root_from_edge(tree.size, tiles) != tree.root:
+            raise LogRefused(f"the store's edge tiles do not hash to its tree of size {tree.size}: its data was lost")
+        if [tlog.leaf_hash(entry) for entry in bundle] != tiles.get(0, [])[:count]:
+            raise LogRefused(f"the store's last entry bundle does not hash to its tree of size {tree.size}")
+        self._edge = _Edge(tree.size, tiles, bundle)
+        return self._edge
+
+    # -- halting
+
+    async def _halt(self, reason: str, evidence: dict[str, Any]) -> None:
+        await self.log.halt(reason, evidence)
+        self.halted = await self.log.halted() or {"reason": reason, "evidence": evidence}
+        metrics.LOG_HALTED.set(1)
+        self._log_halt(self.halted)
+
+    def _log_halt(self, halted: dict[str, Any]) -> None:
+        self._halt_checked = time.monotonic()
+        log.critical(
+            "LOG HALTED: someone has signed a history of this log that is not ours (%s). The integrator signs "
+            "nothing until an operator has looked and runs: python service.py log resume --reason TEXT",
+            halted.get("reason"),
+        )
+
+    async def _still_halted(self) -> bool:
+        """While halted, look at the store every few seconds for an operator's resume."""
+        if time.monotonic() - self._halt_checked < HALT_RECHECK_S:
+            return True
+        self._halt_checked = time.monotonic()
+        if await self.log.halted() is not None:
+            return True
+        log.warning("the log was resumed: integrating again")
+        self.halted = None
+        self.tree = None
+        metrics.LOG_HALTED.set(0)
+        return False
+
+
+def _kill_at(point: str) -> Callable[[str], None]:
+    def kill(name: str) -> None:
+        if name == point:
+            log.warning("LOG_TEST_CRASH_AT=%s: killing this process (kill -9)", point)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return kill
 
 
 def _receipt_id(entry: bytes) -> str:
     return entry.split(b"\n", 2)[1].decode()
 
 
-class IntegratorThread:
-    """The integrator beside RQ's (blocking) worker: its own thread, event loop and store."""
+def _project_id(entry: bytes) -> str:
+    return entry.split(b"\n", 4)[3].decode()
 
-    def __init__(self, open_store: Any, config: LogConfig) -> None:
-        self._open_store = open_store
+
+def _bundles(size: int, tail: list[bytes], entries: list[bytes]) -> dict[int, tuple[bytes, int]]:
+    """Every entry bundle the entries after ``size`` change: index -> (bytes, entry count).
+    ``tail``: the entries of the tree's partial bundle (they start the first one)."""
+    out: dict[int, tuple[bytes, int]] = {}
+    current = list(tail)
+    index = size // tlog.TILE_WIDTH
+    for entry in entries:
+        current.append(entry)
+        if len(current) == tlog.TILE_WIDTH:
+            out[index] = (b"".join(tlog.bundle_entry(e) for e in current), tlog.TILE_WIDTH)
+            index, current = index + 1, []
+    if current:
+        out[index] = (b"".join(tlog.bundle_entry(e) for e in current), len(current))
+    return out
+
+
+def _edge_after(size: int, before: dict[int, list[bytes]], extension: tlog.Extension) -> dict[int, list[bytes]]:
+    """The edge tiles of the tree of ``size`` after ``extension``: changed tiles at the edge
+    from the extension, unchanged ones from ``before``."""
+    edge: dict[int, list[bytes]] = {}
+    for level, index, width in tlog.edge_tiles(size):
+        data = extension.tiles.get((level, index))
+        edge[level] = tlog.split_tile(data) if data is not None else before[level][:width]
+    return edge
+
+
+class IntegratorThread:
+    """The integrator beside RQ's (blocking) worker: its own thread, event loop and stores.
+    ``refused`` holds the reason when the log store was refused (the worker then exits)."""
+
+    def __init__(
+        self, open_stores: Callable[[], tuple[Store, LogStore]], config: LogConfig, on_refused: Callable[[], None]
+    ) -> None:
+        self._open_stores = open_stores
         self.config = config
+        self.refused: str | None = None
+        self._on_refused = on_refused
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -342,12 +587,16 @@ class IntegratorThread:
     async def _run(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        store = self._open_store()
+        store, log_store = self._open_stores()
         self._ready.set()
         try:
-            await Integrator(store, self.config).run(self._stop)
+            await Integrator(store, log_store, self.config).run(self._stop)
+        except LogRefused as exc:
+            self.refused = str(exc)
+            self._on_refused()
         finally:
             await store.close()
+            await log_store.close()
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._loop is not None and self._stop is not None:

@@ -6,13 +6,14 @@ the last one stamped, every TSA of ``LOG_TSA_URLS`` is asked (in parallel) for a
 over the checkpoint's text. Each answer is checked before it is kept (receipts/timestamps.py:
 granted, over that text, with the request's nonce, signed under a certificate for
 time-stamping; with ``LOG_TSA_ROOTS`` also the signature and chain). What passes is kept with
-the signed checkpoint, for the receipts' retention, and served at
+the signed checkpoint in the log store (``.state/timestamps/``, for as long as the log), and
+served at
 ``/v1/log/checkpoints/{size}/timestamps`` and in bundles. A TSA that is down or answers
 badly is logged and counted (``eps_log_tsa_failures``) and never holds up the log.
 
 Which process stamps: any integrator's (every worker runs one; the embedded server too),
-whoever first claims the interval (``SET NX PX``), so several workers make one request per
-interval, not one each.
+whoever first claims the interval (``SET NX PX`` in Redis), so several workers make one
+request per interval, not one each.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import cryptography.x509
 import httpx
 import orjson
 
+from kv.logstore import LogStore
 from receipts import note, timestamps
 from runtime import metrics
 
@@ -44,14 +46,13 @@ class TsaConfig:
     interval_s: float = 60.0
     roots: tuple[cryptography.x509.Certificate, ...] = ()
     """``LOG_TSA_ROOTS``: when set, a response must also verify against these."""
-    keep_s: int = 180 * 86400
-    """How long a checkpoint's time-stamps are kept: the receipts' retention, plus a day."""
     timeout_s: float = TSA_TIMEOUT_S
 
 
 class Stamper:
-    def __init__(self, store: Any, origin: str, config: TsaConfig) -> None:
+    def __init__(self, store: Any, log: LogStore, origin: str, config: TsaConfig) -> None:
         self.store = store
+        self.log = log
         self.origin = origin
         self.config = config
         self.token = secrets.token_hex(16)
@@ -69,7 +70,7 @@ class Stamper:
 
     async def step(self) -> int | None:
         """Stamp the newest checkpoint if it is due; the size stamped, else None."""
-        raw = await self.store.log_checkpoint(self.origin)
+        raw = await self.log.checkpoint()
         if not raw:
             return None
         signed = raw.decode()
@@ -77,7 +78,7 @@ class Stamper:
         checkpoint = note.parse_checkpoint(parsed.text)
         if checkpoint.size <= self.stamped:
             return None
-        self.stamped = await self.store.log_last_stamped(self.origin)
+        self.stamped = await self.log.last_stamped()
         if checkpoint.size <= self.stamped:
             return None
         if not await self.store.log_stamp_claim(self.origin, self.token, int(self.config.interval_s * 1000)):
@@ -93,7 +94,7 @@ class Stamper:
         if not kept:
             return None
         record = orjson.dumps({"checkpoint": signed, "timestamps": kept})
-        await self.store.log_stamp_save(self.origin, checkpoint.size, record, self.config.keep_s)
+        await self.log.save_stamp(checkpoint.size, record)
         self.stamped = checkpoint.size
         metrics.LOG_STAMPED_SIZE.set(checkpoint.size)
         return checkpoint.size

@@ -212,11 +212,11 @@ def checkout_session_key(project_id: str, ref: str) -> str:
 
 
 # --- the transparency log (docs/log.md) ------------------------------------------------
+# Redis holds only what is in flight; the log itself lives in the log store (kv/logstore).
 # A create appends its entry to its project's queue (in the project's slot, in chain order)
 # and names the project in the log's dirty set; the integrator moves queued entries into
-# the tree. Tiles and entry bundles carry no slot tag: each lands in its own slot, so a
-# Cluster spreads them. Every log key but the queues, the index and the dirty set carries
-# the origin's tag: a new ``LOG_ORIGIN`` starts a new tree beside the old one.
+# the tree, then records each receipt's index in its hash-index field (so it expires with
+# the receipt). Every key carries the origin's tag: two logs never share a queue.
 
 
 def log_tag(origin: str) -> str:
@@ -224,49 +224,32 @@ def log_tag(origin: str) -> str:
     return hashlib.sha256(origin.encode()).hexdigest()[:8]
 
 
-def log_queue_key(project_id: str) -> str:
+def log_queue_key(origin: str, project_id: str) -> str:
     """List: the project's log entries not yet in the tree, oldest first (entry bytes)."""
-    return f"lq:{{{slot_tag(project_id)}}}:{project_id}"
+    return f"lq:{{{slot_tag(project_id)}}}:{log_tag(origin)}:{project_id}"
 
 
-def log_index_key(receipt_id: str) -> str:
-    """Hash: receipt id (16 bytes) -> its index in the log (decimal), once integrated; one
-    per slot tag, so a receipt id alone finds it (and it shares its project's slot)."""
-    return f"li:{{{receipt_slot_tag(receipt_id)}}}"
+def log_dirty_key(origin: str) -> str:
+    """Set: ids of projects whose queue may hold entries (the integrator's worklist)."""
+    return f"log:{log_tag(origin)}:dirty"
 
 
-LOG_DIRTY_KEY = "log:dirty"
-"""Set: ids of projects whose queue may hold entries (the integrator's worklist)."""
-LOG_RECHECK_KEY = "log:recheck"
-"""Sorted set: projects taken off ``LOG_DIRTY_KEY``, by when (ms), to be looked at again."""
+def log_recheck_key(origin: str) -> str:
+    """Sorted set: projects taken off the dirty set, by when (ms), to be looked at again."""
+    return f"log:{log_tag(origin)}:recheck"
 
 
-def log_state_key(origin: str) -> str:
-    """Hash: ``size``, ``root`` (32 bytes), ``checkpoint`` (the published signed note),
-    ``phase`` ("" | "tiles" | "ack") and ``batch`` (the journal of the batch under way)."""
-    return f"log:{log_tag(origin)}:state"
+def log_synced_key(origin: str) -> str:
+    """Integer: the tree size up to which every entry in the log has left its queue and has
+    its index recorded here. Older than the store's tree after a crash between the two, or a
+    restore from an older snapshot: the integrator then reconciles (jobs/log_integrator.py).
+    Its presence is this Redis's trace of the log: an empty log store beside it is refused."""
+    return f"log:{log_tag(origin)}:synced"
 
 
-def log_witnesses_key(origin: str) -> str:
-    """Hash: witness name -> the tree size it last cosigned (where the next request starts)."""
-    return f"log:{log_tag(origin)}:witnesses"
-
-
-def log_lock_key(origin: str) -> str:
-    """String with a TTL: the token of the integrator that is active."""
-    return f"log:{log_tag(origin)}:lock"
-
-
-def log_stamps_key(origin: str) -> str:
-    """Sorted set: the sizes of the checkpoints that have RFC 3161 time-stamps (score = size),
-    to find the first one covering an entry."""
-    return f"log:{log_tag(origin)}:stamps"
-
-
-def log_stamp_key(origin: str, size: int) -> str:
-    """String with a TTL (the receipts' retention): JSON ``{"checkpoint", "timestamps"}`` of
-    the checkpoint of ``size``, the signed note as published and every TSA's response."""
-    return f"ls:{log_tag(origin)}:{size}"
+def log_pending_key(origin: str) -> str:
+    """Integer: entries queued and not yet in the tree (``LOG_MAX_PENDING``'s count)."""
+    return f"log:{log_tag(origin)}:pending"
 
 
 def log_stamping_key(origin: str) -> str:
@@ -274,11 +257,6 @@ def log_stamping_key(origin: str) -> str:
     return f"log:{log_tag(origin)}:stamping"
 
 
-def log_tile_key(origin: str, level: int, index: int) -> str:
-    """String: the hashes of tile ``index`` at ``level`` (grows to 8,192 bytes, then final)."""
-    return f"lt:{log_tag(origin)}:{level}:{index}"
-
-
-def log_bundle_key(origin: str, index: int) -> str:
-    """String: entry bundle ``index`` (uint16-length-prefixed entries; grows to 256, then final)."""
-    return f"le:{log_tag(origin)}:{index}"
+LOG_INDEX_BYTES = 8
+"""A receipt's index in the log, appended to its hash-index field's value (after the 16-byte
+receipt id) once integrated: big-endian."""

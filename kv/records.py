@@ -109,8 +109,8 @@ def _checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_i
 
 def _receipt_id(value: bytes | str | None) -> str | None:
     """A receipt id as the index holds it (16 bytes), as text; None for anything else."""
-    if isinstance(value, bytes) and len(value) == 16:
-        return keys.receipt_id_from_bytes(value)
+    if isinstance(value, bytes) and len(value) in (16, 16 + keys.LOG_INDEX_BYTES):
+        return keys.receipt_id_from_bytes(value[:16])  # a hash-index value may carry the log index
     return None
 
 
@@ -147,6 +147,7 @@ class IssueOutcome(enum.Enum):
     NO_PROJECT = 4
     RATE_LIMITED = 5
     QUOTA_EXCEEDED = 6
+    LOG_BACKLOG = 7
 
 
 class AuthOutcome(enum.Enum):
@@ -209,6 +210,15 @@ class IssueItem:
     """What the receipt record holds (``receipts.compact.encode``); b"": ``receipt_json``."""
     log_entry: bytes = b""
     """The receipt's transparency-log entry (``receipts.tlog.entry_bytes``); b"": no log."""
+
+
+@dataclass(frozen=True)
+class LogQueue:
+    """Where creates queue their transparency-log entries: the log's origin (every key of the
+    log carries it) and ``LOG_MAX_PENDING``."""
+
+    origin: str
+    max_pending: int
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 ``Store`` holds the client, the pipelined link and the registered scripts; its methods live
 in one mixin per concern: receipts (kv/store_receipts.py), rate and quota counters
 (kv/store_counters.py), projects and API keys (kv/store_keys.py), the retention sweep
-(kv/store_retention.py), paid-claim records (kv/store_checkouts.py) and the transparency
-log (kv/store_log.py). The types they
+(kv/store_retention.py), paid-claim records (kv/store_checkouts.py) and what the
+transparency log has in flight (kv/store_log.py; the log itself is in kv/logstore). The types they
 return, and the helpers they share, are in kv/records.py.
 
 Scripts live in ``kv/lua/*.lua`` and are registered once (``register_script`` reloads them
@@ -22,11 +22,11 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from kv.link import Link, LuaScript, link_for
-from kv.records import _unavailable_as_503
+from kv.records import LogQueue, _unavailable_as_503
 from kv.store_checkouts import CheckoutStore
 from kv.store_counters import CounterStore
 from kv.store_keys import KeyStore
-from kv.store_log import LogStore
+from kv.store_log import LogQueueStore
 from kv.store_receipts import ReceiptStore
 from kv.store_retention import RetentionStore
 from runtime.store_ack import NO_ACK, StoreAck
@@ -39,7 +39,7 @@ def _index_script(name: str) -> str:
     return (LUA_DIR / "index_buckets.lua").read_text() + (LUA_DIR / name).read_text()
 
 
-class Store(ReceiptStore, CounterStore, KeyStore, RetentionStore, CheckoutStore, LogStore):
+class Store(ReceiptStore, CounterStore, KeyStore, RetentionStore, CheckoutStore, LogQueueStore):
     """Async access to every record. Construct with a redis-py asyncio client, a redis-py
     asyncio ``RedisCluster`` (``REDIS_CLUSTER=true``, docs/cluster.md) or fakeredis."""
 
@@ -68,10 +68,10 @@ class Store(ReceiptStore, CounterStore, KeyStore, RetentionStore, CheckoutStore,
         self._delete_receipt = client.register_script(_index_script("delete_receipt.lua"))
         self._index_checkout = client.register_script((LUA_DIR / "index_checkout.lua").read_text())
         self._claim_checkout = client.register_script((LUA_DIR / "claim_checkout.lua").read_text())
-        self._log_reserve = LuaScript.register(client, (LUA_DIR / "log_reserve.lua").read_text())
-        self._log_advance = LuaScript.register(client, (LUA_DIR / "log_advance.lua").read_text())
-        self._log_ack = LuaScript.register(client, (LUA_DIR / "log_ack.lua").read_text())
-        self._log_lock = LuaScript.register(client, (LUA_DIR / "log_lock.lua").read_text())
+        self._log_ack = LuaScript.register(client, _index_script("log_ack.lua"))
+        self._log_synced = LuaScript.register(client, (LUA_DIR / "log_synced.lua").read_text())
+        self.log: LogQueue | None = None
+        """Where creates queue their log entries (``LOG_SIGNING_KEY`` set), else None."""
 
     async def close(self) -> None:
         await self.link.close()

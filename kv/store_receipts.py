@@ -18,6 +18,7 @@ from kv.records import (
     IssueItem,
     IssueOutcome,
     IssueResult,
+    LogQueue,
     _bytes,
     _checked_receipt_bytes,
     _IndexLookup,
@@ -38,14 +39,18 @@ class ReceiptStore:
     _issue: Any
     _find_index_field: Any
     _delete_receipt: Any
+    is_cluster: bool
+    log: LogQueue | None
+    log_pending: Callable[[str], Awaitable[int]]
+    log_count_pending: Callable[[str, int], Awaitable[None]]
 
-    async def _mark_for_log(self, project_id: str, script_on_link: bool) -> Awaitable[Any] | None:
-        """Name the project in the dirty set before its entries are queued. Over one
+    async def _mark_for_log(self, origin: str, project_id: str, script_on_link: bool) -> Awaitable[Any] | None:
+        """Name the project in the log's dirty set before its entries are queued. Over one
         pipelined connection the mark leaves first, in the same write as the script that
         queues them (Redis runs a connection's commands in order); elsewhere (a Cluster,
         fakeredis, a script sent on another connection for ``STORE_ACK``) it is awaited first.
         Returns what the caller awaits after the script, if any."""
-        marked = self.link.send("SADD", keys.LOG_DIRTY_KEY, project_id)
+        marked = self.link.send("SADD", keys.log_dirty_key(origin), project_id)
         if script_on_link and isinstance(self.link, FastLink):
             return marked
         await marked
@@ -104,7 +109,14 @@ class ReceiptStore:
         script_args: list[Any] = []
         project_key = keys.project_key(project_id)
         meta_key = keys.index_meta_key(project_id)
-        log_queue = keys.log_queue_key(project_id)
+        log = self.log
+        logged = log is not None and any(item.log_entry for item in items)
+        log_queue = keys.log_queue_key(log.origin, project_id) if log is not None else project_key
+        # The count of waiting entries lives in another slot on a Cluster: read it here
+        # (approximate, the contract allows it), and count the queued entries after the script.
+        observed = str(await self.log_pending(log.origin)) if log is not None and self.is_cluster and logged else ""
+        log_count = keys.log_pending_key(log.origin) if log is not None and not self.is_cluster else log_queue
+        max_pending = str(log.max_pending) if log is not None else "0"
         for item in items:
             receipt_id_bytes = keys.receipt_id_bytes(item.receipt_id)
             script_keys += [
@@ -115,6 +127,7 @@ class ReceiptStore:
                 keys.project_month_counter_key(project_id, item.month.window_id),
                 *self._search_keys(project_id, item.input_hash, item.output_hash),
                 log_queue,
+                log_count,
             ]
             stale = item.stale_receipt_id
             script_args += [
@@ -133,16 +146,29 @@ class ReceiptStore:
                 keys.fingerprint_tail(item.fingerprint),
                 keys.search_field("input_hash", item.input_hash) if item.input_hash else b"",
                 keys.search_field("output_hash", item.output_hash) if item.output_hash else b"",
-                item.log_entry,
+                item.log_entry if log is not None else b"",
+                max_pending,
+                observed,
             ]
-        logged = any(item.log_entry for item in items)
-        marked = await self._mark_for_log(project_id, not self.ack.enabled) if logged else None
+        marked = (
+            await self._mark_for_log(log.origin, project_id, not self.ack.enabled)
+            if log is not None and logged
+            else None
+        )
         if self.ack.enabled:
             reply, unacknowledged = await self._issue_acknowledged(script_keys, script_args, items)
         else:
             reply, unacknowledged = await self.link.run_script(self._issue, script_keys, script_args), None
         if marked is not None:
             await marked
+        if log is not None and self.is_cluster and logged:
+            queued = sum(
+                1
+                for at, item in zip(range(0, len(reply), 4), items, strict=False)
+                if item.log_entry and int(reply[at]) == IssueOutcome.ISSUED.value
+            )
+            if queued:
+                await self.log_count_pending(log.origin, queued)
         results = []
         for at in range(0, len(reply), 4):
             outcome = IssueOutcome(int(reply[at]))

@@ -92,15 +92,13 @@ class RetentionStore:
             for name in names:
                 receipt_id = keys.receipt_id_in_receipt_key(_lenient_text(name))
                 if receipt_id is not None and keys.receipt_created_ms(receipt_id) < cutoff_ms:
-                    expired.append((name, receipt_id))
+                    expired.append(name)
             if expired:
                 pipe = self.client.pipeline(transaction=False)
-                for name, receipt_id in expired:
+                for name in expired:
                     pipe.delete(name)
-                    # Its place in the transparency log is no longer looked up (the entry stays).
-                    pipe.hdel(keys.log_index_key(receipt_id), keys.receipt_id_bytes(receipt_id))
                 results = await pipe.execute()
-                removed += sum(int(result) for result in results[::2])
+                removed += sum(int(result) for result in results)
         return removed, scanned
 
     async def _expire_search_members(self, cutoff_ms: int, batch: int) -> tuple[int, int]:

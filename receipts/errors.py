@@ -135,6 +135,15 @@ class LogPending(ServiceError):
     headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
 
 
+class LogBacklog(ServiceError):
+    """More entries wait for the transparency log than ``LOG_MAX_PENDING``: a create is
+    refused before it changes anything (no quota used) until the integrator catches up."""
+
+    code = "log_backlog"
+    status = 503
+    headers: ClassVar[dict[str, str]] = {"Retry-After": "5"}
+
+
 class ClaimUnknown(ServiceError):
     """No payment webhook has been seen for this checkout session (yet)."""
 

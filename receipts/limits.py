@@ -27,7 +27,13 @@ DEFAULT_LIMITS: dict[str, Any] = {
         "basic": {"per_minute": 300, "monthly": 50000},
         "pro": {"per_minute": 600, "monthly": 500000},
     },
-    "ip_per_minute": {"public_key": 300, "get_receipt": 240, "unauthenticated": 10, "authenticated": 180},
+    "ip_per_minute": {
+        "public_key": 300,
+        "get_receipt": 240,
+        "unauthenticated": 10,
+        "authenticated": 180,
+        "log_tiles": 6000,
+    },
     "free_claims_per_ip_per_day": 1,
 }
 MINUTE_MS = 60_000

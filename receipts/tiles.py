@@ -97,3 +97,40 @@ class TileReader:
         """The right-edge partial tiles of the tree of ``size`` (what ``tlog.extend`` needs)."""
         fetched = await self.tiles(tlog.edge_tiles(size))
         return {level: tlog.split_tile(data) for (level, _, _), data in fetched.items()}
+
+
+async def check_tree(
+    reader: TileReader, size: int, root: bytes, on_entries: Callable[[int, list[bytes]], None] | None = None
+) -> None:
+    """Check a whole published tree in one pass, linear in its size, holding a few tiles at a
+    time: every entry hashes to its leaf in the level-0 tile, every full tile of every level
+    hashes to its place in the level above, and the edge hashes to ``root``. ``on_entries``
+    sees each bundle's entries (first index, entries) as they pass. ``tlog.ProofError`` names
+    the first thing that does not hold; ``TileMissing`` what cannot be read."""
+    level = 0
+    edge: dict[int, list[bytes]] = {}
+    while size >> (tlog.TILE_HEIGHT * level):
+        count = size >> (tlog.TILE_HEIGHT * level)
+        parent: tuple[int, list[bytes]] | None = None
+        for index in range((count + tlog.TILE_WIDTH - 1) // tlog.TILE_WIDTH):
+            width = tlog.tile_width(size, level, index)
+            hashes = tlog.split_tile(await reader.tile(level, index, width))
+            if level == 0:
+                entries = await reader.bundle(index, width)
+                for offset, entry in enumerate(entries):
+                    if tlog.leaf_hash(entry) != hashes[offset]:
+                        raise tlog.ProofError(f"entry {index * tlog.TILE_WIDTH + offset} does not hash to its leaf")
+                if on_entries is not None:
+                    on_entries(index * tlog.TILE_WIDTH, entries)
+            if width < tlog.TILE_WIDTH:
+                edge[level] = hashes
+                continue
+            up = index // tlog.TILE_WIDTH
+            if parent is None or parent[0] != up:
+                up_width = tlog.tile_width(size, level + 1, up)
+                parent = (up, tlog.split_tile(await reader.tile(level + 1, up, up_width)))
+            if tlog.merkle_root(hashes) != parent[1][index % tlog.TILE_WIDTH]:
+                raise tlog.ProofError(f"tile {tile_name(level, index)} does not hash to its place in level {level + 1}")
+        level += 1
+    if tlog.root_from_edge(size, edge) != root:
+        raise tlog.ProofError(f"the tiles of the tree of size {size} do not hash to its root")

@@ -135,9 +135,10 @@ LOG_STAMPED_SIZE = Gauge(
     "The size of the newest checkpoint that has a kept time-stamp",
     multiprocess_mode="max",
 )
-LOG_HALTS = Counter(
-    "eps_log_halts",
-    "Times an integrator stopped publishing because the store's log is not what it published before (alert on any)",
+LOG_HALTED = Gauge(
+    "eps_log_halted",
+    "1 while the transparency log is halted (a witness showed a fork; `log resume` lifts it), else 0",
+    multiprocess_mode="livemax",
 )
 
 STORE_OPERATION_SECONDS = Histogram(

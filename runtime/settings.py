@@ -25,7 +25,8 @@ DEFAULT_HUMAN_CHECK_SCRIPT_URL = "https://challenges.cloudflare.com/turnstile/v0
 DEFAULT_OPERATOR_CONTACT = "the operator (OPERATOR_CONTACT is not set)"
 DEFAULT_METRICS_HOST = "127.0.0.1"
 LOG_FORMATS = ("json", "text")
-DEFAULT_LOG_ORIGIN = "localhost/log"
+DEFAULT_LOG_ORIGIN = "localhost/v1/log"
+DEFAULT_LOG_MAX_PENDING = 100_000
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,16 @@ class Settings:
     """``LOG_TSA_INTERVAL_S``: at most one time-stamp round per this many seconds."""
     log_tsa_roots: tuple[Any, ...] = ()
     """``LOG_TSA_ROOTS``: a PEM file of the TSAs' roots; responses must verify against them."""
+    log_store: str | None = None
+    """``LOG_STORE``: where the log lives (``file:///PATH``, ``s3://BUCKET/PREFIX``); None: in
+    memory (embedded mode only)."""
+    log_max_pending: int = DEFAULT_LOG_MAX_PENDING
+    """``LOG_MAX_PENDING``: entries that may wait for the log before creates answer 503."""
+    log_public_url: str | None = None
+    """``LOG_PUBLIC_URL``: where outsiders read the tiles; None: ``/v1/log/`` where asked."""
+    log_test_crash_at: str | None = None
+    """``LOG_TEST_CRASH_AT``: fault-injection tests only (the integrator kills its process at
+    that point of a batch: jobs/log_integrator.py ``CRASH_POINTS``). Never set it in production."""
 
     @property
     def embedded(self) -> bool:
@@ -160,14 +171,25 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
 
 def default_log_origin(env: Mapping[str, str]) -> str:
-    """``LOG_ORIGIN``, else the host of ``PUBLIC_BASE_URL`` followed by ``/log``, else
-    ``localhost/log``."""
+    """``LOG_ORIGIN``, else ``PUBLIC_BASE_URL`` without its scheme (host, port, path)
+    followed by ``/v1/log``: the schema-less URL of the log's prefix, as tlog-tiles asks;
+    ``localhost/v1/log`` without either."""
     origin = (env.get("LOG_ORIGIN") or "").strip()
     if origin:
         return origin
-    base = (env.get("PUBLIC_BASE_URL") or "").strip()
-    host = urlsplit(base).netloc if base else ""
-    return f"{host}/log" if host else DEFAULT_LOG_ORIGIN
+    base = urlsplit((env.get("PUBLIC_BASE_URL") or "").strip())
+    host = base.netloc.rpartition("@")[2]
+    return f"{host}{base.path.rstrip('/')}/v1/log" if host else DEFAULT_LOG_ORIGIN
+
+
+def require_log_store(settings: Settings) -> None:
+    """The server's and the worker's check: with ``REDIS_URL`` and a log key, the log needs
+    ``LOG_STORE`` (it is never kept in Redis); ``ConfigError`` naming it otherwise."""
+    if not settings.embedded and settings.log_signer is not None and settings.log_store is None:
+        raise ConfigError(
+            "LOG_STORE is not set: with REDIS_URL and LOG_SIGNING_KEY the transparency log lives in a log store, "
+            "file:///ABSOLUTE/PATH (one machine or one shared POSIX filesystem) or s3://BUCKET/PREFIX (docs/log.md)"
+        )
 
 
 def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, Any]:
@@ -176,17 +198,20 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
     makes an ephemeral one; with ``REDIS_URL`` the service runs without a log."""
     origin = default_log_origin(env)
     if any(c.isspace() or c == "+" for c in origin):
-        raise ConfigError("LOG_ORIGIN must hold no spaces and no '+' (a schema-less URL such as example.com/log)")
+        raise ConfigError("LOG_ORIGIN must hold no spaces and no '+' (a schema-less URL such as example.com/v1/log)")
+    store = _log_store(env)
+    common = {"log_origin": origin, "log_store": store, **_log_serving(env)}
     raw = (env.get("LOG_SIGNING_KEY") or "").strip()
     if not raw:
         if redis_url:
-            return {"log_origin": origin}
-        return {
-            "log_origin": origin,
-            "log_signer": Signer.generate(origin),
-            "log_ephemeral": True,
-            **_tsa_settings(env),
-        }
+            return common
+        if store is not None:
+            raise ConfigError(
+                f"LOG_STORE is set ({store}) but LOG_SIGNING_KEY is not: a log kept across restarts needs its own key "
+                "(the demo's ephemeral key would not match the store on the next start); set LOG_SIGNING_KEY "
+                "(python service.py log-key new), or unset LOG_STORE for a log in memory"
+            )
+        return {**common, "log_signer": Signer.generate(origin), "log_ephemeral": True, **_tsa_settings(env)}
     try:
         signer = Signer.parse(raw)
     except NoteError as exc:
@@ -196,7 +221,43 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
             f"LOG_SIGNING_KEY is the key of {signer.name!r} but the log's origin is {origin!r}: set LOG_ORIGIN "
             f"to it, or make a key for this origin (python service.py log-key new --origin {origin})"
         )
-    return {"log_origin": origin, "log_signer": signer, **_witness_settings(env), **_tsa_settings(env)}
+    return {**common, "log_signer": signer, **_witness_settings(env), **_tsa_settings(env)}
+
+
+def _log_store(env: Mapping[str, str]) -> str | None:
+    """``LOG_STORE``, checked for its form (kv/logstore opens it)."""
+    raw = (env.get("LOG_STORE") or "").strip()
+    if not raw:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme == "file" and parts.netloc in ("", "localhost") and parts.path.startswith("/"):
+        return raw
+    if parts.scheme == "s3" and parts.netloc and not parts.query and not parts.fragment:
+        return raw
+    raise ConfigError("LOG_STORE must be file:///ABSOLUTE/PATH or s3://BUCKET/PREFIX")
+
+
+def _log_serving(env: Mapping[str, str]) -> dict[str, Any]:
+    """``LOG_MAX_PENDING`` and ``LOG_PUBLIC_URL`` (default ``PUBLIC_BASE_URL`` + ``/v1/log/``)."""
+    settings: dict[str, Any] = {}
+    raw = (env.get("LOG_MAX_PENDING") or "").strip()
+    if raw:
+        if not raw.isdigit() or not 0 < int(raw) <= 10**12:
+            raise ConfigError("LOG_MAX_PENDING must be a whole number of entries, at least 1")
+        settings["log_max_pending"] = int(raw)
+    crash_at = (env.get("LOG_TEST_CRASH_AT") or "").strip()
+    if crash_at:
+        settings["log_test_crash_at"] = crash_at
+    public = (env.get("LOG_PUBLIC_URL") or "").strip()
+    base = (env.get("PUBLIC_BASE_URL") or "").strip().rstrip("/")
+    if public:
+        parts = urlsplit(public)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError("LOG_PUBLIC_URL must be an http(s) URL (where outsiders read the log's tiles)")
+        settings["log_public_url"] = public if public.endswith("/") else public + "/"
+    elif base:
+        settings["log_public_url"] = base + "/v1/log/"
+    return settings
 
 
 def _witness_settings(env: Mapping[str, str]) -> dict[str, Any]:

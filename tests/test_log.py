@@ -1,7 +1,9 @@
-"""The transparency log end to end: creates queue entries, the integrator publishes
-checkpoints, tiles and bundles, the routes serve them and proofs verify, on fakeredis and a
-real Redis (and a 3-master cluster in test_log_cluster.py). Crashes between any two steps
-of a batch, racing integrators and lost data are driven here."""
+"""The transparency log end to end, in process: creates queue entries in Redis, the integrator
+moves them into the log store (a real directory here), the routes serve them and proofs
+verify; on fakeredis and a real Redis. Crashes between any two steps of a batch, racing
+integrators, Redis flushed or restored from an older snapshot, mismatched identities, a lost
+store, backpressure and halting are driven here; with real processes and kill -9 in
+test_log_faults.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import contextlib
 import shutil
 import subprocess
 import sys
-import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,11 @@ from tlog_scales.backend import LocalBackend
 from tlog_scales.reader import TilesReader
 from tlog_scales.signing import Vkey
 
-from jobs.log_integrator import Integrator, LogConfig, LogHalted
+from jobs.log_integrator import CRASH_POINTS, Integrator, LogConfig, LogRefused
 from kv import keys
 from kv.accounts import create_project_key
+from kv.logstore import LogStore
+from kv.logstore.files import FileObjects
 from kv.records import KeyRecord
 from kv.store import Store
 from receipts import note, tlog
@@ -36,7 +40,7 @@ from tests.conftest import RedisServer, auth, hash_of, missing_binary
 from tests.servers import RAISED_LIMITS
 from web.app import create_app
 
-ORIGIN = "test.example/log"
+ORIGIN = "test.example/v1/log"
 REPO = Path(__file__).resolve().parent.parent
 UNLIMITED = PlanLimits(per_minute=10**9, monthly=10**9)
 
@@ -46,20 +50,27 @@ def signer() -> note.Signer:
     return note.Signer.generate(ORIGIN)
 
 
-def log_app(store: Store, keyring: Any, signer: note.Signer | None) -> Any:
-    settings = Settings(
-        redis_url="redis://injected-by-tests",
-        keyring=keyring,
-        env="test",
-        limits=load_limits(orjson.dumps(RAISED_LIMITS)),
-        log_origin=ORIGIN,
-        log_signer=signer,
+@pytest.fixture
+async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
+    """The log store: a real directory, laid out as tlog-tiles names things."""
+    store = LogStore(FileObjects(tmp_path / "log"))
+    yield store
+    await store.close()
+
+
+def log_app(store: Store, log_store: LogStore, keyring: Any, signer: note.Signer | None, **settings: Any) -> Any:
+    settings = {"limits": load_limits(orjson.dumps(RAISED_LIMITS)), **settings}
+    config = Settings(
+        redis_url="redis://injected-by-tests", keyring=keyring, env="test", log_origin=ORIGIN, log_signer=signer, **settings
     )
-    return create_app(settings, store=store)
+    return create_app(config, store=store, log_store=log_store)
 
 
-def integrator(store: Store, signer: note.Signer, **config: Any) -> Integrator:
-    return Integrator(store, LogConfig(ORIGIN, signer, **config))
+async def integrator(store: Store, log_store: LogStore, signer: note.Signer, **config: Any) -> Integrator:
+    """An integrator whose store checks have passed (``prepare``: creates the log if new)."""
+    made = Integrator(store, log_store, LogConfig(ORIGIN, signer, **config))
+    await made.prepare()
+    return made
 
 
 async def create(client: Any, key: dict[str, Any], label: str, **headers: str) -> Any:
@@ -83,8 +94,8 @@ async def issue(app: Any, key: dict[str, Any], labels: list[str]) -> list[dict[s
 
 
 async def proof_index(app: Any, signer: note.Signer, receipt: dict[str, Any]) -> int:
-    """As ``check_proof``, through the app's log service instead of HTTP."""
-    found = await app.ctx.log.proof(receipt["receipt_id"])
+    """The receipt's verified index, through the app's log service instead of HTTP."""
+    found = await app.ctx.log.proof(receipt)
     assert found is not None, receipt["receipt_id"]
     proof = note.parse_tlog_proof(found[1])
     checkpoint, _ = note.open_checkpoint(proof.checkpoint, signer.verifier)
@@ -94,7 +105,16 @@ async def proof_index(app: Any, signer: note.Signer, receipt: dict[str, Any]) ->
     return proof.index
 
 
-async def published(client: Any, signer: note.Signer) -> note.Checkpoint:
+async def published(log_store: LogStore, signer: note.Signer) -> note.Checkpoint:
+    """The checkpoint the store publishes (what a static web server in front of it serves)."""
+    raw = await log_store.checkpoint()
+    assert raw is not None
+    checkpoint, _ = note.open_checkpoint(raw, signer.verifier)
+    return checkpoint
+
+
+async def served(client: Any, signer: note.Signer) -> note.Checkpoint:
+    """The checkpoint the service's route serves."""
     _, response = await client.get("/v1/log/checkpoint")
     assert response.status == 200
     assert response.headers["content-type"] == "text/plain; charset=utf-8"
@@ -113,8 +133,37 @@ async def check_proof(client: Any, signer: note.Signer, receipt: dict[str, Any])
     return proof.index
 
 
-async def test_receipts_reach_the_log_and_their_proofs_verify(store: Store, keyring: Any, signer: note.Signer) -> None:
-    client = log_app(store, keyring, signer).asgi_client
+async def log_entries(log_store: LogStore, size: int) -> list[bytes]:
+    """Every entry of the store's tree of ``size``, read from its bundles."""
+    from receipts.tiles import TileReader
+
+    reader = TileReader(log_store.fetch)
+    entries: list[bytes] = []
+    for index in range((size + 255) // 256):
+        entries += await reader.bundle(index, tlog.tile_width(size, 0, index))
+    return entries
+
+
+async def assert_extends(log_store: LogStore, old: note.Checkpoint, new: note.Checkpoint) -> None:
+    from receipts.tiles import TileReader
+
+    proof = await TileReader(log_store.fetch).compute(new.size, lambda v: v.consistency_proof(old.size))
+    tlog.verify_consistency(old.size, old.root, new.size, new.root, proof)
+
+
+async def queued(store: Store) -> int:
+    projects = await store.log_all_dirty_projects(ORIGIN)
+    return sum((await store.log_queue_lengths(ORIGIN, projects)).values()) if projects else 0
+
+
+async def test_receipts_reach_the_log_and_their_proofs_verify(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    client = log_app(store, log_store, keyring, signer).asgi_client
+    worker = await integrator(store, log_store, signer)
+    # A new log publishes its empty tree at once.
+    empty = await served(client, signer)
+    assert (empty.size, empty.root) == (0, tlog.EMPTY_ROOT)
     keys_ = [await create_project_key(store, project_name=f"log-{i}", plan="pro") for i in range(3)]
     receipts = []
     for n in range(40):
@@ -132,8 +181,10 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(store: Store, keyr
     long_wait = await create(client, keys_[0], "long-wait", Prefer="wait=" + "9" * 5000)
     assert long_wait["log"]["status"] == "pending"
     receipts.append(long_wait["receipt"])
-    assert await integrator(store, signer).step(force=True) == 41
-    checkpoint = await published(client, signer)
+    assert await store.log_pending(ORIGIN) == 41
+    assert await worker.step(force=True) == 41
+    assert await store.log_pending(ORIGIN) == 0
+    checkpoint = await published(log_store, signer)
     assert checkpoint.size == 41 and checkpoint.origin == ORIGIN
     indices = [await check_proof(client, signer, r) for r in receipts]
     assert sorted(indices) == list(range(41))
@@ -144,60 +195,57 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(store: Store, keyr
     # A replay adds no entry; the next pass has nothing to do.
     again = await create(client, keys_[0], "r0")
     assert again["idempotency"]["hit"] is True
-    assert await integrator(store, signer).step(force=True) == 0
-    assert (await published(client, signer)).size == 41
+    assert await worker.step(force=True) == 0
+    assert (await published(log_store, signer)).size == 41
     _, described = await client.get("/v1/log")
     assert described.json == {
         "origin": ORIGIN,
         "log_vkey": signer.verifier.encode(),
         "checkpoint_url": "/v1/log/checkpoint",
+        "tiles_url": described.json["tiles_url"],
         "witnesses": [],
         "policy": "",
     }
+    assert described.json["tiles_url"].endswith("/v1/log/")
     assert described.headers["access-control-allow-origin"] == "*"
+    # Nothing of the log is left in Redis but the synced size and the indices.
+    assert await queued(store) == 0
+    assert await store.log_synced(ORIGIN) == 41
+    assert [name async for name in store.client.scan_iter(match="lt:*")] == []
 
 
-async def test_tiles_and_bundles_are_read_by_tlog_scales(
-    store: Store, keyring: Any, signer: note.Signer, tmp_path: Path
+async def test_the_tiles_url_is_where_outsiders_read_the_log(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
-    """An implementation nobody here wrote (tlog-scales) reads our checkpoint, tiles and
-    bundles from the routes, verifies the signature and computes the same root and proofs."""
-    app = log_app(store, keyring, signer)
+    await integrator(store, log_store, signer)
+    configured = log_app(store, log_store, keyring, signer, log_public_url="https://cdn.example/log/").asgi_client
+    _, described = await configured.get("/v1/log")
+    assert described.json["tiles_url"] == "https://cdn.example/log/"
+    plain = log_app(store, log_store, keyring, signer).asgi_client
+    request, described = await plain.get("/v1/log", headers={"Host": "eps.example:8443"})
+    assert described.json["tiles_url"] == f"{request.scheme}://eps.example:8443/v1/log/"
+
+
+async def test_the_published_directory_is_a_log_tlog_scales_reads(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+) -> None:
+    """An implementation nobody here wrote (tlog-scales) reads the store's directory as it
+    lies on disk (what any static web server serves), and the service's routes: same
+    checkpoint, root and proofs, and our signature verifies."""
+    app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
     key = await create_project_key(store, project_name="scales", plan="pro")
-    worker = integrator(store, signer)
+    worker = await integrator(store, log_store, signer)
     receipts = []
-    old_size = 0
+    old: note.Checkpoint | None = None
     for batch, count in enumerate((300, 1, 255)):
         receipts += await issue(app, key, [f"b{batch}-{n}" for n in range(count)])
-        if batch == 0:
-            await worker.step(force=True)
-            old_size = (await published(client, signer)).size
-            old_root = (await published(client, signer)).root
-        else:
-            await worker.step(force=True)
-    checkpoint = await published(client, signer)
+        await worker.step(force=True)
+        old = old or await published(log_store, signer)
+    assert old is not None
+    checkpoint = await published(log_store, signer)
     assert checkpoint.size == 556
-    # Mirror every path a reader of this tree may fetch into a directory, through the routes.
-    paths = ["checkpoint"]
-    for level in range(2):
-        hashes = checkpoint.size >> (8 * level)
-        for index in range(hashes // 256 + 1):
-            width = tlog.tile_width(checkpoint.size, level, index)
-            if width:
-                paths.append("tile/" + tlog.tile_path(level, index, width))
-                if level == 0:
-                    paths.append("tile/" + tlog.tile_path("entries", index, width))
-    for path in paths:
-        _, response = await client.get(f"/v1/log/{path}")
-        assert response.status == 200, path
-        full = "/" in path and ".p/" not in path
-        if full:
-            assert response.headers["cache-control"] == "public, max-age=31536000, immutable"
-        target = tmp_path / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(response.body)
-    reader = TilesReader(LocalBackend(tmp_path))
+    reader = TilesReader(LocalBackend(tmp_path / "log"))
     theirs = reader.get_checkpoint()
     theirs.verify(Vkey.from_string(signer.verifier.encode()))  # raises unless our signature verifies
     assert theirs.size == 556 and theirs.root_hash == checkpoint.root
@@ -211,17 +259,46 @@ async def test_tiles_and_bundles_are_read_by_tlog_scales(
         ours = note.parse_tlog_proof(response.text)
         assert ours.index == index and list(ours.path) == proof.node_hashes
         proof.check(tlog.leaf_hash(reader.get_entry(index)), checkpoint.root)
-    consistency = reader.get_consistency_proof(old_size, 556)
-    tlog.verify_consistency(old_size, old_root, 556, checkpoint.root, consistency.node_hashes)
-    consistency.check(old_root, checkpoint.root)
+    consistency = reader.get_consistency_proof(old.size, 556)
+    consistency.check(old.root, checkpoint.root)
+    # The routes serve the same bytes as the directory holds; full ones are immutable.
+    for path in ("tile/0/000", "tile/0/002.p/44", "tile/1/000.p/2", "tile/entries/000", "tile/entries/002.p/44"):
+        _, response = await client.get(f"/v1/log/{path}")
+        assert response.status == 200, path
+        assert response.body == (tmp_path / "log" / path).read_bytes()
+        full = ".p/" not in path
+        assert (response.headers["cache-control"] == "public, max-age=31536000, immutable") == full
 
 
-async def test_tile_routes_refuse_what_is_not_published(store: Store, keyring: Any, signer: note.Signer) -> None:
-    client = log_app(store, keyring, signer).asgi_client
+async def test_partial_tiles_go_once_full_and_older_widths_are_still_served(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+) -> None:
+    app = log_app(store, log_store, keyring, signer)
+    client = app.asgi_client
+    key = await create_project_key(store, project_name="partials", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    for count in (3, 4, 300):
+        await issue(app, key, [f"p{count}-{n}" for n in range(count)])
+        await worker.step(force=True)
+    # Widths 3 and 7 of tile 0 were published, then the tile filled: only the full one is left.
+    assert not (tmp_path / "log/tile/0/000.p").exists()
+    assert not (tmp_path / "log/tile/entries/000.p").exists()
+    full = (tmp_path / "log/tile/0/000").read_bytes()
+    _, older = await client.get("/v1/log/tile/0/000.p/7")
+    assert older.status == 200 and older.body == full[: 7 * 32]
+    _, bundle = await client.get("/v1/log/tile/entries/000.p/3")
+    assert len(tlog.split_bundle(bundle.body)) == 3
+
+
+async def test_tile_routes_refuse_what_is_not_published(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    client = log_app(store, log_store, keyring, signer).asgi_client
     key = await create_project_key(store, project_name="tiles", plan="pro")
+    worker = await integrator(store, log_store, signer)
     for n in range(5):
         await create(client, key, f"t{n}")
-    await integrator(store, signer).step(force=True)
+    await worker.step(force=True)
     _, ok = await client.get("/v1/log/tile/0/000.p/5")
     assert ok.status == 200 and len(ok.body) == 5 * 32
     _, older = await client.get("/v1/log/tile/0/000.p/3")
@@ -236,10 +313,32 @@ async def test_tile_routes_refuse_what_is_not_published(store: Store, keyring: A
         assert response.json["error"]["code"] == "not_found"
 
 
-async def test_without_a_log_key_the_log_routes_answer_503_and_creates_are_unchanged(
-    store: Store, keyring: Any
+async def test_tiles_have_their_own_generous_limit(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
-    client = log_app(store, keyring, None).asgi_client
+    """An honest monitor reads many tiles: they count against ``log_tiles``, never against
+    the public-key limit the checkpoint and proofs share."""
+    limits = {"ip_per_minute": {"public_key": 2, "log_tiles": 50}}
+    client = log_app(store, log_store, keyring, signer, limits=load_limits(orjson.dumps(limits))).asgi_client
+    key = await create_project_key(store, project_name="tile-limit", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    await create(client, key, "one")
+    await worker.step(force=True)
+    for _ in range(20):
+        _, response = await client.get("/v1/log/tile/0/000.p/1")
+        assert response.status == 200
+        assert response.headers["ratelimit-policy"] == '"ip-log_tiles";q=50;w=60'
+    _, checkpoint = await client.get("/v1/log/checkpoint")
+    assert checkpoint.status == 200 and checkpoint.headers["ratelimit-policy"] == '"ip-public_key";q=2;w=60'
+    for _ in range(31):  # 51 tile requests in all: one over its limit
+        _, response = await client.get("/v1/log/tile/entries/000.p/1")
+    assert response.status == 429 and response.json["error"]["code"] == "rate_limited"
+
+
+async def test_without_a_log_key_the_log_routes_answer_503_and_creates_are_unchanged(
+    store: Store, log_store: LogStore, keyring: Any
+) -> None:
+    client = log_app(store, log_store, keyring, None).asgi_client
     key = await create_project_key(store, project_name="nolog", plan="pro")
     body = await create(client, key, "x")
     assert "log" not in body
@@ -251,16 +350,19 @@ async def test_without_a_log_key_the_log_routes_answer_503_and_creates_are_uncha
     ):
         _, response = await client.get(path)
         assert response.status == 503 and response.json["error"]["code"] == "log_unavailable", path
-    assert not await store.client.exists(keys.log_queue_key(body["receipt"]["project_id"]))
+    assert not await store.client.exists(keys.log_queue_key(ORIGIN, body["receipt"]["project_id"]))
+    _, health = await client.get("/health")
+    assert health.json["log"] == "off"
 
 
 async def test_prefer_wait_returns_the_proof_once_a_checkpoint_covers_the_receipt(
-    store: Store, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
-    client = log_app(store, keyring, signer).asgi_client
+    client = log_app(store, log_store, keyring, signer).asgi_client
     key = await create_project_key(store, project_name="wait", plan="pro")
+    worker = await integrator(store, log_store, signer, interval_s=0.05)
     stop = asyncio.Event()
-    running = asyncio.create_task(integrator(store, signer, interval_s=0.05).run(stop))
+    running = asyncio.create_task(worker.run(stop))
     try:
         body = await create(client, key, "w", Prefer="wait=5")
     finally:
@@ -278,58 +380,57 @@ class Crash(Exception):
     pass
 
 
-@pytest.mark.parametrize("step", ["log_write", "log_publish", "log_ack", "log_finish"])
+def crash_at(point: str) -> Any:
+    def crash(name: str) -> None:
+        if name == point:
+            raise Crash(point)
+
+    return crash
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
 async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
-    store: Store, keyring: Any, signer: note.Signer, step: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, point: str
 ) -> None:
-    app = log_app(store, keyring, signer)
-    client = app.asgi_client
+    app = log_app(store, log_store, keyring, signer)
     key_a = await create_project_key(store, project_name="crash-a", plan="pro")
     key_b = await create_project_key(store, project_name="crash-b", plan="pro")
-    first = [(await create(client, k, f"c{n}"))["receipt"] for n, k in enumerate([key_a, key_b] * 3)]
-    await integrator(store, signer).step(force=True)
-    before = await published(client, signer)
+    worker = await integrator(store, log_store, signer)
+    first = await issue(app, key_a, ["c0", "c1", "c2"]) + await issue(app, key_b, ["c3", "c4", "c5"])
+    await worker.step(force=True)
+    before = await published(log_store, signer)
     # 300 more, so the batch completes a tile: every kind of write is in it.
     second = await issue(app, key_a, [f"a{n}" for n in range(150)]) + await issue(
         app, key_b, [f"b{n}" for n in range(150)]
     )
-
-    real = getattr(Store, step)
-
-    async def crash(self: Store, *args: Any, **kwargs: Any) -> Any:
-        if step == "log_ack":
-            await real(self, *args, **kwargs)  # one project acknowledged, then the crash
-        raise Crash(step)
-
-    monkeypatch.setattr(Store, step, crash)
+    doomed = await integrator(store, log_store, signer)
+    doomed.crash = crash_at(point)
     with pytest.raises(Crash):
-        await integrator(store, signer).step(force=True)
-    monkeypatch.setattr(Store, step, real)
-    # A crash after publishing shows the new checkpoint; before, the old one.
-    shown = await published(client, signer)
+        await doomed.step(force=True)
+    # Whatever the point, what is published is the old tree or the new, never anything else.
+    shown = await published(log_store, signer)
     assert shown.size in (before.size, before.size + 300)
-    successor = integrator(store, signer)
+    successor = await integrator(store, log_store, signer)
     await successor.step(force=True)  # finishes the batch
     await successor.step(force=True)  # nothing left
-    after = await published(client, signer)
+    after = await published(log_store, signer)
     assert after.size == 306, "every entry exactly once"
-    await check_proof(client, signer, second[-1])
+    await assert_extends(log_store, before, after)
     indices = sorted([await proof_index(app, signer, r) for r in first + second])
     assert indices == list(range(306))
-    async with store.client.pipeline(transaction=False) as pipe:
-        for receipt in first:
-            pipe.llen(keys.log_queue_key(receipt["project_id"]))
-        assert sum(await pipe.execute()) == 0
-    # The new tree extends the one published before the crash.
-    view = await app.ctx.log.reader.compute(306, lambda v: v.consistency_proof(6))
-    tlog.verify_consistency(before.size, before.root, after.size, after.root, view)
+    assert await queued(store) == 0
+    assert await store.log_pending(ORIGIN) == 0
+    entries = await log_entries(log_store, 306)
+    assert len({tlog.parse_entry(e)["receipt_id"] for e in entries}) == 306
+    assert await log_store.staged_sizes() == []
 
 
-async def test_racing_integrators_never_fork_and_lose_nothing(store: Store, keyring: Any, signer: note.Signer) -> None:
-    app = log_app(store, keyring, signer)
-    client = app.asgi_client
+async def test_racing_integrators_never_fork_and_lose_nothing(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    app = log_app(store, log_store, keyring, signer)
     keys_ = [await create_project_key(store, project_name=f"race-{i}", plan="pro") for i in range(4)]
-    rivals = [integrator(store, signer), integrator(store, signer)]
+    rivals = [await integrator(store, log_store, signer), await integrator(store, log_store, signer)]
     seen: list[note.Checkpoint] = []
     receipts: list[dict[str, Any]] = []
     for round_ in range(12):
@@ -337,98 +438,290 @@ async def test_racing_integrators_never_fork_and_lose_nothing(store: Store, keyr
             *(issue(app, k, [f"x{round_}-{i}-{n}" for n in range(5)]) for i, k in enumerate(keys_))
         )
         receipts += [r for batch in made for r in batch]
-        # The rivals race each other and a create arriving meanwhile.
+        # The rivals race each other (no lease between them) and a create arriving meanwhile.
         *_, late = await asyncio.gather(*(r.step(force=True) for r in rivals), issue(app, keys_[0], [f"y{round_}"]))
         receipts += late
-        seen.append(await published(client, signer))
+        seen.append(await published(log_store, signer))
     for rival in rivals:
         await rival.step(force=True)
-    final = await published(client, signer)
+        await rival.step(force=True)
+    final = await published(log_store, signer)
     assert final.size == len(receipts) == 252
     for old in seen:
-        proof = await app.ctx.log.reader.compute(final.size, lambda v, size=old.size: v.consistency_proof(size))
-        tlog.verify_consistency(old.size, old.root, final.size, final.root, proof)
+        await assert_extends(log_store, old, final)
     assert sorted([await proof_index(app, signer, r) for r in receipts]) == list(range(252))
 
 
-async def integrated(
-    store: Store, keyring: Any, signer: note.Signer, name: str, count: int
-) -> tuple[Any, dict[str, Any], Integrator]:
-    """A client, a project's key with ``count`` receipts created over HTTP, and the
-    integrator that put them in the log."""
-    client = log_app(store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name=name, plan="pro")
-    for n in range(count):
-        await create(client, key, f"{name}-{n}")
-    worker = integrator(store, signer)
-    await worker.step(force=True)
-    return client, key, worker
-
-
-async def test_lost_tiles_halt_the_log_instead_of_signing_a_fork(
-    store: Store, keyring: Any, signer: note.Signer
+async def test_lost_tiles_refuse_to_extend_instead_of_signing_a_fork(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
 ) -> None:
-    client, key, worker = await integrated(store, keyring, signer, "lost", 10)
-    before = await published(client, signer)
-    await store.client.delete(keys.log_tile_key(ORIGIN, 0, 0))
-    await create(client, key, "l-next")
-    with pytest.raises(LogHalted, match="tile"):
-        await worker.step(force=True)
-    with pytest.raises(LogHalted):
-        await integrator(store, signer).step(force=True)  # a fresh one finds it too
-    assert await published(client, signer) == before
-
-
-async def test_a_store_rolled_back_to_an_older_tree_halts_the_integrator_that_saw_more(
-    store: Store, keyring: Any, signer: note.Signer
-) -> None:
-    client, key, worker = await integrated(store, keyring, signer, "rollback", 3)
-    state_key = keys.log_state_key(ORIGIN)
-    older = await store.client.hgetall(state_key)
-    for n in range(3):
-        await create(client, key, f"p{n}")
+    app = log_app(store, log_store, keyring, signer)
+    key = await create_project_key(store, project_name="lost", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    await issue(app, key, [f"l{n}" for n in range(10)])
     await worker.step(force=True)
-    assert (await published(client, signer)).size == 6
-    await store.client.delete(state_key)
-    await store.client.hset(state_key, mapping=older)  # the store "restored from a backup"
-    with pytest.raises(LogHalted, match="fewer than the 6"):
+    before = await published(log_store, signer)
+    (tmp_path / "log/tile/0/000.p/10").unlink()
+    await issue(app, key, ["l-next"])
+    with pytest.raises(LogRefused, match="tile"):
+        await (await integrator(store, log_store, signer)).step(force=True)
+    (tmp_path / "log/tile/0/000.p/10").write_bytes(b"\x00" * 320)  # data, but not the tree's
+    with pytest.raises(LogRefused, match="do not hash"):
+        await (await integrator(store, log_store, signer)).step(force=True)
+    assert await published(log_store, signer) == before
+
+
+async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    """The fault that forked the Redis-resident log: 100 receipts, a snapshot, 100 more
+    (published), Redis restored from the snapshot, the integrator restarted, 100 more. The
+    log goes on from 200: no checkpoint that does not extend the last, no receipt id twice,
+    and every receipt Redis still has gets a working proof."""
+    app = log_app(store, log_store, keyring, signer)
+    client = app.asgi_client
+    key = await create_project_key(store, project_name="restore", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    first = await issue(app, key, [f"one-{n}" for n in range(100)])
+    # The snapshot is taken while these 100 still wait: the restore brings them back queued.
+    snapshot = {name: await store.client.dump(name) async for name in store.client.scan_iter()}
+    await worker.step(force=True)
+    second = await issue(app, key, [f"two-{n}" for n in range(100)])
+    await worker.step(force=True)
+    at_200 = await published(log_store, signer)
+    assert at_200.size == 200
+    await store.client.flushall()
+    for name, value in snapshot.items():
+        await store.client.restore(name, 0, value)
+    assert await store.log_synced(ORIGIN) == 0 and await queued(store) == 100
+    restarted = await integrator(store, log_store, signer)
+    third = await issue(app, key, [f"three-{n}" for n in range(100)])
+    await restarted.step(force=True)
+    await restarted.step(force=True)
+    final = await published(log_store, signer)
+    assert final.size == 300
+    await assert_extends(log_store, at_200, final)
+    entries = await log_entries(log_store, final.size)
+    ids = [tlog.parse_entry(e)["receipt_id"] for e in entries]
+    assert len(ids) == len(set(ids)) == 300
+    # Receipts Redis still holds (the first 100, restored; the last 100) prove their place.
+    for receipt in first + third:
+        assert ids[await check_proof(client, signer, receipt)] == receipt["receipt_id"]
+    # The second 100 are gone from Redis, not from the log.
+    assert {r["receipt_id"] for r in second} <= set(ids)
+    assert await queued(store) == 0 and await store.log_pending(ORIGIN) == 0
+
+
+async def test_a_flushed_redis_loses_nothing_the_log_holds(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    app = log_app(store, log_store, keyring, signer)
+    key = await create_project_key(store, project_name="flush", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    before = await issue(app, key, [f"f{n}" for n in range(50)])
+    await worker.step(force=True)
+    at_50 = await published(log_store, signer)
+    await store.client.flushall()
+    # The store is not empty and Redis knows no log: the log goes on, never starts again.
+    again = await integrator(store, log_store, signer)
+    key = await create_project_key(store, project_name="after-flush", plan="pro")
+    after = await issue(app, key, [f"g{n}" for n in range(20)])
+    await again.step(force=True)
+    await worker.step(force=True)  # the old one, whose memory predates the flush, adds nothing
+    final = await published(log_store, signer)
+    assert final.size == 70
+    await assert_extends(log_store, at_50, final)
+    ids = [tlog.parse_entry(e)["receipt_id"] for e in await log_entries(log_store, 70)]
+    assert ids == [r["receipt_id"] for r in before] + [r["receipt_id"] for r in after]
+
+
+async def test_a_store_of_another_log_is_refused_naming_both(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    await integrator(store, log_store, signer)
+    other_origin = note.Signer.generate("other.example/v1/log")
+    with pytest.raises(LogRefused) as refused:
+        await Integrator(store, log_store, LogConfig(other_origin.name, other_origin)).prepare()
+    assert ORIGIN in str(refused.value) and "other.example/v1/log" in str(refused.value)
+    other_key = note.Signer.generate(ORIGIN)
+    with pytest.raises(LogRefused) as refused:
+        await Integrator(store, log_store, LogConfig(ORIGIN, other_key)).prepare()
+    message = str(refused.value)
+    assert signer.verifier.encode() in message and other_key.verifier.encode() in message
+    assert other_key.encode() not in message and signer.encode() not in message  # never a private key
+    assert (await published(log_store, signer)).size == 0
+
+
+async def test_an_empty_store_beside_a_redis_that_knows_the_log_is_refused(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+) -> None:
+    app = log_app(store, log_store, keyring, signer)
+    key = await create_project_key(store, project_name="lost-store", plan="pro")
+    await integrator(store, log_store, signer)
+    await issue(app, key, ["queued"])
+    mistyped = LogStore(FileObjects(tmp_path / "mistyped"))
+    with pytest.raises(LogRefused, match="LOG_STORE"):
+        await Integrator(store, mistyped, LogConfig(ORIGIN, signer)).prepare()
+    assert not (tmp_path / "mistyped/checkpoint").exists()
+    # A Redis that only knows the log's synced size is enough to refuse.
+    await store.client.flushall()
+    await store.log_mark_synced(ORIGIN, None, 0)
+    with pytest.raises(LogRefused, match="LOG_STORE"):
+        await Integrator(store, mistyped, LogConfig(ORIGIN, signer)).prepare()
+    # And a store that holds tiles but no identity is nobody's log.
+    (tmp_path / "stray/tile/0").mkdir(parents=True)
+    (tmp_path / "stray/tile/0/000.p/1").parent.mkdir(parents=True)
+    (tmp_path / "stray/tile/0/000.p/1").write_bytes(b"\x00" * 32)
+    await store.client.flushall()
+    with pytest.raises(LogRefused, match="no identity"):
+        await Integrator(store, LogStore(FileObjects(tmp_path / "stray")), LogConfig(ORIGIN, signer)).prepare()
+
+
+async def test_two_logs_on_one_redis_never_share_a_queue(
+    store: Store, keyring: Any, signer: note.Signer, tmp_path: Path
+) -> None:
+    other = note.Signer.generate("second.example/v1/log")
+    first_store, second_store = LogStore(FileObjects(tmp_path / "a")), LogStore(FileObjects(tmp_path / "b"))
+    app = log_app(store, first_store, keyring, signer)
+    key = await create_project_key(store, project_name="two-logs", plan="pro")
+    first = await integrator(store, first_store, signer)
+    receipts = await issue(app, key, ["only-the-first"])
+    second = Integrator(store, second_store, LogConfig(other.name, other))
+    await second.prepare()
+    assert await second.step(force=True) == 0
+    assert await first.step(force=True) == 1
+    assert (await published(second_store, other)).size == 0
+    assert await proof_index(app, signer, receipts[0]) == 0
+
+
+async def test_backpressure_refuses_creates_without_using_quota(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    client = log_app(store, log_store, keyring, signer, log_max_pending=3).asgi_client
+    key = await create_project_key(store, project_name="backlog", plan="free")
+    worker = await integrator(store, log_store, signer)
+    bodies = [await create(client, key, f"b{n}") for n in range(3)]
+    _, usage_before = await client.get("/v1/usage", headers=auth(key))
+    body = {"input_hash": hash_of("in-refused"), "output_hash": hash_of("out-refused"), "receipt_kind": "release"}
+    _, refused = await client.post("/v1/receipts", content=orjson.dumps(body), headers=auth(key))
+    assert refused.status == 503
+    assert refused.json["error"]["code"] == "log_backlog"
+    assert int(refused.headers["retry-after"]) >= 1
+    _, usage_after = await client.get("/v1/usage", headers=auth(key))
+    assert usage_before.json["month"]["used"] == 3
+    assert usage_after.json["month"] == usage_before.json["month"]
+    assert usage_after.json["minute"]["used"] == usage_before.json["minute"]["used"]
+    assert await store.log_pending(ORIGIN) == 3
+    # A replay of a receipt that exists still answers.
+    replay = await create(client, key, "b0")
+    assert replay["idempotency"]["hit"] is True and replay["receipt"] == bodies[0]["receipt"]
+    await worker.step(force=True)
+    _, accepted = await client.post("/v1/receipts", content=orjson.dumps(body), headers=auth(key))
+    assert accepted.status == 201
+
+
+async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+) -> None:
+    """A witness answering 422 (or 409 with a larger tree) shows a history signed with our
+    key that is not ours: nothing more is signed, creates go on, /health and /metrics say
+    so, and ``log resume`` lifts it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from receipts.cosignature import Cosigner
+    from receipts.policy import parse_policy
+    from tests.servers import serving
+
+    answers: list[tuple[int, bytes, str]] = [(422, b"inconsistent with what I cosigned\n", "text/plain")]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            status, body, kind = answers[0]
+            self.send_response(status)
+            self.send_header("content-type", kind)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    witness = Cosigner.generate("witness.example")
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        policy = parse_policy(
+            f"log {signer.verifier.encode()}\nwitness w {witness.key.encode()} {url}\nquorum w\n"
+        )
+        app = log_app(store, log_store, keyring, signer, log_policy=policy, metrics_token="t0ken")
+        client = app.asgi_client
+        key = await create_project_key(store, project_name="halt", plan="pro")
+        worker = await integrator(store, log_store, signer, policy=policy, witness_timeout_ms=2000)
+        await create(client, key, "before")
         await worker.step(force=True)
+        halted = await log_store.halted()
+        assert halted is not None and halted["evidence"]["status"] == 422
+        assert (await published(log_store, signer)).size == 0  # the evidence's tree is not published
+        _, health = await client.get("/health")
+        assert health.status == 200 and health.json["log"] == "halted"
+        _, metrics = await client.get("/metrics", headers={"Authorization": "Bearer t0ken"})
+        assert "eps_log_halted 1.0" in metrics.text
+        # Creates go on and queue; nothing is signed, however often the integrator runs.
+        await create(client, key, "while-halted")
+        for _ in range(3):
+            assert await worker.step(force=True) == 0
+        assert (await published(log_store, signer)).size == 0
+        assert await queued(store) == 1
+        # An operator looks, then lifts the halt; the witness agrees again.
+        answers[0] = (200, b"", "text/plain")
+        assert await log_store.resume("our own test witness; checked") is not None
+        restarted = await integrator(store, log_store, signer, policy=policy, witness_timeout_ms=2000)
+        await restarted.step(force=True)
+        assert (await published(log_store, signer)).size == 2
+        app.ctx.log._halted = (-1e9, True)  # forget the cached answer
+        _, health = await client.get("/health")
+        assert health.json["log"] == "ok"
+        # A 409 naming a larger tree than ours is evidence too.
+        answers[0] = (409, b"99\n", "text/x.tlog.size")
+        await create(client, key, "after")
+        await restarted.step(force=True)
+        halted = await log_store.halted()
+        assert halted is not None and halted["evidence"]["status"] == 409 and halted["evidence"]["size"] == 99
 
 
 async def test_the_dirty_set_forgets_empty_projects_but_never_a_queued_entry(store: Store, keyring: Any) -> None:
     key = await create_project_key(store, project_name="dirty", plan="pro")
     project = key["project_id"]
-    await store.client.sadd(keys.LOG_DIRTY_KEY, project)
-    await store.log_tidy_dirty(project, now_ms=1_000)
-    assert not await store.client.sismember(keys.LOG_DIRTY_KEY, project)
+    dirty = keys.log_dirty_key(ORIGIN)
+    await store.client.sadd(dirty, project)
+    await store.log_tidy_dirty(ORIGIN, project, now_ms=1_000)
+    assert not await store.client.sismember(dirty, project)
     # A create that marked the project just before the removal queues its entry after it.
-    await store.client.rpush(keys.log_queue_key(project), b"late entry")
-    assert await store.log_recheck(before_ms=2_000) == 1
-    assert await store.client.sismember(keys.LOG_DIRTY_KEY, project)
-    assert not await store.client.zcard(keys.LOG_RECHECK_KEY)
+    await store.client.rpush(keys.log_queue_key(ORIGIN, project), b"late entry")
+    assert await store.log_recheck(ORIGIN, before_ms=2_000) == 1
+    assert await store.client.sismember(dirty, project)
+    assert not await store.client.zcard(keys.log_recheck_key(ORIGIN))
 
 
 def test_log_key_new_prints_a_signer_key_and_its_verifier_key() -> None:
     done = subprocess.run(
-        [sys.executable, "service.py", "log-key", "new", "--origin", "example.com/log"],
+        [sys.executable, "service.py", "log-key", "new", "--origin", "example.com/v1/log"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     skey, vkey = done.stdout.splitlines()
     signer = note.Signer.parse(skey)
-    assert signer.name == "example.com/log" and signer.verifier.encode() == vkey
-    text = note.Checkpoint("example.com/log", 1, b"\0" * 32).text()
+    assert signer.name == "example.com/v1/log" and signer.verifier.encode() == vkey
+    text = note.Checkpoint("example.com/v1/log", 1, b"\0" * 32).text()
     note.verify_note(note.sign_note(text, signer), [note.Verifier.parse(vkey)])
     assert base64.b64decode(vkey.split("+", 2)[2])[0] == 1
 
 
 @pytest.mark.slow
 async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_forks_nothing(
-    keyring: Any, signer: note.Signer
+    keyring: Any, signer: note.Signer, log_store: LogStore
 ) -> None:
     """kill -9 of a redis-server running appendfsync always, mid-way through the log's life:
     every receipt acknowledged by a 201 before the kill reaches the log after the restart,
-    and the integrator that saw the old checkpoints extends them (no fork, no halt)."""
+    and the log extends what it published before (no fork)."""
     binary = shutil.which("redis-server")
     if binary is None:
         missing_binary("redis-server", "the restart test needs a real Redis")
@@ -437,13 +730,12 @@ async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_f
     server.start()
     store = Store(aioredis.from_url(server.url))
     try:
-        app = log_app(store, keyring, signer)
-        client = app.asgi_client
+        app = log_app(store, log_store, keyring, signer)
         key = await create_project_key(store, project_name="restart", plan="pro")
+        worker = await integrator(store, log_store, signer)
         before_kill = await issue(app, key, [f"k{n}" for n in range(300)])
-        worker = integrator(store, signer)
         await worker.step(force=True)
-        first = await published(client, signer)
+        first = await published(log_store, signer)
         before_kill += await issue(app, key, [f"q{n}" for n in range(40)])  # queued, not yet in the log
         server.stop(kill=True)
         server.process = None
@@ -452,10 +744,9 @@ async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_f
             await store.link.send("PING")  # the lost connection fails its next command; then it reconnects
         after = await issue(app, key, [f"a{n}" for n in range(5)])
         await worker.step(force=True)
-        final = await published(client, signer)
+        final = await published(log_store, signer)
         assert final.size == 345
-        proof = await app.ctx.log.reader.compute(final.size, lambda v: v.consistency_proof(first.size))
-        tlog.verify_consistency(first.size, first.root, final.size, final.root, proof)
+        await assert_extends(log_store, first, final)
         assert sorted([await proof_index(app, signer, r) for r in before_kill + after]) == list(range(345))
     finally:
         await store.close()
@@ -463,62 +754,36 @@ async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_f
 
 
 async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps_its_entry(
-    store: Store, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
-    app = log_app(store, keyring, signer)
+    import time
+
+    app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
     key = await create_project_key(store, project_name="sweep", plan="pro")
+    worker = await integrator(store, log_store, signer)
     receipts = await issue(app, key, [f"s{n}" for n in range(4)])
-    await integrator(store, signer).step(force=True)
-    index_key = keys.log_index_key(receipts[0]["receipt_id"])
-    assert await store.client.hlen(index_key) == 4
+    await worker.step(force=True)
+    assert await store.log_index(key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]) == 0
     summary = await store.expire_receipts(int(time.time() * 1000) + 86_400_000)
     assert summary["receipts"] == 4
-    assert await store.client.hlen(index_key) == 0
+    assert await store.log_index(key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]) is None
     _, gone = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/log-proof")
     assert gone.status == 404
-    assert (await published(client, signer)).size == 4
+    assert (await published(log_store, signer)).size == 4
     _, bundle = await client.get("/v1/log/tile/entries/000.p/4")
     assert tlog.split_bundle(bundle.body) == [tlog.entry_bytes(r) for r in receipts]
 
 
-class _Interleaved:
-    """A store for one integrator whose first reserve waits for ``between`` to run first."""
-
-    def __init__(self, store: Store, between: Any) -> None:
-        self._store, self._between, self.reserves = store, between, []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    async def log_reserve(self, *args: Any) -> bool:
-        if not self.reserves:
-            await self._between()
-        reserved: bool = await self._store.log_reserve(*args)
-        self.reserves.append(reserved)
-        return reserved
-
-
-async def test_an_integrator_whose_tree_moved_before_its_reserve_writes_nothing(
-    store: Store, keyring: Any, signer: note.Signer
+async def test_a_deleted_receipt_takes_its_log_index_with_it(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
-    """A computes a batch; before it reserves, a create lands and B integrates it with A's
-    entries; A's reserve must fail (the compare-and-set), so nothing of A's batch is written."""
-    app = log_app(store, keyring, signer)
-    client = app.asgi_client
-    key = await create_project_key(store, project_name="interleave", plan="pro")
-    receipts = await issue(app, key, [f"i{n}" for n in range(10)])
-    rival = integrator(store, signer)
-
-    async def between() -> None:
-        receipts.extend(await issue(app, key, ["late"]))
-        assert await rival.step(force=True) == 11
-
-    proxy = _Interleaved(store, between)
-    first = Integrator(proxy, LogConfig(ORIGIN, signer))
-    assert await first.step(force=True) == 0
-    assert proxy.reserves == [False]
-    final = await published(client, signer)
-    assert final.size == 11
-    assert sorted([await proof_index(app, signer, r) for r in receipts]) == list(range(11))
-    assert await first.step(force=True) == 0  # and afterwards it follows the tree B made
+    app = log_app(store, log_store, keyring, signer)
+    key = await create_project_key(store, project_name="delete", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    [receipt] = await issue(app, key, ["gone"])
+    await worker.step(force=True)
+    assert await store.delete_receipt(receipt["receipt_id"]) is not None
+    assert await store.find_receipt_id_by_hash(key["project_id"], receipt["receipt_hash"]) is None
+    assert await store.log_index(key["project_id"], receipt["receipt_id"], receipt["receipt_hash"]) is None
+    assert (await published(log_store, signer)).size == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -16,21 +17,24 @@ from sanic.compat import Header
 from sanic.response import BaseHTTPResponse
 
 from jobs.context import use_embedded_server
-from jobs.log_integrator import Integrator, log_config
+from jobs.log_integrator import Integrator, LogRefused, log_config, prepare_log
 from jobs.queue import open_queue
 from jobs.retention import sweep_periodically
 from kv.connect import open_store
 from kv.health import check_store_at_startup
+from kv.logstore import LogStore, LogStoreError, open_log_store
+from kv.records import LogQueue
 from kv.store import Store
+from receipts.errors import StoreUnavailable
 from runtime.logs import configure_logging, flush_request_lines, install_sanic_log_filters
 from runtime.metrics import observe_request, release_worker_metrics
-from runtime.settings import Settings, load_settings, warn
+from runtime.settings import Settings, load_settings, require_log_store, warn
 from runtime.store_ack import StoreAckError
 from web import bundles, claims, info, log_api, openapi, pages, receipts_api, sanic_fixes, search, usage
 from web.access_log import log_request
 from web.demo import announce_demo_key
 from web.errors import JsonErrorHandler
-from web.http_metrics import add_metrics_route, route_label
+from web.http_metrics import add_metrics_route, refresh_gauges, route_label
 from web.issuing import ReceiptIssuer
 from web.limiting import Limiter
 from web.request_ids import request_id_of
@@ -39,6 +43,8 @@ sanic_fixes.fast_header_values()
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SOCKET_BODY_LIMIT = 16 * 1024
+GAUGE_REFRESH_S = 5.0
+log = logging.getLogger("eps.log")
 _app_numbers = itertools.count(1)
 App = Sanic[Any, Any]
 
@@ -47,11 +53,14 @@ def create_app(
     settings: Settings | None = None,
     *,
     store: Store | None = None,
+    log_store: LogStore | None = None,
     name: str | None = None,
     clock_ms: Callable[[], int] | None = None,
 ) -> App:
-    """Build the app. ``store`` and ``clock_ms`` are injected by tests; otherwise the store
-    is opened at server start and time is the system clock (Unix milliseconds).
+    """Build the app. ``store``, ``log_store`` and ``clock_ms`` are injected by tests;
+    otherwise the store is opened at server start, the log store is ``LOG_STORE`` (in memory
+    in embedded mode without it) and time is the system clock (Unix milliseconds).
+    ``ConfigError`` when the log has no store (``REDIS_URL`` and a log key, no ``LOG_STORE``).
 
     Every response carries ``X-Request-Id``; every error is the JSON error body of docs/api.md.
     """
@@ -64,6 +73,10 @@ def create_app(
     app.ctx.settings = settings
     app.ctx.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
     app.ctx.static_dir = STATIC_DIR
+    if settings.log_signer is not None and log_store is None:
+        require_log_store(settings)
+        log_store = open_log_store(settings.log_store or "memory:")
+    app.ctx.log_store = log_store
     if store is not None:
         _attach_store(app, store)
 
@@ -101,10 +114,25 @@ def create_app(
             # and integrates the log.
             app.add_task(_sweep_until_stopped(app.ctx.store, settings.retention_days), name="retention-sweep")
             if settings.log_signer is not None:
-                integrator = Integrator(app.ctx.store, log_config(settings))
-                app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
+                integrator = Integrator(app.ctx.store, app.ctx.log_store, log_config(settings))
+                try:
+                    await integrator.prepare()
+                except LogRefused as exc:
+                    # The server still serves (receipts, and the log as the store holds it).
+                    log.error("the log store is refused, the log is left untouched: %s", exc)
+                else:
+                    app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
+        if not settings.embedded and settings.log_signer is not None:
+            # The log store is checked (and created if new) before the first create can queue
+            # an entry: a worker started later must not find entries beside an empty store.
+            try:
+                await prepare_log(app.ctx.store, app.ctx.log_store, settings.log_origin, settings.log_signer)
+            except LogRefused as exc:
+                log.error("the log store is refused, the log is left untouched: %s", exc)
+            except (StoreUnavailable, LogStoreError) as exc:
+                warn(f"could not check the log store at start-up ({exc}); the worker checks it before integrating")
         if not settings.embedded:
             # Durability of the Redis behind us (docs/redis.md); StoreAckError stops start-up.
             try:
@@ -114,6 +142,9 @@ def create_app(
                 raise
             for message in warnings:
                 warn(message)
+
+        if settings.log_signer is not None and settings.metrics_port is not None:
+            app.add_task(_refresh_gauges_until_stopped(app), name="log-gauges")
 
     @app.after_server_stop
     async def close_resources(app: App) -> None:
@@ -134,9 +165,20 @@ async def _sweep_until_stopped(store: Store, retention_days: float) -> None:
 
 
 async def _integrate_until_stopped(integrator: Integrator) -> None:
-    """The embedded server's log integrator, as a server task (cancelled at each stop)."""
-    with contextlib.suppress(asyncio.CancelledError):
+    """The embedded server's log integrator, as a server task (cancelled at each stop). A
+    store refused while running leaves the log untouched; the server goes on serving."""
+    with contextlib.suppress(asyncio.CancelledError, LogRefused):
         await integrator.run(asyncio.Event())
+
+
+async def _refresh_gauges_until_stopped(app: App) -> None:
+    """``METRICS_PORT`` exposes this process's gauges without a request passing through the
+    app: read what lives elsewhere (the log's halt) every few seconds."""
+    with contextlib.suppress(asyncio.CancelledError):
+        while True:
+            with contextlib.suppress(StoreUnavailable):
+                await refresh_gauges(app)
+            await asyncio.sleep(GAUGE_REFRESH_S)
 
 
 def _attach_store(app: App, store: Store) -> None:
@@ -145,7 +187,15 @@ def _attach_store(app: App, store: Store) -> None:
     store.ack = settings.store_ack
     app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms, log=settings.log_signer is not None)
     if settings.log_signer is not None:
-        app.ctx.log = log_api.LogService(store, settings.log_origin, settings.log_signer.verifier, settings.log_policy)
+        store.log = LogQueue(settings.log_origin, settings.log_max_pending)
+        app.ctx.log = log_api.LogService(
+            store,
+            app.ctx.log_store,
+            settings.log_origin,
+            settings.log_signer.verifier,
+            settings.log_policy,
+            settings.log_public_url,
+        )
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:
         use_embedded_server(store.embedded_server)

@@ -111,7 +111,7 @@ async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
     ]
     log: LogService | None = getattr(request.app.ctx, "log", None)
     if log is not None:
-        proof, stamps = await log.bundle_log(receipt_id)
+        proof, stamps = await log.bundle_log(receipt)
         log_member = {"origin": log.origin, "log_vkey": log.verifier.encode(), "proof": proof}
         parts += [("log", orjson.dumps(log_member)), ("timestamps", stamps)]
     body = _splice(parts)

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sanic import HTTPResponse, Request
 from sanic import exceptions as sanic_errors
 
-from runtime.metrics import METHODS, UNMATCHED, render_metrics
+from runtime.metrics import LOG_HALTED, METHODS, UNMATCHED, render_metrics
 from web.auth import bearer_token
 
 _route_labels: dict[str, str] = {}
@@ -33,6 +33,14 @@ def route_label(request: Any) -> str:
 ALL_METHODS = sorted(METHODS)
 
 
+async def refresh_gauges(app: Any) -> None:
+    """Gauges the web process reads from elsewhere just before they are exposed: whether
+    the log is halted (kept in the log store, set by whichever integrator saw the fork)."""
+    service = getattr(app.ctx, "log", None)
+    if service is not None:
+        LOG_HALTED.set(1 if await service.halted() else 0)
+
+
 def add_metrics_route(app: Any, token: str) -> None:
     """``GET /metrics`` for ``Authorization: Bearer <token>``; anything else is the plain 404
     of an unknown path (any method, so no 405 tells that the path exists)."""
@@ -43,6 +51,7 @@ def add_metrics_route(app: Any, token: str) -> None:
         offered = hashlib.sha256((presented or "").encode()).digest()
         if not hmac.compare_digest(offered, expected):
             raise sanic_errors.NotFound()
+        await refresh_gauges(request.app)
         body = await asyncio.to_thread(render_metrics)
         return HTTPResponse(body, content_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
 

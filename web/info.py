@@ -29,8 +29,12 @@ def base_url(request: Request) -> str:
 @bp.get("/health", name="health")
 async def entry(request: Request) -> HTTPResponse:
     """Always 200 (a load balancer must not cycle the service while Redis is away: it would
-    come back by itself); ``store`` says whether the store answers a PING within 1 s."""
+    come back by itself); ``store`` says whether the store answers a PING within 1 s, ``log``
+    whether the transparency log is ``ok``, ``halted`` (a witness showed a fork; an operator
+    must look) or ``off`` (no log)."""
     reachable = await store_reachable(request.app.ctx.store)
+    service = getattr(request.app.ctx, "log", None)
+    log_state = "off" if service is None else "halted" if await service.halted() else "ok"
     return json_response(
         {
             "product": "Execution Proof Service",
@@ -39,6 +43,7 @@ async def entry(request: Request) -> HTTPResponse:
             "docs_url": base_url(request) + "/docs",
             "endpoints": ENDPOINTS,
             "store": "ok" if reachable else "unreachable",
+            "log": log_state,
         }
     )
 

@@ -31,6 +31,7 @@ from receipts import compact, tlog
 from receipts.errors import (
     ChainContention,
     IdempotencyConflict,
+    LogBacklog,
     NotFound,
     SigningKeyUnavailable,
     StoreUnavailable,
@@ -299,6 +300,14 @@ class ReceiptIssuer:
             _fail(pending, quota_exceeded(month_usage, key.plan, extra))
         elif outcome is IssueOutcome.IDEMPOTENCY_CONFLICT:
             _fail(pending, IdempotencyConflict("this Idempotency-Key was already used with a different request body"))
+        elif outcome is IssueOutcome.LOG_BACKLOG:
+            _fail(
+                pending,
+                LogBacklog(
+                    "too many receipts wait for the transparency log (LOG_MAX_PENDING); nothing was recorded and no "
+                    "quota was used: retry after the Retry-After seconds"
+                ),
+            )
         else:
             _fail(pending, NotFound("the project of this API key does not exist"))
         return False

@@ -1,24 +1,35 @@
 """The transparency log's public routes (docs/log.md): the log's description, its checkpoint,
 tiles and entry bundles (C2SP tlog-tiles), a receipt's tlog-proof, and the checkpoints'
-time-stamps. Public, no key, counted per address like ``GET /v1/public-key``, CORS ``*``."""
+time-stamps. Public, no key, CORS ``*``; counted per address like ``GET /v1/public-key``,
+tiles and bundles by their own, generous, ``log_tiles`` limit.
+
+Everything is read from the log store (kv/logstore), where the integrator writes it; Redis
+only says where a receipt is in the log. The checkpoint is re-read at most every
+``CHECKPOINT_TTL_S`` (and at most every ``MIN_READ_S`` while a create waits for it); full
+tiles and bundles never change, so they are cached.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from kv.log_reader import LogDataMissing, LogReader, bundle_slice
+from kv.logstore import LogStore, LogStoreError
+from kv.logstore.log import checkpoint_size
 from kv.store import Store
 from receipts import note, tlog
-from receipts.errors import LogPending, LogUnavailable, NotFound
+from receipts.errors import LogPending, LogUnavailable, NotFound, StoreUnavailable
 from receipts.ids import is_receipt_id
 from receipts.limits import ratelimit_headers
 from receipts.policy import Policy
+from receipts.tiles import TileMissing, TileReader, tile_name
 
 bp = Blueprint("log")
 
@@ -30,6 +41,16 @@ FULL_TILE_CACHE = "public, max-age=31536000, immutable"
 PARTIAL_TILE_CACHE = "public, max-age=60"
 WAIT_POLL_S = 0.05
 MAX_WAIT_S = 10
+CHECKPOINT_TTL_S = 1.0
+MIN_READ_S = 0.05
+HALT_TTL_S = 2.0
+FULL_CACHE_BYTES = 16 << 20
+
+
+@dataclass
+class Published:
+    checkpoint: note.Checkpoint
+    text: str
 
 
 @dataclass
@@ -37,62 +58,113 @@ class LogService:
     """What the routes and the create handler need of the log."""
 
     store: Store
+    log: LogStore
     origin: str
     verifier: note.Verifier
     policy: Policy | None = None
-    reader: LogReader = field(init=False)
+    public_url: str | None = None
+    """``LOG_PUBLIC_URL``: where outsiders read the tiles (None: ``/v1/log/`` where asked)."""
+    reader: TileReader = field(init=False)
+    _published: Published | None = field(default=None, init=False)
+    _read_at: float = field(default=-1e9, init=False)
+    _reading: asyncio.Lock | None = field(default=None, init=False)
+    _halted: tuple[float, bool] = field(default=(-1e9, False), init=False)
+    _full: OrderedDict[str, bytes] = field(default_factory=OrderedDict, init=False)
+    _full_bytes: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        self.reader = LogReader(self.store, self.origin)
+        self.reader = TileReader(self.fetch)
 
-    async def published(self) -> tuple[note.Checkpoint, str] | None:
-        raw = await self.store.log_checkpoint(self.origin)
-        if not raw:
-            return None
-        text = raw.decode()
-        return note.parse_checkpoint(note.parse_note(text).text), text
+    async def fetch(self, name: str) -> bytes | None:
+        """A resource of the store, full tiles and bundles from the cache."""
+        cached = self._full.get(name)
+        if cached is not None:
+            self._full.move_to_end(name)
+            return cached
+        try:
+            data = await self.log.fetch(name)
+        except LogStoreError as exc:
+            raise StoreUnavailable("the log store is unreachable; try again shortly") from exc
+        if data is not None and name.startswith("tile/") and ".p/" not in name:
+            self._full[name] = data
+            self._full_bytes += len(data)
+            while self._full_bytes > FULL_CACHE_BYTES:
+                self._full_bytes -= len(self._full.popitem(last=False)[1])
+        return data
 
-    async def proof(self, receipt_id: str) -> tuple[int, str] | None:
+    async def published(self, covering: int = -1) -> Published | None:
+        """The published checkpoint (read again after ``CHECKPOINT_TTL_S``, or sooner when
+        the one at hand does not cover entry ``covering``); None before the first."""
+        now = time.monotonic()
+        held = self._published
+        fresh = now - self._read_at < CHECKPOINT_TTL_S and (held is not None and held.checkpoint.size > covering)
+        if fresh or now - self._read_at < MIN_READ_S:
+            return held
+        self._reading = self._reading or asyncio.Lock()
+        async with self._reading:
+            if self._read_at > now:  # another request read it while this one waited
+                return self._published
+            raw = await self.fetch("checkpoint")
+            self._read_at = time.monotonic()
+            if raw is not None and (held is None or checkpoint_size(raw) >= held.checkpoint.size):
+                text = raw.decode()
+                self._published = Published(note.parse_checkpoint(note.parse_note(text).text), text)
+        return self._published
+
+    async def halted(self) -> bool:
+        """Whether the log is halted (read from the store at most every ``HALT_TTL_S``)."""
+        read_at, halted = self._halted
+        if time.monotonic() - read_at >= HALT_TTL_S:
+            # On a store error keep what was last known; /health says whether the store answers.
+            with contextlib.suppress(LogStoreError):
+                halted = await self.log.halted() is not None
+            self._halted = (time.monotonic(), halted)
+        return halted
+
+    async def index_of(self, receipt: dict[str, Any]) -> int | None:
+        return await self.store.log_index(receipt["project_id"], receipt["receipt_id"], receipt["receipt_hash"])
+
+    async def proof(self, receipt: dict[str, Any]) -> tuple[int, str] | None:
         """(index, tlog-proof text) against the published checkpoint; None while pending."""
-        index = await self.store.log_index(receipt_id)
+        index = await self.index_of(receipt)
         if index is None:
             return None
-        published = await self.published()
-        if published is None or published[0].size <= index:
+        published = await self.published(covering=index)
+        if published is None or published.checkpoint.size <= index:
             return None
-        checkpoint, text = published
-        try:
-            path = await self.reader.compute(checkpoint.size, lambda view: view.inclusion_proof(index))
-        except LogDataMissing:
-            return None
-        return index, note.TlogProof(index, tuple(path), text).encode()
+        return index, await self._proof_text(index, published.checkpoint.size, published.text)
 
-    async def bundle_log(self, receipt_id: str) -> tuple[str | None, bytes]:
+    async def _proof_text(self, index: int, size: int, checkpoint_text: str) -> str:
+        try:
+            path = await self.reader.compute(size, lambda view: view.inclusion_proof(index))
+        except TileMissing as exc:
+            raise StoreUnavailable("the log store is missing a tile of the published tree") from exc
+        return note.TlogProof(index, tuple(path), checkpoint_text).encode()
+
+    async def bundle_log(self, receipt: dict[str, Any]) -> tuple[str | None, bytes]:
         """(tlog-proof text or None while pending, the JSON list of its checkpoint's
         time-stamps) for a bundle. The proof is against the first time-stamped checkpoint
         that covers the receipt, so the time-stamps bound the receipt's time as tightly as
         the log can; without one (none yet, or no TSA), against the latest checkpoint."""
-        index = await self.store.log_index(receipt_id)
+        index = await self.index_of(receipt)
         if index is None:
             return None, b"[]"
-        stamped = await self.store.log_stamp_covering(self.origin, index)
+        try:
+            stamped = await self.log.stamp_covering(index)
+        except LogStoreError as exc:
+            raise StoreUnavailable("the log store is unreachable; try again shortly") from exc
         if stamped is not None:
             size, raw = stamped
             record = orjson.loads(raw)
-            try:
-                path = await self.reader.compute(size, lambda view: view.inclusion_proof(index))
-            except LogDataMissing:
-                path = None
-            if path is not None:
-                proof = note.TlogProof(index, tuple(path), record["checkpoint"]).encode()
-                return proof, orjson.dumps(record["timestamps"])
-        found = await self.proof(receipt_id)
+            proof = await self._proof_text(index, size, record["checkpoint"])
+            return proof, orjson.dumps(record["timestamps"])
+        found = await self.proof(receipt)
         return (found[1] if found else None), b"[]"
 
-    async def wait_for_proof(self, receipt_id: str, seconds: float) -> tuple[int, str] | None:
+    async def wait_for_proof(self, receipt: dict[str, Any], seconds: float) -> tuple[int, str] | None:
         deadline = time.monotonic() + seconds
         while True:
-            found = await self.proof(receipt_id)
+            found = await self.proof(receipt)
             if found is not None or time.monotonic() >= deadline:
                 return found
             await asyncio.sleep(WAIT_POLL_S)
@@ -108,8 +180,8 @@ def log_of(request: Request) -> LogService:
     return service
 
 
-async def _counted(request: Request) -> dict[str, str]:
-    usage = await request.app.ctx.limiter.hit_ip(request, "public_key")
+async def _counted(request: Request, scope: str = "public_key") -> dict[str, str]:
+    usage = await request.app.ctx.limiter.hit_ip(request, scope)
     return {**CORS, **ratelimit_headers([usage])}
 
 
@@ -124,17 +196,22 @@ def prefer_wait(request: Request) -> float:
     return 0.0
 
 
-async def create_log_object(request: Request, receipt_id: str) -> dict[str, Any] | None:
+async def create_log_object(request: Request, receipt: dict[str, Any]) -> dict[str, Any] | None:
     """The create response's ``log`` member (None when the service has no log)."""
     service: LogService | None = getattr(request.app.ctx, "log", None)
     if service is None:
         return None
     wait = prefer_wait(request)
     if wait > 0:
-        found = await service.wait_for_proof(receipt_id, wait)
+        found = await service.wait_for_proof(receipt, wait)
         if found is not None:
             return {"index": found[0], "proof": found[1]}
-    return {"status": "pending", "proof_url": service.proof_url(receipt_id)}
+    return {"status": "pending", "proof_url": service.proof_url(receipt["receipt_id"])}
+
+
+def tiles_url(request: Request, service: LogService) -> str:
+    """``LOG_PUBLIC_URL``, else ``/v1/log/`` on the address the request came to."""
+    return service.public_url or f"{request.scheme}://{request.host}/v1/log/"
 
 
 @bp.get("/v1/log")
@@ -149,6 +226,7 @@ async def describe(request: Request) -> HTTPResponse:
         "origin": service.origin,
         "log_vkey": service.verifier.encode(),
         "checkpoint_url": "/v1/log/checkpoint",
+        "tiles_url": tiles_url(request, service),
         "witnesses": witnesses,
         "policy": policy.text if policy else "",
     }
@@ -163,30 +241,43 @@ async def checkpoint(request: Request) -> HTTPResponse:
     published = await log_of(request).published()
     if published is None:
         raise NotFound("the log has published no checkpoint yet")
-    return HTTPResponse(published[1], headers={**headers, "Cache-Control": CHECKPOINT_CACHE}, content_type=TEXT)
+    return HTTPResponse(published.text, headers={**headers, "Cache-Control": CHECKPOINT_CACHE}, content_type=TEXT)
 
 
 @bp.get("/v1/log/tile/<path:path>")
 async def tile(request: Request, path: str) -> HTTPResponse:
-    headers = await _counted(request)
+    headers = await _counted(request, "log_tiles")
     service = log_of(request)
     level, index, width = _parse_tile_path(path)
     published = await service.published()
-    size = published[0].size if published else 0
+    size = published.checkpoint.size if published else 0
     have = tlog.tile_width(size, 0 if level == "entries" else int(level), index)
-    # A full tile exists once complete; a partial one of any width up to what is published
-    # (older checkpoints' partial tiles are prefixes of the same stored value).
     if width > have:
         raise NotFound("no such tile in the published tree")
-    if level == "entries":
-        data = bundle_slice(await service.store.log_bundle(service.origin, index), width)
-    else:
-        raw = await service.store.log_tile(service.origin, int(level), index, width)
-        data = raw if len(raw) == width * tlog.HASH_SIZE else None
+    data = await _resource(service, level, index, width, have)
     if data is None:
-        raise NotFound("the tile is not in the store")
+        raise NotFound("the tile is not in the log store")
     cache = FULL_TILE_CACHE if width == tlog.TILE_WIDTH else PARTIAL_TILE_CACHE
     return HTTPResponse(data, headers={**headers, "Cache-Control": cache}, content_type=OCTETS)
+
+
+async def _resource(service: LogService, level: str, index: int, width: int, have: int) -> bytes | None:
+    """A tile or bundle of ``width``: as stored, else the prefix of the full one (partial
+    tiles go once it exists), else of the published edge's (a width no checkpoint had)."""
+    kind: int | str = level if level == "entries" else int(level)
+    for stored_width in dict.fromkeys((width, tlog.TILE_WIDTH, have)):
+        if stored_width < width:
+            continue
+        data = await service.fetch(tile_name(kind, index, stored_width))
+        if data is None:
+            continue
+        if stored_width == width:
+            return data
+        if kind == "entries":
+            entries = tlog.split_bundle(data)
+            return b"".join(tlog.bundle_entry(e) for e in entries[:width]) if len(entries) >= width else None
+        return data[: width * tlog.HASH_SIZE] if len(data) >= width * tlog.HASH_SIZE else None
+    return None
 
 
 def _parse_tile_path(path: str) -> tuple[str, int, int]:
@@ -215,9 +306,10 @@ def _parse_tile_path(path: str) -> tuple[str, int, int]:
 async def log_proof(request: Request, receipt_id: str) -> HTTPResponse:
     headers = await _counted(request)
     service = log_of(request)
-    if not is_receipt_id(receipt_id) or await service.store.get_receipt_json(receipt_id) is None:
+    stored = await service.store.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
+    if stored is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
-    found = await service.proof(receipt_id)
+    found = await service.proof(orjson.loads(stored))
     if found is None:
         raise LogPending("no published checkpoint covers this receipt yet; try again in a second")
     return HTTPResponse(found[1], headers={**headers, "Cache-Control": CHECKPOINT_CACHE}, content_type=TEXT)
@@ -231,14 +323,17 @@ async def timestamps(request: Request, size: str) -> HTTPResponse:
     service = log_of(request)
     if not size.isdigit() or len(size) > 20 or (len(size) > 1 and size.startswith("0")):
         raise NotFound("no time-stamps for a checkpoint of that size")
-    record = await service.store.log_stamp(service.origin, int(size))
+    try:
+        record = await service.log.stamp(int(size)) if int(size) < 2**63 else None
+    except LogStoreError as exc:
+        raise StoreUnavailable("the log store is unreachable; try again shortly") from exc
     if record is not None:
         body = orjson.dumps({"tree_size": int(size), **orjson.loads(record)})
         cache = "public, max-age=3600"
     else:
         published = await service.published()
-        if published is None or int(size) != published[0].size:
-            raise NotFound("no time-stamps for a checkpoint of that size (none kept, or past retention)")
-        body = orjson.dumps({"tree_size": published[0].size, "checkpoint": published[1], "timestamps": []})
+        if published is None or int(size) != published.checkpoint.size:
+            raise NotFound("no time-stamps for a checkpoint of that size (none kept)")
+        body = orjson.dumps({"tree_size": published.checkpoint.size, "checkpoint": published.text, "timestamps": []})
         cache = CHECKPOINT_CACHE
     return HTTPResponse(body, headers={**headers, "Cache-Control": cache}, content_type="application/json")

@@ -67,7 +67,7 @@ async def create_receipt(request: Request) -> HTTPResponse:
         ("chain", orjson.dumps(chain_object(issued.receipt))),
         ("quota", orjson.dumps(quota_object(key.plan, issued.month))),
     ]
-    log_object = await create_log_object(request, issued.receipt["receipt_id"])
+    log_object = await create_log_object(request, issued.receipt)
     if log_object is not None:
         parts.append(("log", orjson.dumps(log_object)))
     body = _splice(parts)

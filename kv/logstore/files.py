@@ -145,6 +145,12 @@ class FileObjects(ObjectStore):
                 target.unlink()
             except FileNotFoundError:
                 return
+            if target.parent.name.endswith(".p"):
+                # The partial tiles of a tile that is full now: their directory goes with them.
+                with contextlib.suppress(OSError):
+                    target.parent.rmdir()
+                    _sync_dir(target.parent.parent)
+                    return
         _sync_dir(target.parent)
 
     @contextlib.contextmanager

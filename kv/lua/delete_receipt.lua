@@ -18,8 +18,11 @@
 -- twice removes nothing the second time.
 
 local removed = redis.call('DEL', KEYS[1])
-if idx_get(KEYS[2], ARGV[2]) == ARGV[1] then
-  removed = removed + idx_remove(KEYS[2], ARGV[2], ARGV[1])
+-- The hash-index value is the receipt id, then (once in the log) its 8-byte log index.
+local named = idx_get(KEYS[2], ARGV[2])
+if named and string.sub(named, 1, 16) == ARGV[1] then
+  idx_take(KEYS[2], ARGV[2])
+  removed = removed + 1
 end
 for _, field in ipairs({ARGV[3], ARGV[4]}) do
   if field ~= '' then

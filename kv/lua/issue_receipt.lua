@@ -2,8 +2,8 @@
 -- why not (group commit: the receipts of one batch were chained on each other in memory).
 -- Runs after index_buckets.lua (its idx_* functions).
 --
--- The call holds N receipts: KEYS has 8 per receipt and ARGV 16 per receipt, receipt i
--- (from 0) at KEYS[8i+1..8i+8] and ARGV[16i+1..16i+16], each laid out as below. They are
+-- The call holds N receipts: KEYS has 9 per receipt and ARGV 18 per receipt, receipt i
+-- (from 0) at KEYS[9i+1..9i+9] and ARGV[18i+1..18i+18], each laid out as below. They are
 -- processed in order; the first that is not issued (code 1-6) ends the call: the receipts
 -- after it were built on it and are not looked at (the caller rebuilds and sends them
 -- again). N = 1 is a single receipt, with the same reply.
@@ -17,6 +17,8 @@
 --         scored by created ms, once a hash has more than four receipts)
 -- KEYS[7] the search set of its output_hash (KEYS[6] again when there is none)
 -- KEYS[8] the project's log queue (list of entries waiting for the integrator)
+-- KEYS[9] the log's count of entries waiting (on a plain Redis; on a Cluster, where it lives
+--         in another slot, KEYS[8] again: see ARGV[18])
 -- ARGV[1] the tip the receipt was built on ("" = the project had no tip)
 -- ARGV[2] the receipt's stored value (compact record, or JSON)
 -- ARGV[3] receipt_hash
@@ -37,6 +39,11 @@
 -- ARGV[15] output_hash search field ("" = the receipt has no output_hash), with KEYS[7]
 -- ARGV[16] the receipt's log entry ("" = the service runs without a log): appended to
 --          KEYS[8] with the receipt, so the log sees the project's receipts in chain order
+-- ARGV[17] LOG_MAX_PENDING ("0" = no limit): a receipt whose entry would make more than
+--          this many wait is not issued (code 7), after the minute limit and the replay
+--          check and before the quota
+-- ARGV[18] "" = KEYS[9] is the count: read it, and count the entry in it; else the count
+--          as the caller read it (a Cluster: approximate, and the caller counts the entry)
 -- A search set scores each id by its creation time (Unix ms), read from the id's first
 -- six bytes.
 --
@@ -50,7 +57,8 @@
 --   {4, ""}           the project does not exist
 --   {5, ""}           the key's per-minute limit is used up
 --   {6, ""}           the project's monthly quota is used up
--- Codes 2-6 write nothing for their receipt; code 1 writes only its minute counter (a replay
+--   {7, ""}           LOG_MAX_PENDING entries wait for the log already
+-- Codes 2-7 write nothing for their receipt; code 1 writes only its minute counter (a replay
 -- adds no log entry).
 
 -- The ids a search field hands to its hash's set: the field's own (it goes) and `id`.
@@ -63,6 +71,8 @@ local function moving_ids(meta, field, id)
   ids[#ids + 1] = id
   return ids
 end
+
+local pending = nil
 
 local function issue_one(k, a)
   local minute = tonumber(redis.call('GET', KEYS[k + 4]) or '0')
@@ -92,6 +102,16 @@ local function issue_one(k, a)
 
   if redis.call('EXISTS', KEYS[k + 1]) == 0 then
     return {4, '', minute, month}
+  end
+
+  local counted = ARGV[a + 16] ~= '' and ARGV[a + 18] == ''
+  if ARGV[a + 16] ~= '' and ARGV[a + 17] ~= '0' then
+    if pending == nil then
+      pending = tonumber(counted and (redis.call('GET', KEYS[k + 9]) or '0') or ARGV[a + 18])
+    end
+    if pending >= tonumber(ARGV[a + 17]) then
+      return {7, '', minute, month}
+    end
   end
 
   if month >= tonumber(ARGV[a + 7]) then
@@ -126,6 +146,12 @@ local function issue_one(k, a)
   end
   if ARGV[a + 16] ~= '' then
     redis.call('RPUSH', KEYS[k + 8], ARGV[a + 16])
+    if counted then
+      redis.call('INCR', KEYS[k + 9])
+    end
+    if pending ~= nil then
+      pending = pending + 1
+    end
   end
   count_minute()
   month = redis.call('INCR', KEYS[k + 5])
@@ -136,8 +162,8 @@ local function issue_one(k, a)
 end
 
 local replies = {}
-for i = 0, #KEYS / 8 - 1 do
-  local reply = issue_one(8 * i, 16 * i)
+for i = 0, #KEYS / 9 - 1 do
+  local reply = issue_one(9 * i, 18 * i)
   for _, value in ipairs(reply) do
     replies[#replies + 1] = value
   end

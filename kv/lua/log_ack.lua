@@ -1,18 +1,36 @@
--- log_ack: take a project's integrated entries off its queue and record their indices.
--- Idempotent: a second call for the same batch finds its last entry gone and does nothing.
+-- log_ack: entries of one project are in the log: take them off its queue and record each
+-- receipt's index. Runs after index_buckets.lua (its idx_* functions).
+--
 -- KEYS[1] the project's log queue (list)
--- KEYS[2] the slot tag's index hash (receipt id -> index)
--- ARGV[1] how many entries of the queue's head the batch integrated
--- ARGV[2] the last of them (its bytes), ARGV[3] the index of the first
--- ARGV[4..] the receipt ids of the entries (16 bytes each), in queue order
--- Returns 1 when it took them, 0 when they were already taken.
-local count = tonumber(ARGV[1])
-if redis.call('LINDEX', KEYS[1], count - 1) ~= ARGV[2] then
-  return 0
+-- KEYS[2] the project's index meta hash (the receipts' hash-index fields live in its buckets)
+-- KEYS[3] the log's count of entries waiting (on a plain Redis; on a Cluster, where it lives
+--         in another slot, KEYS[1] again and ARGV[1] is "0": the caller counts)
+-- ARGV[1] "1": lower KEYS[3] by the entries taken off the queue
+-- then 4 ARGV per entry, in queue order: the entry's bytes, its receipt id (16 bytes), its
+-- hash-index field, its index in the log (8 bytes, big-endian)
+--
+-- An entry leaves the queue from its head (the usual case) or, after a restore from an older
+-- snapshot, from wherever it is. A receipt whose hash-index field still names it gets its
+-- index appended to the field's value (the receipt id, 16 bytes); a receipt that is gone
+-- (expired, deleted) gets nothing. Idempotent: a second call finds the entries gone and
+-- writes the same indices again.
+-- Returns the number of entries taken off the queue.
+local taken = 0
+for at = 2, #ARGV, 4 do
+  local entry, id, field, index = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  if redis.call('LINDEX', KEYS[1], 0) == entry then
+    redis.call('LPOP', KEYS[1])
+    taken = taken + 1
+  else
+    taken = taken + redis.call('LREM', KEYS[1], 1, entry)
+  end
+  local named = idx_get(KEYS[2], field)
+  if named and string.sub(named, 1, 16) == id then
+    idx_put(KEYS[2], field, id .. index)
+  end
 end
-redis.call('LTRIM', KEYS[1], count, -1)
-local first = tonumber(ARGV[3])
-for i = 4, #ARGV do
-  redis.call('HSET', KEYS[2], ARGV[i], string.format('%d', first + i - 4))
+idx_save()
+if ARGV[1] == '1' and taken > 0 then
+  redis.call('DECRBY', KEYS[3], taken)
 end
-return 1
+return taken
