@@ -20,7 +20,7 @@ from cli.stores import run_on_store
 from runtime.settings import load_settings, require_log_store
 
 if TYPE_CHECKING:
-    from jobs.log_integrator import LogConfig
+    from jobs.log_config import LogConfig
     from kv.logstore import LogStore
     from kv.store import Store
 
@@ -95,7 +95,8 @@ def worker_command(args: argparse.Namespace) -> int:
     )
     integrator = None
     if settings.log_signer is not None and not args.burst:
-        from jobs.log_integrator import IntegratorThread, log_config
+        from jobs.log_config import log_config
+        from jobs.log_integrator import IntegratorThread
         from kv.connect import open_store
         from kv.logstore import open_log_store
 
@@ -131,12 +132,12 @@ def worker_command(args: argparse.Namespace) -> int:
 def check_log_store(open_stores: Callable[[], tuple[Store, LogStore]], config: LogConfig) -> str | None:
     """Before the worker starts: the log store is this log's (created if it is new and
     Redis knows no such log). The reason it is refused, or None."""
-    from jobs.log_integrator import Integrator, LogRefused
+    from jobs.log_config import LogRefused, prepare_log
 
     async def check() -> str | None:
         store, log_store = open_stores()
         try:
-            await Integrator(store, log_store, config).prepare()
+            await prepare_log(store, log_store, config.origin, config.signer)
         except LogRefused as exc:
             return str(exc)
         finally:

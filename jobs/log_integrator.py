@@ -44,7 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.log_timestamps import Stamper, TsaConfig
+from jobs.log_config import LogConfig, LogRefused, prepare_log
+from jobs.log_timestamps import Stamper
 from jobs.log_witnesses import WitnessClient
 from kv import keys
 from kv.logstore import LogStore, LogStoreConflict, LogStoreError
@@ -52,17 +53,11 @@ from kv.logstore.log import Batch, Identity, TreeState, checkpoint_size
 from kv.store import Store
 from receipts import note, tlog
 from receipts.errors import StoreUnavailable
-from receipts.policy import Policy
 from receipts.tiles import TileMissing, TileReader
 from runtime import metrics
-from runtime.settings import Settings
 
 log = logging.getLogger("eps.log")
 
-INTERVAL_S = 1.0
-TRIGGER = 256
-MAX_BATCH = 4096
-LEASE_MS = 5_000
 POLL_S = 0.05
 DIRTY_SAMPLE = 1024
 RECHECK_AFTER_MS = 30_000
@@ -70,44 +65,6 @@ HALT_RECHECK_S = 2.0
 ERROR_REPEAT_S = 60.0
 CRASH_POINTS = ("staged", "tiles_half", "tiles", "advanced", "unstaged", "acked_half", "synced", "signed", "published")
 """Where a batch can be cut short in the fault-injection tests: after each of its steps."""
-
-
-class LogRefused(RuntimeError):
-    """The log store and the configuration (or Redis) disagree about which log this is, or
-    the store's data does not hash to its own tree: the integrator does not touch the log."""
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    origin: str
-    signer: note.Signer
-    interval_s: float = INTERVAL_S
-    trigger: int = TRIGGER
-    max_batch: int = MAX_BATCH
-    lease_ms: int = LEASE_MS
-    policy: Policy | None = None
-    """``LOG_WITNESS_POLICY``: the witnesses each checkpoint is sent to (jobs/log_witnesses.py)."""
-    witness_timeout_ms: int = 1000
-    tsa: TsaConfig | None = None
-    """``LOG_TSA_URLS`` and friends: RFC 3161 time-stamps over checkpoints (jobs/log_timestamps.py)."""
-    crash_at: str | None = None
-    """``LOG_TEST_CRASH_AT``, for fault-injection tests only: kill -9 this process at that point."""
-
-
-def log_config(settings: Settings) -> LogConfig:
-    """The integrator's configuration from the service's settings (``LOG_*``)."""
-    assert settings.log_signer is not None
-    tsa = None
-    if settings.log_tsa_urls:
-        tsa = TsaConfig(settings.log_tsa_urls, settings.log_tsa_interval_s, settings.log_tsa_roots)
-    return LogConfig(
-        settings.log_origin,
-        settings.log_signer,
-        policy=settings.log_policy,
-        witness_timeout_ms=settings.log_witness_timeout_ms,
-        tsa=tsa,
-        crash_at=settings.log_test_crash_at,
-    )
 
 
 @dataclass
@@ -118,39 +75,6 @@ class _Edge:
     size: int
     tiles: dict[int, list[bytes]]
     bundle: list[bytes]
-
-
-async def prepare_log(store: Store, log_store: LogStore, origin: str, signer: note.Signer) -> Identity:
-    """Check the log store before anything uses it (the server at its start, every worker
-    before its first pass): the store's identity, the store created if it is new.
-    ``LogRefused`` when the store holds another log, holds files but no identity, or is
-    empty while Redis knows this log (a lost or mistyped ``LOG_STORE``)."""
-    identity = await log_store.identity()
-    mine = Identity(origin, signer.verifier.encode())
-    if identity is None:
-        if not await log_store.is_empty():
-            raise LogRefused(
-                f"the log store {log_store.url} holds log files but no identity (.state/identity): "
-                "it is not a store this service created; point LOG_STORE at the log's own store"
-            )
-        if await store.log_has_trace(origin):
-            raise LogRefused(
-                f"the log store {log_store.url} is empty, but Redis holds entries of the log {origin}: "
-                "LOG_STORE is lost or mistyped. Point it at the log's store (or restore the store, or copy it "
-                "with `log export`); an empty store is never made the start of a new log over an old one's queue"
-            )
-        empty = note.sign_note(note.Checkpoint(origin, 0, tlog.EMPTY_ROOT).text(), signer)
-        if await log_store.create_log(mine, empty.encode()):
-            log.warning("created a new transparency log %s in %s (size 0)", origin, log_store.url)
-        await store.log_mark_synced(origin, None, 0)  # this Redis's trace of the log
-        identity = await log_store.identity()
-    if identity != mine:
-        found = identity or Identity("?", "?")
-        raise LogRefused(
-            f"the log store {log_store.url} holds the log {found.origin} with verifier key {found.vkey}; this "
-            f"process is configured for {mine.origin} with verifier key {mine.vkey} (LOG_ORIGIN, LOG_SIGNING_KEY)"
-        )
-    return identity
 
 
 class Integrator:

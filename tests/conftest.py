@@ -31,6 +31,8 @@ import redis
 import redis.asyncio as aioredis
 
 from kv.accounts import create_project_key
+from kv.logstore import LogStore
+from kv.logstore.files import FileObjects
 from kv.store import Store
 from receipts.signing import KeyRing, load_key_ring
 from runtime.settings import Settings
@@ -180,6 +182,14 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     else:
         client = aioredis.from_url(request.getfixturevalue("redis_url"))
     store = Store(client)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
+    """The log store: a real directory (``tmp_path/log``), laid out as tlog-tiles names things."""
+    store = LogStore(FileObjects(tmp_path / "log"))
     yield store
     await store.close()
 

@@ -52,6 +52,12 @@ CONFIG_VARIABLES = (
     "JOBS_REDIS_URL",
     "LOG_SIGNING_KEY",
     "LOG_ORIGIN",
+    "LOG_STORE",
+    "LOG_PUBLIC_URL",
+    "LOG_MAX_PENDING",
+    "LOG_TEST_CRASH_AT",
+    "LOG_WITNESS_POLICY",
+    "LOG_TSA_URLS",
     "REDIS_CLUSTER",
     "METRICS_PORT",
     "METRICS_HOST",
@@ -68,6 +74,7 @@ RAISED_LIMITS = {
         "get_receipt": 1_000_000,
         "unauthenticated": 1_000_000,
         "authenticated": 1_000_000,
+        "log_tiles": 1_000_000,
     },
 }
 

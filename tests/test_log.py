@@ -13,7 +13,6 @@ import contextlib
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,8 @@ from tlog_scales.backend import LocalBackend
 from tlog_scales.reader import TilesReader
 from tlog_scales.signing import Vkey
 
-from jobs.log_integrator import CRASH_POINTS, Integrator, LogConfig, LogRefused
+from jobs.log_config import LogConfig, LogRefused
+from jobs.log_integrator import CRASH_POINTS, Integrator
 from kv import keys
 from kv.accounts import create_project_key
 from kv.logstore import LogStore
@@ -48,14 +48,6 @@ UNLIMITED = PlanLimits(per_minute=10**9, monthly=10**9)
 @pytest.fixture(scope="module")
 def signer() -> note.Signer:
     return note.Signer.generate(ORIGIN)
-
-
-@pytest.fixture
-async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
-    """The log store: a real directory, laid out as tlog-tiles names things."""
-    store = LogStore(FileObjects(tmp_path / "log"))
-    yield store
-    await store.close()
 
 
 def log_app(store: Store, log_store: LogStore, keyring: Any, signer: note.Signer | None, **settings: Any) -> Any:

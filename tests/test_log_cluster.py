@@ -1,6 +1,6 @@
 """The transparency log on a 3-master Redis Cluster: creates queue entries in their project's
-slot, the integrator's scripts each stay in one slot, and tiles and bundles spread over the
-masters."""
+slot, the count of waiting entries (in its own slot) is kept beside the scripts, and the
+integrator moves everything into the log store."""
 
 from __future__ import annotations
 
@@ -11,21 +11,20 @@ from typing import Any
 
 import orjson
 import pytest
-from redis.crc import key_slot
 
-from jobs.log_integrator import Integrator, LogConfig
 from jobs.log_timestamps import Stamper, TsaConfig
-from kv import keys
 from kv.accounts import create_project_key
 from kv.connect import open_store
+from kv.logstore import LogStore
 from kv.store import Store
 from receipts import note, timestamps, tlog
 from receipts.limits import load_limits
 from runtime.settings import Settings
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
+from tests.conftest import auth, hash_of
 from tests.local_tsa import LocalTsa
 from tests.servers import RAISED_LIMITS
-from tests.test_log import ORIGIN, check_proof, create, issue, published
+from tests.test_log import ORIGIN, check_proof, create, integrator, issue, published
 from web.app import create_app
 
 pytestmark = pytest.mark.slow
@@ -39,49 +38,69 @@ async def cluster_store(redis_cluster: RedisClusterNodes) -> AsyncIterator[Store
     await store.close()
 
 
-def cluster_app(store: Store, keyring: Any, signer: note.Signer) -> Any:
-    settings = Settings(
+def cluster_app(store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, **settings: Any) -> Any:
+    config = Settings(
         redis_url="redis://injected-by-tests", redis_cluster=True, keyring=keyring, env="test",
-        limits=load_limits(orjson.dumps(RAISED_LIMITS)), log_origin=ORIGIN, log_signer=signer,
+        limits=load_limits(orjson.dumps(RAISED_LIMITS)), log_origin=ORIGIN, log_signer=signer, **settings,
     )  # fmt: skip
-    return create_app(settings, store=store)
+    return create_app(config, store=store, log_store=log_store)
 
 
-async def test_the_log_works_on_a_cluster_and_spreads_its_tiles(cluster_store: Store, keyring: Any) -> None:
+async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogStore, keyring: Any) -> None:
     signer = note.Signer.generate(ORIGIN)
-    app = cluster_app(cluster_store, keyring, signer)
+    app = cluster_app(cluster_store, log_store, keyring, signer)
     client = app.asgi_client
+    worker = await integrator(cluster_store, log_store, signer)
     project_keys = [await create_project_key(cluster_store, project_name=f"cl-{i}", plan="pro") for i in range(6)]
     receipts = [(await create(client, project_keys[0], "over-http"))["receipt"]]
     for n, key in enumerate(project_keys):
         receipts += await issue(app, key, [f"c{n}-{i}" for i in range(100)])
-    worker = Integrator(cluster_store, LogConfig(ORIGIN, signer))
+    assert await cluster_store.log_pending(ORIGIN) == 601
     assert await worker.step(force=True) == 601
-    checkpoint = await published(client, signer)
+    assert await cluster_store.log_pending(ORIGIN) == 0
+    assert await cluster_store.log_synced(ORIGIN) == 601
+    checkpoint = await published(log_store, signer)
     assert checkpoint.size == 601
     for receipt in receipts[::37]:
         await check_proof(client, signer, receipt)
-    stored = [keys.log_tile_key(ORIGIN, 0, n) for n in range(3)] + [keys.log_bundle_key(ORIGIN, n) for n in range(3)]
-    slots = {key_slot(name.encode()) for name in stored}
-    assert len(slots) == len(stored), "each tile and bundle in its own slot"
     _, tile = await client.get("/v1/log/tile/0/002.p/89")
     assert tile.status == 200 and len(tile.body) == 89 * 32
     entries = tlog.split_bundle((await client.get("/v1/log/tile/entries/002.p/89"))[1].body)
     assert [tlog.leaf_hash(e) for e in entries] == tlog.split_tile(tile.body)
 
 
-async def test_time_stamps_are_kept_and_served_on_a_cluster(cluster_store: Store, keyring: Any, tmp_path: Path) -> None:
-    """The stamper's keys (claim, record, sorted set) live in different slots; each command
-    names one key, so a cluster serves them as a single Redis does."""
+async def test_backpressure_on_a_cluster(cluster_store: Store, log_store: LogStore, keyring: Any) -> None:
+    """On a Cluster the count of waiting entries is read before the script and counted after
+    it (approximate under concurrency): one at a time, it is exact."""
     signer = note.Signer.generate(ORIGIN)
-    app = cluster_app(cluster_store, keyring, signer)
+    client = cluster_app(cluster_store, log_store, keyring, signer, log_max_pending=4).asgi_client
+    worker = await integrator(cluster_store, log_store, signer)
+    key = await create_project_key(cluster_store, project_name="cl-backlog", plan="pro")
+    for n in range(4):
+        await create(client, key, f"b{n}")
+    body = {"input_hash": hash_of("in-refused"), "receipt_kind": "release"}
+    _, refused = await client.post("/v1/receipts", content=orjson.dumps(body), headers=auth(key))
+    assert refused.status == 503 and refused.json["error"]["code"] == "log_backlog"
+    assert (await create(client, key, "b0"))["idempotency"]["hit"] is True  # a replay still answers
+    await worker.step(force=True)
+    _, accepted = await client.post("/v1/receipts", content=orjson.dumps(body), headers=auth(key))
+    assert accepted.status == 201
+
+
+async def test_time_stamps_are_kept_and_served_on_a_cluster(
+    cluster_store: Store, log_store: LogStore, keyring: Any, tmp_path: Path
+) -> None:
+    """The stamper claims its interval in the Cluster and keeps its record in the log store."""
+    signer = note.Signer.generate(ORIGIN)
+    app = cluster_app(cluster_store, log_store, keyring, signer)
     client = app.asgi_client
+    worker = await integrator(cluster_store, log_store, signer)
     key = await create_project_key(cluster_store, project_name="cl-stamped", plan="pro")
     receipts = await issue(app, key, [f"s{i}" for i in range(5)])
-    await Integrator(cluster_store, LogConfig(ORIGIN, signer)).step(force=True)
+    await worker.step(force=True)
     tsa = LocalTsa(tmp_path / "tsa").start()
     try:
-        assert await Stamper(cluster_store, ORIGIN, TsaConfig((tsa.url,), keep_s=3600)).step() == 5
+        assert await Stamper(cluster_store, log_store, ORIGIN, TsaConfig((tsa.url,))).step() == 5
     finally:
         tsa.stop()
     _, response = await client.get("/v1/log/checkpoints/5/timestamps")

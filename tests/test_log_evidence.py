@@ -53,6 +53,7 @@ def site(redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: py
             "LOG_TSA_URLS": tsa.url,
             "LOG_TSA_INTERVAL_S": "1",
             "LOG_TSA_ROOTS": str(tsa.roots_pem),
+            "LOG_STORE": f"file://{folder}/log",
         }
         worker = WorkerProcess(folder, {"REDIS_URL": redis_server.url, "SIGNING_KEYS": signing_keys_json, **env})
         try:

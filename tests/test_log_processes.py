@@ -33,7 +33,7 @@ def log_site(
 ) -> Iterator[Any]:
     folder = tmp_path_factory.mktemp("log-processes")
     signer = note.Signer.generate(ORIGIN)
-    env = {"LOG_SIGNING_KEY": signer.encode(), "LOG_ORIGIN": ORIGIN}
+    env = {"LOG_SIGNING_KEY": signer.encode(), "LOG_ORIGIN": ORIGIN, "LOG_STORE": f"file://{folder}/log"}
     import redis
 
     redis.Redis.from_url(redis_server.url).flushall()
@@ -164,7 +164,7 @@ def test_the_embedded_server_runs_its_own_integrator(tmp_path: Path) -> None:
         info = httpx.get(service.base_url + "/v1/log").json()
         proof = note.parse_tlog_proof(log["proof"])
         note.open_checkpoint(proof.checkpoint, note.Verifier.parse(info["log_vkey"]))
-        assert info["origin"] == "localhost/log" and log["index"] == proof.index
+        assert info["origin"] == "localhost/v1/log" and log["index"] == proof.index
         receipt_id = created.json()["receipt"]["receipt_id"]
         bundle: dict[str, Any] = {}
 

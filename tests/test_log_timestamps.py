@@ -19,6 +19,7 @@ import pytest
 from jobs.log_timestamps import Stamper, TsaConfig
 from kv import keys
 from kv.accounts import create_project_key
+from kv.logstore import LogStore
 from kv.store import Store
 from receipts import note, timestamps, tlog
 from runtime import metrics
@@ -136,12 +137,15 @@ def test_openssl_accepts_what_we_keep_over_the_checkpoint_text(tsa: LocalTsa, tm
 
 
 def tsa_config(*urls: str, interval_s: float = 60, roots: tuple[Any, ...] = ()) -> TsaConfig:
-    return TsaConfig(tuple(urls), interval_s, roots, keep_s=3600)
+    return TsaConfig(tuple(urls), interval_s, roots)
 
 
-async def grow(app: Any, store: Store, signer: note.Signer, key: dict[str, Any], labels: list[str]) -> Any:
+async def grow(
+    app: Any, store: Store, log_store: LogStore, signer: note.Signer, key: dict[str, Any], labels: list[str]
+) -> Any:
+    worker = await integrator(store, log_store, signer)
     receipts = await issue(app, key, labels)
-    await integrator(store, signer).step(force=True)
+    await worker.step(force=True)
     return receipts
 
 
@@ -150,14 +154,15 @@ def failures(url: str, kind: str) -> float:
 
 
 async def test_the_newest_checkpoint_is_stamped_and_served(
-    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
 ) -> None:
-    app = log_app(store, keyring, signer)
+    app = log_app(store, log_store, keyring, signer)
+    await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store, project_name="stamped", plan="pro")
-    await grow(app, store, signer, key, [f"s{n}" for n in range(7)])
+    await grow(app, store, log_store, signer, key, [f"s{n}" for n in range(7)])
     both_roots = tuple(roots_of(tsa) + roots_of(other_tsa))
-    stamper = Stamper(store, ORIGIN, tsa_config(tsa.url, other_tsa.url, roots=both_roots))
+    stamper = Stamper(store, log_store, ORIGIN, tsa_config(tsa.url, other_tsa.url, roots=both_roots))
     asked = len(tsa.requests)
     assert await stamper.step() == 7
     assert len(tsa.requests) == asked + 1
@@ -172,7 +177,7 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
         timestamps.verify_token(base64.b64decode(item["response_base64"]), checkpoint_text, roots_of(local))
     # Nothing new: no request. New entries within the interval: still none (one per interval).
     assert await stamper.step() is None
-    await grow(app, store, signer, key, ["s7"])
+    await grow(app, store, log_store, signer, key, ["s7"])
     assert await stamper.step() is None
     assert len(tsa.requests) == asked + 1
     ttl = await store.client.pttl(keys.log_stamping_key(ORIGIN))
@@ -181,7 +186,7 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
     await store.client.delete(keys.log_stamping_key(ORIGIN))
     assert await stamper.step() == 8
     # The latest checkpoint before it is stamped, and sizes never stamped.
-    await grow(app, store, signer, key, ["s8"])
+    await grow(app, store, log_store, signer, key, ["s8"])
     _, latest = await client.get("/v1/log/checkpoints/9/timestamps")
     assert latest.status == 200 and latest.json["timestamps"] == [] and latest.json["tree_size"] == 9
     for size in ("6", "10", "07", "x", "9" * 30):
@@ -191,60 +196,63 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
 
 
 async def test_workers_stamp_once_per_interval_between_them(
-    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa
 ) -> None:
-    app = log_app(store, keyring, signer)
+    app = log_app(store, log_store, keyring, signer)
+    await integrator(store, log_store, signer)
     key = await create_project_key(store, project_name="racing", plan="pro")
-    await grow(app, store, signer, key, ["r0", "r1"])
+    await grow(app, store, log_store, signer, key, ["r0", "r1"])
     asked = len(tsa.requests)
-    stampers = [Stamper(store, ORIGIN, tsa_config(tsa.url)) for _ in range(4)]
+    stampers = [Stamper(store, log_store, ORIGIN, tsa_config(tsa.url)) for _ in range(4)]
     results = await asyncio.gather(*(s.step() for s in stampers))
     assert sorted(results, key=lambda r: r or 0) == [None, None, None, 2]
     assert len(tsa.requests) == asked + 1
 
 
 async def test_an_answer_that_fails_a_check_is_not_kept(
-    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
 ) -> None:
-    app = log_app(store, keyring, signer)
+    app = log_app(store, log_store, keyring, signer)
+    await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store, project_name="refused", plan="pro")
-    await grow(app, store, signer, key, ["f0"])
+    await grow(app, store, log_store, signer, key, ["f0"])
     down = f"http://127.0.0.1:{free_port()}/"
     other_tsa.mode = "other_nonce"
     refused, unreachable = failures(other_tsa.url, "refused"), failures(down, "unreachable")
-    stamper = Stamper(store, ORIGIN, tsa_config(tsa.url, other_tsa.url, down))
+    stamper = Stamper(store, log_store, ORIGIN, tsa_config(tsa.url, other_tsa.url, down))
     assert await stamper.step() == 1
     _, response = await client.get("/v1/log/checkpoints/1/timestamps")
     assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
     assert failures(other_tsa.url, "refused") == refused + 1
     assert failures(down, "unreachable") == unreachable + 1
     # No TSA answers well: nothing is kept, and the latest checkpoint has no time-stamps.
-    await grow(app, store, signer, key, ["f1"])
+    await grow(app, store, log_store, signer, key, ["f1"])
     await store.client.delete(keys.log_stamping_key(ORIGIN))
     tsa.mode, other_tsa.mode = "error_500", "no_eku"
     assert await stamper.step() is None
-    assert await store.log_stamp(ORIGIN, 2) is None
+    assert await log_store.stamp(2) is None
     assert failures(tsa.url, "http_500") >= 1 and failures(other_tsa.url, "refused") == refused + 2
     # Roots configured: a good answer from a TSA under another root is not kept.
     tsa.mode = other_tsa.mode = "ok"
     await store.client.delete(keys.log_stamping_key(ORIGIN))
-    pinned = Stamper(store, ORIGIN, tsa_config(tsa.url, other_tsa.url, roots=tuple(roots_of(tsa))))
+    pinned = Stamper(store, log_store, ORIGIN, tsa_config(tsa.url, other_tsa.url, roots=tuple(roots_of(tsa))))
     assert await pinned.step() == 2
     _, response = await client.get("/v1/log/checkpoints/2/timestamps")
     assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
 
 
 async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
-    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa
 ) -> None:
-    app = log_app(store, keyring, signer)
+    app = log_app(store, log_store, keyring, signer)
+    await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store, project_name="bundled", plan="pro")
-    early = await grow(app, store, signer, key, [f"b{n}" for n in range(3)])
-    stamper = Stamper(store, ORIGIN, tsa_config(tsa.url))
+    early = await grow(app, store, log_store, signer, key, [f"b{n}" for n in range(3)])
+    stamper = Stamper(store, log_store, ORIGIN, tsa_config(tsa.url))
     assert await stamper.step() == 3
-    late = await grow(app, store, signer, key, [f"c{n}" for n in range(300)])  # past a full tile
+    late = await grow(app, store, log_store, signer, key, [f"c{n}" for n in range(300)])  # past a full tile
 
     async def bundle(receipt: dict[str, Any]) -> dict[str, Any]:
         _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}/bundle")
@@ -269,25 +277,24 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
         note.parse_checkpoint(note.parse_note(note.parse_tlog_proof(newer["log"]["proof"]).checkpoint).text).size == 303
     )
     assert newer["timestamps"] == []
-    # Once the stamp's record expires, the bundle falls back to the latest checkpoint and
-    # the expired size leaves the set.
-    await store.client.delete(keys.log_stamp_key(ORIGIN, 3))
-    fallback = await bundle(early[1])
-    assert fallback["timestamps"] == [] and fallback["log"]["proof"] is not None
-    assert await store.client.zcard(keys.log_stamps_key(ORIGIN)) == 0
+    # The stamps are kept in the log store with the log: the checkpoint as published, every answer.
+    record = orjson.loads(await log_store.stamp(3) or b"{}")
+    assert note.parse_checkpoint(note.parse_note(record["checkpoint"]).text).size == 3
+    assert await log_store.last_stamped() == 3
 
 
 # -- verify --tsa-roots
 
 
 async def test_verify_reports_when_the_receipt_existed(
-    store: Store, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa, tmp_path: Path
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa, tmp_path: Path
 ) -> None:
-    app = log_app(store, keyring, signer)
+    app = log_app(store, log_store, keyring, signer)
+    await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store, project_name="timed", plan="pro")
-    receipts = await grow(app, store, signer, key, ["t0", "t1"])
-    assert await Stamper(store, ORIGIN, tsa_config(tsa.url)).step() == 2
+    receipts = await grow(app, store, log_store, signer, key, ["t0", "t1"])
+    assert await Stamper(store, log_store, ORIGIN, tsa_config(tsa.url)).step() == 2
     _, response = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/bundle")
     bundle = response.json
     _, keys_response = await client.get("/v1/public-key")

@@ -13,9 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
-from jobs.log_integrator import Integrator, LogConfig
-from kv import keys
+from jobs.log_config import LogConfig
+from jobs.log_integrator import Integrator
 from kv.accounts import create_project_key
+from kv.logstore import LogStore
 from kv.store import Store
 from receipts import cosignature, note, policy
 from tests.conftest import free_port
@@ -59,14 +60,16 @@ def witnesses(signer: note.Signer, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum(
-    store: Store, keyring: Any, signer: note.Signer, witnesses: dict[str, Any], tmp_path: Path
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, witnesses: dict[str, Any], tmp_path: Path
 ) -> None:
-    app = log_app(store, keyring, signer)
+    app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
     key = await create_project_key(store, project_name="witnessed", plan="pro")
-    receipts = await issue(app, key, [f"w{n}" for n in range(5)])
     config = LogConfig(ORIGIN, signer, policy=witnesses["policy"], witness_timeout_ms=3000)
-    await Integrator(store, config).step(force=True)
+    worker = Integrator(store, log_store, config)
+    await worker.prepare()
+    receipts = await issue(app, key, [f"w{n}" for n in range(5)])
+    await worker.step(force=True)
     _, response = await client.get("/v1/log/checkpoint")
     checked = policy.check_quorum(response.text, witnesses["policy"], now=2**40)
     assert checked.ok, checked.reason
@@ -100,22 +103,26 @@ async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum
 
 
 async def test_a_witness_the_log_lost_track_of_answers_409_and_is_caught_up(
-    store: Store, keyring: Any, signer: note.Signer, witnesses: dict[str, Any]
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, witnesses: dict[str, Any]
 ) -> None:
-    app = log_app(store, keyring, signer)
+    app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
     key = await create_project_key(store, project_name="caught-up", plan="pro")
     config = LogConfig(ORIGIN, signer, policy=witnesses["policy"], witness_timeout_ms=3000)
+    worker = Integrator(store, log_store, config)
+    await worker.prepare()
     await issue(app, key, [f"c{n}" for n in range(3)])
-    await Integrator(store, config).step(force=True)
+    await worker.step(force=True)
     first = policy.check_quorum((await client.get("/v1/log/checkpoint"))[1].text, witnesses["policy"], now=2**40)
     assert set(first.cosigned) == {"w1", "w2"}
     # A new integrator that lost what each witness last cosigned starts from size 0: the
     # witnesses answer 409 with their size, and it resends with the proof from there.
-    await store.client.delete(keys.log_witnesses_key(ORIGIN))
+    await log_store.objects.delete(".state/witnesses")
     await issue(app, key, ["c-next"])
-    await Integrator(store, config).step(force=True)
+    successor = Integrator(store, log_store, config)
+    await successor.prepare()
+    await successor.step(force=True)
     again = policy.check_quorum((await client.get("/v1/log/checkpoint"))[1].text, witnesses["policy"], now=2**40)
-    assert (await published(client, signer)).size == 4
+    assert (await published(log_store, signer)).size == 4
     assert set(again.cosigned) == {"w1", "w2"}, "after a 409 the log resent from the witness's size"
-    assert await store.log_witness_sizes(ORIGIN) == {"w1": 4, "w2": 4}
+    assert await log_store.witness_sizes() == {"w1": 4, "w2": 4}

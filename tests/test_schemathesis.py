@@ -134,6 +134,7 @@ def test_schemathesis_finds_no_failure_on_a_configured_service(
                 "HUMAN_CHECK_VERIFY_URL": human.url,
                 "LOG_SIGNING_KEY": Signer.generate("schemathesis.example/log").encode(),
                 "LOG_ORIGIN": "schemathesis.example/log",
+                "LOG_STORE": f"file://{tmp_path}/log",
             },
         )
         key = create_key_cli(redis_url, project="schemathesis", plan="pro")

@@ -19,9 +19,14 @@ from tests.conftest import hash_of
 LUA = Path(__file__).resolve().parent.parent / "kv" / "lua"
 
 
+ORIGIN = "example.com/v1/log"
+
+
 def script_key_sets(project_id: str) -> dict[str, list[str]]:
-    """Every key list the store passes to each script, as Store builds them."""
+    """Every key list the store passes to each script on a Cluster, as Store builds them (on
+    a plain Redis the count of waiting log entries stands in for the repeated queue key)."""
     receipt_id = new_receipt_id(project_id)
+    queue = keys.log_queue_key(ORIGIN, project_id)
     return {
         "issue_receipt.lua": [
             keys.project_key(project_id),
@@ -31,12 +36,11 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.project_month_counter_key(project_id, "202612"),
             keys.search_index_key(project_id, "input_hash", hash_of("in")),
             keys.search_index_key(project_id, "output_hash", hash_of("out")),
-            keys.log_queue_key(project_id),
+            queue,
+            queue,
         ],
-        "log_ack.lua": [keys.log_queue_key(project_id), keys.log_index_key(receipt_id)],
-        "log_reserve.lua": [keys.log_state_key("example.com/log")],
-        "log_advance.lua": [keys.log_state_key("example.com/log")],
-        "log_lock.lua": [keys.log_lock_key("example.com/log")],
+        "log_ack.lua": [queue, keys.index_meta_key(project_id), queue],
+        "log_synced.lua": [keys.log_synced_key(ORIGIN)],
         "find_index_field.lua": [keys.index_meta_key(project_id)],
         "expire_index_bucket.lua": [keys.index_bucket_key(project_id, 5), keys.index_meta_key(project_id)],
         "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],

@@ -17,7 +17,8 @@ from sanic.compat import Header
 from sanic.response import BaseHTTPResponse
 
 from jobs.context import use_embedded_server
-from jobs.log_integrator import Integrator, LogRefused, log_config, prepare_log
+from jobs.log_config import LogRefused, log_config, prepare_log
+from jobs.log_integrator import Integrator
 from jobs.queue import open_queue
 from jobs.retention import sweep_periodically
 from kv.connect import open_store

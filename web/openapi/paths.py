@@ -138,7 +138,7 @@ PATHS: dict[str, Any] = {
                 "415": E415,
                 "429": E429_CREATE,
                 "500": SIGNING_500,
-                "503": error_response(503, ["store_unavailable", "chain_contention"], ["Retry-After"]),
+                "503": error_response(503, ["store_unavailable", "chain_contention", "log_backlog"], ["Retry-After"]),
             },
         },
         "get": {

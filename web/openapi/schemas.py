@@ -205,6 +205,11 @@ SCHEMAS: dict[str, Any] = {
             "origin": _string("The log's origin line (and its key's name)"),
             "log_vkey": _string("The log's Ed25519 verifier key, `<origin>+<key id>+<base64>` (pin it)"),
             "checkpoint_url": _string("Path of the latest checkpoint"),
+            "tiles_url": _string(
+                "Where outsiders read the log's checkpoint, tiles and entry bundles (C2SP tlog-tiles prefix, "
+                "`LOG_PUBLIC_URL`): the service's own `/v1/log/`, or a static copy of its log store",
+                format="uri",
+            ),
             "witnesses": {
                 "type": "array",
                 "items": _obj(
@@ -368,6 +373,14 @@ SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "enum": ["ok", "unreachable"],
                 "description": "Whether the store answered a PING within 1 s.",
+            },
+            "log": {
+                "type": "string",
+                "enum": ["ok", "halted", "off"],
+                "description": (
+                    "The transparency log: `halted` when a witness showed a fork and nothing is signed until an "
+                    "operator runs `log resume`; `off` without a log."
+                ),
             },
         }
     ),
