@@ -5,7 +5,9 @@ synchronous calls each in a thread, which is what kv/logstore/s3.py runs; ``aiob
 ``boto3`` run in threads) is measured against one moto server (``python -m moto.server``)
 on a free loopback port, started and stopped by this script; each client gets its own
 bucket, so no client lists another's keys. The whole run is bounded by ``--deadline``
-seconds; past it the run stops and says so.
+seconds; past it the run stops and says so. obstore and boto3 (moto's own dependency) come
+with the test extra; aiobotocore is no dependency of the project: ``pip install aiobotocore``
+to measure it, else it is left out, and the run says so.
 
 1. Import time: in ``--imports`` fresh interpreters each, the median time to import the
    library, and to import it and build a client (no request sent: for botocore, loading the
