@@ -53,7 +53,12 @@ def signer() -> note.Signer:
 def log_app(store: Store, log_store: LogStore, keyring: Any, signer: note.Signer | None, **settings: Any) -> Any:
     settings = {"limits": load_limits(orjson.dumps(RAISED_LIMITS)), **settings}
     config = Settings(
-        redis_url="redis://injected-by-tests", keyring=keyring, env="test", log_origin=ORIGIN, log_signer=signer, **settings
+        redis_url="redis://injected-by-tests",
+        keyring=keyring,
+        env="test",
+        log_origin=ORIGIN,
+        log_signer=signer,
+        **settings,
     )
     return create_app(config, store=store, log_store=log_store)
 
@@ -640,9 +645,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
 
     witness = Cosigner.generate("witness.example")
     with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
-        policy = parse_policy(
-            f"log {signer.verifier.encode()}\nwitness w {witness.key.encode()} {url}\nquorum w\n"
-        )
+        policy = parse_policy(f"log {signer.verifier.encode()}\nwitness w {witness.key.encode()} {url}\nquorum w\n")
         app = log_app(store, log_store, keyring, signer, log_policy=policy, metrics_token="t0ken")
         client = app.asgi_client
         key = await create_project_key(store, project_name="halt", plan="pro")

@@ -287,7 +287,13 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
 
 
 async def test_verify_reports_when_the_receipt_existed(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa, tmp_path: Path
+    store: Store,
+    log_store: LogStore,
+    keyring: Any,
+    signer: note.Signer,
+    tsa: LocalTsa,
+    other_tsa: LocalTsa,
+    tmp_path: Path,
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
     await integrator(store, log_store, signer)
