@@ -31,10 +31,6 @@ from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
 from receipts.tiles import TileMissing, TileReader
 
 
-class LogUnreadable(Exception):
-    """The log could not be read (the pass says so and exits 2)."""
-
-
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     monitor = verbs.add_parser("monitor", help="follow a transparency log; exit 1 on a fork, rewrite or chain split")
     monitor.add_argument("--base-url", required=True, help="the service, e.g. https://example.com")
@@ -50,7 +46,11 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 def monitor_command(args: argparse.Namespace) -> int:
     try:
         policy = parse_policy(Path(args.log_policy).read_text(encoding="utf-8")) if args.log_policy else None
-        log_key = note.Verifier.parse(args.log_key) if args.log_key else _policy_key(policy)
+        if args.log_key:
+            log_key = note.Verifier.parse(args.log_key)
+        else:
+            assert policy is not None  # one of the two is required
+            log_key = policy.log_key()
     except (OSError, PolicyError, note.NoteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -60,7 +60,7 @@ def monitor_command(args: argparse.Namespace) -> int:
     while True:
         try:
             report = run_pass(base, log_key, policy, state_dir)
-        except LogUnreadable as exc:
+        except LogInputError as exc:
             print(orjson.dumps({"ok": False, "error": str(exc)}).decode())
             if args.once:
                 return 2
@@ -74,18 +74,12 @@ def monitor_command(args: argparse.Namespace) -> int:
         time.sleep(args.interval)
 
 
-def _policy_key(policy: Policy | None) -> note.Verifier:
-    keys = policy.log_keys() if policy else []
-    if len(keys) != 1:
-        raise PolicyError("the policy must name exactly one log (or give --log-key)")
-    return keys[0]
-
-
 def run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
+    """One pass; ``LogInputError`` when a resource the pass needed could not be read."""
     try:
         return asyncio.run(_run_pass(base, log_key, policy, state_dir))
-    except (LogInputError, TileMissing) as exc:  # a resource the pass needed could not be read
-        raise LogUnreadable(str(exc)) from exc
+    except TileMissing as exc:
+        raise LogInputError(str(exc)) from exc
 
 
 async def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
@@ -95,7 +89,7 @@ async def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, st
         fetch = http_fetch(client, f"{base}/v1/log/")
         raw = await fetch("checkpoint")
         if raw is None:
-            raise LogUnreadable(f"{base}/v1/log/checkpoint answered HTTP 404")
+            raise LogInputError(f"{base}/v1/log/checkpoint answered HTTP 404")
         text = raw.decode()
         violations: list[Violation] = []
         try:

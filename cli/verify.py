@@ -25,6 +25,7 @@ import httpx
 import orjson
 
 from cli import verify_log
+from receipts.policy import PolicyError
 from receipts.signing import KeyRing, KeySetError, load_key_ring
 from receipts.verifier import (
     BundleError,
@@ -267,7 +268,10 @@ def _check_log(
         if options.log_key is not None:
             log_key = verify_log.parse_log_key(options.log_key)
         elif policy is not None:
-            log_key = verify_log.policy_log_key(policy)
+            try:
+                log_key = policy.log_key()
+            except PolicyError as exc:
+                raise VerifyInputError(f"--log-policy: {exc}") from exc
         else:
             raise VerifyInputError(
                 "--since-checkpoint and --tsa-roots need --log-key or --log-policy (the log's key to pin)"

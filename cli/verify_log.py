@@ -20,12 +20,14 @@ import httpx
 import orjson
 
 from receipts import log_check, note, timestamps, tlog
+from receipts.errors import LogError
 from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
 from receipts.tiles import Fetch, TileMissing, TileReader
 
 
-class LogInputError(Exception):
-    """The log key, the older checkpoint or the service's answers could not be read."""
+class LogInputError(LogError):
+    """The log key, a checkpoint, the policy or the log's resources could not be read (the
+    verb then exits 2: it could not check)."""
 
 
 def parse_log_key(vkey: str) -> note.Verifier:
@@ -157,13 +159,6 @@ def load_policy(path: str) -> Policy:
         return parse_policy(_read(path))
     except PolicyError as exc:
         raise LogInputError(f"--log-policy: {exc}") from exc
-
-
-def policy_log_key(policy: Policy) -> note.Verifier:
-    keys = policy.log_keys()
-    if len(keys) != 1:
-        raise LogInputError("--log-policy names no log or several: give --log-key too")
-    return keys[0]
 
 
 def check(

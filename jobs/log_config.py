@@ -12,6 +12,7 @@ from kv.logstore import LogStore
 from kv.logstore.log import Identity
 from kv.store import Store
 from receipts import note, tlog
+from receipts.errors import LogError
 from receipts.policy import Policy
 from runtime.settings import Settings
 
@@ -23,7 +24,7 @@ MAX_BATCH = 4096
 LEASE_MS = 5_000
 
 
-class LogRefused(RuntimeError):
+class LogRefused(LogError):
     """The log store and the configuration (or Redis) disagree about which log this is, or
     the store's data does not hash to its own tree: the integrator does not touch the log."""
 

@@ -9,6 +9,13 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 
+class LogError(Exception):
+    """The one root of the transparency log's errors, for code that checks or keeps a log:
+    a proof, note, policy or time-stamp that does not hold, a tile that cannot be read, a log
+    store that fails or is refused. Subclasses say which; none carries a public HTTP code (the
+    routes wrap what they meet in a ``ServiceError``)."""
+
+
 class ServiceError(Exception):
     """Base of all errors with a public code. ``details`` must never hold secrets."""
 

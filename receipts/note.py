@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import nacl.exceptions
 import nacl.signing
 
+from receipts.errors import LogError
+
 ED25519 = 0x01
 SIGNATURE_PREFIX = "\u2014 "
 MAX_SIGNATURES = 64
@@ -33,7 +35,7 @@ _NAME_RE = re.compile(r"[^\s+]+")
 _SIZE_RE = re.compile(r"0|[1-9][0-9]{0,19}")
 
 
-class NoteError(ValueError):
+class NoteError(LogError, ValueError):
     """A malformed note, key or proof, or a signature that does not verify."""
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from receipts import cosignature, note
+from receipts.errors import LogError
 
 MAX_ITEMS = 64
 
 
-class PolicyError(ValueError):
+class PolicyError(LogError, ValueError):
     """A malformed policy (the message names the line)."""
 
 
@@ -37,6 +38,14 @@ class Policy:
 
     def log_keys(self) -> list[note.Verifier]:
         return [key for key, _ in self.logs]
+
+    def log_key(self) -> note.Verifier:
+        """The one log the policy names; ``PolicyError`` when it names none or several (a
+        verifier must then be told which log key to pin)."""
+        keys = self.log_keys()
+        if len(keys) != 1:
+            raise PolicyError("the policy names no log or several: give the log key too (--log-key)")
+        return keys[0]
 
     def satisfied(self, cosigned: set[str]) -> bool:
         """Whether witnesses named ``cosigned`` (policy names) meet the quorum."""

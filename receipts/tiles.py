@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from receipts import tlog
+from receipts.errors import LogError
 
 T = TypeVar("T")
 Fetch = Callable[[str], Awaitable[bytes | None]]
@@ -26,7 +27,7 @@ FULL_TILE_CACHE = 512  # 4 MiB of full hash tiles
 CONCURRENCY = 16
 
 
-class TileMissing(LookupError):
+class TileMissing(LogError, LookupError):
     """A tile or entry bundle the tree of the given size needs cannot be read (absent, or
     shorter than its width): the log lost data, or the reader was pointed at the wrong place."""
 

@@ -33,13 +33,15 @@ from rfc3161_client import (
     decode_timestamp_response,
 )
 
+from receipts.errors import LogError
+
 SHA256_OID = cryptography.x509.ObjectIdentifier("2.16.840.1.101.3.4.2.1")
 QUERY_TYPE = "application/timestamp-query"
 REPLY_TYPE = "application/timestamp-reply"
 MAX_RESPONSE_BYTES = 64 * 1024
 
 
-class StampError(ValueError):
+class StampError(LogError, ValueError):
     """A time-stamp response that must not be kept or trusted (the message says why)."""
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from receipts.errors import LogError
+
 HASH_SIZE = 32
 TILE_HEIGHT = 8
 TILE_WIDTH = 1 << TILE_HEIGHT  # 256 hashes: 8,192 bytes when full
@@ -26,7 +28,7 @@ ENTRY_HEADER = "execution-proof-log-entry/v1"
 MAX_ENTRY_BYTES = 0xFFFF  # an entry bundle prefixes each entry with a big-endian uint16
 
 
-class ProofError(ValueError):
+class ProofError(LogError, ValueError):
     """A proof, tile or bundle that does not check out (the message says which part)."""
 
 

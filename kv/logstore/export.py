@@ -20,16 +20,17 @@ from kv.logstore.log import (
     size_name,
 )
 from receipts import note, tlog
+from receipts.errors import LogError
 from receipts.tiles import TileMissing, TileReader, check_tree
 
 COPY_CONCURRENCY = 16
 
 
-class ExportFailed(Exception):
+class ExportFailed(LogError):
     """The copy does not verify (exit 1)."""
 
 
-class CannotExport(Exception):
+class CannotExport(LogError):
     """The export cannot run (exit 2)."""
 
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from receipts.errors import LogError
 
-class LogStoreError(Exception):
+
+class LogStoreError(LogError):
     """The log store could not do what was asked (unreachable, refused, out of space). The
     message names the store and the object, never a credential."""
 
