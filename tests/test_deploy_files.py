@@ -19,6 +19,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -27,7 +28,8 @@ from sanic.config import DEFAULT_CONFIG
 
 from cli.main import _parser
 from receipts import cosignature, note
-from runtime.settings import load_settings
+from receipts.note import Signer
+from runtime.settings import ConfigError, load_settings, require_log_store
 from tests.conftest import REPO, free_port, hash_of
 from tests.servers import ServicePool, run_cli, service_pool_fixture
 
@@ -142,12 +144,22 @@ def test_fly_env_is_a_valid_production_configuration() -> None:
         "SIGNING_KEYS": (REPO / "tests/assets/signing_keys.json").read_text(),
     }
     settings = load_settings({**FLY_ENV, **secrets})
+    require_log_store(settings)  # no log key: no log, nothing required
     assert settings.client_ip.real_ip_header == "Fly-Client-IP"
     assert settings.client_ip.proxies_count == 0, "only the configured header, no X-Forwarded-For counting"
     assert settings.env == "production"
     assert settings.public_base_url == FLY_ENV["PUBLIC_BASE_URL"]
     for secret in ("REDIS_URL", "SIGNING_KEYS", "PAYMENT_WEBHOOK_SECRET", "HUMAN_CHECK_SECRET"):
         assert secret not in FLY_ENV, f"{secret} is a secret: `fly secrets set`, never fly.toml"
+    # With the log's key, the runbook's LOG_STORE (a shared bucket) is what lets both groups start.
+    origin = urlsplit(FLY_ENV["PUBLIC_BASE_URL"]).netloc + "/v1/log"
+    log_secrets = {**secrets, "LOG_SIGNING_KEY": Signer.generate(origin).encode()}
+    with pytest.raises(ConfigError, match="LOG_STORE"):
+        require_log_store(load_settings({**FLY_ENV, **log_secrets}))
+    with_store = load_settings({**FLY_ENV, **log_secrets, "LOG_STORE": "s3://eps-log-bucket/log"})
+    require_log_store(with_store)
+    assert with_store.log_origin == origin
+    assert with_store.log_public_url == FLY_ENV["PUBLIC_BASE_URL"] + "/v1/log/"
 
 
 def test_fly_stops_gracefully_within_its_kill_timeout() -> None:

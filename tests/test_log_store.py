@@ -284,3 +284,34 @@ async def test_a_file_store_serves_the_state_directory_as_its_own_files(tmp_path
     assert (state.size, state.root) == (0, tlog.EMPTY_ROOT)
     assert (tmp_path / "checkpoint").read_text().startswith("files.example/v1/log\n0\n")
     assert os.stat(tmp_path / "checkpoint").st_size > 0
+
+
+def test_the_log_settings_name_what_is_wrong() -> None:
+    from runtime.settings import ConfigError, load_settings, require_log_store
+
+    signer = note.Signer.generate("eps.example:8443/base/v1/log")
+    base = {"PUBLIC_BASE_URL": "https://eps.example:8443/base/", "LOG_SIGNING_KEY": signer.encode()}
+    # The origin defaults to the schema-less URL of the log's prefix; the tiles to the service's.
+    settings = load_settings({**base, "REDIS_URL": "redis://r:6379", "LOG_STORE": "file:///srv/log"})
+    assert settings.log_origin == "eps.example:8443/base/v1/log"
+    assert settings.log_public_url == "https://eps.example:8443/base/v1/log/"
+    assert settings.log_store == "file:///srv/log" and settings.log_max_pending == 100_000
+    require_log_store(settings)
+    assert load_settings({}).log_origin == "localhost/v1/log"
+    assert load_settings({}).log_public_url is None  # /v1/log/ on the address asked
+    # With REDIS_URL and a key but no store: the server and the worker refuse, naming it.
+    with pytest.raises(ConfigError, match="LOG_STORE"):
+        require_log_store(load_settings({**base, "REDIS_URL": "redis://r:6379"}))
+    # A store kept across restarts with the demo's ephemeral key: refused, naming both.
+    with pytest.raises(ConfigError, match="LOG_STORE.*LOG_SIGNING_KEY"):
+        load_settings({"LOG_STORE": "file:///srv/log"})
+    for bad in ("/srv/log", "file://host/srv/log", "file:relative", "s3://", "redis://x", "s3://b/p?x=1"):
+        with pytest.raises(ConfigError, match="LOG_STORE"):
+            load_settings({**base, "REDIS_URL": "redis://r:6379", "LOG_STORE": bad})
+    for bad in ("0", "-1", "many", "1.5"):
+        with pytest.raises(ConfigError, match="LOG_MAX_PENDING"):
+            load_settings({"LOG_MAX_PENDING": bad})
+    assert load_settings({"LOG_MAX_PENDING": "5"}).log_max_pending == 5
+    with pytest.raises(ConfigError, match="LOG_PUBLIC_URL"):
+        load_settings({"LOG_PUBLIC_URL": "cdn.example/log"})
+    assert load_settings({"LOG_PUBLIC_URL": "https://cdn.example/log"}).log_public_url == "https://cdn.example/log/"
