@@ -131,8 +131,11 @@ def worker_command(args: argparse.Namespace) -> int:
 
 def check_log_store(open_stores: Callable[[], tuple[Store, LogStore]], config: LogConfig) -> str | None:
     """Before the worker starts: the log store is this log's (created if it is new and
-    Redis knows no such log). The reason it is refused, or None."""
+    Redis knows no such log). The reason it is refused, or None. A store or Redis that cannot
+    be reached now is not a refusal: the integrator checks again before its first pass."""
     from jobs.log_config import LogRefused, prepare_log
+    from kv.logstore import LogStoreError
+    from receipts.errors import StoreUnavailable
 
     async def check() -> str | None:
         store, log_store = open_stores()
@@ -140,6 +143,8 @@ def check_log_store(open_stores: Callable[[], tuple[Store, LogStore]], config: L
             await prepare_log(store, log_store, config.origin, config.signer)
         except LogRefused as exc:
             return str(exc)
+        except (LogStoreError, StoreUnavailable) as exc:
+            print(f"warning: cannot check the log store yet ({exc}); the integrator will retry", file=sys.stderr)
         finally:
             await store.close()
             await log_store.close()

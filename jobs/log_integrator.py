@@ -90,6 +90,7 @@ class Integrator:
             else None
         )
         self.token = secrets.token_hex(16)
+        self.prepared = False
         self.holding = False
         self._lease_checked = 0.0
         self.tree: TreeState | None = None
@@ -109,7 +110,9 @@ class Integrator:
 
     async def prepare(self) -> Identity:
         """The store checked (and created if new) before the first pass: ``prepare_log``."""
-        return await prepare_log(self.store, self.log, self.origin, self.config.signer)
+        identity = await prepare_log(self.store, self.log, self.origin, self.config.signer)
+        self.prepared = True
+        return identity
 
     # -- the loop
 
@@ -133,6 +136,8 @@ class Integrator:
             while not stop.is_set():
                 integrated = 0
                 try:
+                    if not self.prepared:
+                        await self.prepare()  # the store's checks, retried while it cannot be reached
                     if await self._hold_lease():
                         integrated = await self.step()
                 except LogRefused as exc:

@@ -116,12 +116,16 @@ def create_app(
             app.add_task(_sweep_until_stopped(app.ctx.store, settings.retention_days), name="retention-sweep")
             if settings.log_signer is not None:
                 integrator = Integrator(app.ctx.store, app.ctx.log_store, log_config(settings))
+                refused = False
                 try:
                     await integrator.prepare()
                 except LogRefused as exc:
                     # The server still serves (receipts, and the log as the store holds it).
                     log.error("the log store is refused, the log is left untouched: %s", exc)
-                else:
+                    refused = True
+                except (StoreUnavailable, LogStoreError) as exc:
+                    warn(f"could not check the log store at start-up ({exc}); the integrator retries")
+                if not refused:
                     app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
