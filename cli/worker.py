@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from cli.stores import run_on_store
+from runtime.logs import json_logging
 from runtime.settings import load_settings, require_log_store
 
 if TYPE_CHECKING:
@@ -108,7 +110,7 @@ def worker_command(args: argparse.Namespace) -> int:
 
         refused = check_log_store(open_stores, config)
         if refused is not None:
-            print(f"error: {refused}", file=sys.stderr)
+            refuse(refused)
             if listener is not None:
                 listener.stop()
             return 2
@@ -124,9 +126,18 @@ def worker_command(args: argparse.Namespace) -> int:
         if listener is not None:
             listener.stop()
     if integrator is not None and integrator.refused is not None:
-        print(f"error: {integrator.refused}", file=sys.stderr)
+        refuse(integrator.refused)
         return 2
     return 0
+
+
+def refuse(reason: str) -> None:
+    """The worker's refusal of the log store: an error log record (JSON under
+    ``LOG_FORMAT=json``), and the same line on stderr otherwise."""
+    if json_logging():
+        logging.getLogger("eps.log").error("the worker does not integrate: %s", reason)
+    else:
+        print(f"error: the worker does not integrate: {reason}", file=sys.stderr, flush=True)
 
 
 def check_log_store(open_stores: Callable[[], tuple[Store, LogStore]], config: LogConfig) -> str | None:
