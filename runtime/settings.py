@@ -183,12 +183,20 @@ def default_log_origin(env: Mapping[str, str]) -> str:
 
 
 def require_log_store(settings: Settings) -> None:
-    """The server's and the worker's check: with ``REDIS_URL`` and a log key, the log needs
-    ``LOG_STORE`` (it is never kept in Redis); ``ConfigError`` naming it otherwise."""
+    """The server's and the worker's check of where the log lives; ``ConfigError`` naming the
+    variables: with ``REDIS_URL`` and a log key, the log needs ``LOG_STORE`` (it is never kept
+    in Redis); in embedded mode, a ``LOG_STORE`` kept across restarts needs ``LOG_SIGNING_KEY``
+    (the demo's ephemeral key would not match the store's identity on the next start)."""
     if not settings.embedded and settings.log_signer is not None and settings.log_store is None:
         raise ConfigError(
             "LOG_STORE is not set: with REDIS_URL and LOG_SIGNING_KEY the transparency log lives in a log store, "
             "file:///ABSOLUTE/PATH (one machine or one shared POSIX filesystem) or s3://BUCKET/PREFIX (docs/log.md)"
+        )
+    if settings.embedded and settings.log_ephemeral and settings.log_store is not None:
+        raise ConfigError(
+            f"LOG_STORE is set ({settings.log_store}) but LOG_SIGNING_KEY is not: a log kept across restarts needs "
+            "its own key (the demo's ephemeral key would not match the store on the next start); set "
+            "LOG_SIGNING_KEY (python service.py log-key new), or unset LOG_STORE for a log in memory"
         )
 
 
@@ -205,12 +213,6 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
     if not raw:
         if redis_url:
             return common
-        if store is not None:
-            raise ConfigError(
-                f"LOG_STORE is set ({store}) but LOG_SIGNING_KEY is not: a log kept across restarts needs its own key "
-                "(the demo's ephemeral key would not match the store on the next start); set LOG_SIGNING_KEY "
-                "(python service.py log-key new), or unset LOG_STORE for a log in memory"
-            )
         return {**common, "log_signer": Signer.generate(origin), "log_ephemeral": True, **_tsa_settings(env)}
     try:
         signer = Signer.parse(raw)

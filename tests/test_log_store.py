@@ -304,7 +304,7 @@ def test_the_log_settings_name_what_is_wrong() -> None:
         require_log_store(load_settings({**base, "REDIS_URL": "redis://r:6379"}))
     # A store kept across restarts with the demo's ephemeral key: refused, naming both.
     with pytest.raises(ConfigError, match=r"LOG_STORE.*LOG_SIGNING_KEY"):
-        load_settings({"LOG_STORE": "file:///srv/log"})
+        require_log_store(load_settings({"LOG_STORE": "file:///srv/log"}))
     for bad in ("/srv/log", "file://host/srv/log", "file:relative", "s3://", "redis://x", "s3://b/p?x=1"):
         with pytest.raises(ConfigError, match="LOG_STORE"):
             load_settings({**base, "REDIS_URL": "redis://r:6379", "LOG_STORE": bad})
