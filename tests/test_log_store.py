@@ -275,8 +275,8 @@ def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path
     hold the store's lock. A flock belongs to the open file, which a forked child shares: a
     child that kept the descriptor would hold the lock for as long as it lives (the
     scheduler: as long as the worker), and every replace of every process would wait on it.
-    The child closes the lock's descriptors it was forked with, so the lock is free once the
-    parent lets it go."""
+    The child closes the lock's descriptors it was forked with (as soon as it runs: the
+    test polls), so the lock is free once the parent lets it go, long before the child ends."""
     import fcntl
     import time
 
@@ -287,10 +287,18 @@ def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path
         child.start()
     try:
         fd = os.open(tmp_path / ".state/lock", os.O_RDWR)
+        deadline = time.monotonic() + 10
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the child holds it
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "the forked child still holds the lock"
+                    time.sleep(0.01)
         finally:
             os.close(fd)
+        assert child.is_alive()
     finally:
         child.kill()
         child.join(10)
