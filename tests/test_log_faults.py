@@ -842,9 +842,9 @@ def test_a_witness_showing_a_fork_halts_the_log_across_processes_until_resumed(
         policy.write_text(f"log {stack.verifier.encode()}\nwitness w {witness.cosigner.key.encode()} {url}\nquorum w\n")
         stack.start_redis()
         stack.serve(METRICS_TOKEN=token)
-        worker = stack.worker()
         key = create_key_cli(stack.redis_url, project="halt")
-        stack.create([key], 3)
+        stack.create([key], 3)  # queued before the worker starts: one batch, the one disputed
+        worker = stack.worker()
 
         def health() -> dict[str, Any]:
             response = stack.client.get(stack.base_url + "/health")
