@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import fcntl
 import hashlib
 import itertools
 import os
@@ -537,6 +538,95 @@ def test_two_workers_racing_never_fork_and_lose_nothing(stacks: Callable[..., St
     ids = entry_ids(log_entries(stack.store_dir, final))
     assert len(set(ids)) == 400 and set(ids) == {receipt["receipt_id"] for receipt in receipts}
     assert sorted(stack.assert_proofs(receipts)) == list(range(400))
+    stack.assert_no_staging()
+
+
+def staged_batches(store_dir: Path) -> list[str]:
+    """The batches staged in the store (``.state/staging/<size>``), by name."""
+    found = []
+    for directory, _, files in os.walk(store_dir / ".state" / "staging"):
+        found += [(Path(directory) / name).relative_to(store_dir).as_posix() for name in files]
+    return found
+
+
+def mid_batch(store_dir: Path) -> bool:
+    """Whether a batch is staged from the tree's current size: staged, not yet advanced."""
+    sizes = {int(name.removeprefix(".state/staging/").replace("/", "")) for name in staged_batches(store_dir)}
+    return orjson.loads((store_dir / ".state" / "tree").read_bytes())["size"] in sizes
+
+
+def lock_is_free(store_dir: Path) -> bool:
+    """Whether the file store's lock (``.state/lock``) can be taken now (and let go at once)."""
+    fd = os.open(store_dir / ".state" / "lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def test_a_worker_frozen_mid_batch_past_its_lease_forks_nothing_when_it_wakes(stacks: Callable[..., Stack]) -> None:
+    """The sharpest race two workers can run: the active one stops dead in the middle of a
+    batch (SIGSTOP: a VM paused, a process swapped out) for longer than its lease, the other
+    takes the lease and finishes the staged batch itself while creates go on, then the first
+    wakes up (SIGCONT) and carries on with its batch as if nothing happened. Its writes meet
+    the other's: full tiles already there with the same bytes, a tree state that moved (its
+    compare-and-swap fails), a larger checkpoint published. Nothing forks, nothing is in the
+    log twice, and the one that slept carries the log on once the other stops.
+
+    It is stopped outside the store's lock: a process stopped while it holds the flock (for
+    the few milliseconds of a compare-and-swap or a delete, fsyncs included) stops every
+    other process's compare-and-swap until it runs again, which is what a lock does; the
+    lease is what replaces an integrator stalled anywhere else."""
+    stack = stacks("frozen")
+    stack.start_redis()
+    stack.serve()
+    observer = stack.observe()
+    api_keys = stack.make_keys(3)
+    receipts = stack.create(api_keys, 6)
+    active = stack.worker()
+    stack.wait_for_size(6)  # the active worker holds the lease: the standby below waits
+    standby = stack.worker()
+    frozen = False
+    try:
+        for _ in range(5):  # a batch lasts some milliseconds of fsyncs: caught almost always at once
+            receipts += stack.create(api_keys, 300)
+            deadline = time.monotonic() + 10
+            while not staged_batches(stack.store_dir) and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            active.process.send_signal(signal.SIGSTOP)
+            frozen = True
+            if mid_batch(stack.store_dir) and lock_is_free(stack.store_dir):
+                break
+            active.process.send_signal(signal.SIGCONT)  # not before its advance, or holding the lock: again
+            frozen = False
+            stack.wait_for_size(len(receipts))
+        assert frozen, "the active worker was never stopped in the middle of a batch"
+        # While it sleeps: the standby takes over (the lease runs out), finishes the batch the
+        # sleeper staged, and goes on with new receipts.
+        receipts += stack.create(api_keys, 100)
+        stack.wait_for_size(len(receipts))
+        assert "finishing the batch a stopped integrator staged" in standby.log()
+        assert staged_batches(stack.store_dir) == []
+    finally:
+        if frozen:
+            active.process.send_signal(signal.SIGCONT)
+    # The sleeper wakes in the middle of its batch; more receipts arrive.
+    receipts += stack.create(api_keys, 50)
+    stack.wait_for_size(len(receipts))
+    # The other stops: the one that slept carries the log on, from the tree as it is now.
+    assert standby.stop() == 0
+    receipts += stack.create(api_keys, 50)
+    final = stack.wait_for_size(len(receipts))
+    assert final.size == len(receipts)
+    assert active.process.poll() is None
+    observer.stop()
+    observer.assert_history(final)
+    ids = entry_ids(log_entries(stack.store_dir, final))
+    assert len(set(ids)) == len(ids) and set(ids) == {receipt["receipt_id"] for receipt in receipts}
+    assert sorted(stack.assert_proofs(receipts)) == list(range(len(receipts)))
     stack.assert_no_staging()
 
 
