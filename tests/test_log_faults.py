@@ -1025,8 +1025,9 @@ def check_copy(store_dir: Path, verifier: note.Verifier) -> note.Checkpoint:
 def test_log_export_copies_and_verifies_and_refuses_a_tampered_copy(site: dict[str, Any], tmp_path: Path) -> None:
     """``log export --to file:///OTHER``: exit 0 and one JSON line; the copy verifies; after
     the log grew, a second export into the same place (a prefix of the same log) brings it
-    up to date; a full tile tampered with in the copy makes the next export exit 1; a
-    ``--to`` that cannot be parsed or reached exits 2."""
+    up to date; an export while receipts flow copies the checkpoint it started from; a full
+    tile tampered with in the copy makes the next export exit 1; a ``--to`` that cannot be
+    parsed or reached exits 2."""
     stack: Stack = site["stack"]
     target = tmp_path / "copy"
     done = export(site, f"file://{target}")
@@ -1048,6 +1049,16 @@ def test_log_export_copies_and_verifies_and_refuses_a_tampered_copy(site: dict[s
     again = check_copy(target, stack.verifier)
     assert again.size == larger.size
     assert_extends(target, copied, again)
+
+    # A live log: receipts keep coming (and partial tiles keep going) while it is copied.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        flowing = pool.submit(stack.create, site["keys"], 300, 2)
+        live = tmp_path / "live"
+        done = export(site, f"file://{live}")
+        site["receipts"] += flowing.result()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert check_copy(live, stack.verifier).size == orjson.loads(done.stdout)["size"] >= larger.size
+    assert_extends(stack.store_dir, check_copy(live, stack.verifier), stack.wait_for_size(len(site["receipts"])))
 
     tile = target / "tile/0/000"
     tampered = bytearray(tile.read_bytes())
