@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from runtime.settings import load_settings
+from runtime.settings import load_log_store_settings
 
 audit_log = logging.getLogger("eps.audit")
 NEEDS_STORE = (
@@ -45,7 +45,7 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 def resume_command(args: argparse.Namespace) -> int:
     from kv.logstore import LogStoreError, open_log_store
 
-    settings = load_settings()
+    settings = load_log_store_settings()
     if settings.log_store is None:
         print(NEEDS_STORE, file=sys.stderr)
         return 2
@@ -78,7 +78,7 @@ def export_command(args: argparse.Namespace) -> int:
     from kv.logstore import LogStoreError, open_log_store
     from kv.logstore.export import CannotExport, ExportFailed, export
 
-    settings = load_settings()
+    settings = load_log_store_settings()
     if settings.log_store is None:
         print(NEEDS_STORE, file=sys.stderr)
         return 2

@@ -200,6 +200,21 @@ def require_log_store(settings: Settings) -> None:
         )
 
 
+@dataclass(frozen=True)
+class LogStoreSettings:
+    log_store: str | None
+    log_format: str
+
+
+def load_log_store_settings(environ: Mapping[str, str] | None = None) -> LogStoreSettings:
+    """What the operator's ``log`` verbs (``resume``, ``export``) read, and nothing more:
+    ``LOG_STORE`` and ``LOG_FORMAT``. They touch the log store alone, so they run without
+    ``REDIS_URL`` and without the log's private key (``load_settings`` would take that for
+    the embedded server, whose ``LOG_STORE`` needs ``LOG_SIGNING_KEY``)."""
+    env = os.environ if environ is None else environ
+    return LogStoreSettings(_log_store(env), _log_format(env, env.get("REDIS_URL") or None))
+
+
 def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, Any]:
     """``LOG_ORIGIN`` (default: the host of ``PUBLIC_BASE_URL`` + ``/log``) and
     ``LOG_SIGNING_KEY``, whose key name must be the origin. Without a key the embedded mode

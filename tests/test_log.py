@@ -710,6 +710,20 @@ def test_log_key_new_prints_a_signer_key_and_its_verifier_key() -> None:
     assert base64.b64decode(vkey.split("+", 2)[2])[0] == 1
 
 
+def test_the_log_verbs_need_only_log_store(tmp_path: Path) -> None:
+    """``log resume`` and ``log export`` touch the log store alone: an operator runs them with
+    ``LOG_STORE`` set and neither ``REDIS_URL`` nor the log's private key (which the embedded
+    server's check of ``LOG_STORE`` asks for)."""
+    from tests.servers import run_cli
+
+    store = f"file://{tmp_path / 'store'}"
+    done = run_cli("log", "resume", "--reason", "nothing to lift", env={"LOG_STORE": store})
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout) == {"resumed": False, "halt": None}
+    done = run_cli("log", "export", "--to", f"file://{tmp_path / 'copy'}", env={"LOG_STORE": store})
+    assert done.returncode == 2 and "holds no log" in done.stderr, done.stderr  # an empty store, not a config error
+
+
 @pytest.mark.slow
 async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_forks_nothing(
     keyring: Any, signer: note.Signer, log_store: LogStore

@@ -270,6 +270,40 @@ def test_a_replace_is_won_by_one_process_of_many(tmp_path: Path) -> None:
     assert (tmp_path / ".state/tree").read_bytes() == str(winners[0]).encode()
 
 
+def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path) -> None:
+    """The worker forks (RQ's scheduler, a job's work horse) while its integrator thread may
+    hold the store's lock. A flock belongs to the open file, which a forked child shares: a
+    child that kept the descriptor would hold the lock for as long as it lives (the
+    scheduler: as long as the worker), and every replace of every process would wait on it.
+    The child closes the lock's descriptors it was forked with (as soon as it runs: the
+    test polls), so the lock is free once the parent lets it go, long before the child ends."""
+    import fcntl
+    import time
+
+    objects = FileObjects(tmp_path)
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=time.sleep, args=(60,))
+    with objects._locked():
+        child.start()
+    try:
+        fd = os.open(tmp_path / ".state/lock", os.O_RDWR)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "the forked child still holds the lock"
+                    time.sleep(0.01)
+        finally:
+            os.close(fd)
+        assert child.is_alive()
+    finally:
+        child.kill()
+        child.join(10)
+
+
 async def test_a_file_store_serves_the_state_directory_as_its_own_files(tmp_path: Path) -> None:
     """What a static web server would see: the tree state is a plain JSON file."""
     store = LogStore(FileObjects(tmp_path))

@@ -12,6 +12,12 @@ filesystem with working ``flock`` (not NFS, not s3fs), agree on it.
 
 Versions are the SHA-256 of the content. Blocking file system calls run in a thread, never on
 the event loop.
+
+A flock belongs to the open file, and a process forked while the lock is held shares it: the
+worker forks (RQ's scheduler for as long as it runs, a work horse per job) while its
+integrator thread may hold the lock, and a child that kept the descriptor would hold the lock
+until it exits, stopping every replace of every process. So the lock's descriptors are
+closed in every child forked with them (``os.register_at_fork``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
@@ -35,6 +42,34 @@ DIR_MODE = 0o755
 FILE_MODE = 0o644
 P = ParamSpec("P")
 T = TypeVar("T")
+
+_lock_fds: set[int] = set()
+"""Descriptors of ``.state/lock`` this process has open (held or waited for)."""
+_lock_fds_guard = threading.Lock()
+"""Held while a descriptor is opened and recorded, or forgotten and closed, and around every
+fork: a child is never forked between the two, so it knows every descriptor it inherited."""
+
+
+def _close_inherited_lock_fds() -> None:
+    global _lock_fds_guard
+    for fd in _lock_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _lock_fds.clear()
+    _lock_fds_guard = threading.Lock()  # the child's copy is held (by the fork); a fresh one
+
+
+def _before_fork() -> None:
+    _lock_fds_guard.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _lock_fds_guard.release()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_close_inherited_lock_fds
+)
 
 
 def _version(data: bytes) -> str:
@@ -157,7 +192,9 @@ class FileObjects(ObjectStore):
     def _locked(self) -> Iterator[None]:
         path = self.root / LOCK_FILE
         _make_dirs(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        with _lock_fds_guard:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+            _lock_fds.add(fd)
         try:
             while True:
                 try:
@@ -167,7 +204,9 @@ class FileObjects(ObjectStore):
                     continue
             yield
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            with _lock_fds_guard:
+                _lock_fds.discard(fd)
+                os.close(fd)  # closing the descriptor releases the flock (no child shares it)
 
     def _names(self, prefix: str, after: str, limit: int | None) -> list[str]:
         directory, _, _ = prefix.rpartition("/")
