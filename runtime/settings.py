@@ -209,15 +209,15 @@ class LogStoreSettings:
 def load_log_store_settings(environ: Mapping[str, str] | None = None) -> LogStoreSettings:
     """What the operator's ``log`` verbs (``resume``, ``export``) read, and nothing more:
     ``LOG_STORE`` and ``LOG_FORMAT``. They touch the log store alone, so they run without
-    ``REDIS_URL`` and without the log's private key (``load_settings`` would take that for
-    the embedded server, whose ``LOG_STORE`` needs ``LOG_SIGNING_KEY``)."""
+    ``REDIS_URL`` or the log's private key, and a setting the service would refuse for another
+    reason never keeps an operator from lifting a halt or moving the log."""
     env = os.environ if environ is None else environ
     return LogStoreSettings(_log_store(env), _log_format(env, env.get("REDIS_URL") or None))
 
 
 def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, Any]:
-    """``LOG_ORIGIN`` (default: the host of ``PUBLIC_BASE_URL`` + ``/log``) and
-    ``LOG_SIGNING_KEY``, whose key name must be the origin. Without a key the embedded mode
+    """``LOG_ORIGIN`` (default: ``default_log_origin``) and ``LOG_SIGNING_KEY``, whose key
+    name must be the origin, and where the log lives and is read (``LOG_STORE`` and friends). Without a key the embedded mode
     makes an ephemeral one; with ``REDIS_URL`` the service runs without a log."""
     origin = default_log_origin(env)
     if any(c.isspace() or c == "+" for c in origin):
