@@ -217,8 +217,9 @@ def load_log_store_settings(environ: Mapping[str, str] | None = None) -> LogStor
 
 def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, Any]:
     """``LOG_ORIGIN`` (default: ``default_log_origin``) and ``LOG_SIGNING_KEY``, whose key
-    name must be the origin, and where the log lives and is read (``LOG_STORE`` and friends). Without a key the embedded mode
-    makes an ephemeral one; with ``REDIS_URL`` the service runs without a log."""
+    name must be the origin, and where the log lives and is read (``LOG_STORE`` and friends).
+    Without a key the embedded mode makes an ephemeral one; with ``REDIS_URL`` the service
+    runs without a log."""
     origin = default_log_origin(env)
     if any(c.isspace() or c == "+" for c in origin):
         raise ConfigError("LOG_ORIGIN must hold no spaces and no '+' (a schema-less URL such as example.com/v1/log)")
