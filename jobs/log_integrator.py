@@ -192,9 +192,7 @@ class Integrator:
         # no entries; they are read once, when the batch is made.
         lengths = await self.store.log_queue_lengths(self.origin, projects) if projects else {}
         now_ms = int(time.time() * 1000)
-        for pid in projects:
-            if not lengths[pid]:
-                await self.store.log_tidy_dirty(self.origin, pid, now_ms)
+        await self.store.log_tidy_dirty(self.origin, [pid for pid in projects if not lengths[pid]], now_ms)
         await self.store.log_recheck(self.origin, now_ms - RECHECK_AFTER_MS)
         waiting = sum(lengths.values())
         if self.store.is_cluster and len(projects) < DIRTY_SAMPLE:
@@ -285,9 +283,7 @@ class Integrator:
         self._point("synced")
         emptied = await self.store.log_queue_lengths(self.origin, list(by_project))
         now_ms = int(time.time() * 1000)
-        for pid, length in emptied.items():
-            if not length:
-                await self.store.log_tidy_dirty(self.origin, pid, now_ms)
+        await self.store.log_tidy_dirty(self.origin, [pid for pid, length in emptied.items() if not length], now_ms)
 
     async def _sync_with_tree(self, synced: int | None) -> None:
         """Bring Redis in line with the tree: every queued entry that is in the tree after the
