@@ -202,9 +202,15 @@ class Integrator:
         waited = time.monotonic() - self._last_batch
         if not force and waiting < self.config.trigger and waited < self.config.interval_s:
             return 0
-        queued = await self.store.log_queued(
-            self.origin, [pid for pid in projects if lengths[pid]], self.config.max_batch
-        )
+        # Each queue is read only as far as this batch takes from it (projects in order, as the
+        # batch is filled): under a backlog every queue holds thousands of entries, and reading
+        # ``max_batch`` of each would read and drop all but one queue's share.
+        room, limits = self.config.max_batch, {}
+        for pid in projects:
+            if lengths[pid] and room > 0:
+                limits[pid] = min(lengths[pid], room)
+                room -= limits[pid]
+        queued = await self.store.log_queued(self.origin, limits)
         # Read after the entries: had Redis been restored from an older snapshot before they
         # were read, its synced size is behind the tree, and they may be in the tree already.
         synced = await self.store.log_synced(self.origin)
@@ -299,7 +305,7 @@ class Integrator:
                 "another store. Nothing is signed until the store is the log's again"
             )
         projects = await self.store.log_all_dirty_projects(self.origin)
-        queued = await self.store.log_queued(self.origin, projects, -1)
+        queued = await self.store.log_queued(self.origin, dict.fromkeys(projects, -1))
         wanted: dict[str, tuple[str, bytes]] = {}
         for pid, entries in queued.items():
             for entry in entries:

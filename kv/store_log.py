@@ -51,12 +51,16 @@ class LogQueueStore:
         return sorted(found)
 
     @_unavailable_as_503
-    async def log_queued(self, origin: str, project_ids: list[str], limit: int) -> dict[str, list[bytes]]:
-        """Up to ``limit`` queued entries of each project, oldest first (``limit`` -1: all)."""
-        end = limit - 1 if limit >= 0 else -1
-        sends = [self.link.send("LRANGE", keys.log_queue_key(origin, pid), 0, end) for pid in project_ids]
+    async def log_queued(self, origin: str, limits: dict[str, int]) -> dict[str, list[bytes]]:
+        """Up to ``limits[project]`` queued entries of each project, oldest first (-1: all)."""
+        wanted = {pid: limit for pid, limit in limits.items() if limit}  # LRANGE 0 -1 would be all
+        sends = [
+            self.link.send("LRANGE", keys.log_queue_key(origin, pid), 0, limit - 1 if limit > 0 else -1)
+            for pid, limit in wanted.items()
+        ]
         replies = await asyncio.gather(*sends)
-        return {pid: list(entries) for pid, entries in zip(project_ids, replies, strict=True)}
+        found = {pid: list(entries) for pid, entries in zip(wanted, replies, strict=True)}
+        return {pid: found.get(pid, []) for pid in limits}
 
     @_unavailable_as_503
     async def log_queue_lengths(self, origin: str, project_ids: list[str]) -> dict[str, int]:
