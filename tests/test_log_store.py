@@ -6,8 +6,11 @@ own promises (atomic appearance, nothing partial left, the flock across processe
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import multiprocessing
 import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -268,6 +271,34 @@ def test_a_replace_is_won_by_one_process_of_many(tmp_path: Path) -> None:
     winners = [value for value, version in outcomes if version is not None]
     assert len(winners) == 1
     assert (tmp_path / ".state/tree").read_bytes() == str(winners[0]).encode()
+
+
+def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path) -> None:
+    """RQ forks its scheduler and work horses from the worker whose integrator takes the lock
+    in its threads: a child forked inside the locked section must not hold the flock (it
+    would, as long as it lives, through its copy of the descriptor), and the lock must be
+    free again once the parent leaves the section."""
+    objects = FileObjects(tmp_path)
+    started, ready = os.pipe()
+    with objects._locked():
+        child = os.fork()
+        if child == 0:  # the child outlives the parent's locked section, as RQ's scheduler does
+            os.write(ready, b"1")  # the fork's hooks have run in the child
+            time.sleep(10)
+            os._exit(0)
+    try:
+        assert os.read(started, 1) == b"1"
+        fd = os.open(tmp_path / ".state/lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the child holds it
+        finally:
+            os.close(fd)
+        assert asyncio.run(objects.replace(".state/tree", b"x", "none")) is None  # and replace goes through
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        os.close(started)
+        os.close(ready)
 
 
 async def test_a_file_store_serves_the_state_directory_as_its_own_files(tmp_path: Path) -> None:

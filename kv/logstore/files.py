@@ -8,7 +8,9 @@ fails if the name exists) to its name, and the directory is fsynced. Directories
 the way are fsynced into their parents. ``replace`` holds an exclusive ``flock`` on
 ``.state/lock`` while it compares the current content's hash with the expected version and
 renames the new bytes in: processes of one machine, or of machines sharing one POSIX
-filesystem with working ``flock`` (not NFS, not s3fs), agree on it.
+filesystem with working ``flock`` (not NFS, not s3fs), agree on it. A process forked while
+one of its threads holds that lock (RQ forks its scheduler and work horses from the worker
+that integrates) does not keep it: see ``_LOCK_FDS``.
 
 Versions are the SHA-256 of the content. Blocking file system calls run in a thread, never on
 the event loop.
@@ -23,6 +25,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
@@ -35,6 +38,30 @@ DIR_MODE = 0o755
 FILE_MODE = 0o644
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+_LOCK_FDS: set[int] = set()
+"""The descriptors of ``.state/lock`` open in this process. A ``flock`` belongs to the open
+file, and a forked child gets a copy of every descriptor: one forked while a thread holds the
+lock would hold it as long as the child lives (RQ's scheduler: until the worker stops), and
+every ``replace`` would wait for it. So a child closes its copies at once (the parent keeps
+the lock and releases it as usual)."""
+_LOCK_FDS_GUARD = threading.Lock()
+"""Held while a descriptor is opened and noted, or forgotten and closed, and across a fork:
+a fork never falls between the two, so the child closes exactly the lock's descriptors."""
+
+
+def _close_lock_fds_in_child() -> None:
+    for fd in _LOCK_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+    _LOCK_FDS_GUARD.release()
+
+
+os.register_at_fork(
+    before=_LOCK_FDS_GUARD.acquire, after_in_parent=_LOCK_FDS_GUARD.release, after_in_child=_close_lock_fds_in_child
+)
 
 
 def _version(data: bytes) -> str:
@@ -157,7 +184,9 @@ class FileObjects(ObjectStore):
     def _locked(self) -> Iterator[None]:
         path = self.root / LOCK_FILE
         _make_dirs(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        with _LOCK_FDS_GUARD:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+            _LOCK_FDS.add(fd)
         try:
             while True:
                 try:
@@ -167,7 +196,9 @@ class FileObjects(ObjectStore):
                     continue
             yield
         finally:
-            os.close(fd)  # closing the descriptor releases the flock
+            with _LOCK_FDS_GUARD:
+                _LOCK_FDS.discard(fd)
+                os.close(fd)  # closing the descriptor releases the flock
 
     def _names(self, prefix: str, after: str, limit: int | None) -> list[str]:
         directory, _, _ = prefix.rpartition("/")
