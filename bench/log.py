@@ -9,8 +9,11 @@ Phases (``--only`` runs some of them, in this order):
    integrator) and one without, both with fly.toml's web worker count:
 
    1. creates/s with the log on and off, closed loop (wrk if installed), 32 connections, 32
-      projects, the two alternating round by round (the order reversed every other round);
-      the ratio is the median of the rounds' ratios;
+      projects, the two alternating round by round (the order reversed every other round),
+      each run right after an unrecorded 3-s warm-up of the same service; the ratio is the
+      median of the rounds' ratios. Beside it, each run's CPU time per create of the service's
+      processes, the worker's and Redis's (from /proc: steadier than creates/s on a machine
+      shared with other work), and the most entries waiting for the log during the run;
    2. time from a 201 to a published checkpoint covering it, at a steady background load of
       half the log-on capacity: a probe creates a receipt every 50 ms and polls its
       ``log-proof`` every 10 ms (p50, p99, max).
@@ -56,7 +59,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
+import os
 import secrets
 import statistics
 import subprocess
@@ -98,6 +103,7 @@ CHECKPOINT_POLL_S = 0.02
 WITNESSES = ("w1", "w2")
 WITNESS_HISTOGRAM = "eps_log_witness_request_seconds"
 PROJECTS = 32
+WARMUP_S = 3.0
 PHASES = ("load", "witness", "memory", "integrate")
 RSS_EVERY_S = 0.1
 INTEGRATE_TIMEOUT_S = 900.0
@@ -235,26 +241,85 @@ async def poll_cosigned(port: int, cosigned: Cosigned, seconds: float) -> set[in
 # --------------------------------------------------------------------------- load and latency
 
 
+class Backlog:
+    """Samples, every half second, the entries waiting for the log and the published size:
+    whether the integrator keeps up with the creates (a round whose backlog grows measures
+    creates/s with the integrator's work deferred, not done)."""
+
+    def __init__(self, redis_url: str, store: Path) -> None:
+        self.redis_url, self.store = redis_url, store
+        self.samples: list[tuple[float, int, int]] = []  # (monotonic, pending, published size)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Backlog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(redis.RedisError, OSError, note.NoteError):
+                pending = log_state(self.redis_url)["pending"]
+                self.samples.append((time.monotonic(), pending, store_size(self.store)))
+            self._stop.wait(0.5)
+
+    def during(self, start: float, end: float) -> tuple[int, int]:
+        """(the most entries waiting, entries waiting at the last sample) between two times."""
+        inside = [pending for at, pending, _ in self.samples if start <= at <= end] or [0]
+        return max(inside), inside[-1]
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of a process group (a
+    service and its web workers, or a worker and its children)."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[2]) == pgid:  # fields from the state on: state, ppid, pgrp, ...
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def load_phase(
-    tmp: Path, port_on: int, port_off: int, keys: list[str], rounds: int, seconds: float
-) -> tuple[dict[str, Any], float]:
+    tmp: Path, ports: dict[str, int], groups: dict[str, int], keys: list[str], rounds: int, seconds: float,
+    backlog: Backlog,
+) -> tuple[dict[str, Any], float]:  # fmt: skip
     """Figures 1 and 2: the alternating closed-loop rounds, then the probes at half the log-on
-    capacity. Returns the report's part and that rate."""
+    capacity. Returns the report's part and that rate. ``groups``: the process groups whose
+    CPU time each run reports ("on", "off": the services; "worker": the integrator's)."""
+    port_on = ports["on"]
     setup = Setup(tmp, "wrk" if _has_wrk() else "python", 32, 2, None, None)
     items = tmp / "items.txt"
     items.write_text("\n".join(keys) + "\n")
     for name in ("on", "off"):
         setup.own_items[(name, "create32")] = (items, keys)
     setup.items["create32"], setup.item_lists["create32"] = items, keys
-    targets = [Target("on", port_on), Target("off", port_off)]
+    targets = [Target("on", ports["on"]), Target("off", ports["off"])]
     runs: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
-    for target in targets:
-        run_load(setup, target, "create32", 2)  # unrecorded warm-up: connections, caches
     for number in range(rounds):
         for target in targets if number % 2 == 0 else list(reversed(targets)):
+            # Unrecorded, right before each run: the first seconds on a service that sat idle
+            # while the other was loaded are slower (runs measured cold were 20-35% below the
+            # same service's next run, which skewed every other round's ratio).
+            run_load(setup, target, "create32", WARMUP_S)
+            started = time.monotonic()
+            cpu = {name: group_cpu_s(pgid) for name, pgid in groups.items()}
             result = run_load(setup, target, "create32", seconds)
+            creates = max(1, result["requests"])
+            result["cpu_ms"] = {name: (group_cpu_s(pgid) - cpu[name]) * 1000 / creates for name, pgid in groups.items()}
+            result["backlog"] = backlog.during(started, time.monotonic())
             runs[target.name].append(result)
-            log(f"round {number + 1} log {target.name}: {result['rps']:.0f} creates/s p99 {result['p99_ms']:.1f} ms")
+            log(
+                f"round {number + 1} log {target.name}: {result['rps']:.0f} creates/s p99 {result['p99_ms']:.1f} ms; "
+                f"entries waiting for the log: at most {result['backlog'][0]}, {result['backlog'][1]} at the end; "
+                f"CPU ms per create: service {result['cpu_ms'][target.name]:.3f}, "
+                f"worker {result['cpu_ms']['worker']:.3f}, Redis {result['cpu_ms']['redis']:.3f}"
+            )
     capacity = {name: statistics.median(r["rps"] for r in rs) for name, rs in runs.items()}
     ratios = [a["rps"] / b["rps"] for a, b in zip(runs["on"], runs["off"], strict=True)]
     rate = capacity["on"] / 2
@@ -266,9 +331,14 @@ def load_phase(
     thread = threading.Thread(target=load)
     thread.start()
     time.sleep(1.0)
+    started = time.monotonic()
     delays, _, missed = asyncio.run(probe(port_on, keys[0], seconds))
+    steady_backlog = backlog.during(started, time.monotonic())
     thread.join()
-    log(f"201 -> checkpoint at {rate:.0f}/s: p50 {_pct(delays, 0.5):.3f} s p99 {_pct(delays, 0.99):.3f} s")
+    log(
+        f"201 -> checkpoint at {rate:.0f}/s: p50 {_pct(delays, 0.5):.3f} s p99 {_pct(delays, 0.99):.3f} s; "
+        f"entries waiting for the log: at most {steady_backlog[0]}"
+    )
     return {
         "generator": setup.generator,
         "capacity_on": capacity["on"],
@@ -278,6 +348,12 @@ def load_phase(
         "p99_on_ms": [r["p99_ms"] for r in runs["on"]],
         "p99_off_ms": [r["p99_ms"] for r in runs["off"]],
         "ratio_rounds": ratios,
+        "backlog_on": [r["backlog"] for r in runs["on"]],
+        "cpu_ms_on": statistics.median(r["cpu_ms"]["on"] for r in runs["on"]),
+        "cpu_ms_off": statistics.median(r["cpu_ms"]["off"] for r in runs["off"]),
+        "cpu_ms_worker": statistics.median(r["cpu_ms"]["worker"] for r in runs["on"]),
+        "cpu_ms_redis_on": statistics.median(r["cpu_ms"]["redis"] for r in runs["on"]),
+        "cpu_ms_redis_off": statistics.median(r["cpu_ms"]["redis"] for r in runs["off"]),
         "ratio": statistics.median(ratios),
         "round_seconds": seconds,
         "steady_rate": rate,
@@ -287,6 +363,7 @@ def load_phase(
         "delay_max_s": delays[-1] if delays else None,
         "probes": len(delays),
         "probes_missed": missed,
+        "steady_backlog_max": steady_backlog[0],
     }, rate
 
 
@@ -752,7 +829,7 @@ def integrate_phase(tmp: Path, signing_keys: str, signer: Signer, entries: int) 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.log", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="alternating closed-loop rounds (log on, log off)")
+    parser.add_argument("--rounds", type=int, default=7, help="alternating closed-loop rounds (log on, log off)")
     parser.add_argument("--seconds", type=float, default=10.0, help="each round, and the probes' window")
     parser.add_argument("--witness-seconds", type=float, default=20.0, help="the window of the witness figures")
     parser.add_argument("--memory-receipts", type=int, default=100_000, help="receipts for Redis's bytes")
@@ -811,12 +888,23 @@ def service_phases(tmp: Path, signing_keys: str, signer: Signer, args: Any, phas
         keys = [p["api_key"] for p in create_projects(redis_kind.url, "bench-log", PROJECTS)]
         log_env = {"LOG_SIGNING_KEY": signer.encode(), "LOG_ORIGIN": ORIGIN, "LOG_STORE": store_url(log_store)}
         on = services.start("log-on", redis_kind, fly_workers(), log_env)
+        on_proc = services.procs[-1]
         off = services.start("log-off", redis_kind, fly_workers())
+        off_proc = services.procs[-1]
         worker = start_worker(tmp, redis_kind.url, signing_keys, "worker", signer.encode(), log_store)
         procs.append(worker)
         rate = 0.0
         if "load" in phases:
-            figures, rate = load_phase(tmp, on, off, keys, args.rounds, args.seconds)
+            groups = {
+                "on": on_proc.process.pid,
+                "off": off_proc.process.pid,
+                "worker": worker.process.pid,
+                "redis": redis_kind.procs[0].process.pid,
+            }
+            with Backlog(redis_kind.url, log_store) as backlog:
+                figures, rate = load_phase(
+                    tmp, {"on": on, "off": off}, groups, keys, args.rounds, args.seconds, backlog
+                )
             report.update(figures)
             if not worker.alive():
                 raise HarnessError(f"the worker died during the load phase:\n{worker.tail()}")
@@ -874,6 +962,11 @@ def render(r: dict[str, Any]) -> str:
             f"{', '.join(f'{x:,.0f}' for x in r['rounds_on'])}) | {r['capacity_on']:,.0f} | |",
             f"| creates/s, log off ({', '.join(f'{x:,.0f}' for x in r['rounds_off'])}) | {r['capacity_off']:,.0f} | |",
             f"| log on ÷ log off, `file://` (median of rounds {rounds}) | {r['ratio']:.2f} | ≥ 0.9 |",
+            f"| CPU ms per create, medians of the runs: service on / off {r['cpu_ms_on']:.3f} / {r['cpu_ms_off']:.3f}, "
+            f"worker {r['cpu_ms_worker']:.3f}, "
+            f"Redis on / off {r['cpu_ms_redis_on']:.3f} / {r['cpu_ms_redis_off']:.3f}; "
+            f"entries waiting for the log, at most {max(b[0] for b in r['backlog_on']):,} "
+            f"| {_cpu_ratio(r):.2f} (off ÷ on) | |",
             f"| 201 → published checkpoint, p50 (at {r['steady_rate']:,.0f} creates/s, {r['probes']} probes, "
             f"{r['probes_missed']} not within {PROBE_TIMEOUT_S:.0f} s) | {r['delay_p50_s']:.2f} s | |",
             f"| 201 → published checkpoint, p99 (max {r['delay_max_s'] or math.nan:.2f} s) "
@@ -908,6 +1001,12 @@ def render(r: dict[str, Any]) -> str:
         lines += witness_rows(r)
     lines.append("")
     return "\n".join(lines)
+
+
+def _cpu_ratio(r: dict[str, Any]) -> float:
+    """The CPU of one create with the log off ÷ with it on (service, worker and Redis)."""
+    off = float(r["cpu_ms_off"] + r["cpu_ms_redis_off"])
+    return off / float(r["cpu_ms_on"] + r["cpu_ms_worker"] + r["cpu_ms_redis_on"])
 
 
 def witness_rows(r: dict[str, Any]) -> list[str]:
