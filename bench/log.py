@@ -262,11 +262,15 @@ class Backlog:
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(redis.RedisError, OSError, note.NoteError):
-                pending = log_state(self.redis_url)["pending"]
-                self.samples.append((time.monotonic(), pending, store_size(self.store)))
-            self._stop.wait(0.5)
+        # One GET a sample (log_state's SCAN of the whole keyspace would load the Redis measured).
+        from kv.keys import log_pending_key
+
+        with redis.Redis.from_url(self.redis_url) as client:
+            while not self._stop.is_set():
+                with contextlib.suppress(redis.RedisError, OSError, note.NoteError):
+                    pending = int(client.get(log_pending_key(ORIGIN)) or 0)
+                    self.samples.append((time.monotonic(), pending, store_size(self.store)))
+                self._stop.wait(0.5)
 
     def during(self, start: float, end: float) -> tuple[int, int]:
         """(the most entries waiting, entries waiting at the last sample) between two times."""
