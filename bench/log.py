@@ -1,21 +1,26 @@
-"""The transparency log's figures: ``python -m bench.log`` (about 3 minutes, half a minute of it with
-witnesses; ``--quick``: under 1).
+"""The transparency log's figures: ``python -m bench.log`` (about 9 minutes, 4 of them loading
+and integrating a million entries; ``--quick``: about 1). The log lives in a ``file://`` log
+store (``LOG_STORE``) in the run's temporary directory; Redis holds only what is in flight.
 
-On one plain-TCP Redis with ``appendfsync always`` (production's setting), a service with
-the log (``LOG_SIGNING_KEY``, plus ``service.py worker`` running the integrator) and one
-without, both with fly.toml's web worker count:
+Phases (``--only`` runs some of them, in this order):
 
-1. creates/s with the log on and off, closed loop (wrk if installed), 32 connections, 32
-   projects, the two alternating round by round;
-2. time from a 201 to a published checkpoint covering it, at a steady background load of
-   half the log-on capacity: a probe creates a receipt every 50 ms and polls its
-   ``log-proof`` every 10 ms (p50, p99, max);
-3. the integrator's throughput: creates with the worker stopped, then the time the worker
-   takes to publish a checkpoint covering all of them;
-4. the log's bytes per receipt in Redis (MEMORY USAGE of every log key ÷ entries);
-5. with witnesses: two local ``service.py witness serve`` processes named by a
+``load`` On one plain-TCP Redis with ``appendfsync always`` (production's setting), a service
+   with the log (``LOG_SIGNING_KEY``, ``LOG_STORE``, plus ``service.py worker`` running the
+   integrator) and one without, both with fly.toml's web worker count:
+
+   1. creates/s with the log on and off, closed loop (wrk if installed), 32 connections, 32
+      projects, the two alternating round by round (the order reversed every other round),
+      each run right after an unrecorded 3-s warm-up of the same service; the ratio is the
+      median of the rounds' ratios. Beside it, each run's CPU time per create of the service's
+      processes, the worker's and Redis's (from /proc: steadier than creates/s on a machine
+      shared with other work), and the most entries waiting for the log during the run;
+   2. time from a 201 to a published checkpoint covering it, at a steady background load of
+      half the log-on capacity: a probe creates a receipt every 50 ms and polls its
+      ``log-proof`` every 10 ms (p50, p99, max).
+
+``witness`` On the same services: two local ``service.py witness serve`` processes named by a
    ``LOG_WITNESS_POLICY`` (quorum: both), a new worker with the policy, and the same steady
-   load as (2) for ``--witness-seconds``:
+   load for ``--witness-seconds``:
 
    - cosigned checkpoints per minute: distinct checkpoint sizes carrying both witnesses'
      valid cosignatures, seen by polling ``GET /v1/log/checkpoint`` every 20 ms (beside the
@@ -27,14 +32,38 @@ without, both with fly.toml's web worker count:
 
    Witnesses on loopback, on the same machine: their figures are a floor for real ones.
 
-Prints a markdown section (append it to bench/RESULTS.md) and a JSON line.
+``memory`` Redis's bytes per receipt with the log on and off: for each, a fresh Redis (same
+   settings), 32 projects, ``--memory-receipts`` receipts written through the service's issue
+   path (bench/preload.py: the issuer's records, index fields and, with the log, its queued
+   entries, with the same request hashes in both), then a worker started (with the log: until
+   every entry is integrated and its queue is empty, each receipt's index recorded in its
+   hash-index field) and stopped. Measured before and after, both ways: the sum of ``MEMORY
+   USAGE`` (``SAMPLES 0``) over every key but RQ's own, and ``INFO memory`` ``used_memory``.
+
+``integrate`` An integration run of ``--entries`` entries into a fresh ``file://`` store: that
+   many receipts loaded as above into a fresh Redis with their log entries queued (a backlog
+   no service would accept past ``LOG_MAX_PENDING``: the integrator's busiest case), then one
+   ``service.py worker`` until the published checkpoint reaches them all. The worker's RSS
+   (``/proc/PID/status``) is sampled as the checkpoint passes every tenth of the run, with
+   entries/s; then the store's bytes per entry (``du``, apparent and on disk), and the whole
+   tree checked in one pass (``receipts.tiles.check_tree``: every entry hashes to its leaf,
+   every tile to its place, the edge to the checkpoint's root), every queue empty, the synced
+   size at the tree's, and one entry in 1,000 found at its index in its receipt's hash-index
+   field.
+
+Prints a markdown section (bench/RESULTS.md holds it, with notes) and a JSON line. Loopback
+only; every phase is bounded in time and stops by itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
+import os
+import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,10 +78,21 @@ import orjson
 import redis
 
 from bench import prom
+from bench.preload import preload
 from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait_http
 from bench.production import ServiceSpec, fly_workers, open_loop
-from bench.redis_kinds import start_kind
-from bench.run import RAISED_LIMITS, Setup, Target, create_projects, new_signing_keys, run_load
+from bench.redis_kinds import RedisKind, start_kind
+from bench.run import (
+    RAISED_LIMITS,
+    Setup,
+    Target,
+    cpu_busy_share,
+    create_projects,
+    loadavg,
+    machine_info,
+    new_signing_keys,
+    run_load,
+)
 from receipts import cosignature, note
 from receipts.note import Signer
 
@@ -63,15 +103,57 @@ PROBE_TIMEOUT_S = 20.0
 CHECKPOINT_POLL_S = 0.02
 WITNESSES = ("w1", "w2")
 WITNESS_HISTOGRAM = "eps_log_witness_request_seconds"
+PROJECTS = 32
+WARMUP_S = 3.0
+PHASES = ("load", "witness", "memory", "integrate")
+RSS_EVERY_S = 0.1
+INTEGRATE_TIMEOUT_S = 900.0
+"""The integration run gives up (a harness failure) after this long: it stops by itself."""
+DRAIN_TIMEOUT_S = 300.0
+INDEX_SAMPLE = 1000
+"""One entry in this many is looked up in Redis after the integration run."""
+
+
+def store_url(path: Path) -> str:
+    return f"file://{path}"
 
 
 def start_worker(
-    tmp: Path, redis_url: str, signing_keys: str, log_key: str, name: str, extra: dict[str, str] | None = None
+    tmp: Path,
+    redis_url: str,
+    signing_keys: str,
+    name: str,
+    log_key: str | None,
+    log_store: Path | None,
+    extra: dict[str, str] | None = None,
 ) -> Proc:
+    """``service.py worker``; with ``log_key`` (and its store) the integrator runs in it."""
     env = base_env()
-    env.update({"REDIS_URL": redis_url, "SIGNING_KEYS": signing_keys, "LOG_SIGNING_KEY": log_key,
-                "LOG_ORIGIN": ORIGIN, "LOG_FORMAT": "json", **(extra or {})})  # fmt: skip
+    env.update({"REDIS_URL": redis_url, "SIGNING_KEYS": signing_keys, "LOG_FORMAT": "json", **(extra or {})})
+    if log_key is not None:
+        assert log_store is not None
+        env.update({"LOG_SIGNING_KEY": log_key, "LOG_ORIGIN": ORIGIN, "LOG_STORE": store_url(log_store)})
     return Proc.start(name, [sys.executable, "service.py", "worker"], env=env, log_path=tmp / f"{name}.log")
+
+
+def start_metered_worker(
+    tmp: Path, redis_url: str, signing_keys: str, name: str, log_key: str | None, log_store: Path | None,
+    extra: dict[str, str] | None = None,
+) -> tuple[Proc, str]:  # fmt: skip
+    """A worker with its metrics listener, answering: (process, metrics URL)."""
+    port = free_port()
+    extra = {**(extra or {}), "METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(port)}
+    worker = start_worker(tmp, redis_url, signing_keys, name, log_key, log_store, extra)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_http(worker, url)
+    except HarnessError:
+        worker.stop()
+        raise
+    return worker, url
+
+
+# --------------------------------------------------------------------------- probes
 
 
 class Cosigned:
@@ -157,6 +239,142 @@ async def poll_cosigned(port: int, cosigned: Cosigned, seconds: float) -> set[in
     return sizes
 
 
+# --------------------------------------------------------------------------- load and latency
+
+
+class Backlog:
+    """Samples, every half second, the entries waiting for the log and the published size:
+    whether the integrator keeps up with the creates (a round whose backlog grows measures
+    creates/s with the integrator's work deferred, not done)."""
+
+    def __init__(self, redis_url: str, store: Path) -> None:
+        self.redis_url, self.store = redis_url, store
+        self.samples: list[tuple[float, int, int]] = []  # (monotonic, pending, published size)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Backlog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        # One GET a sample (log_state's SCAN of the whole keyspace would load the Redis measured).
+        from kv.keys import log_pending_key
+
+        with redis.Redis.from_url(self.redis_url) as client:
+            while not self._stop.is_set():
+                with contextlib.suppress(redis.RedisError, OSError, note.NoteError):
+                    pending = int(client.get(log_pending_key(ORIGIN)) or 0)
+                    self.samples.append((time.monotonic(), pending, store_size(self.store)))
+                self._stop.wait(0.5)
+
+    def during(self, start: float, end: float) -> tuple[int, int]:
+        """(the most entries waiting, entries waiting at the last sample) between two times."""
+        inside = [pending for at, pending, _ in self.samples if start <= at <= end] or [0]
+        return max(inside), inside[-1]
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of a process group (a
+    service and its web workers, or a worker and its children)."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[2]) == pgid:  # fields from the state on: state, ppid, pgrp, ...
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def load_phase(
+    tmp: Path, ports: dict[str, int], groups: dict[str, int], keys: list[str], rounds: int, seconds: float,
+    backlog: Backlog,
+) -> tuple[dict[str, Any], float]:  # fmt: skip
+    """Figures 1 and 2: the alternating closed-loop rounds, then the probes at half the log-on
+    capacity. Returns the report's part and that rate. ``groups``: the process groups whose
+    CPU time each run reports ("on", "off": the services; "worker": the integrator's)."""
+    port_on = ports["on"]
+    setup = Setup(tmp, "wrk" if _has_wrk() else "python", 32, 2, None, None)
+    items = tmp / "items.txt"
+    items.write_text("\n".join(keys) + "\n")
+    for name in ("on", "off"):
+        setup.own_items[(name, "create32")] = (items, keys)
+    setup.items["create32"], setup.item_lists["create32"] = items, keys
+    targets = [Target("on", ports["on"]), Target("off", ports["off"])]
+    runs: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    for number in range(rounds):
+        for target in targets if number % 2 == 0 else list(reversed(targets)):
+            # Unrecorded, right before each run: the first seconds on a service that sat idle
+            # while the other was loaded are slower (runs measured cold were 20-35% below the
+            # same service's next run, which skewed every other round's ratio).
+            run_load(setup, target, "create32", WARMUP_S)
+            started = time.monotonic()
+            cpu = {name: group_cpu_s(pgid) for name, pgid in groups.items()}
+            result = run_load(setup, target, "create32", seconds)
+            creates = max(1, result["requests"])
+            result["cpu_ms"] = {name: (group_cpu_s(pgid) - cpu[name]) * 1000 / creates for name, pgid in groups.items()}
+            result["backlog"] = backlog.during(started, time.monotonic())
+            runs[target.name].append(result)
+            log(
+                f"round {number + 1} log {target.name}: {result['rps']:.0f} creates/s p99 {result['p99_ms']:.1f} ms; "
+                f"entries waiting for the log: at most {result['backlog'][0]}, {result['backlog'][1]} at the end; "
+                f"CPU ms per create: service {result['cpu_ms'][target.name]:.3f}, "
+                f"worker {result['cpu_ms']['worker']:.3f}, Redis {result['cpu_ms']['redis']:.3f}"
+            )
+    capacity = {name: statistics.median(r["rps"] for r in rs) for name, rs in runs.items()}
+    ratios = [a["rps"] / b["rps"] for a, b in zip(runs["on"], runs["off"], strict=True)]
+    rate = capacity["on"] / 2
+    results: dict[str, Any] = {}
+
+    def load() -> None:
+        results["open"] = open_loop(port_on, keys, rate, seconds + 2, tmp, "log-steady")
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    time.sleep(1.0)
+    started = time.monotonic()
+    delays, _, missed = asyncio.run(probe(port_on, keys[0], seconds))
+    steady_backlog = backlog.during(started, time.monotonic())
+    thread.join()
+    log(
+        f"201 -> checkpoint at {rate:.0f}/s: p50 {_pct(delays, 0.5):.3f} s p99 {_pct(delays, 0.99):.3f} s; "
+        f"entries waiting for the log: at most {steady_backlog[0]}"
+    )
+    return {
+        "generator": setup.generator,
+        "capacity_on": capacity["on"],
+        "capacity_off": capacity["off"],
+        "rounds_on": [r["rps"] for r in runs["on"]],
+        "rounds_off": [r["rps"] for r in runs["off"]],
+        "p99_on_ms": [r["p99_ms"] for r in runs["on"]],
+        "p99_off_ms": [r["p99_ms"] for r in runs["off"]],
+        "ratio_rounds": ratios,
+        "backlog_on": [r["backlog"] for r in runs["on"]],
+        "cpu_ms_on": statistics.median(r["cpu_ms"]["on"] for r in runs["on"]),
+        "cpu_ms_off": statistics.median(r["cpu_ms"]["off"] for r in runs["off"]),
+        "cpu_ms_worker": statistics.median(r["cpu_ms"]["worker"] for r in runs["on"]),
+        "cpu_ms_redis_on": statistics.median(r["cpu_ms"]["redis"] for r in runs["on"]),
+        "cpu_ms_redis_off": statistics.median(r["cpu_ms"]["redis"] for r in runs["off"]),
+        "ratio": statistics.median(ratios),
+        "round_seconds": seconds,
+        "steady_rate": rate,
+        "steady_open_p99_ms": results["open"]["p99_ms"],
+        "delay_p50_s": _pct(delays, 0.5),
+        "delay_p99_s": _pct(delays, 0.99),
+        "delay_max_s": delays[-1] if delays else None,
+        "probes": len(delays),
+        "probes_missed": missed,
+        "steady_backlog_max": steady_backlog[0],
+    }, rate
+
+
+# --------------------------------------------------------------------------- witnesses
+
+
 def witness_key(tmp: Path, label: str) -> tuple[Path, cosignature.CosignerKey]:
     """A new witness key made as an operator makes one (its file, its verifier key)."""
     done = subprocess.run(  # noqa: S603 - our own command line
@@ -194,9 +412,9 @@ def start_witness(tmp: Path, label: str, key_file: Path, log_vkey: str) -> tuple
 
 def witnessed(
     tmp: Path, port: int, keys: list[str], rate: float, seconds: float, redis_url: str, signing_keys: str,
-    signer: Signer, procs: list[Proc],
+    signer: Signer, log_store: Path, procs: list[Proc],
 ) -> dict[str, Any]:  # fmt: skip
-    """Figure 5: two witnesses, a worker with the policy, the steady load, and the probes."""
+    """The witness figures: two witnesses, a worker with the policy, the steady load, the probes."""
     witness_keys = []
     lines = [f"log {signer.verifier.encode()}"]
     for label in WITNESSES:
@@ -208,12 +426,11 @@ def witnessed(
     lines += [f"group every {len(WITNESSES)} {' '.join(WITNESSES)}", "quorum every"]
     policy = tmp / "policy.txt"
     policy.write_text("\n".join(lines) + "\n")
-    metrics_port = free_port()
-    extra = {"LOG_WITNESS_POLICY": str(policy), "METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(metrics_port)}
-    worker = start_worker(tmp, redis_url, signing_keys, signer.encode(), "worker-witnessed", extra)
+    worker, metrics_url = start_metered_worker(
+        tmp, redis_url, signing_keys, "worker-witnessed", signer.encode(), log_store,
+        {"LOG_WITNESS_POLICY": str(policy)},
+    )  # fmt: skip
     procs.append(worker)
-    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-    wait_http(worker, metrics_url)
     cosigned = Cosigned(signer.verifier, witness_keys)
     # A first cosigned checkpoint (the witnesses' first, from size 0) before measuring.
     headers = {"Authorization": f"Bearer {keys[0]}", "Prefer": "wait=10"}
@@ -287,124 +504,430 @@ def witnessed(
     return report
 
 
-def checkpoint_size(port: int) -> int:
-    text = httpx.get(f"http://127.0.0.1:{port}/v1/log/checkpoint", timeout=5).text
-    return int(text.split("\n")[1]) if text.count("\n") > 2 else 0
+# --------------------------------------------------------------------------- Redis's bytes
 
 
-def log_bytes(url: str) -> int:
-    """Bytes (MEMORY USAGE) of every log key."""
-    client = redis.Redis.from_url(url)
-    total = 0
-    for pattern in ("lq:*", "li:*", "lt:*", "le:*", "log:*"):
-        for name in client.scan_iter(match=pattern, count=1000):
-            total += int(client.memory_usage(name, samples=0) or 0)
-    client.close()
-    return total
+def redis_memory(url: str) -> dict[str, Any]:
+    """``used_memory``, and ``MEMORY USAGE ... SAMPLES 0`` summed over every key by its name's
+    first part (``r``, ``b``, ``log``...), RQ's own keys (``rq``) apart: the worker writes
+    them whether or not the log is on, and their size depends on its job history."""
+    by_kind: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    with redis.Redis.from_url(url) as client:
+        names = list(client.scan_iter(count=1000))
+        for start in range(0, len(names), 1000):
+            chunk = names[start : start + 1000]
+            pipe = client.pipeline(transaction=False)
+            for name in chunk:
+                pipe.memory_usage(name, samples=0)
+            for name, size in zip(chunk, pipe.execute(), strict=True):
+                kind = name.split(b":", 1)[0].decode(errors="replace")
+                by_kind[kind] = by_kind.get(kind, 0) + int(size or 0)
+                counts[kind] = counts.get(kind, 0) + 1
+        used = int(client.info("memory")["used_memory"])
+    keys_bytes = sum(size for kind, size in by_kind.items() if kind != "rq")
+    return {"used_memory": used, "key_bytes": keys_bytes, "by_kind": by_kind, "counts": counts}
+
+
+def log_state(url: str) -> dict[str, int]:
+    """What the log has in flight in a Redis: entries counted pending, entries in queues,
+    queues, the synced size (-1: none), projects in the dirty set."""
+    with redis.Redis.from_url(url) as client:
+        tag = _log_tag()
+        queues = list(client.scan_iter(match=f"lq:*:{tag}:*", count=1000))
+        queued = sum(int(client.llen(name)) for name in queues)
+        synced = client.get(f"log:{tag}:synced")
+        return {
+            "pending": int(client.get(f"log:{tag}:pending") or 0),
+            "queued": queued,
+            "queues": len(queues),
+            "synced": -1 if synced is None else int(synced),
+            "dirty": int(client.scard(f"log:{tag}:dirty")),
+        }
+
+
+def _log_tag() -> str:
+    from kv.keys import log_tag
+
+    return log_tag(ORIGIN)
+
+
+def store_size(path: Path) -> int:
+    """The size of the tree the store's published checkpoint names (0 before the first)."""
+    try:
+        text = (path / "checkpoint").read_text()
+    except FileNotFoundError:
+        return 0
+    return note.parse_checkpoint(note.parse_note(text).text).size
+
+
+def create_log(redis_url: str, store: Path, signer: Signer) -> None:
+    """Create the log store as the server does at its start (``prepare_log``), before any
+    entry is queued: a worker refuses an empty store beside a Redis holding the log's entries."""
+    from jobs.log_config import prepare_log
+    from kv.connect import open_store
+    from kv.logstore import open_log_store
+
+    async def run() -> None:
+        kv, log_store = open_store(redis_url), open_log_store(store_url(store))
+        try:
+            await prepare_log(kv, log_store, ORIGIN, signer)
+        finally:
+            await kv.close()
+            await log_store.close()
+
+    asyncio.run(run())
+
+
+def wait_integrated(worker: Proc, store: Path, redis_url: str, size: int, timeout: float) -> None:
+    """Until the store's checkpoint has ``size`` entries and Redis has none in flight."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if store_size(store) >= size:
+            state = log_state(redis_url)
+            if state["pending"] == 0 and state["queued"] == 0 and state["synced"] >= size:
+                return
+        if not worker.alive():
+            raise HarnessError(f"{worker.name} exited while integrating:\n{worker.tail()}")
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{worker.name}: {size} entries not integrated within {timeout:.0f} s: "
+                               f"{store_size(store)} published, {log_state(redis_url)}")  # fmt: skip
+        time.sleep(0.2)
+
+
+def memory_phase(tmp: Path, signing_keys: str, signer: Signer, count: int) -> dict[str, Any]:
+    """Redis's bytes per receipt after ``count`` receipts, created and (log on) integrated."""
+    nonce = secrets.token_hex(8)
+    modes: dict[str, Any] = {}
+    for mode in ("off", "on"):
+        directory = tmp / f"memory-{mode}"
+        directory.mkdir()
+        redis_kind = start_kind("tcp", directory, None, True)
+        worker: Proc | None = None
+        try:
+            projects = create_projects(redis_kind.url, "bench-memory", PROJECTS)
+            log_key, store = (signer.encode(), directory / "store") if mode == "on" else (None, None)
+            if store is not None:
+                create_log(redis_kind.url, store, signer)
+            before = redis_memory(redis_kind.url)
+            origin = ORIGIN if mode == "on" else None
+            _, seconds = preload(redis_kind.url, signing_keys, projects, count, nonce=nonce, log_origin=origin)
+            loaded = redis_memory(redis_kind.url)
+            started = time.monotonic()
+            worker, _ = start_metered_worker(directory, redis_kind.url, signing_keys, f"worker-memory-{mode}",
+                                             log_key, store)  # fmt: skip
+            if store is not None:
+                wait_integrated(worker, store, redis_kind.url, count, DRAIN_TIMEOUT_S)
+            integrated = time.monotonic() - started
+            worker.stop()
+            worker = None
+            time.sleep(1.0)  # the worker's connections closed, their buffers freed
+            after = redis_memory(redis_kind.url)
+            state = log_state(redis_kind.url)
+        finally:
+            if worker is not None:
+                worker.stop()
+            redis_kind.stop()
+        modes[mode] = {
+            "before": before,
+            "loaded": loaded,
+            "after": after,
+            "log_state": state,
+            "load_seconds": seconds,
+            "integrate_seconds": integrated,
+            "key_bytes_per_receipt": (after["key_bytes"] - before["key_bytes"]) / count,
+            "used_bytes_per_receipt": (after["used_memory"] - before["used_memory"]) / count,
+            "queued_key_bytes_per_receipt": (loaded["key_bytes"] - before["key_bytes"]) / count,
+        }
+        log(
+            f"memory, log {mode}: {count} receipts, {modes[mode]['key_bytes_per_receipt']:.1f} bytes per receipt "
+            f"(MEMORY USAGE), {modes[mode]['used_bytes_per_receipt']:.1f} (used_memory); in flight {state}"
+        )
+    kinds = sorted(set(modes["on"]["after"]["by_kind"]) | set(modes["off"]["after"]["by_kind"]))
+    by_kind = {
+        kind: (
+            modes["on"]["after"]["by_kind"].get(kind, 0) - modes["on"]["before"]["by_kind"].get(kind, 0)
+            - modes["off"]["after"]["by_kind"].get(kind, 0) + modes["off"]["before"]["by_kind"].get(kind, 0)
+        ) / count
+        for kind in kinds
+        if kind != "rq"
+    }  # fmt: skip
+    return {
+        "memory_receipts": count,
+        "memory_modes": modes,
+        "memory_key_on": modes["on"]["key_bytes_per_receipt"],
+        "memory_key_off": modes["off"]["key_bytes_per_receipt"],
+        "memory_key_diff": modes["on"]["key_bytes_per_receipt"] - modes["off"]["key_bytes_per_receipt"],
+        "memory_used_on": modes["on"]["used_bytes_per_receipt"],
+        "memory_used_off": modes["off"]["used_bytes_per_receipt"],
+        "memory_used_diff": modes["on"]["used_bytes_per_receipt"] - modes["off"]["used_bytes_per_receipt"],
+        "memory_queued_diff": modes["on"]["queued_key_bytes_per_receipt"]
+        - modes["off"]["queued_key_bytes_per_receipt"],
+        "memory_diff_by_kind": by_kind,
+    }
+
+
+# --------------------------------------------------------------------------- the integration run
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process, KiB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0])
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def du_bytes(path: Path, apparent: bool) -> int:
+    """``du -s`` of a directory in bytes: its apparent size (the files' lengths), or the disk
+    blocks it takes."""
+    cmd = ["du", "-s", "-B1", *(["--apparent-size"] if apparent else []), str(path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)  # noqa: S603
+    return int(done.stdout.split()[0])
+
+
+async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, Any]:
+    """The whole tree checked in one pass against the published checkpoint (signature
+    included); one entry in ``INDEX_SAMPLE`` looked up at its index in Redis."""
+    from kv.connect import open_store
+    from kv.logstore import open_log_store
+    from receipts import tlog
+    from receipts.tiles import TileReader, check_tree
+
+    log_store = open_log_store(store_url(store))
+    kv = open_store(redis_url)
+    try:
+        raw = await log_store.checkpoint()
+        assert raw is not None
+        checkpoint, _ = note.open_checkpoint(raw.decode(), signer.verifier)
+        sampled: list[tuple[int, bytes]] = []
+        entries = 0
+
+        def seen(first: int, bundle: list[bytes]) -> None:
+            nonlocal entries
+            entries += len(bundle)
+            sampled.extend((first + n, entry) for n, entry in enumerate(bundle) if (first + n) % INDEX_SAMPLE == 0)
+
+        started = time.monotonic()
+        await check_tree(TileReader(log_store.fetch), checkpoint.size, checkpoint.root, seen)
+        took = time.monotonic() - started
+        wrong = 0
+        for index, entry in sampled:
+            fields = tlog.parse_entry(entry)
+            found = await kv.log_index(str(fields["project_id"]), str(fields["receipt_id"]),
+                                       str(fields["receipt_hash"]))  # fmt: skip
+            wrong += found != index
+        return {
+            "checked_size": checkpoint.size,
+            "checked_entries": entries,
+            "check_seconds": took,
+            "indices_sampled": len(sampled),
+            "indices_wrong": wrong,
+        }
+    finally:
+        await kv.close()
+        await log_store.close()
+
+
+def integrate_phase(tmp: Path, signing_keys: str, signer: Signer, entries: int) -> dict[str, Any]:
+    """The integration run: ``entries`` queued, one worker until they are all published."""
+    directory = tmp / "integrate"
+    directory.mkdir()
+    store = directory / "store"
+    redis_kind = start_kind("tcp", directory, None, True)
+    worker: Proc | None = None
+    try:
+        projects = create_projects(redis_kind.url, "bench-integrate", PROJECTS)
+        create_log(redis_kind.url, store, signer)
+        log(f"integration run: loading {entries:,} receipts with their log entries")
+        _, load_seconds = preload(
+            redis_kind.url, signing_keys, projects, entries, nonce=secrets.token_hex(8), log_origin=ORIGIN
+        )
+        queued = log_state(redis_kind.url)
+        log(f"loaded in {load_seconds:.0f} s ({entries / load_seconds:,.0f}/s): {queued}")
+        marks = [entries * n // 10 for n in range(1, 11)]
+        samples: list[tuple[float, int, int]] = []  # (seconds since start, size, RSS KiB)
+        at_marks: list[tuple[int, float, int]] = []
+        started = time.monotonic()
+        worker, metrics_url = start_metered_worker(directory, redis_kind.url, signing_keys, "worker-integrate",
+                                                   signer.encode(), store)  # fmt: skip
+        answered = time.monotonic() - started
+        pid = worker.process.pid
+        hwm = 0
+        while True:
+            size = store_size(store)
+            rss, hwm = rss_kib(pid)
+            now = time.monotonic() - started
+            samples.append((now, size, rss))
+            while marks and size >= marks[0]:
+                at_marks.append((marks.pop(0), now, rss))
+            if not marks:
+                break
+            if not worker.alive():
+                raise HarnessError(f"the worker exited during the integration run:\n{worker.tail()}")
+            if now > INTEGRATE_TIMEOUT_S:
+                raise HarnessError(f"integration run: {size:,} of {entries:,} entries in {now:.0f} s; gave up")
+            time.sleep(RSS_EVERY_S)
+        took = time.monotonic() - started
+        first_at = next((t for t, s, _ in samples if s > 0), 0.0)
+        metrics = prom.scrape(metrics_url)
+        wait_integrated(worker, store, redis_kind.url, entries, DRAIN_TIMEOUT_S)
+        worker.stop()
+        worker = None
+        state = log_state(redis_kind.url)
+        apparent, on_disk = du_bytes(store, True), du_bytes(store, False)
+        files = sum(1 for path in store.rglob("*") if path.is_file())
+        log(f"integrated {entries:,} entries in {took:.1f} s; checking the tree")
+        checked = asyncio.run(check_store(store, redis_kind.url, signer))
+    finally:
+        if worker is not None:
+            worker.stop()
+        redis_kind.stop()
+    batches = prom.total(metrics, "eps_log_batch_duration_seconds_count")
+    tenth = at_marks[0]
+    report = {
+        "integrate_entries": entries,
+        "integrate_load_seconds": load_seconds,
+        "integrate_queued": queued,
+        "integrate_seconds": took,
+        "integrate_worker_answered_s": answered,
+        "integrate_first_checkpoint_s": first_at,
+        "integrate_entries_per_s": entries / took,
+        "integrate_steady_entries_per_s": (entries - tenth[0]) / (at_marks[-1][1] - tenth[1]),
+        "integrate_rss_marks": [(size, rss) for size, _, rss in at_marks],
+        "integrate_rss_first_kib": samples[0][2],
+        "integrate_rss_hwm_kib": hwm,
+        "integrate_batches": batches,
+        "integrate_batch_mean_s": (
+            prom.total(metrics, "eps_log_batch_duration_seconds_sum") / batches if batches else None
+        ),
+        "integrate_after": state,
+        "store_apparent_bytes": apparent,
+        "store_disk_bytes": on_disk,
+        "store_files": files,
+        "store_apparent_per_entry": apparent / entries,
+        "store_disk_per_entry": on_disk / entries,
+        **checked,
+    }
+    ok = (
+        checked["checked_size"] == entries
+        and checked["checked_entries"] == entries
+        and checked["indices_wrong"] == 0
+        and state["queued"] == 0
+        and state["pending"] == 0
+        and state["synced"] == entries
+    )
+    if not ok:
+        raise HarnessError(f"the integration run's log does not check out: {report}")
+    log(
+        f"integration run: {entries / took:,.0f} entries/s; RSS "
+        + ", ".join(f"{size // 1000}k {rss / 1024:.0f} MiB" for size, _, rss in at_marks)
+        + f"; store {apparent / entries:.0f} B/entry apparent, {on_disk / entries:.0f} on disk; tree checked"
+    )
+    return report
+
+
+# --------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.log", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--backlog", type=int, default=20_000, help="entries for the integrator throughput")
+    parser.add_argument("--rounds", type=int, default=7, help="alternating closed-loop rounds (log on, log off)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="each round, and the probes' window")
     parser.add_argument("--witness-seconds", type=float, default=20.0, help="the window of the witness figures")
+    parser.add_argument("--memory-receipts", type=int, default=100_000, help="receipts for Redis's bytes")
+    parser.add_argument("--entries", type=int, default=1_000_000, help="entries of the integration run")
+    parser.add_argument("--only", default=",".join(PHASES), help=f"phases to run, of {','.join(PHASES)}")
     parser.add_argument(
-        "--quick", action="store_true", help="a smoke run: 1 round of 3 s, a 3,000-entry backlog, 8 s with witnesses"
+        "--quick",
+        action="store_true",
+        help="a smoke run: 1 round of 3 s, 8 s with witnesses, 5,000 receipts, 20,000 entries",
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.seconds, args.backlog, args.witness_seconds = 1, 3.0, 3_000, 8.0
+        args.rounds, args.seconds, args.witness_seconds = 1, 3.0, 8.0
+        args.memory_receipts, args.entries = 5_000, 20_000
+    phases = [phase.strip() for phase in args.only.split(",") if phase.strip()]
+    unknown = set(phases) - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phases {sorted(unknown)}: choose among {', '.join(PHASES)}")
     tmp = Path(tempfile.mkdtemp(prefix="eps-bench-log-"))
     signing_keys = new_signing_keys()
     signer = Signer.generate(ORIGIN)
-    log_key = signer.encode()
-    workers = fly_workers()
-    redis_kind = start_kind("tcp", tmp, None, True)
+    report: dict[str, Any] = {
+        "phases": phases,
+        "machine": machine_info(),
+        "loadavg_before": loadavg(),
+        "cpu_busy_before": cpu_busy_share(2.0),
+        "workers": fly_workers(),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    began = time.monotonic()
+    try:
+        if "load" in phases or "witness" in phases:
+            report.update(service_phases(tmp, signing_keys, signer, args, phases))
+        if "memory" in phases:
+            report.update(memory_phase(tmp, signing_keys, signer, args.memory_receipts))
+        if "integrate" in phases:
+            report.update(integrate_phase(tmp, signing_keys, signer, args.entries))
+    except HarnessError as exc:
+        log(f"HARNESS FAILURE: {exc} (the processes' logs are kept in {tmp})")
+        return 2
+    # The integration run leaves about 1.5 GB (its Redis's AOF, the store): gone once measured.
+    shutil.rmtree(tmp, ignore_errors=True)
+    report["took_s"] = time.monotonic() - began
+    report["loadavg_after"] = loadavg()
+    print(render(report))
+    print("BENCHJSON " + orjson.dumps(report).decode())
+    return 0
+
+
+def service_phases(tmp: Path, signing_keys: str, signer: Signer, args: Any, phases: list[str]) -> dict[str, Any]:
+    """The phases with the two services on one Redis and one log store: load, witness."""
+    log_store = tmp / "store"
+    redis_kind: RedisKind = start_kind("tcp", tmp, None, True)
     services = ServiceSpec(signing_keys, orjson.dumps(RAISED_LIMITS).decode(), "json", True, tmp)
     procs: list[Proc] = []
+    report: dict[str, Any] = {}
     try:
-        keys = [p["api_key"] for p in create_projects(redis_kind.url, "bench-log", 32)]
-        on = services.start("log-on", redis_kind, workers, {"LOG_SIGNING_KEY": log_key, "LOG_ORIGIN": ORIGIN})
-        off = services.start("log-off", redis_kind, workers)
-        worker = start_worker(tmp, redis_kind.url, signing_keys, log_key, "worker")
+        keys = [p["api_key"] for p in create_projects(redis_kind.url, "bench-log", PROJECTS)]
+        log_env = {"LOG_SIGNING_KEY": signer.encode(), "LOG_ORIGIN": ORIGIN, "LOG_STORE": store_url(log_store)}
+        on = services.start("log-on", redis_kind, fly_workers(), log_env)
+        on_proc = services.procs[-1]
+        off = services.start("log-off", redis_kind, fly_workers())
+        off_proc = services.procs[-1]
+        worker = start_worker(tmp, redis_kind.url, signing_keys, "worker", signer.encode(), log_store)
         procs.append(worker)
-        setup = Setup(tmp, "wrk" if _has_wrk() else "python", 32, 2, None, None)
-        items = tmp / "items.txt"
-        items.write_text("\n".join(keys) + "\n")
-        for name in ("on", "off"):
-            setup.own_items[(name, "create32")] = (items, keys)
-        setup.items["create32"], setup.item_lists["create32"] = items, keys
-        targets = [Target("on", on), Target("off", off)]
-        runs: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
-        for target in targets:
-            run_load(setup, target, "create32", 2)
-        for number in range(args.rounds):
-            for target in targets if number % 2 == 0 else list(reversed(targets)):
-                result = run_load(setup, target, "create32", args.seconds)
-                runs[target.name].append(result)
-                log(
-                    f"round {number + 1} log {target.name}: {result['rps']:.0f} creates/s p99 {result['p99_ms']:.1f} ms"
+        rate = 0.0
+        if "load" in phases:
+            groups = {
+                "on": on_proc.process.pid,
+                "off": off_proc.process.pid,
+                "worker": worker.process.pid,
+                "redis": redis_kind.procs[0].process.pid,
+            }
+            with Backlog(redis_kind.url, log_store) as backlog:
+                figures, rate = load_phase(
+                    tmp, {"on": on, "off": off}, groups, keys, args.rounds, args.seconds, backlog
                 )
-        capacity = {name: statistics.median(r["rps"] for r in rs) for name, rs in runs.items()}
-        ratios = [a["rps"] / b["rps"] for a, b in zip(runs["on"], runs["off"], strict=True)]
-        # 2. 201 -> checkpoint at a steady half-capacity background load.
-        rate = capacity["on"] / 2
-        results: dict[str, Any] = {}
-
-        def load() -> None:
-            results["open"] = open_loop(on, keys, rate, args.seconds + 2, tmp, "log-steady")
-
-        thread = threading.Thread(target=load)
-        thread.start()
-        time.sleep(1.0)
-        delays, _, _ = asyncio.run(probe(on, keys[0], args.seconds))
-        thread.join()
-        log(f"201 -> checkpoint at {rate:.0f}/s: p50 {_pct(delays, 0.5):.3f} s p99 {_pct(delays, 0.99):.3f} s")
-        # 3. the integrator's throughput on a backlog.
-        worker.stop()
-        size_before = _wait_stable(on)
-        backlog = open_loop(on, keys, min(rate * 2, 3000), args.backlog / min(rate * 2, 3000), tmp, "log-backlog")
-        queued = backlog["requests"]
-        restart = time.monotonic()
-        worker = start_worker(tmp, redis_kind.url, signing_keys, log_key, "worker-2")
-        procs.append(worker)
-        target_size = size_before + queued
-        while checkpoint_size(on) < target_size and time.monotonic() - restart < 120:
-            time.sleep(0.02)
-        took = time.monotonic() - restart
-        published = checkpoint_size(on)
-        log(f"integrator: {queued} entries in {took:.2f} s (worker start included)")
-        # 4. bytes per receipt.
-        total = log_bytes(redis_kind.url)
-        # 5. with witnesses: a new worker with the policy, the same steady load.
-        worker.stop()
-        witness_figures = witnessed(
-            tmp, on, keys, rate, args.witness_seconds, redis_kind.url, signing_keys, signer, procs
-        )
-        report = {
-            "capacity_on": capacity["on"],
-            "capacity_off": capacity["off"],
-            "ratio_rounds": ratios,
-            "ratio": statistics.median(ratios),
-            "steady_rate": rate,
-            "steady_open_p99_ms": results["open"]["p99_ms"],
-            "delay_p50_s": _pct(delays, 0.5),
-            "delay_p99_s": _pct(delays, 0.99),
-            "delay_max_s": delays[-1] if delays else None,
-            "probes": len(delays),
-            "backlog_entries": queued,
-            "backlog_seconds": took,
-            "integrator_entries_per_s": queued / took if took else None,
-            "log_bytes": total,
-            "entries": published,
-            "bytes_per_entry": total / published if published else None,
-            "workers": workers,
-            **witness_figures,
-        }
-        print(render(report))
-        print("BENCHJSON " + orjson.dumps(report).decode())
-        return 0
+            report.update(figures)
+            if not worker.alive():
+                raise HarnessError(f"the worker died during the load phase:\n{worker.tail()}")
+        if "witness" in phases:
+            worker.stop()
+            if not rate:  # without the load phase: half of one short log-on round
+                setup = Setup(tmp, "wrk" if _has_wrk() else "python", 32, 2, None, None)
+                items = tmp / "items.txt"
+                items.write_text("\n".join(keys) + "\n")
+                setup.items["create32"], setup.item_lists["create32"] = items, keys
+                rate = run_load(setup, Target("on", on), "create32", args.seconds)["rps"] / 2
+            report.update(
+                witnessed(tmp, on, keys, rate, args.witness_seconds, redis_kind.url, signing_keys, signer,
+                          log_store, procs)
+            )  # fmt: skip
+        return report
     finally:
         for proc in procs:
             proc.stop()
@@ -412,19 +935,7 @@ def main(argv: list[str] | None = None) -> int:
         redis_kind.stop()
 
 
-def _wait_stable(port: int) -> int:
-    last, since = -1, time.monotonic()
-    while time.monotonic() - since < 1.5:
-        size = checkpoint_size(port)
-        if size != last:
-            last, since = size, time.monotonic()
-        time.sleep(0.1)
-    return last
-
-
 def _has_wrk() -> bool:
-    import shutil
-
     return shutil.which("wrk") is not None
 
 
@@ -434,32 +945,73 @@ def _pct(values: list[float], fraction: float) -> float:
     return values[min(len(values) - 1, int(fraction * len(values)))]
 
 
+# --------------------------------------------------------------------------- the report
+
+
 def render(r: dict[str, Any]) -> str:
-    return "\n".join(
-        [
-            "## The transparency log (`python -m bench.log`)",
-            "",
-            f"Plain-TCP Redis, AOF always; services with {r['workers']} web workers, with and without the log "
-            "(the log-on one with `service.py worker` integrating), closed loop, 32 connections, 32 projects.",
-            "",
-            "| figure | measured | target |",
-            "|---|---:|---|",
-            f"| creates/s, log on | {r['capacity_on']:,.0f} | |",
-            f"| creates/s, log off | {r['capacity_off']:,.0f} | |",
-            f"| log on ÷ log off (median of rounds {', '.join(f'{x:.2f}' for x in r['ratio_rounds'])}) "
-            f"| {r['ratio']:.2f} | ≥ 0.9 |",
-            f"| 201 → published checkpoint, p50 (at {r['steady_rate']:,.0f} creates/s, {r['probes']} probes) "
-            f"| {r['delay_p50_s']:.2f} s | |",
+    m = r["machine"]
+    lines = [
+        f"## The transparency log (`python -m bench.log`, {r['started']}, took {r['took_s']:.0f} s)",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB; Python {m['python']}; {m['redis']}. "
+        f"Load average {r['loadavg_before']} before, {r['loadavg_after']} after; CPU busy before: "
+        f"{r['cpu_busy_before'] * 100:.0f}%. Plain-TCP Redis, AOF always; the log in a `file://` store.",
+        "",
+        "| figure | measured | target |",
+        "|---|---:|---|",
+    ]
+    if "ratio" in r:
+        rounds = ", ".join(f"{x:.2f}" for x in r["ratio_rounds"])
+        lines += [
+            f"| creates/s, log on ({len(r['rounds_on'])} rounds of {r['round_seconds']:.0f} s: "
+            f"{', '.join(f'{x:,.0f}' for x in r['rounds_on'])}) | {r['capacity_on']:,.0f} | |",
+            f"| creates/s, log off ({', '.join(f'{x:,.0f}' for x in r['rounds_off'])}) | {r['capacity_off']:,.0f} | |",
+            f"| log on ÷ log off, `file://` (median of rounds {rounds}) | {r['ratio']:.2f} | ≥ 0.9 |",
+            f"| CPU ms per create, medians of the runs: service on / off {r['cpu_ms_on']:.3f} / {r['cpu_ms_off']:.3f}, "
+            f"worker {r['cpu_ms_worker']:.3f}, "
+            f"Redis on / off {r['cpu_ms_redis_on']:.3f} / {r['cpu_ms_redis_off']:.3f}; "
+            f"entries waiting for the log, at most {max(b[0] for b in r['backlog_on']):,} "
+            f"| {_cpu_ratio(r):.2f} (off ÷ on) | |",
+            f"| 201 → published checkpoint, p50 (at {r['steady_rate']:,.0f} creates/s, {r['probes']} probes, "
+            f"{r['probes_missed']} not within {PROBE_TIMEOUT_S:.0f} s) | {r['delay_p50_s']:.2f} s | |",
             f"| 201 → published checkpoint, p99 (max {r['delay_max_s'] or math.nan:.2f} s) "
-            f"| {r['delay_p99_s']:.2f} s | aim ≤ 2 s |",
-            f"| integrator throughput ({r['backlog_entries']:,} queued entries, worker start included) "
-            f"| {r['integrator_entries_per_s']:,.0f} entries/s | aim ≥ 10 times creates/s |",
-            f"| log bytes per receipt in Redis ({r['entries']:,} entries, MEMORY USAGE of every log key) "
-            f"| {r['bytes_per_entry']:,.0f} | |",
-            *witness_rows(r),
-            "",
+            f"| {r['delay_p99_s']:.2f} s | ≤ 0.5 s |",
         ]
-    )
+    if "memory_key_diff" in r:
+        n = r["memory_receipts"]
+        lines += [
+            f"| Redis bytes per receipt, log on minus log off ({n:,} receipts created and integrated; "
+            f"MEMORY USAGE of every key: on {r['memory_key_on']:,.1f}, off {r['memory_key_off']:,.1f}) "
+            f"| {r['memory_key_diff']:,.1f} | ≤ 64 |",
+            f"| the same by `used_memory` (on {r['memory_used_on']:,.1f}, off {r['memory_used_off']:,.1f}) "
+            f"| {r['memory_used_diff']:,.1f} | ≤ 64 |",
+            f"| the same while every entry still waits in its queue (MEMORY USAGE) "
+            f"| {r['memory_queued_diff']:,.1f} | |",
+        ]
+    if "integrate_entries" in r:
+        marks = " / ".join(f"{rss / 1024:.0f}" for _, rss in r["integrate_rss_marks"])
+        tenths = " / ".join(f"{size // 1000:,}k" for size, _ in r["integrate_rss_marks"])
+        lines += [
+            f"| integration run, `file://`: entries/s ({r['integrate_entries']:,} entries queued, worker start "
+            f"included; {r['integrate_steady_entries_per_s']:,.0f}/s from the first tenth on) "
+            f"| {r['integrate_entries_per_s']:,.0f} | |",
+            f"| the worker's RSS at {tenths} entries, MiB (peak {r['integrate_rss_hwm_kib'] / 1024:.0f}) "
+            f"| {marks} | flat |",
+            f"| store bytes per entry, apparent / on disk ({r['store_files']:,} files) "
+            f"| {r['store_apparent_per_entry']:,.0f} / {r['store_disk_per_entry']:,.0f} | |",
+            f"| the tree checked (`check_tree`, {r['checked_entries']:,} entries in {r['check_seconds']:.1f} s; "
+            f"{r['indices_sampled']:,} indices looked up in Redis) | {r['indices_wrong']} wrong | 0 |",
+        ]
+    if "cosigned_per_min" in r:
+        lines += witness_rows(r)
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _cpu_ratio(r: dict[str, Any]) -> float:
+    """The CPU of one create with the log off ÷ with it on (service, worker and Redis)."""
+    off = float(r["cpu_ms_off"] + r["cpu_ms_redis_off"])
+    return off / float(r["cpu_ms_on"] + r["cpu_ms_worker"] + r["cpu_ms_redis_on"])
 
 
 def witness_rows(r: dict[str, Any]) -> list[str]:

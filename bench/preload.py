@@ -56,12 +56,18 @@ class _RecordingClient:
     def __init__(self, real: Any) -> None:
         self.real = real
         self.calls: list[tuple[str, list[Any], list[Any]]] = []
+        """Script calls (text, keys, args), and plain writes ("", [], command)."""
 
     def register_script(self, text: str) -> _RecordedScript:
         return _RecordedScript(text, self.calls)
 
     async def execute_command(self, *args: Any) -> Any:
-        """The store's reads (the tip on a cold cache), answered by the real Redis."""
+        """The store's reads (the tip on a cold cache), answered by the real Redis; its
+        ``SADD`` naming a project in the log's dirty set, recorded (answered 1, as Redis does
+        for a new member; the store does not look)."""
+        if args and args[0] == "SADD":
+            self.calls.append(("", [], list(args)))
+            return 1
         return self.real.execute_command(*args)
 
     async def aclose(self) -> None:
@@ -75,10 +81,11 @@ async def _issue_many(
     indexes: Sequence[int],
     nonce: str,
     collect: bool,
+    log_origin: str | None = None,
 ) -> list[tuple[int, str, str]]:
     import redis
 
-    from kv.records import KeyRecord
+    from kv.records import KeyRecord, LogQueue
     from kv.store import Store
     from receipts.limits import PlanLimits
     from receipts.model import parse_create_request
@@ -88,7 +95,9 @@ async def _issue_many(
     real = redis.Redis.from_url(redis_url)
     recorder = _RecordingClient(real)
     store = Store(recorder)  # type: ignore[arg-type]
-    issuer = ReceiptIssuer(store, load_key_ring(signing_keys))
+    if log_origin is not None:
+        store.log = LogQueue(log_origin, 0)  # 0: no LOG_MAX_PENDING limit
+    issuer = ReceiptIssuer(store, load_key_ring(signing_keys), log=log_origin is not None)
     plan = PlanLimits(per_minute=UNLIMITED, monthly=UNLIMITED)
     records = [
         KeyRecord(p["key_hash"], p["project_id"], p["actor_id"], p["plan"], revoked=False, created_at="")
@@ -100,6 +109,9 @@ async def _issue_many(
     def flush() -> None:
         pipe = real.pipeline(transaction=False)
         for text, keys, args in recorder.calls:
+            if not text:
+                pipe.sadd(args[1], *args[2:])  # the only command recorded
+                continue
             sha = shas.get(text)
             if sha is None:
                 sha = shas[text] = real.script_load(text)
@@ -107,6 +119,8 @@ async def _issue_many(
         replies = pipe.execute()
         recorder.calls.clear()
         for reply in replies:
+            if isinstance(reply, int):
+                continue  # an SADD's count
             if int(reply[0]) != 0:
                 raise RuntimeError(f"the issue script refused a preloaded receipt: {reply!r}")
 
@@ -132,12 +146,14 @@ async def _issue_many(
     return out
 
 
-def _worker_main(args: tuple[str, str, list[dict[str, Any]], int, int, int, str, bool]) -> list[tuple[int, str, str]]:
-    redis_url, signing_keys, projects, count, worker, workers, nonce, collect = args
+def _worker_main(
+    args: tuple[str, str, list[dict[str, Any]], int, int, int, str, bool, str | None],
+) -> list[tuple[int, str, str]]:
+    redis_url, signing_keys, projects, count, worker, workers, nonce, collect, log_origin = args
     # Receipt i belongs to project i % len(projects); this worker takes the projects p with
     # p % workers == worker, so one project's chain is only extended by one process.
     indexes = [i for i in range(count) if (i % len(projects)) % workers == worker]
-    return asyncio.run(_issue_many(redis_url, signing_keys, projects, indexes, nonce, collect))
+    return asyncio.run(_issue_many(redis_url, signing_keys, projects, indexes, nonce, collect, log_origin))
 
 
 def preload(
@@ -149,17 +165,19 @@ def preload(
     nonce: str,
     collect: bool = False,
     processes: int = 2,
+    log_origin: str | None = None,
 ) -> tuple[list[Issued], float]:
     """Issue ``count`` receipts spread round-robin over ``projects``: (issued if ``collect``, seconds).
 
     ``projects``: dicts with project_id, actor_id, key_hash and plan (``create_project_key``'s
     output). Raises when the script refuses one (it must not: the limits are unlimited, the
     hashes are unique per ``nonce``, and no one else writes to these projects meanwhile).
+    ``log_origin``: queue each receipt's entry for that log, as a service with the log does.
     """
     started = time.perf_counter()
     workers = max(1, min(processes, len(projects)))
     plain = [{name: p[name] for name in PROJECT_FIELDS} for p in projects]
-    jobs = [(redis_url, signing_keys, plain, count, w, workers, nonce, collect) for w in range(workers)]
+    jobs = [(redis_url, signing_keys, plain, count, w, workers, nonce, collect, log_origin) for w in range(workers)]
     if workers == 1:
         outputs = [_worker_main(jobs[0])]
     else:

@@ -197,9 +197,7 @@ class Integrator:
         # no entries; they are read once, when the batch is made.
         lengths = await self.store.log_queue_lengths(self.origin, projects) if projects else {}
         now_ms = int(time.time() * 1000)
-        for pid in projects:
-            if not lengths[pid]:
-                await self.store.log_tidy_dirty(self.origin, pid, now_ms)
+        await self.store.log_tidy_dirty(self.origin, [pid for pid in projects if not lengths[pid]], now_ms)
         await self.store.log_recheck(self.origin, now_ms - RECHECK_AFTER_MS)
         waiting = sum(lengths.values())
         if self.store.is_cluster and len(projects) < DIRTY_SAMPLE:
@@ -209,9 +207,15 @@ class Integrator:
         waited = time.monotonic() - self._last_batch
         if not force and waiting < self.config.trigger and waited < self.config.interval_s:
             return 0
-        queued = await self.store.log_queued(
-            self.origin, [pid for pid in projects if lengths[pid]], self.config.max_batch
-        )
+        # Each queue is read only as far as this batch takes from it (projects in order, as the
+        # batch is filled): under a backlog every queue holds thousands of entries, and reading
+        # ``max_batch`` of each would read and drop all but one queue's share.
+        room, limits = self.config.max_batch, {}
+        for pid in projects:
+            if lengths[pid] and room > 0:
+                limits[pid] = min(lengths[pid], room)
+                room -= limits[pid]
+        queued = await self.store.log_queued(self.origin, limits)
         # Read after the entries: had Redis been restored from an older snapshot before they
         # were read, its synced size is behind the tree, and they may be in the tree already.
         synced = await self.store.log_synced(self.origin)
@@ -290,9 +294,7 @@ class Integrator:
         self._point("synced")
         emptied = await self.store.log_queue_lengths(self.origin, list(by_project))
         now_ms = int(time.time() * 1000)
-        for pid, length in emptied.items():
-            if not length:
-                await self.store.log_tidy_dirty(self.origin, pid, now_ms)
+        await self.store.log_tidy_dirty(self.origin, [pid for pid, length in emptied.items() if not length], now_ms)
 
     async def _sync_with_tree(self, synced: int | None) -> None:
         """Bring Redis in line with the tree: every queued entry that is in the tree after the
@@ -308,7 +310,7 @@ class Integrator:
                 "another store. Nothing is signed until the store is the log's again"
             )
         projects = await self.store.log_all_dirty_projects(self.origin)
-        queued = await self.store.log_queued(self.origin, projects, -1)
+        queued = await self.store.log_queued(self.origin, dict.fromkeys(projects, -1))
         wanted: dict[str, tuple[str, bytes]] = {}
         for pid, entries in queued.items():
             for entry in entries:

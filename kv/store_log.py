@@ -51,12 +51,16 @@ class LogQueueStore:
         return sorted(found)
 
     @_unavailable_as_503
-    async def log_queued(self, origin: str, project_ids: list[str], limit: int) -> dict[str, list[bytes]]:
-        """Up to ``limit`` queued entries of each project, oldest first (``limit`` -1: all)."""
-        end = limit - 1 if limit >= 0 else -1
-        sends = [self.link.send("LRANGE", keys.log_queue_key(origin, pid), 0, end) for pid in project_ids]
+    async def log_queued(self, origin: str, limits: dict[str, int]) -> dict[str, list[bytes]]:
+        """Up to ``limits[project]`` queued entries of each project, oldest first (-1: all)."""
+        wanted = {pid: limit for pid, limit in limits.items() if limit}  # LRANGE 0 -1 would be all
+        sends = [
+            self.link.send("LRANGE", keys.log_queue_key(origin, pid), 0, limit - 1 if limit > 0 else -1)
+            for pid, limit in wanted.items()
+        ]
         replies = await asyncio.gather(*sends)
-        return {pid: list(entries) for pid, entries in zip(project_ids, replies, strict=True)}
+        found = {pid: list(entries) for pid, entries in zip(wanted, replies, strict=True)}
+        return {pid: found.get(pid, []) for pid in limits}
 
     @_unavailable_as_503
     async def log_queue_lengths(self, origin: str, project_ids: list[str]) -> dict[str, int]:
@@ -65,17 +69,29 @@ class LogQueueStore:
         return {pid: int(n) for pid, n in zip(project_ids, await asyncio.gather(*sends), strict=True)}
 
     @_unavailable_as_503
-    async def log_tidy_dirty(self, origin: str, project_id: str, now_ms: int) -> None:
-        """Drop the project from the dirty set unless its queue holds entries.
+    async def log_tidy_dirty(self, origin: str, project_ids: list[str], now_ms: int) -> None:
+        """Drop the projects from the dirty set, but for those whose queue holds entries.
 
         A create marks its project, then queues its entry in another call: a create whose
-        mark came just before the removal may queue after this looks. So the project is
-        also put on the recheck list (first, so a crash cannot skip it), and
-        ``log_recheck`` looks again once any such create has long finished."""
-        await self.link.send("ZADD", keys.log_recheck_key(origin), now_ms, project_id)
-        await self.link.send("SREM", keys.log_dirty_key(origin), project_id)
-        if int(await self.link.send("LLEN", keys.log_queue_key(origin, project_id))):
-            await self.link.send("SADD", keys.log_dirty_key(origin), project_id)
+        mark came just before the removal may queue after this looks. So the projects are
+        also put on the recheck list (first, so a crash cannot skip one), and
+        ``log_recheck`` looks again once any such create has long finished.
+
+        Each step covers every project at once (four round trips, however many projects: a
+        batch empties the queue of each project it takes entries from, and these writes
+        wait for Redis's fsync one by one), and each is awaited before the next, so every
+        project's steps keep their order."""
+        if not project_ids:
+            return
+        dirty = keys.log_dirty_key(origin)
+        await self.link.send(
+            "ZADD", keys.log_recheck_key(origin), *(part for pid in project_ids for part in (now_ms, pid))
+        )
+        await self.link.send("SREM", dirty, *project_ids)
+        lengths = await self.log_queue_lengths(origin, project_ids)
+        queued = [pid for pid in project_ids if lengths[pid]]
+        if queued:
+            await self.link.send("SADD", dirty, *queued)
 
     @_unavailable_as_503
     async def log_recheck(self, origin: str, before_ms: int, count: int = 256) -> int:

@@ -606,7 +606,10 @@ async def test_backpressure_refuses_creates_without_using_quota(
     assert int(refused.headers["retry-after"]) >= 1
     _, usage_after = await client.get("/v1/usage", headers=auth(key))
     assert usage_before.json["month"]["used"] == 3
-    assert usage_after.json["month"] == usage_before.json["month"]
+    # Everything but the seconds to the month's end, which tick between the two reads.
+    month_before, month_after = dict(usage_before.json["month"]), dict(usage_after.json["month"])
+    assert abs(month_before.pop("reset_in_seconds") - month_after.pop("reset_in_seconds")) <= 5
+    assert month_after == month_before
     assert usage_after.json["minute"]["used"] == usage_before.json["minute"]["used"]
     assert await store.log_pending(ORIGIN) == 3
     # A replay of a receipt that exists still answers.
@@ -687,13 +690,19 @@ async def test_the_dirty_set_forgets_empty_projects_but_never_a_queued_entry(sto
     project = key["project_id"]
     dirty = keys.log_dirty_key(ORIGIN)
     await store.client.sadd(dirty, project)
-    await store.log_tidy_dirty(ORIGIN, project, now_ms=1_000)
+    await store.log_tidy_dirty(ORIGIN, [project], now_ms=1_000)
     assert not await store.client.sismember(dirty, project)
     # A create that marked the project just before the removal queues its entry after it.
     await store.client.rpush(keys.log_queue_key(ORIGIN, project), b"late entry")
     assert await store.log_recheck(ORIGIN, before_ms=2_000) == 1
     assert await store.client.sismember(dirty, project)
     assert not await store.client.zcard(keys.log_recheck_key(ORIGIN))
+    # Several projects at once: the one with a queued entry stays, the empty one goes.
+    other = (await create_project_key(store, project_name="dirty-2", plan="pro"))["project_id"]
+    await store.client.sadd(dirty, other)
+    await store.log_tidy_dirty(ORIGIN, [project, other], now_ms=3_000)
+    assert await store.client.smembers(dirty) == {project.encode()}
+    assert await store.client.zcard(keys.log_recheck_key(ORIGIN)) == 2
 
 
 def test_log_key_new_prints_a_signer_key_and_its_verifier_key() -> None:

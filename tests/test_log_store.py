@@ -6,8 +6,11 @@ own promises (atomic appearance, nothing partial left, the flock across processe
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import multiprocessing
 import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
