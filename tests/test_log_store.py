@@ -9,7 +9,6 @@ import asyncio
 import fcntl
 import multiprocessing
 import os
-import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -280,8 +279,6 @@ def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path
     scheduler: as long as the worker), and every replace of every process would wait on it.
     The child closes the lock's descriptors it was forked with (as soon as it runs: the
     test polls), so the lock is free once the parent lets it go, long before the child ends."""
-    import fcntl
-    import time
 
     objects = FileObjects(tmp_path)
     context = multiprocessing.get_context("fork")
