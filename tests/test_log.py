@@ -50,7 +50,14 @@ def signer() -> note.Signer:
     return note.Signer.generate(ORIGIN)
 
 
-def log_app(store: Store, log_store: LogStore, keyring: Any, signer: note.Signer | None, **settings: Any) -> Any:
+def log_app(
+    store: Store,
+    log_store: LogStore,
+    keyring: Any,
+    signer: note.Signer | None,
+    clock_ms: Any = None,
+    **settings: Any,
+) -> Any:
     settings = {"limits": load_limits(orjson.dumps(RAISED_LIMITS)), **settings}
     config = Settings(
         redis_url="redis://injected-by-tests",
@@ -60,7 +67,7 @@ def log_app(store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
         log_signer=signer,
         **settings,
     )
-    return create_app(config, store=store, log_store=log_store)
+    return create_app(config, store=store, log_store=log_store, clock_ms=clock_ms)
 
 
 async def integrator(store: Store, log_store: LogStore, signer: note.Signer, **config: Any) -> Integrator:
@@ -316,7 +323,10 @@ async def test_tiles_have_their_own_generous_limit(
     """An honest monitor reads many tiles: they count against ``log_tiles``, never against
     the public-key limit the checkpoint and proofs share."""
     limits = {"ip_per_minute": {"public_key": 2, "log_tiles": 50}}
-    client = log_app(store, log_store, keyring, signer, limits=load_limits(orjson.dumps(limits))).asgi_client
+    noon = 1_790_000_000_000 // 60_000 * 60_000 + 30_000  # mid-minute, and it stays there: one window
+    client = log_app(
+        store, log_store, keyring, signer, clock_ms=lambda: noon, limits=load_limits(orjson.dumps(limits))
+    ).asgi_client
     key = await create_project_key(store, project_name="tile-limit", plan="pro")
     worker = await integrator(store, log_store, signer)
     await create(client, key, "one")
