@@ -73,8 +73,8 @@ class WitnessClient:
                 metrics.LOG_WITNESS_FAILURES.labels(tasks[task].name, "timeout").inc()
         lines = ""
         evidence = None
-        for task in done:
-            if task.cancelled():
+        for task in tasks:  # in the policy's order: the same witnesses give the same bytes
+            if task not in done or task.cancelled():
                 continue
             exc = task.exception()
             if isinstance(exc, ForkEvidence):
