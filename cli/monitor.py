@@ -245,6 +245,7 @@ class Pass:
             quorum = check_quorum(text, self.policy, int(time.time()))
             if not quorum.ok:
                 return self._stop(checkpoint, Violation("quorum", quorum.reason))
+        db.frontier.verified = db.seen.size if db.seen else 0
         problem = self._compare(checkpoint)
         if problem is not None:
             return self._stop(checkpoint, problem)

@@ -100,6 +100,12 @@ class Frontier:
 
     size: int = 0
     rows: list[list[bytes]] = field(default_factory=list)
+    verified: int = 0
+    """Entries a checkpoint's root has confirmed: a served hash over any of them that differs
+    from the monitor's is history rewritten (``inconsistent``), not just a bad ``tile``."""
+
+    def _kind(self, first_entry: int) -> str:
+        return "inconsistent" if first_entry < self.verified else "tile"
 
     def row(self, level: int) -> list[bytes]:
         while len(self.rows) <= level:
@@ -132,7 +138,7 @@ class Frontier:
         return frontier
 
     def copy(self) -> Frontier:
-        return Frontier(self.size, [list(row) for row in self.rows])
+        return Frontier(self.size, [list(row) for row in self.rows], self.verified)
 
     def check_bundle(
         self, index: int, width: int, tile0: bytes, entries: Sequence[bytes], upper: Mapping[tuple[int, int], bytes]
@@ -154,7 +160,12 @@ class Frontier:
             )
         if tile0[: have * HASH] != b"".join(row):
             at = next(i for i in range(have) if tile0[i * HASH : (i + 1) * HASH] != row[i])
-            return Violation("tile", f"{name} rewrote hash {at}, which the monitor had checked", index * WIDTH + at)
+            return Violation(
+                self._kind(index * WIDTH + at),
+                f"{name} rewrote hash {at}, which the monitor had checked: it is "
+                f"{tile0[at * HASH : (at + 1) * HASH].hex()}, the entries hash to {row[at].hex()}",
+                index * WIDTH + at,
+            )
         sha = hashlib.sha256
         leaves = [sha(b"\x00" + entry).digest() for entry in entries[have:]]
         if b"".join(leaves) != tile0[have * HASH :]:
@@ -198,7 +209,7 @@ class Frontier:
                     at = next(i for i in range(WIDTH) if served[i * HASH : (i + 1) * HASH] != full[i])
                     first = (index * WIDTH + at) << (HEIGHT * level)
                     return Violation(
-                        "tile",
+                        self._kind(first),
                         f"hash {at} of {name} is {served[at * HASH : (at + 1) * HASH].hex()}; the entries "
                         f"{first} to {first + (1 << (HEIGHT * level)) - 1} hash to {full[at].hex()}",
                         first,
@@ -225,7 +236,7 @@ class Frontier:
                 at = next(i for i in range(width) if data[i * HASH : (i + 1) * HASH] != row[i])
                 first = (index * WIDTH + at) << (HEIGHT * level)
                 return Violation(
-                    "tile",
+                    self._kind(first),
                     f"hash {at} of {name} is {data[at * HASH : (at + 1) * HASH].hex()}; the entries from "
                     f"{first} hash to {row[at].hex()}",
                     first,
