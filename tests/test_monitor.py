@@ -188,6 +188,16 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
     await worker.step(force=True)
     code, report = monitor(served.url, signer, state)
     assert (code, report["new_entries"], report["checkpoint"]["size"]) == (0, 100, 400)
+    # The store's first full tile rewritten together with its bundle (entry 9's receipt id
+    # changed): the entries still hash to their tile, the tile not to level 1.
+    store_dir = tmp_path / "log"
+    entries = tlog.split_bundle((store_dir / "tile/entries/000").read_bytes())
+    entries[9] = entries[9].replace(b"rcpt_", b"rcpt_X", 1)
+    write_tile(store_dir, "entries", 0, b"".join(tlog.bundle_entry(e) for e in entries))
+    write_tile(store_dir, 0, 0, b"".join(tlog.leaf_hashes(entries)))
+    code, report = monitor(served.url, signer, tmp_path / "fresh-state")
+    assert code == 1 and kinds(report) == ["tile"], report
+    assert "hash 0 of tile/1/000.p/1" in report["violations"][0]["detail"]
 
 
 # --------------------------------------------------------------------------- tampered static copies
@@ -376,6 +386,7 @@ def test_a_killed_run_resumes_without_rereading(big_log: Path, signer: note.Sign
     deadline = time.monotonic() + 120
     while checked == 0:  # wait for the first saved progress, then kill at once
         assert running.poll() is None and time.monotonic() < deadline, "the monitor ended before it was killed"
+        time.sleep(0.005)  # a poll interval, not a wait for the race: the loop reads the state
         if (state / "monitor.sqlite3").exists():
             try:
                 with sqlite3.connect(f"file:{state / 'monitor.sqlite3'}?mode=ro", uri=True) as db:
