@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from receipts.limits import Limits, LimitsError, load_limits
 from receipts.note import NoteError, Signer
-from receipts.policy import Policy, PolicyError, parse_policy
+from receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, cosignature_skew, parse_policy
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from receipts.timestamps import StampError, load_roots
 from runtime.logs import json_logging
@@ -80,6 +80,9 @@ class Settings:
     """``LOG_WITNESS_POLICY``: a C2SP tlog-policy file naming the witnesses (docs/log.md)."""
     log_witness_timeout_ms: int = 1000
     """``LOG_WITNESS_TIMEOUT_MS``: how long a checkpoint waits for cosignatures."""
+    log_cosignature_skew_s: int = COSIGNATURE_SKEW_S
+    """``LOG_COSIGNATURE_SKEW_S``: how far ahead of this clock a cosignature's time may be
+    and still count towards the quorum."""
     log_tsa_urls: tuple[str, ...] = ()
     """``LOG_TSA_URLS``: RFC 3161 time-stamp authorities, comma-separated (docs/log.md)."""
     log_tsa_interval_s: float = 60.0
@@ -285,6 +288,10 @@ def _witness_settings(env: Mapping[str, str]) -> dict[str, Any]:
         if not raw.isdigit() or not 0 < int(raw) <= 60_000:
             raise ConfigError("LOG_WITNESS_TIMEOUT_MS must be milliseconds, 1 to 60000")
         settings["log_witness_timeout_ms"] = int(raw)
+    try:
+        settings["log_cosignature_skew_s"] = cosignature_skew(env)
+    except PolicyError as exc:
+        raise ConfigError(str(exc)) from exc
     path = (env.get("LOG_WITNESS_POLICY") or "").strip()
     if path:
         try:
