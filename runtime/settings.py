@@ -227,7 +227,11 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
     if any(c.isspace() or c == "+" for c in origin):
         raise ConfigError("LOG_ORIGIN must hold no spaces and no '+' (a schema-less URL such as example.com/v1/log)")
     store = _log_store(env)
-    common = {"log_origin": origin, "log_store": store, **_log_serving(env)}
+    try:
+        skew = cosignature_skew(env)
+    except PolicyError as exc:
+        raise ConfigError(str(exc)) from exc
+    common = {"log_origin": origin, "log_store": store, "log_cosignature_skew_s": skew, **_log_serving(env)}
     raw = (env.get("LOG_SIGNING_KEY") or "").strip()
     if not raw:
         if redis_url:
@@ -288,10 +292,6 @@ def _witness_settings(env: Mapping[str, str]) -> dict[str, Any]:
         if not raw.isdigit() or not 0 < int(raw) <= 60_000:
             raise ConfigError("LOG_WITNESS_TIMEOUT_MS must be milliseconds, 1 to 60000")
         settings["log_witness_timeout_ms"] = int(raw)
-    try:
-        settings["log_cosignature_skew_s"] = cosignature_skew(env)
-    except PolicyError as exc:
-        raise ConfigError(str(exc)) from exc
     path = (env.get("LOG_WITNESS_POLICY") or "").strip()
     if path:
         try:

@@ -203,3 +203,24 @@ def test_the_skew_is_read_from_the_environment() -> None:
     for bad in ("-1", "86401", "1.5", "five", "\u0661"):
         with pytest.raises(PolicyError, match="LOG_COSIGNATURE_SKEW_S"):
             cosignature_skew({"LOG_COSIGNATURE_SKEW_S": bad})
+
+
+def test_verify_reads_the_same_skew_and_refuses_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cli import verify_log
+
+    monkeypatch.delenv("LOG_COSIGNATURE_SKEW_S", raising=False)
+    assert verify_log.env_skew() == 300
+    monkeypatch.setenv("LOG_COSIGNATURE_SKEW_S", "7")
+    assert verify_log.env_skew() == 7
+    monkeypatch.setenv("LOG_COSIGNATURE_SKEW_S", "soon")
+    with pytest.raises(verify_log.LogInputError, match="LOG_COSIGNATURE_SKEW_S"):
+        verify_log.env_skew()
+
+
+def test_the_service_reads_the_skew_and_refuses_a_bad_one() -> None:
+    from runtime.settings import ConfigError, load_settings
+
+    assert load_settings({}).log_cosignature_skew_s == 300
+    assert load_settings({"LOG_COSIGNATURE_SKEW_S": "60"}).log_cosignature_skew_s == 60
+    with pytest.raises(ConfigError, match="LOG_COSIGNATURE_SKEW_S must be seconds"):
+        load_settings({"LOG_COSIGNATURE_SKEW_S": "-5"})
