@@ -44,6 +44,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 from sanic import Sanic
+from sanic.log import logger
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
@@ -59,6 +60,7 @@ SHUTDOWN_GRACE_S = 3.0
 """How long a stopping witness lets requests that hold the lock finish their answer."""
 TEXT = "text/plain; charset=utf-8"
 SIZE_TYPE = "text/x.tlog.size"
+TOO_LARGE = "a tree size is at most 2^63 - 1"
 _OLD = re.compile(r"old (0|[1-9][0-9]{0,19})")
 T = TypeVar("T")
 
@@ -261,14 +263,16 @@ def witness_app(
 
     @app.post("/add-checkpoint")
     async def add_checkpoint(request: Request) -> HTTPResponse:
+        if len(request.body) > MAX_BODY:  # Sanic's HTTP server refuses it before; its ASGI mode does not
+            return text(Outcome(413, f"the body is larger than {MAX_BODY} bytes\n"))
         try:
             old, proof, checkpoint_note = _parse_body(request.body)
             parsed = note.parse_note(checkpoint_note)
             checkpoint = note.parse_checkpoint(parsed.text)
+            if checkpoint.size > MAX_SIZE:
+                raise ValueError(TOO_LARGE)
         except (note.NoteError, ValueError) as exc:
             return text(Outcome(400, f"malformed request: {exc}\n"))
-        if checkpoint.size > MAX_SIZE:
-            return text(Outcome(400, "a tree size is at most 2^63 - 1\n"))
         log_key = logs.get(checkpoint.origin)
         if log_key is None:
             return text(Outcome(404, "unknown log origin\n"))
@@ -292,6 +296,9 @@ def witness_app(
             if not committing.done() and ticket.abandon():
                 return text(SHUTTING_DOWN)  # still waiting for the lock: it will never take it
             return text(await committing)
+        except (OSError, StateError):
+            logger.exception("the witness's state could not be read or written")
+            return text(Outcome(500, "the witness could not read or write its state\n"))
         except asyncio.CancelledError:
             ticket.abandon()  # the answer cannot be sent: better not to write (if not begun)
             raise
@@ -312,7 +319,7 @@ def _parse_body(body: bytes) -> tuple[int, list[bytes], str]:
         raise ValueError("the first line is 'old <size>'")
     old = int(match.group(1))
     if old > MAX_SIZE:
-        raise ValueError("a tree size is at most 2^63 - 1")
+        raise ValueError(TOO_LARGE)
     if len(lines) - 1 > MAX_PROOF_LINES:
         raise ValueError("more than 63 consistency proof lines")
     proof = []
