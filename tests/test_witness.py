@@ -23,7 +23,6 @@ import httpx
 import orjson
 import pytest
 
-import web.witness
 from receipts import cosignature, note, tlog
 from tests.conftest import REPO, free_port
 from tests.test_tlog import TileStore, leaves
@@ -212,7 +211,7 @@ async def test_a_failing_write_leaves_no_partial_file_and_cosigns_nothing(
     def disk_full(source: Any, target: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(web.witness.os, "replace", disk_full)
+    monkeypatch.setattr("web.witness.os.replace", disk_full)
     four = grown(4)
     failed = await post(client, body(3, four.hashes().consistency_proof(3), checkpoint(log_key, four)))
     assert (failed.status, failed.text) == (500, "the witness could not read or write its state\n")
