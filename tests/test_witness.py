@@ -10,6 +10,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -314,6 +315,42 @@ async def test_racing_requests_for_one_old_size_get_one_cosignature(
     assert orjson.loads(state_path.read_bytes())[ORIGIN]["size"] == won
 
 
+def spawn_witness(key_file: Path, state: Path, logs: dict[str, note.Verifier], port: int) -> subprocess.Popen[bytes]:
+    """A ``witness serve`` process (its stderr in ``<state>.err``); the caller stops it."""
+    log_args = [arg for origin, key in logs.items() for arg in ("--log", f"{origin}={key.encode()}")]
+    with open(state.with_name(state.name + ".err"), "ab") as errors:
+        return subprocess.Popen(
+            [sys.executable, "service.py", "witness", "serve", "--port", str(port), "--key-file", str(key_file),
+             "--state", str(state), *log_args],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=errors,
+        )  # fmt: skip
+
+
+def stop_witness(process: subprocess.Popen[bytes]) -> int | None:
+    """SIGTERM, then its exit status; one still running 15 s later is killed (None). Always
+    leaves no process behind."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(15)
+        return None
+
+
+@contextlib.contextmanager
+def running_witness(
+    key_file: Path, state: Path, logs: dict[str, note.Verifier]
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``start_witness`` that always stops (or kills) its process, however the test ends."""
+    process, base = start_witness(key_file, state, logs)
+    try:
+        yield process, base
+    finally:
+        stop_witness(process)
+
+
 def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
     tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
 ) -> None:
@@ -322,35 +359,26 @@ def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
     key_file = tmp_path / "witness.key"
     key_file.write_text(cosigner.encode() + "\n")
     state = tmp_path / "state.json"
-
-    def start() -> tuple[subprocess.Popen[bytes], str]:
-        return start_witness(key_file, state, {ORIGIN: log_key.verifier})
-
+    logs = {ORIGIN: log_key.verifier}
     eight = grown(8)
-    process, base = start()
-    try:
+    with running_witness(key_file, state, logs) as (process, base):
         done = httpx.post(base + "/add-checkpoint", content=body(0, [], checkpoint(log_key, eight)))
-        assert done.status_code == 200
-    finally:
-        process.terminate()
-        process.wait(10)
-    process, base = start()
-    try:
+        assert done.status_code == 200, done.text
+        assert stop_witness(process) == 0
+    with running_witness(key_file, state, logs) as (process, base):
         fork = grown(20, seed=4)
         forked = httpx.post(
             base + "/add-checkpoint", content=body(8, fork.hashes().consistency_proof(8), checkpoint(log_key, fork))
         )
-        assert forked.status_code == 422
+        assert forked.status_code == 422, forked.text
         stale = httpx.post(base + "/add-checkpoint", content=body(0, [], checkpoint(log_key, grown(3))))
         assert (stale.status_code, stale.text) == (409, "8\n")
         good = grown(20)
         proof = good.hashes().consistency_proof(8)
-        assert (
-            httpx.post(base + "/add-checkpoint", content=body(8, proof, checkpoint(log_key, good))).status_code == 200
-        )
-    finally:
-        process.terminate()
-        process.wait(10)
+        grew = httpx.post(base + "/add-checkpoint", content=body(8, proof, checkpoint(log_key, good)))
+        assert grew.status_code == 200, grew.text
+        assert stop_witness(process) == 0
+    assert orjson.loads(state.read_bytes())[ORIGIN]["size"] == 20
 
 
 def test_two_witness_processes_on_one_state_file_cosign_one_of_racing_checkpoints(
@@ -362,10 +390,12 @@ def test_two_witness_processes_on_one_state_file_cosign_one_of_racing_checkpoint
     key_file = tmp_path / "witness.key"
     key_file.write_text(cosigner.encode() + "\n")
     state = tmp_path / "state.json"
-    started = [start_witness(key_file, state, {ORIGIN: log_key.verifier}) for _ in range(2)]
-    try:
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(running_witness(key_file, state, {ORIGIN: log_key.verifier})) for _ in range(2)]
+        http = stack.enter_context(httpx.Client(timeout=20))  # one client: no TLS set-up per request
         tree = grown(300)
-        assert httpx.post(started[0][1] + "/add-checkpoint", content=body(0, [], checkpoint(log_key, grown(5))))
+        first = http.post(started[0][1] + "/add-checkpoint", content=body(0, [], checkpoint(log_key, grown(5))))
+        assert first.status_code == 200, first.text
         old = 5
         for _ in range(6):  # rounds: one race can miss a missing lock, six rarely do
             bodies = []
@@ -377,7 +407,7 @@ def test_two_witness_processes_on_one_state_file_cosign_one_of_racing_checkpoint
 
             def send(n: int, bodies: list[bytes] = bodies, gate: threading.Barrier = gate) -> httpx.Response:
                 gate.wait(10)
-                return httpx.post(started[n % 2][1] + "/add-checkpoint", content=bodies[n], timeout=20)
+                return http.post(started[n % 2][1] + "/add-checkpoint", content=bodies[n])
 
             with ThreadPoolExecutor(len(bodies)) as pool:
                 answers = list(pool.map(send, range(len(bodies))))
@@ -388,31 +418,89 @@ def test_two_witness_processes_on_one_state_file_cosign_one_of_racing_checkpoint
             assert all(a.status_code in (200, 409) for a in answers)
             assert orjson.loads(state.read_bytes())[ORIGIN]["size"] == won
             old = won
+        assert [stop_witness(process) for process, _ in started] == [0, 0]
+    assert state_dir(state) == ["state.json", "state.json.err", "state.json.lock", "witness.key"]
+
+
+def test_sigterm_right_after_start_ends_the_witness(
+    tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
+) -> None:
+    """A stop that arrives at once, before anything listens: the process ends promptly, with 0
+    (or, while Python itself is still starting, by the signal's default action)."""
+    key_file = tmp_path / "witness.key"
+    key_file.write_text(cosigner.encode() + "\n")
+    process = spawn_witness(key_file, tmp_path / "state.json", {ORIGIN: log_key.verifier}, free_port())
+    try:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) in (0, -signal.SIGTERM)
     finally:
-        for process, _ in started:
-            process.terminate()
-            process.wait(10)
+        stop_witness(process)
+
+
+def test_sigterm_during_start_up_while_the_state_is_locked_exits_0(
+    tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
+) -> None:
+    """Start-up waits for the state's lock (another witness process may be writing). Held by
+    the test, the witness is caught there, before it listens; SIGTERM ends it with 0."""
+    key_file = tmp_path / "witness.key"
+    key_file.write_text(cosigner.encode() + "\n")
+    state = tmp_path / "state.json"
+    lock = tmp_path / "state.json.lock"
+    port = free_port()
+    with hold_lock(lock):
+        process = spawn_witness(key_file, state, {ORIGIN: log_key.verifier}, port)
+        try:
+            wait_until(lambda: process.poll() is not None or lock_waiters(lock, process.pid) == 1, "it waits")
+            assert process.poll() is None
+            with pytest.raises(httpx.ConnectError):
+                httpx.post(f"http://127.0.0.1:{port}/add-checkpoint", content=b"", timeout=5)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(15) == 0
+        finally:
+            stop_witness(process)
+    assert "stopped during start-up" in (tmp_path / "state.json.err").read_text()
+
+
+def test_sigterm_during_a_request_answers_it_and_exits_0(
+    tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
+) -> None:
+    """A request waits for the state's lock (held by the test, as by another process) when
+    SIGTERM comes: it is answered 503 at once, nothing is written, and the process exits 0."""
+    key_file = tmp_path / "witness.key"
+    key_file.write_text(cosigner.encode() + "\n")
+    state = tmp_path / "state.json"
+    lock = tmp_path / "state.json.lock"
+    with running_witness(key_file, state, {ORIGIN: log_key.verifier}) as (process, base):
+        with hold_lock(lock), ThreadPoolExecutor(1) as pool:
+            sent = body(0, [], checkpoint(log_key, grown(4)))
+            answer = pool.submit(httpx.post, base + "/add-checkpoint", content=sent, timeout=30)
+            wait_until(lambda: answer.done() or lock_waiters(lock, process.pid) == 1, "the request waits")
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(15) == 0
+            response = answer.result()
+        assert (response.status_code, response.text) == (503, "the witness is shutting down\n")
+    assert state_dir(state) == ["state.json.err", "state.json.lock", "witness.key"]
 
 
 def start_witness(key_file: Path, state: Path, logs: dict[str, note.Verifier]) -> tuple[subprocess.Popen[bytes], str]:
-    """A ``witness serve`` process on a free port, answering; (process, base URL)."""
+    """A ``witness serve`` process on a free port, answering; (process, base URL). The caller
+    stops it (``running_witness`` does); one that does not start is killed here."""
     port = free_port()
-    log_args = [arg for origin, key in logs.items() for arg in ("--log", f"{origin}={key.encode()}")]
-    process = subprocess.Popen(
-        [sys.executable, "service.py", "witness", "serve", "--port", str(port), "--key-file", str(key_file),
-         "--state", str(state), *log_args],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    process = spawn_witness(key_file, state, logs, port)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.post(base + "/add-checkpoint", content=b"", timeout=1)
-            return process, base
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    process.kill()
-    pytest.fail("the witness did not start")
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                httpx.post(base + "/add-checkpoint", content=b"", timeout=1)
+                return process, base
+            except httpx.HTTPError:
+                time.sleep(0.05)
+    except BaseException:
+        stop_witness(process)
+        raise
+    stop_witness(process)
+    pytest.fail(f"the witness did not start (exit status {process.returncode})")
 
 
 def test_witness_key_new_prints_the_private_key_then_the_verifier_key() -> None:
