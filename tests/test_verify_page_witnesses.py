@@ -32,7 +32,7 @@ from receipts.cosignature import Cosigner
 from tests.conftest import REPO, hash_of
 from tests.servers import ServicePool, serving
 from tests.test_verify_page import Page, browser  # noqa: F401  (the module fixture)
-from tests.test_witness import start_witness
+from tests.test_witness import start_witness, stop_witness
 
 pytestmark = pytest.mark.slow
 
@@ -378,8 +378,7 @@ def witnessed_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
             }
     finally:
         for process in processes:
-            process.terminate()
-            process.wait(10)
+            stop_witness(process)
 
 
 def create_logged(site: dict[str, Any], label: str) -> dict[str, Any]:
