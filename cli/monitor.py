@@ -38,10 +38,10 @@ import httpx
 import orjson
 
 from cli.monitor_state import MonitorDb, Seen, StateError
-from cli.verify_log import LogInputError
+from cli.verify_log import LogInputError, env_skew
 from receipts import note, tlog
 from receipts.monitor import Frontier, Project, Violation, check_chains, completed_tiles, split_bundle, tile_name
-from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
+from receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, check_quorum, parse_policy
 
 CONCURRENCY = 16  # requests in flight
 AHEAD = 64  # bundles fetched ahead of the one being hashed
@@ -83,7 +83,8 @@ def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
 
 def monitor_command(args: argparse.Namespace) -> int:
     try:
-        policy = parse_policy(Path(args.log_policy).read_text(encoding="utf-8")) if args.log_policy else None
+        policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
+        skew_s = env_skew()
         if args.log_key:
             log_key = note.Verifier.parse(args.log_key)
         else:
@@ -99,7 +100,7 @@ def monitor_command(args: argparse.Namespace) -> int:
     try:
         while True:
             try:
-                report = asyncio.run(run_monitor(prefix, log_key, policy, db))
+                report = asyncio.run(run_monitor(prefix, log_key, policy, db, skew_s))
             except LogInputError as exc:
                 print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
                 if args.once:
@@ -124,7 +125,9 @@ def _remember_no_sniffio() -> None:
         sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 
-async def run_monitor(prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb) -> dict[str, Any]:
+async def run_monitor(
+    prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
+) -> dict[str, Any]:
     _remember_no_sniffio()
     async with contextlib.AsyncExitStack() as stack:
         # One keep-alive connection per client, a client per request in flight: httpcore's
@@ -147,7 +150,7 @@ async def run_monitor(prefix: str, log_key: note.Verifier, policy: Policy | None
                 idle.put_nowait(client)
 
         fetcher = Fetcher(get, prefix)
-        return await Pass(fetcher, log_key, policy, db, Progress(sys.stderr.isatty())).run()
+        return await Pass(fetcher, log_key, policy, db, Progress(sys.stderr.isatty()), skew_s).run()
 
 
 @dataclass
@@ -241,8 +244,15 @@ class Unit:
 
 class Pass:
     def __init__(
-        self, fetcher: Fetcher, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, progress: Progress
+        self,
+        fetcher: Fetcher,
+        log_key: note.Verifier,
+        policy: Policy | None,
+        db: MonitorDb,
+        progress: Progress,
+        skew_s: int = COSIGNATURE_SKEW_S,
     ) -> None:
+        self.skew_s = skew_s
         self.fetcher = fetcher
         self.log_key = log_key
         self.policy = policy
@@ -261,7 +271,7 @@ class Pass:
         except note.NoteError as exc:
             return self._stop(None, Violation("signature", str(exc)))
         if self.policy is not None:
-            quorum = check_quorum(text, self.policy, int(time.time()))
+            quorum = check_quorum(text, self.policy, int(time.time()), self.skew_s)
             if not quorum.ok:
                 return self._stop(checkpoint, Violation("quorum", quorum.reason))
         db.frontier.verified = db.seen.size if db.seen else 0

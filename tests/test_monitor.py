@@ -33,6 +33,7 @@ from kv.accounts import create_project_key
 from kv.logstore import LogStore
 from kv.store import Store
 from receipts import note, tlog
+from receipts.cosignature import Cosigner
 from receipts.limits import load_limits
 from tests.conftest import REPO, free_port
 from tests.test_log import ORIGIN, integrator, issue, log_app
@@ -353,6 +354,24 @@ def test_a_violation_is_reported_on_every_later_run(
     code, report = monitor(served.url, signer, tmp_path / "state")
     assert code == 1 and report["violations"] == first[1]["violations"]
     assert report["checkpoint"]["size"] == 600 and report["new_entries"] == 600 - 256
+
+
+def test_a_policy_pins_the_key_and_its_quorum_is_checked(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """With ``--log-policy``: a checkpoint no witness cosigned misses a quorum of one
+    (``quorum``); a malformed LOG_COSIGNATURE_SKEW_S means it cannot check (exit 2)."""
+    witness = Cosigner.generate("witness.example/w1")
+    policy = tmp_path / "policy.txt"
+    policy.write_text(f"log {signer.verifier.encode()}\nwitness w1 {witness.key.encode()}\nquorum w1\n")
+    args = [sys.executable, "service.py", "monitor", "--tiles-url", serve(small_log).url, "--log-policy", str(policy),
+            "--state", str(tmp_path / "state"), "--once"]  # fmt: skip
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    report = orjson.loads(done.stdout.splitlines()[-1])
+    assert done.returncode == 1 and kinds(report) == ["quorum"], report
+    env = {**os.environ, "LOG_COSIGNATURE_SKEW_S": "soon"}
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 2 and "LOG_COSIGNATURE_SKEW_S" in done.stderr
 
 
 # --------------------------------------------------------------------------- a big log
