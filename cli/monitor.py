@@ -330,7 +330,7 @@ class Pass:
                     self._save(checkpoint, text, pending, [*found, violation])
                     return violation
                 assert not isinstance(unit.entries, Violation)
-                chains = check_chains(frontier.size - unit.width + have, unit.entries[have:], db.projects)
+                chains = check_chains(frontier.size - unit.width + have, unit.entries[have:], db.projects, db.prevs)
                 db.projects.update(chains.changed)
                 pending.update(chains.changed)
                 found += chains.violations

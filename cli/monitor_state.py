@@ -4,8 +4,13 @@
   the monitor computed, receipts.monitor.Frontier), the last checkpoint whose root the
   frontier matched (its text, size and root), and the checkpoint being caught up to.
 - ``projects``: per project, the main chain's tip and the previous hash of its last main
-  entry. Memory and disk grow with the number of projects, never with the entries.
+  entry. Memory grows with the number of projects, never with the entries.
 - ``violations``: every violation found, each once; reported on every later run.
+- DIR/prevs.bin (``PrevFile``): every (project, previous hash) a main entry used, 16 bytes
+  each, appended as the monitor goes and read only when an entry does not follow its
+  project's tip (to tell a fork from a split): disk grows 16 bytes per main entry, memory
+  does not. Its committed length is in ``meta``, written after the file is fsynced: a longer
+  file (a run killed between the two) is cut back to it on start.
 
 Progress (frontier, size, the projects that moved, violations) is written in one
 transaction, so a monitor killed at any point (kill -9) finds on its next run a state in
@@ -16,6 +21,9 @@ last commits may be lost, and the monitor re-reads those entries.
 
 from __future__ import annotations
 
+import hashlib
+import mmap
+import os
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -49,6 +57,65 @@ class Seen:
     text: str
 
 
+class PrevFile:
+    """``receipts.monitor.UsedPrevs`` on disk: the first 16 bytes of SHA-256(project id, a
+    newline, the previous hash) per use (collisions: about 2^-64 for a million uses)."""
+
+    KEY = 16
+
+    def __init__(self, path: Path, length: int) -> None:
+        self.path = path
+        try:
+            self._file = open(path, "a+b")  # noqa: SIM115 - held open for the monitor's life
+            held = self._file.seek(0, os.SEEK_END)
+            if held < length:
+                raise StateError(f"{path} holds {held} bytes; the state says {length} were written")
+            self._file.truncate(length)
+        except OSError as exc:
+            raise StateError(f"cannot use {path}: {exc}") from exc
+        self.length = length
+        self._pending = bytearray()
+
+    @classmethod
+    def key(cls, project_id: str, prev: str) -> bytes:
+        return hashlib.sha256(f"{project_id}\n{prev}".encode()).digest()[: cls.KEY]
+
+    def add(self, project_id: str, prev: str) -> None:
+        self._pending += self.key(project_id, prev)
+
+    def seen(self, project_id: str, prev: str) -> bool:
+        key = self.key(project_id, prev)
+        if _aligned(self._pending, key):
+            return True
+        if not self.length:
+            return False
+        with mmap.mmap(self._file.fileno(), self.length, access=mmap.ACCESS_READ) as held:
+            return _aligned(held, key)
+
+    def flush(self) -> int:
+        """Append what was added, fsync: the length to commit."""
+        if self._pending:
+            self._file.seek(0, os.SEEK_END)
+            self._file.write(self._pending)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self.length += len(self._pending)
+            self._pending.clear()
+        return self.length
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _aligned(data: bytes | bytearray | mmap.mmap, key: bytes) -> bool:
+    at = data.find(key)
+    while at != -1:
+        if at % PrevFile.KEY == 0:
+            return True
+        at = data.find(key, at + 1)
+    return False
+
+
 class MonitorDb:
     def __init__(self, path: Path) -> None:
         try:
@@ -74,8 +141,10 @@ class MonitorDb:
             else None
         )
         self.target: str | None = meta["target"].decode() if "target" in meta else None
+        self.prevs = PrevFile(path.with_name("prevs.bin"), int(meta.get("prevs_length", b"0")))
 
     def close(self) -> None:
+        self.prevs.close()
         self._db.close()
 
     def violations(self) -> list[Violation]:
@@ -97,6 +166,7 @@ class MonitorDb:
             "origin": origin.encode(),
             "size": str(self.frontier.size).encode(),
             "frontier": self.frontier.encode(),
+            "prevs_length": str(self.prevs.flush()).encode(),
         }
         if target is not None:
             meta["target"] = target.encode()

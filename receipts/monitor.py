@@ -15,13 +15,13 @@ kept frontier with the new entries gives its root: the monitor's own hashes deci
 from the log is needed.
 
 The chains (``check_chains``), per project, in log order, for ``main`` entries with a
-previous hash: one that reuses the previous hash of the project's last main entry is a
-``chain_fork`` (two main receipts follow the same receipt); one whose previous hash is not
-the project's tip is a ``chain_split``. A project's first main entry, or one whose previous
-hash is null (history that expired, or a new start), may start anywhere. Reusing an older
-previous hash (not the last one) is reported as ``chain_split``: the entry does not follow
-the tip. Both are violations; telling them apart would mean keeping every previous hash ever
-used, which grows with the log, not with the number of projects (docs/log.md, "Monitoring").
+previous hash: one whose previous hash another main entry of the project already followed is
+a ``chain_fork`` (two main receipts follow the same receipt); one that follows anything else
+but the project's tip is a ``chain_split``. A project's first main entry, or one whose
+previous hash is null (history that expired, or a new start), may start anywhere. Memory holds
+two hashes per project (the tip and the last previous hash, which decide every honest entry);
+the previous hashes used before are asked of ``UsedPrevs`` only for an entry that does not
+follow the tip, which an honest log never has.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from receipts import tlog
 
@@ -251,6 +251,28 @@ class Frontier:
         return None
 
 
+class UsedPrevs(Protocol):
+    """Every (project, previous hash) a main entry used so far (cli/monitor_state.py keeps
+    them on disk)."""
+
+    def add(self, project_id: str, prev: str) -> None: ...
+
+    def seen(self, project_id: str, prev: str) -> bool: ...
+
+
+class MemoryPrevs:
+    """``UsedPrevs`` in memory (tests, and a monitor with nothing to keep)."""
+
+    def __init__(self) -> None:
+        self._used: set[tuple[str, str]] = set()
+
+    def add(self, project_id: str, prev: str) -> None:
+        self._used.add((project_id, prev))
+
+    def seen(self, project_id: str, prev: str) -> bool:
+        return (project_id, prev) in self._used
+
+
 @dataclass(slots=True)
 class Project:
     """A project's main chain so far: its tip and the previous hash of its last main entry."""
@@ -266,9 +288,12 @@ class ChainCheck:
     """The projects whose chain moved, as they are after the entries."""
 
 
-def check_chains(first_index: int, entries: Sequence[bytes], projects: Mapping[str, Project]) -> ChainCheck:
+def check_chains(
+    first_index: int, entries: Sequence[bytes], projects: Mapping[str, Project], used: UsedPrevs
+) -> ChainCheck:
     """The chain rules (module docstring) over ``entries`` (indices ``first_index``...),
-    against ``projects`` as they were before them (not modified: the result says what changed)."""
+    against ``projects`` as they were before them (not modified: the result says what changed).
+    ``used`` learns each previous hash as it passes."""
     violations: list[Violation] = []
     changed: dict[str, Project] = {}
     for offset, entry in enumerate(entries):
@@ -284,8 +309,8 @@ def check_chains(first_index: int, entries: Sequence[bytes], projects: Mapping[s
             continue
         project_id, receipt_hash, prev = lines[3], lines[2], lines[4]
         known = changed.get(project_id) or projects.get(project_id)
-        if prev and known is not None:
-            if prev == known.last_prev:
+        if prev and known is not None and prev != known.tip:
+            if prev == known.last_prev or used.seen(project_id, prev):
                 violations.append(
                     Violation(
                         "chain_fork",
@@ -294,7 +319,7 @@ def check_chains(first_index: int, entries: Sequence[bytes], projects: Mapping[s
                         project_id,
                     )
                 )
-            elif prev != known.tip:
+            else:
                 violations.append(
                     Violation(
                         "chain_split",
@@ -303,5 +328,7 @@ def check_chains(first_index: int, entries: Sequence[bytes], projects: Mapping[s
                         project_id,
                     )
                 )
+        if prev:
+            used.add(project_id, prev)
         changed[project_id] = Project(receipt_hash, prev or None)
     return ChainCheck(violations, changed)

@@ -298,15 +298,15 @@ def test_forked_and_split_chains_are_named(signer: note.Signer, tmp_path: Path, 
     served = serve(root)
     state = tmp_path / "state"
     assert monitor(served.url, signer, state)[0] == 0
-    # 5: follows 3, as 4 did: a fork. 6: follows 40, never on main: a split. 7: follows 1
-    # (an older previous hash reused): reported as a split (docs/log.md, "Monitoring").
+    # 5: follows 3, as 4 did: a fork. 6: follows 40, never on main: a split. 7: follows 1,
+    # as 2 did (read by the first run): a fork.
     write_static_log(root, [*good, entry(50, "prj_A", 3), entry(51, "prj_A", 40), entry(52, "prj_A", 1)], signer)
     code, report = monitor(served.url, signer, state)
     assert code == 1
     assert [(v["kind"], v["index"], v["project_id"]) for v in report["violations"]] == [
         ("chain_fork", 5, "prj_A"),
         ("chain_split", 6, "prj_A"),
-        ("chain_split", 7, "prj_A"),
+        ("chain_fork", 7, "prj_A"),
     ]
 
 

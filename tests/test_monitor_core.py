@@ -15,7 +15,15 @@ from bench.monitor import chain_entries, write_static_log
 from cli.monitor import Fetcher, Progress
 from cli.verify_log import LogInputError
 from receipts import note, tlog
-from receipts.monitor import Frontier, Project, check_chains, completed_tiles, split_bundle, subtree_root
+from receipts.monitor import (
+    Frontier,
+    MemoryPrevs,
+    Project,
+    check_chains,
+    completed_tiles,
+    split_bundle,
+    subtree_root,
+)
 from tests.test_tlog import TileStore
 
 
@@ -104,18 +112,22 @@ def test_the_chain_rules() -> None:
         entry(6, None),  # a fresh start
         entry(7, 3, "branch"),  # branches do not move the tip
         entry(8, 6),
+        entry(10, 2),  # a previous hash main entries followed before (3 and 4): a fork too
         entry(9, 77, project="prj_new"),  # a project's first main entry starts anywhere
         b"not an entry\n",
         b"\xff\n",
     ]
-    result = check_chains(10, entries, known)
+    used = MemoryPrevs()
+    result = check_chains(10, entries, known, used)
     assert [(v.kind, v.index) for v in result.violations] == [
         ("chain_fork", 11),
         ("chain_split", 12),
-        ("entry", 17),
+        ("chain_fork", 16),
         ("entry", 18),
+        ("entry", 19),
     ]
-    assert result.changed == {"prj_A": Project(h(8), h(6)), "prj_new": Project(h(9), h(77))}
+    assert result.changed == {"prj_A": Project(h(10), h(2)), "prj_new": Project(h(9), h(77))}
+    assert used.seen("prj_A", h(9)) and used.seen("prj_new", h(77)) and not used.seen("prj_new", h(2))
     assert known == {"prj_A": Project(h(2), h(1))}  # the input is left alone
 
 
@@ -176,3 +188,23 @@ def test_the_bench_writer_makes_a_log_that_verifies(tmp_path: Path) -> None:
     assert checkpoint.root == store.root
     assert (root / "tile/1/000.p/2").read_bytes() == store.read(1, 0, 2)
     assert tlog.split_bundle((root / "tile/entries/002.p/188").read_bytes()) == entries[512:]
+
+
+def test_the_previous_hashes_used_are_kept_on_disk_as_far_as_committed(tmp_path: Path) -> None:
+    from cli.monitor_state import PrevFile, StateError
+
+    path = tmp_path / "prevs.bin"
+    kept = PrevFile(path, 0)
+    for n in range(1000):
+        kept.add("prj_A", h(n))
+    assert kept.seen("prj_A", h(999)) and not kept.seen("prj_B", h(999))  # before the flush too
+    assert kept.flush() == 16_000
+    kept.add("prj_A", h(5000))  # added, never committed: a run killed before its save
+    kept.flush()
+    kept.close()
+    again = PrevFile(path, 16_000)  # the state committed 16,000 bytes
+    assert path.stat().st_size == 16_000
+    assert again.seen("prj_A", h(0)) and again.seen("prj_A", h(999)) and not again.seen("prj_A", h(5000))
+    again.close()
+    with pytest.raises(StateError, match="the state says 32000 were written"):
+        PrevFile(path, 32_000)
