@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asn1crypto import tsp
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from rfc3161_client import _rust as rfc3161_rust
 
 from tests.conftest import missing_binary
 
@@ -205,12 +205,12 @@ ess_cert_id_alg = sha256
 def _altered(query: bytes, mode: str) -> bytes:
     """The query as the TSA answers it: another imprint (same nonce) or another nonce (same
     imprint) in the misbehaving modes, found in the DER and replaced in place."""
-    asked = rfc3161_rust.parse_timestamp_request(query)
+    asked = tsp.TimeStampReq.load(query)
     if mode == "other_imprint":
-        digest = asked.message_imprint.message
+        digest = asked["message_imprint"]["hashed_message"].native
         return query.replace(digest, bytes(b ^ 0xFF for b in digest))
-    if mode == "other_nonce" and asked.nonce is not None:
-        nonce = asked.nonce.to_bytes((asked.nonce.bit_length() + 8) // 8, "big")
+    if mode == "other_nonce" and asked["nonce"].native is not None:
+        nonce = asked["nonce"].contents
         return query.replace(nonce, nonce[:-1] + bytes([nonce[-1] ^ 1]))
     return query
 

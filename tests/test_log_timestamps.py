@@ -86,7 +86,7 @@ def test_a_good_answer_is_kept_and_verifies_against_its_root(tsa: LocalTsa) -> N
     ("mode", "reason"),
     [
         ("rejection", "did not grant"),
-        ("garbage", "not a DER TimeStampResp"),
+        ("garbage", "not a TimeStampResp"),
         ("other_imprint", "over another text"),
         ("other_nonce", "nonce is not the request's"),
         ("no_eku", "no extended key usage"),
