@@ -5,19 +5,20 @@ The imprint is a hash of the checkpoint's text: the note body up to and includin
 checkpoint whatever signatures travel with it. A token says the TSA saw that text at its
 ``genTime`` (within its accuracy): every receipt in the checkpoint's tree existed by then.
 
-Tokens are read as TSAs send them: DER or BER (indefinite lengths, a constructed eContent,
-sets in any order), the certificate set in any order, with or without the TSA's chain,
-ESSCertID v1 or v2, a SHA-256/384/512 imprint. Parsing is ``asn1crypto``'s (lenient BER,
-pure Python); every check is made here with pyca/cryptography's primitives and its X.509
-path verification, as RFC 3161 and RFC 5652 say (the order of ``_check``):
+Tokens are read as TSAs send them: DER or BER (indefinite lengths, a chunked eContent, sets
+in any order), the certificate set in any order, with or without the TSA's chain, ESSCertID
+v1 or v2, a SHA-256/384/512 imprint. receipts/ber.py makes every length definite, then
+``asn1crypto`` parses (pure Python); every check is made here with pyca/cryptography's
+primitives and its X.509 path verification, as RFC 3161 and RFC 5652 say (``_check``):
 
 - one SignerInfo, whose certificate is in the token (a token without certificates is refused:
   the request asks for them) with the critical extended key usage timeStamping and nothing
   else, and a key usage (if any) of digitalSignature / nonRepudiation only;
 - signed attributes: contentType id-ct-TSTInfo, messageDigest = the hash of the encapsulated
-  TSTInfo's octets, the CMS signature over their DER re-encoding as a SET (RFC 5652 §5.4,
-  made here whatever the token's encoding), a signingCertificate(V2) whose first ESSCertID is
-  the signer's certificate (and whose other IDs name certificates of its chain);
+  TSTInfo's octets, the CMS signature over them re-encoded with DER lengths as a SET (in the
+  order received, as OpenSSL checks, or sorted, as RFC 5652 §5.4's DER has it), a
+  signingCertificate(V2) whose first ESSCertID is the signer's certificate (its other IDs
+  naming certificates of the chain); the TSTInfo's ``tsa`` (if any) names the signer;
 - with roots: the chain from the signer's certificate to one of them, at ``genTime``, the
   token's other certificates as intermediates (cryptography's ``PolicyBuilder``).
 
@@ -44,6 +45,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from receipts import ber
 from receipts.errors import LogError
 
 QUERY_TYPE = "application/timestamp-query"
@@ -153,7 +155,13 @@ def _parse(der: bytes) -> _Token:
     if len(der) > MAX_RESPONSE_BYTES:
         raise StampError(f"the response is larger than {MAX_RESPONSE_BYTES} bytes")
     try:
-        response = _TimeStampResp.load(der, strict=True)
+        definite, used = ber.definite(der)
+    except ber.BerError as exc:
+        raise StampError(f"not a TimeStampResp: {exc}") from exc
+    if used != len(der):
+        raise StampError("not a TimeStampResp: the response has bytes after its end")
+    try:
+        response = _TimeStampResp.load(definite, strict=True)
         status = response["status"]["status"].native
     except _PARSE_ERRORS as exc:
         raise StampError(f"not a TimeStampResp (DER or BER): {exc}") from exc
@@ -194,25 +202,18 @@ def _token(content_info: cms.ContentInfo) -> _Token:
     return _Token(info, econtent, signers[0], certificates)
 
 
-def _der(tag: int, content: bytes) -> bytes:
-    length = len(content)
-    if length < 0x80:
-        return bytes([tag, length]) + content
-    encoded = length.to_bytes((length.bit_length() + 7) // 8, "big")
-    return bytes([tag, 0x80 | len(encoded)]) + encoded + content
-
-
-def _signed_attributes_der(attributes: cms.CMSAttributes) -> bytes:
-    """What the signature covers (RFC 5652 §5.4): the signed attributes as a DER SET OF,
-    whatever encoding the token used for them. The SET and each attribute's SEQUENCE and
-    values SET are re-encoded (definite lengths, sorted); each value's own bytes are kept, as
-    OpenSSL does (a value is signed as it was written)."""
+def _signed_attributes_der(attributes: cms.CMSAttributes, *, sort: bool) -> bytes:
+    """What the signature covers (RFC 5652 §5.4): the signed attributes as a SET OF with DER
+    lengths, each attribute's values SET sorted, each value's bytes as written (a value is
+    signed as it was written). ``sort`` False keeps the attributes in the order received, as
+    OpenSSL verifies them (so do signers that write them unsorted); True sorts them as DER
+    asks (a SET reordered on the way)."""
     encoded = []
     for attribute in attributes:
         kind = core.ObjectIdentifier(attribute["type"].dotted).dump()
         values = sorted(value.dump() for value in attribute["values"])
-        encoded.append(_der(0x30, kind + _der(0x31, b"".join(values))))
-    return _der(0x31, b"".join(sorted(encoded)))
+        encoded.append(ber.der(b"\x30", kind + ber.der(b"\x31", b"".join(values))))
+    return ber.der(b"\x31", b"".join(sorted(encoded) if sort else encoded))
 
 
 # -- the checks
@@ -251,6 +252,21 @@ def _signer_certificate(token: _Token) -> cryptography.x509.Certificate:
     return certificate
 
 
+def _check_tsa_name(token: _Token, certificate: cryptography.x509.Certificate) -> None:
+    """RFC 3161 §2.4.2: a TSTInfo's ``tsa``, when present, is one of the names of the
+    certificate that verifies the token (its subject, or a subjectAltName)."""
+    name = token.info["tsa"]
+    if name.native is None:
+        return
+    mine = asn1_x509.Certificate.load(certificate.public_bytes(Encoding.DER))
+    if name.name == "directory_name" and name.chosen == mine.subject:
+        return
+    alternatives = mine.subject_alt_name_value
+    if alternatives is not None and any((o.name, o.native) == (name.name, name.native) for o in alternatives):
+        return
+    raise StampError("the TSTInfo's tsa names another certificate than its signer's")
+
+
 def _attribute(values: dict[str, list[Any]], name: str) -> Any:
     found = values.get(name, [])
     if len(found) != 1:
@@ -275,7 +291,18 @@ def _check_signature(token: _Token, certificate: cryptography.x509.Certificate) 
         raise StampError("the token's signed contentType is not id-ct-TSTInfo")
     if _attribute(values, "message_digest").native != hashlib.new(digest, token.econtent).digest():
         raise StampError("the token's messageDigest is not the hash of its TSTInfo (altered)")
-    signed = _signed_attributes_der(attributes)
+    as_received = _signed_attributes_der(attributes, sort=False)
+    as_der = _signed_attributes_der(attributes, sort=True)
+    if not _signature_holds(signer, certificate, as_received, digest) and (
+        as_der == as_received or not _signature_holds(signer, certificate, as_der, digest)
+    ):
+        raise StampError("the token's signature does not verify under its signer's certificate")
+    return values
+
+
+def _signature_holds(
+    signer: cms.SignerInfo, certificate: cryptography.x509.Certificate, signed: bytes, digest: str
+) -> bool:
     algorithm = signer["signature_algorithm"]
     signature = signer["signature"].native
     key = certificate.public_key()
@@ -295,10 +322,10 @@ def _check_signature(token: _Token, certificate: cryptography.x509.Certificate) 
         else:
             raise StampError(f"the token's signature algorithm ({algorithm['algorithm'].native}) does not fit its key")
     except InvalidSignature:
-        raise StampError("the token's signature does not verify under its signer's certificate") from None
+        return False
     except (KeyError, UnsupportedAlgorithm) as exc:
         raise StampError(f"the token's signature algorithm is not supported: {exc}") from exc
-    return values
+    return True
 
 
 def _cert_ids(values: dict[str, list[Any]]) -> list[tuple[str, bytes, Any]]:
@@ -381,6 +408,7 @@ def _check(token: _Token, roots: list[cryptography.x509.Certificate] | None) -> 
     certificate = _signer_certificate(token)
     try:
         values = _check_signature(token, certificate)
+        _check_tsa_name(token, certificate)
         chain = [c for _, c in token.certificates]
         if roots is not None:
             chain += _verify_chain(token, certificate, roots)

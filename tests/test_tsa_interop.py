@@ -1,0 +1,201 @@
+"""Time-stamps as real TSAs send them (CONTRACT section 10, "Interoperability"): the local
+OpenSSL TSA (tests/local_tsa.py) in every configuration a TSA may use, its tokens also
+re-encoded in BER and re-signed with faults (tests/tsa_tokens.py); for every token our
+verdict (receipts/timestamps.py) is OpenSSL's (``openssl ts -verify``), accepted or refused,
+but for the two differences docs/log.md names, each tested here."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asn1crypto import tsp
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from receipts import timestamps
+from receipts.timestamps import _TimeStampResp
+from tests import tsa_tokens
+from tests.local_tsa import LocalTsa
+
+TEXT = "example.org/log\n42\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"
+OTHER_TEXT = TEXT.replace("\n42\n", "\n43\n")
+
+ACCEPTED = {
+    "plain": {},
+    "chain": {"chain": True},
+    "chain, ESSCertID chain": {"chain": True, "ess_cert_id_chain": True},
+    "ESSCertID v1": {"ess_cert_id_alg": "sha1"},
+    "ESSCertIDv2 SHA-512": {"ess_cert_id_alg": "sha512"},
+    "signed over SHA-512": {"signer_digest": "sha512"},
+    "RSA, chain, ESSCertID v1 chain": {
+        "key": "rsa",
+        "chain": True,
+        "ess_cert_id_chain": True,
+        "ess_cert_id_alg": "sha1",
+    },
+}
+REFUSED = {
+    "no certificates": ({"certs": False}, "carries no certificate"),
+    "chain not sent": ({"chain": True, "send_chain": False}, "does not verify against the roots"),
+    "expired certificate": ({"expired": True}, "does not verify against the roots"),
+}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("interop")
+    (path / "text").write_text(TEXT)
+    (path / "other-text").write_text(OTHER_TEXT)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tsas(work: Path) -> dict[str, LocalTsa]:
+    configurations = {**ACCEPTED, **{name: options for name, (options, _) in REFUSED.items()}}
+    return {
+        name: LocalTsa(work / f"tsa-{n}", name=f"TSA {n}", **options)
+        for n, (name, options) in enumerate(configurations.items())
+    }
+
+
+def stamp(tsa: LocalTsa, work: Path, digest: str = "sha256") -> bytes:
+    """The TSA's response to ``openssl ts -query -cert`` over TEXT with that imprint."""
+    return tsa.reply(tsa_tokens.query(work, work / "text", digest))
+
+
+def ours(response: bytes, roots: Path, text: str = TEXT) -> tuple[bool, str]:
+    try:
+        timestamps.verify_token(response, text, timestamps.load_roots(roots.read_bytes()))
+    except timestamps.StampError as exc:
+        return False, str(exc)
+    return True, ""
+
+
+def agree(response: bytes, tsa: LocalTsa, work: Path, *, roots: Path | None = None, data: str = "text") -> bool:
+    """Our verdict and OpenSSL's on the response, which must be the same; the verdict."""
+    roots = roots or tsa.roots_pem
+    mine, reason = ours(response, roots, OTHER_TEXT if data == "other-text" else TEXT)
+    theirs = tsa_tokens.openssl_ok(work, response, work / data, roots)
+    assert mine == theirs, f"ours {mine} ({reason}), openssl {theirs}"
+    return mine
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+@pytest.mark.parametrize("digest", ["sha256", "sha384", "sha512"])
+def test_a_configuration_verifies_as_openssl_says_in_der_and_ber(
+    tsas: dict[str, LocalTsa], work: Path, name: str, digest: str
+) -> None:
+    tsa = tsas[name]
+    der = stamp(tsa, work, digest)
+    info = tsp.TSTInfo.load(
+        bytes(_TimeStampResp.load(der)["time_stamp_token"]["content"]["encap_content_info"]["content"])
+    )
+    assert info["message_imprint"]["hash_algorithm"]["algorithm"].native == digest
+    ber = tsa_tokens.to_ber(der)
+    assert ber != der and b"\x30\x80" in ber
+    for response in (der, ber):
+        assert agree(response, tsa, work)
+        assert not agree(response, tsa, work, data="other-text")
+        assert not agree(response, tsa, work, roots=tsas["plain" if name != "plain" else "chain"].roots_pem)
+        assert not agree(tsa_tokens.tampered(response), tsa, work)
+
+
+def test_the_chain_is_sent_in_openssl_order_and_read_in_any(tsas: dict[str, LocalTsa], work: Path) -> None:
+    """``-chain`` tokens list signer, intermediate, root (not DER set order for one of the
+    two orders below): rfc3161-client refused them; both orders verify here."""
+    tsa = tsas["chain"]
+    der = stamp(tsa, work)
+    certificates = [c.dump() for c in _TimeStampResp.load(der)["time_stamp_token"]["content"]["certificates"]]
+    expected = [tsa.tsa_cert, tsa.intermediate, tsa.ca_cert]
+    assert certificates == [c.public_bytes(Encoding.DER) for c in expected if c is not None]
+    assert certificates != sorted(certificates) or certificates[::-1] != sorted(certificates)
+    assert agree(der, tsa, work) and agree(tsa_tokens.to_ber(der, reverse_certificates=True), tsa, work)
+    assert agree(tsa_tokens.to_ber(der, reverse_certificates=False), tsa, work)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_configuration_we_refuse_openssl_refuses(tsas: dict[str, LocalTsa], work: Path, name: str) -> None:
+    tsa, reason = tsas[name], REFUSED[name][1]
+    der = stamp(tsa, work)
+    for response in (der, tsa_tokens.to_ber(der)):
+        assert not agree(response, tsa, work)
+        assert reason in ours(response, tsa.roots_pem)[1]
+
+
+def _resigned(
+    tsa: LocalTsa, work: Path, usages: list[Any] | None, critical: bool = True, name: str = "", **kwargs: Any
+) -> bytes:
+    """A token of the TSA re-signed with its key under another certificate of its issuer
+    (the TSTInfo names the TSA: the certificate has its name unless ``name``)."""
+    key = tsa.tsa_key
+    certificate = tsa.leaf(name or tsa.name, key, usages, critical)
+    return tsa_tokens.resign(stamp(tsa, work), certificate, key, **kwargs)
+
+
+def test_resigned_tokens_are_refused_for_their_one_fault_only(tsas: dict[str, LocalTsa], work: Path) -> None:
+    tsa = tsas["plain"]
+    stamping = [ExtendedKeyUsageOID.TIME_STAMPING]
+    # The control: re-signed as a TSA would, under a proper certificate, both accept it.
+    assert agree(_resigned(tsa, work, stamping), tsa, work)
+    faults = {
+        "no extended key usage": _resigned(tsa, work, None),
+        "not for time-stamping": _resigned(tsa, work, stamping, critical=False),
+        "other extended key usages": _resigned(tsa, work, [*stamping, ExtendedKeyUsageOID.SERVER_AUTH]),
+        "does not name its signer's certificate": _resigned(tsa, work, stamping, ess_names=tsa.tsa_cert),
+        "tsa names another certificate": _resigned(tsa, work, stamping, name="Another TSA"),
+    }
+    for reason, response in faults.items():
+        assert not agree(response, tsa, work), reason
+        assert not agree(tsa_tokens.to_ber(response), tsa, work), reason
+        assert reason in ours(response, tsa.roots_pem)[1]
+
+
+def test_an_altered_tstinfo_is_refused(tsas: dict[str, LocalTsa], work: Path) -> None:
+    """A byte of the signed TSTInfo changed (its serial number): messageDigest no longer holds."""
+    tsa = tsas["plain"]
+    der = stamp(tsa, work)
+    info = bytes(_TimeStampResp.load(der)["time_stamp_token"]["content"]["encap_content_info"]["content"])
+    serial = tsp.TSTInfo.load(info)["serial_number"].contents
+    altered_info = info.replace(serial, serial[:-1] + bytes([serial[-1] ^ 1]), 1)
+    assert altered_info != info and der.count(info) == 1
+    altered = der.replace(info, altered_info)
+    assert not agree(altered, tsa, work)
+    assert "messageDigest is not the hash of its TSTInfo" in ours(altered, tsa.roots_pem)[1]
+    assert hashlib.sha256(altered).digest() != hashlib.sha256(der).digest()
+
+
+def test_where_we_differ_from_openssl(tsas: dict[str, LocalTsa], work: Path) -> None:
+    """The three differences docs/log.md names. Signed attributes reordered after signing
+    (a SET out of DER order): RFC 5652 signs their DER, sorted, and we check that too;
+    OpenSSL checks only the order received. A token without certificates: OpenSSL accepts it
+    given the TSA's certificate with -untrusted; we take no signer certificate from outside
+    the token (the request asks for it, and a kept token must verify with only a root). An
+    intermediate given as the root: a trust anchor to us, to OpenSSL with -partial_chain."""
+    tsa = tsas["plain"]
+    reordered = tsa_tokens.to_ber(stamp(tsa, work), reverse_attributes=True)
+    assert ours(reordered, tsa.roots_pem) == (True, "")
+    assert not tsa_tokens.openssl_ok(work, reordered, work / "text", tsa.roots_pem)
+    bare_tsa = tsas["no certificates"]
+    bare = stamp(bare_tsa, work)
+    assert tsa_tokens.openssl_ok(work, bare, work / "text", bare_tsa.roots_pem, untrusted=bare_tsa.dir / "tsa.pem")
+    assert "carries no certificate" in ours(bare, bare_tsa.roots_pem)[1]
+    chain_tsa = tsas["chain"]
+    chained = stamp(chain_tsa, work)
+    assert chain_tsa.intermediate is not None
+    pinned = work / "intermediate.pem"
+    pinned.write_bytes(chain_tsa.intermediate.public_bytes(Encoding.PEM))
+    assert ours(chained, pinned) == (True, "")
+    assert not tsa_tokens.openssl_ok(work, chained, work / "text", pinned)
+    assert tsa_tokens.openssl_ok(work, chained, work / "text", pinned, None, "-partial_chain")
+
+
+def test_malformed_ber_is_refused_with_a_reason(tsas: dict[str, LocalTsa], work: Path) -> None:
+    ber = tsa_tokens.to_ber(stamp(tsas["plain"], work))
+    roots = tsas["plain"].roots_pem
+    assert "truncated" in ours(ber[:-2], roots)[1]  # the outer end-of-contents missing
+    assert "bytes after its end" in ours(ber + b"\x00", roots)[1]
+    assert "not a TimeStampResp" in ours(b"\x30\x80\x02\x01\x00\x00\x00", roots)[1]
+    assert "nests deeper" in ours(b"\x30\x80" * 80 + b"\x00\x00" * 80, roots)[1]
