@@ -123,6 +123,7 @@ class LocalTsa:
             usages: list[x509.ObjectIdentifier] | None,
             critical: bool = True,
             valid: tuple[int, int] = (-1, 30),
+            key_encipherment: bool = False,
         ) -> x509.Certificate:
             builder = (
                 x509.CertificateBuilder()
@@ -133,7 +134,9 @@ class LocalTsa:
                 .not_valid_before(now + datetime.timedelta(days=valid[0]))
                 .not_valid_after(now + datetime.timedelta(days=valid[1]))
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.KeyUsage(True, True, False, False, False, False, False, False, False), True)
+                .add_extension(
+                    x509.KeyUsage(True, True, key_encipherment, False, False, False, False, False, False), True
+                )
             )
             if usages:
                 builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical)

@@ -126,12 +126,18 @@ def test_a_configuration_we_refuse_openssl_refuses(tsas: dict[str, LocalTsa], wo
 
 
 def _resigned(
-    tsa: LocalTsa, work: Path, usages: list[Any] | None, critical: bool = True, name: str = "", **kwargs: Any
+    tsa: LocalTsa,
+    work: Path,
+    usages: list[Any] | None,
+    critical: bool = True,
+    name: str = "",
+    key_encipherment: bool = False,
+    **kwargs: Any,
 ) -> bytes:
     """A token of the TSA re-signed with its key under another certificate of its issuer
     (the TSTInfo names the TSA: the certificate has its name unless ``name``)."""
     key = tsa.tsa_key
-    certificate = tsa.leaf(name or tsa.name, key, usages, critical)
+    certificate = tsa.leaf(name or tsa.name, key, usages, critical, key_encipherment=key_encipherment)
     return tsa_tokens.resign(stamp(tsa, work), certificate, key, **kwargs)
 
 
@@ -146,6 +152,7 @@ def test_resigned_tokens_are_refused_for_their_one_fault_only(tsas: dict[str, Lo
         "other extended key usages": _resigned(tsa, work, [*stamping, ExtendedKeyUsageOID.SERVER_AUTH]),
         "does not name its signer's certificate": _resigned(tsa, work, stamping, ess_names=tsa.tsa_cert),
         "tsa names another certificate": _resigned(tsa, work, stamping, name="Another TSA"),
+        "key usage is not digitalSignature": _resigned(tsa, work, stamping, key_encipherment=True),
     }
     for reason, response in faults.items():
         assert not agree(response, tsa, work), reason
