@@ -40,7 +40,7 @@ from asn1crypto import cms, core, tsp
 from asn1crypto import x509 as asn1_x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -336,8 +336,6 @@ def _signature_holds(
             key.verify(signature, signed, pss, HASHES[parameters["hash_algorithm"]["algorithm"].native]())
         elif isinstance(key, ec.EllipticCurvePublicKey) and name == "ecdsa":
             key.verify(signature, signed, ec.ECDSA(HASHES[digest]()))
-        elif isinstance(key, ed25519.Ed25519PublicKey) and name == "ed25519":
-            key.verify(signature, signed)
         else:
             raise StampError(f"the token's signature algorithm ({algorithm['algorithm'].native}) does not fit its key")
     except InvalidSignature:

@@ -11,13 +11,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from asn1crypto import cms, core, parser, tsp
+from asn1crypto import cms, core, tsp
 from asn1crypto import x509 as asn1_x509
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from receipts import ber
 from receipts.timestamps import _TimeStampResp
 from tests.local_tsa import openssl_binary
 
@@ -107,26 +108,43 @@ def _signer_info_ber(signer_info: bytes, reverse: bool) -> bytes:
 
 def token_of(response: bytes) -> bytes:
     """The TimeStampToken (CMS ContentInfo) of a response, as encoded there (BER kept:
-    asn1crypto's ``dump`` would re-encode an indefinite length)."""
-    body = parser.parse(response)[4]
-    rest = body[parser.peek(body) :]
-    return rest[: parser.peek(rest)]
+    asn1crypto's ``dump`` would re-encode an indefinite length, and its parser stops at ten
+    nested ones; receipts/ber.py measures each element)."""
+    first = response[1]
+    body = response[2 + (first & 0x7F if first > 0x80 else 0) :]
+    status_length = ber.definite(body)[1]
+    rest = body[status_length:]
+    return rest[: ber.definite(rest)[1]]
 
 
-def _sign(key: Any, data: bytes) -> tuple[bytes, str]:
+def _sign(key: Any, data: bytes, pss: bool = False) -> tuple[bytes, Any]:
+    if isinstance(key, rsa.RSAPrivateKey) and pss:
+        salted = padding.PSS(padding.MGF1(hashes.SHA256()), 32)
+        parameters = {
+            "hash_algorithm": {"algorithm": "sha256"},
+            "mask_gen_algorithm": {"algorithm": "mgf1", "parameters": {"algorithm": "sha256"}},
+            "salt_length": 32,
+        }
+        return key.sign(data, salted, hashes.SHA256()), {"algorithm": "rsassa_pss", "parameters": parameters}
     if isinstance(key, rsa.RSAPrivateKey):
-        return key.sign(data, padding.PKCS1v15(), hashes.SHA256()), "sha256_rsa"
+        return key.sign(data, padding.PKCS1v15(), hashes.SHA256()), {"algorithm": "sha256_rsa"}
     assert isinstance(key, ec.EllipticCurvePrivateKey)
-    return key.sign(data, ec.ECDSA(hashes.SHA256())), "sha256_ecdsa"
+    return key.sign(data, ec.ECDSA(hashes.SHA256())), {"algorithm": "sha256_ecdsa"}
 
 
 def resign(
-    response: bytes, certificate: x509.Certificate, key: Any, *, ess_names: x509.Certificate | None = None
+    response: bytes,
+    certificate: x509.Certificate,
+    key: Any,
+    *,
+    ess_names: x509.Certificate | None = None,
+    pss: bool = False,
 ) -> bytes:
     """The response's TSTInfo signed anew under ``certificate`` (and ``key``), with
     contentType, messageDigest and a signingCertificateV2 naming ``ess_names`` (default: the
     signer), as OpenSSL writes them: a well-formed token whose only fault is what the test
-    gives it (a certificate OpenSSL would not sign with, an ESSCertID naming another one)."""
+    gives it (a certificate OpenSSL would not sign with, an ESSCertID naming another one);
+    ``pss``: an RSA key signs with RSASSA-PSS (SHA-256, MGF1 SHA-256, 32-byte salt)."""
     signed = _TimeStampResp.load(response)["time_stamp_token"]["content"]
     econtent = bytes(signed["encap_content_info"]["content"])
     named = (ess_names or certificate).public_bytes(Encoding.DER)
@@ -137,7 +155,7 @@ def resign(
             {"type": "signing_certificate_v2", "values": [{"certs": [{"cert_hash": hashlib.sha256(named).digest()}]}]},
         ]
     )
-    signature, algorithm = _sign(key, attributes.dump())
+    signature, algorithm = _sign(key, attributes.dump(), pss)
     mine = asn1_x509.Certificate.load(certificate.public_bytes(Encoding.DER))
     signer = cms.SignerInfo(
         {
@@ -147,7 +165,7 @@ def resign(
             ),
             "digest_algorithm": {"algorithm": "sha256"},
             "signed_attrs": attributes,
-            "signature_algorithm": {"algorithm": algorithm},
+            "signature_algorithm": algorithm,
             "signature": signature,
         }
     )
@@ -156,7 +174,7 @@ def resign(
             "version": "v3",
             "digest_algorithms": [{"algorithm": "sha256"}],
             "encap_content_info": {"content_type": "tst_info", "content": core.ParsableOctetString(econtent)},
-            "certificates": [mine],
+            "certificates": [mine, *[c.chosen for c in signed["certificates"]]],  # the TSA's chain kept
             "signer_infos": [signer],
         }
     )
@@ -190,3 +208,14 @@ def openssl_ok(
     command += ["-CAfile", str(roots), *(["-untrusted", str(untrusted)] if untrusted else []), *options]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     return done.returncode == 0 and "Verification: OK" in done.stdout
+
+
+def openssl_cms_ok(work: Path, response: bytes, roots: Path) -> bool:
+    """``openssl cms -verify -purpose timestampsign``: OpenSSL's CMS code on the token (the
+    signature, the chain; no time-stamp checks), which knows RSASSA-PSS where its TS code
+    does not."""
+    token = work / "token.der"
+    token.write_bytes(token_of(response))
+    command = [openssl_binary(), "cms", "-verify", "-inform", "DER", "-in", str(token), "-binary"]
+    command += ["-CAfile", str(roots), "-purpose", "timestampsign", "-out", str(work / "tstinfo.der")]
+    return subprocess.run(command, capture_output=True, check=False).returncode == 0
