@@ -2,7 +2,7 @@
 OpenSSL TSA (tests/local_tsa.py) in every configuration a TSA may use, its tokens also
 re-encoded in BER and re-signed with faults (tests/tsa_tokens.py); for every token our
 verdict (receipts/timestamps.py) is OpenSSL's (``openssl ts -verify``), accepted or refused,
-but for the two differences docs/log.md names, each tested here."""
+but for the four differences docs/log.md names, each tested here."""
 
 from __future__ import annotations
 
@@ -175,9 +175,9 @@ def test_an_altered_tstinfo_is_refused(tsas: dict[str, LocalTsa], work: Path) ->
 
 
 def test_where_we_differ_from_openssl(tsas: dict[str, LocalTsa], work: Path) -> None:
-    """Three of the four differences docs/log.md names (the fourth: RSASSA-PSS, below). Signed attributes reordered after signing
-    (a SET out of DER order): RFC 5652 signs their DER, sorted, and we check that too;
-    OpenSSL checks only the order received. A token without certificates: OpenSSL accepts it
+    """Three of the four differences docs/log.md names (the fourth, RSASSA-PSS: below).
+    Signed attributes reordered after signing (a SET out of DER order): RFC 5652 signs
+    their DER, sorted, and we check that too; OpenSSL checks only the order received. A token without certificates: OpenSSL accepts it
     given the TSA's certificate with -untrusted; we take no signer certificate from outside
     the token (the request asks for it, and a kept token must verify with only a root). An
     intermediate given as the root: a trust anchor to us, to OpenSSL with -partial_chain."""
