@@ -384,6 +384,7 @@ def _check_cert_ids(values: dict[str, list[Any]], signer_der: bytes, chain: list
     """RFC 2634 / 5035: in each list (v1, v2, checked on its own) the first ESSCertID is the
     signer's certificate; the others (a TSA may list its chain) must each name a certificate
     of the token or of the verified chain, as OpenSSL requires."""
+    _cert_ids(values)  # at least one list (RFC 3161 §2.4.1 requires it), none empty
     for name in ("signing_certificate", "signing_certificate_v2"):
         ids = _cert_ids({name: values[name]}) if values.get(name) else []
         for position, cert_id in enumerate(ids):

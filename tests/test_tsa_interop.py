@@ -153,6 +153,7 @@ def test_resigned_tokens_are_refused_for_their_one_fault_only(tsas: dict[str, Lo
         "does not name its signer's certificate": _resigned(tsa, work, stamping, ess_names=tsa.tsa_cert),
         "tsa names another certificate": _resigned(tsa, work, stamping, name="Another TSA"),
         "key usage is not digitalSignature": _resigned(tsa, work, stamping, key_encipherment=True),
+        "names no signing certificate": _resigned(tsa, work, stamping, ess=False),
     }
     for reason, response in faults.items():
         assert not agree(response, tsa, work), reason
@@ -161,12 +162,14 @@ def test_resigned_tokens_are_refused_for_their_one_fault_only(tsas: dict[str, Lo
 
 
 def test_an_altered_tstinfo_is_refused(tsas: dict[str, LocalTsa], work: Path) -> None:
-    """A byte of the signed TSTInfo changed (its serial number): messageDigest no longer holds."""
+    """A byte of the signed TSTInfo changed (a digit of its genTime, the only ASCII time in
+    it): messageDigest no longer holds."""
     tsa = tsas["plain"]
     der = stamp(tsa, work)
     info = bytes(_TimeStampResp.load(der)["time_stamp_token"]["content"]["encap_content_info"]["content"])
-    serial = tsp.TSTInfo.load(info)["serial_number"].contents
-    altered_info = info.replace(serial, serial[:-1] + bytes([serial[-1] ^ 1]), 1)
+    moment = tsp.TSTInfo.load(info)["gen_time"].contents
+    assert info.count(moment) == 1 and moment[:2] == b"20"
+    altered_info = info.replace(moment, b"19" + moment[2:])
     assert altered_info != info and der.count(info) == 1
     altered = der.replace(info, altered_info)
     assert not agree(altered, tsa, work)

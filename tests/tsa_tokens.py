@@ -139,12 +139,14 @@ def resign(
     *,
     ess_names: x509.Certificate | None = None,
     pss: bool = False,
+    ess: bool = True,
 ) -> bytes:
     """The response's TSTInfo signed anew under ``certificate`` (and ``key``), with
     contentType, messageDigest and a signingCertificateV2 naming ``ess_names`` (default: the
     signer), as OpenSSL writes them: a well-formed token whose only fault is what the test
     gives it (a certificate OpenSSL would not sign with, an ESSCertID naming another one);
-    ``pss``: an RSA key signs with RSASSA-PSS (SHA-256, MGF1 SHA-256, 32-byte salt)."""
+    ``pss``: an RSA key signs with RSASSA-PSS (SHA-256, MGF1 SHA-256, 32-byte salt);
+    ``ess`` False: no signingCertificateV2 at all."""
     signed = _TimeStampResp.load(response)["time_stamp_token"]["content"]
     econtent = bytes(signed["encap_content_info"]["content"])
     named = (ess_names or certificate).public_bytes(Encoding.DER)
@@ -153,7 +155,7 @@ def resign(
             {"type": "content_type", "values": ["tst_info"]},
             {"type": "message_digest", "values": [hashlib.sha256(econtent).digest()]},
             {"type": "signing_certificate_v2", "values": [{"certs": [{"cert_hash": hashlib.sha256(named).digest()}]}]},
-        ]
+        ][: 3 if ess else 2]
     )
     signature, algorithm = _sign(key, attributes.dump(), pss)
     mine = asn1_x509.Certificate.load(certificate.public_bytes(Encoding.DER))
