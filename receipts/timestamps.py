@@ -59,8 +59,18 @@ HASHES: dict[str, type[hashes.HashAlgorithm]] = {
 """The digests accepted for the imprint, the signed attributes and ESSCertIDv2 (asn1crypto's
 names, which are hashlib's too). ESSCertID v1 is SHA-1 by definition: an identifier there."""
 
-_PARSE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError)
-"""What asn1crypto raises on malformed input (it parses lazily: at any access)."""
+_PARSE_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    UnsupportedAlgorithm,
+    cryptography.x509.InvalidVersion,
+)
+"""What asn1crypto raises on malformed input (it parses lazily: at any access), and what
+cryptography raises on a certificate it cannot read (an unknown key type, version)."""
 
 
 class _TimeStampResp(core.Sequence):  # type: ignore[misc]
@@ -205,7 +215,7 @@ def _token(content_info: cms.ContentInfo) -> _Token:
             continue  # attribute certificates and others: not part of any check
         try:
             certificate = cryptography.x509.load_der_x509_certificate(choice.chosen.dump())
-        except ValueError as exc:  # a certificate is signed DER: re-encoded, it would not verify
+        except _PARSE_ERRORS as exc:  # a certificate is signed DER: re-encoded, it would not verify
             raise StampError(f"the token holds a certificate that is not DER: {exc}") from exc
         certificates.append((choice.chosen, certificate))
     return _Token(
@@ -423,8 +433,8 @@ def _verify_chain(
 
 def _check(token: _Token, roots: list[cryptography.x509.Certificate] | None) -> Stamp:
     """Signer, signed attributes, signature, ESSCertIDs; with roots the chain: a Stamp."""
-    certificate = _signer_certificate(token)
     try:
+        certificate = _signer_certificate(token)
         values = _check_signature(token, certificate)
         _check_tsa_name(token, certificate)
         chain = [c for _, c in token.certificates]

@@ -228,3 +228,41 @@ def test_an_rsassa_pss_token_verifies_as_openssl_cms_says(tsas: dict[str, LocalT
         assert ours(response, tsa.roots_pem)[0] is good
         assert tsa_tokens.openssl_cms_ok(work, response, tsa.roots_pem) is good
         assert not tsa_tokens.openssl_ok(work, response, work / "text", tsa.roots_pem)
+
+
+@pytest.mark.parametrize("encoding", ["der", "ber"])
+def test_a_corrupted_byte_anywhere_gives_a_reason_never_a_crash(
+    tsas: dict[str, LocalTsa], work: Path, encoding: str
+) -> None:
+    """Every byte of a token flipped in turn (asn1crypto parses lazily: a malformed part
+    must surface as StampError wherever it is read). What still verifies says what the
+    original says (an unsigned byte: the token's own copy of the root, which the chain does
+    not use); every flip in the signed parts (the TSTInfo, the TSA's certificate, the
+    signature) is refused."""
+    tsa = tsas["chain, ESSCertID chain"]
+    der = stamp(tsa, work)
+    good = tsa_tokens.to_ber(der) if encoding == "ber" else der
+    roots = timestamps.load_roots(tsa.roots_pem.read_bytes())
+    original = timestamps.verify_token(good, TEXT, roots)
+    signed = _TimeStampResp.load(der)["time_stamp_token"]["content"]
+    parts = [bytes(signed["encap_content_info"]["content"])[:100], tsa.tsa_cert.public_bytes(Encoding.DER)]
+    parts.append(signed["signer_infos"][0]["signature"].native)
+    must_refuse = set()
+    for part in parts:
+        assert good.count(part) == 1
+        start = good.index(part)
+        must_refuse |= set(range(start, start + len(part)))
+    still = []
+    for at in range(len(good)):
+        corrupted = good[:at] + bytes([good[at] ^ 0x41]) + good[at + 1 :]
+        try:
+            assert timestamps.verify_token(corrupted, TEXT, roots) == original, at
+        except timestamps.StampError:
+            continue
+        still.append(at)
+    assert not must_refuse & set(still)
+    root = good.index(tsa.ca_cert.public_bytes(Encoding.DER))
+    elsewhere = [at for at in still if not root <= at < root + len(tsa.ca_cert.public_bytes(Encoding.DER))]
+    # Outside the root's copy only unsigned, unused bytes: SignedData's digestAlgorithms set,
+    # the SignerInfo's version, its digest algorithm's NULL parameters (about 20 bytes).
+    assert len(elsewhere) < 30, elsewhere
