@@ -1,39 +1,68 @@
-"""``python service.py monitor``: follow a log and raise the alarm if its history forks, an old
-checkpoint is rewritten, or a project's main chain splits (docs/log.md, "Monitoring").
+"""``python service.py monitor``: follow a log and raise the alarm if its history forks, a tile
+or an old checkpoint is rewritten, or a project's main chain splits (docs/log.md, "Monitoring").
 
-    monitor --base-url URL [--log-key VKEY | --log-policy FILE] --state DIR [--once]
+    monitor [--base-url URL] [--tiles-url URL] (--log-key VKEY | --log-policy FILE) --state DIR [--once]
 
-Each pass reads the checkpoint, checks its signature (and the witness quorum with a policy),
-checks it extends the last one this monitor saw (a consistency proof computed here from the
-tiles), reads every new entry from the bundles (each must hash to its level-0 tile), and
-applies the chain rules of receipts/monitor.py. Exit 0 when all holds (``--once``), 1 with a
-JSON report naming each violation, 2 when the log cannot be read. Without ``--once`` it
-follows: a pass every ``--interval`` seconds until a violation (exit 1) or Ctrl-C; a read
-error is reported and retried. The state (DIR/state.json) advances only after a clean pass.
+Each pass reads the checkpoint (``BASE/v1/log/checkpoint``, or ``TILES/checkpoint`` with
+``--tiles-url``), checks its signature (and the witness quorum with a policy), then reads
+every entry bundle past what it checked, with its level-0 tile and every tile above that the
+bundle completes, and recomputes the tree (receipts/monitor.py): a leaf, tile or root that
+does not match what it computed is a violation, as is a chain rule broken. Fetches run ahead
+(bounded concurrency, one keep-alive client, retries with backoff and jitter, Retry-After
+honoured) while the bundles behind are hashed in order. Progress is saved as it goes
+(cli/monitor_state.py), so a killed monitor resumes where it stopped.
+
+Exit 0 when all holds (``--once``), 1 with a JSON report naming each violation (found now or
+on any earlier run), 2 when the log cannot be read (a resource the checkpoint needs is
+missing, the service does not answer). Without ``--once`` it follows: a pass every
+``--interval`` seconds until a violation (exit 1) or Ctrl-C; a read error is reported and
+retried.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.util
+import random
 import sys
 import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from cli.verify_log import LogInputError, http_fetch
+from cli.monitor_state import MonitorDb, Seen, StateError
+from cli.verify_log import LogInputError, env_skew
 from receipts import note, tlog
-from receipts.monitor import MonitorState, Violation, check_entries
-from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
-from receipts.tiles import TileMissing, TileReader
+from receipts.monitor import Frontier, Project, Violation, check_chains, completed_tiles, split_bundle, tile_name
+from receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, check_quorum, parse_policy
+
+CONCURRENCY = 16  # requests in flight
+AHEAD = 64  # bundles fetched ahead of the one being hashed
+SAVE_EVERY = 16  # bundles between two saves of the progress (or SAVE_SECONDS, whichever first)
+SAVE_SECONDS = 1.0
+ATTEMPTS = 6  # tries of a request that fails without the server saying when to come back
+PATIENCE = 60  # 429s with Retry-After ridden out for one request before giving up
+BACKOFF_S = 0.25
+BACKOFF_CAP_S = 20.0
+
+Get = Callable[[str], Awaitable[httpx.Response]]
+Sleep = Callable[[float], Awaitable[None]]
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     monitor = verbs.add_parser("monitor", help="follow a transparency log; exit 1 on a fork, rewrite or chain split")
-    monitor.add_argument("--base-url", required=True, help="the service, e.g. https://example.com")
+    monitor.add_argument("--base-url", help="the service, e.g. https://example.com (optional with --tiles-url)")
+    monitor.add_argument(
+        "--tiles-url",
+        help="read the checkpoint and tiles from this static copy of the log (URL/checkpoint, URL/tile/...)",
+    )
     keys = monitor.add_mutually_exclusive_group(required=True)
     keys.add_argument("--log-key", help="the log's verifier key to pin")
     keys.add_argument("--log-policy", metavar="FILE", help="a C2SP tlog-policy: the log key and the witness quorum")
@@ -43,125 +72,335 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     monitor.set_defaults(run=monitor_command)
 
 
+def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
+    """Where the log's resources are: ``--tiles-url``, else the service's ``/v1/log/``."""
+    if tiles_url:
+        return tiles_url.rstrip("/") + "/"
+    if not base_url:
+        raise LogInputError("give --base-url (the service) or --tiles-url (a static copy of the log)")
+    return base_url.rstrip("/") + "/v1/log/"
+
+
 def monitor_command(args: argparse.Namespace) -> int:
     try:
-        policy = parse_policy(Path(args.log_policy).read_text(encoding="utf-8")) if args.log_policy else None
+        policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
+        skew_s = env_skew()
         if args.log_key:
             log_key = note.Verifier.parse(args.log_key)
         else:
             assert policy is not None  # one of the two is required
             log_key = policy.log_key()
-    except (OSError, PolicyError, note.NoteError) as exc:
+        prefix = log_prefix(args.base_url, args.tiles_url)
+        state_dir = Path(args.state)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        db = MonitorDb(state_dir / "monitor.sqlite3")
+    except (OSError, PolicyError, note.NoteError, LogInputError, StateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    state_dir = Path(args.state)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    base = args.base_url.rstrip("/")
-    while True:
-        try:
-            report = run_pass(base, log_key, policy, state_dir)
-        except LogInputError as exc:
-            print(orjson.dumps({"ok": False, "error": str(exc)}).decode())
-            if args.once:
-                return 2
-            time.sleep(args.interval)
-            continue
-        print(orjson.dumps(report).decode(), flush=True)
-        if not report["ok"]:
-            return 1
-        if args.once:
-            return 0
-        time.sleep(args.interval)
-
-
-def run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
-    """One pass; ``LogInputError`` when a resource the pass needed could not be read."""
     try:
-        return asyncio.run(_run_pass(base, log_key, policy, state_dir))
-    except TileMissing as exc:
-        raise LogInputError(str(exc)) from exc
-
-
-async def _run_pass(base: str, log_key: note.Verifier, policy: Policy | None, state_dir: Path) -> dict[str, Any]:
-    state_path = state_dir / "state.json"
-    state = MonitorState.from_json(orjson.loads(state_path.read_bytes())) if state_path.exists() else MonitorState()
-    async with httpx.AsyncClient(timeout=10) as client:
-        fetch = http_fetch(client, f"{base}/v1/log/")
-        raw = await fetch("checkpoint")
-        if raw is None:
-            raise LogInputError(f"{base}/v1/log/checkpoint answered HTTP 404")
-        text = raw.decode()
-        violations: list[Violation] = []
-        try:
-            checkpoint, _ = note.open_checkpoint(text, log_key)
-        except note.NoteError as exc:
-            return _report(False, [Violation("signature", str(exc))], None)
-        if policy is not None:
-            quorum = check_quorum(text, policy, int(time.time()))
-            if not quorum.ok:
-                violations.append(Violation("quorum", quorum.reason))
-        tiles = TileReader(fetch)
-        if checkpoint.size < state.size:
-            violations.append(
-                Violation(
-                    "inconsistent", f"the checkpoint has {checkpoint.size} entries; {state.size} were seen before"
-                )
-            )
-        elif checkpoint.size == state.size and checkpoint.root != state.root:
-            violations.append(Violation("inconsistent", f"a second root for size {state.size}: history was rewritten"))
-        elif checkpoint.size > state.size:
-            root = await tiles.compute(checkpoint.size, lambda view: view.root())
-            if root != checkpoint.root:
-                violations.append(Violation("inconsistent", "the tiles do not hash to the checkpoint's root"))
-            elif state.size:
-                proof = await tiles.compute(checkpoint.size, lambda view: view.consistency_proof(state.size))
-                try:
-                    tlog.verify_consistency(state.size, state.root, checkpoint.size, checkpoint.root, proof)
-                except tlog.ProofError as exc:
-                    violations.append(
-                        Violation("inconsistent", f"the log does not extend the tree of size {state.size}: {exc}")
-                    )
-        if violations:
-            return _report(False, violations, checkpoint)
-        first = state.size
-        entries, problems = await _entries(tiles, first, checkpoint.size)
-        violations += [Violation("entry", problem, index) for index, problem in problems]
-        violations += check_entries(state, first, entries)
-        if violations:
-            return _report(False, violations, checkpoint)
-        state.size, state.root = checkpoint.size, checkpoint.root
-        temporary = state_path.with_suffix(".tmp")
-        temporary.write_bytes(orjson.dumps(state.json()))
-        temporary.replace(state_path)
-        return {**_report(True, [], checkpoint), "new_entries": checkpoint.size - first}
-
-
-def _report(ok: bool, violations: list[Violation], checkpoint: note.Checkpoint | None) -> dict[str, Any]:
-    report: dict[str, Any] = {"ok": ok, "violations": [v.json() for v in violations]}
-    if checkpoint is not None:
-        report["checkpoint"] = {"origin": checkpoint.origin, "size": checkpoint.size}
-    return report
-
-
-async def _entries(tiles: TileReader, first: int, size: int) -> tuple[list[bytes], list[tuple[int, str]]]:
-    """Entries ``first``..``size``-1 from the bundles, each checked against its leaf hash."""
-    entries: list[bytes] = []
-    problems: list[tuple[int, str]] = []
-    index = first // tlog.TILE_WIDTH
-    while index * tlog.TILE_WIDTH < size:
-        width = tlog.tile_width(size, 0, index)
-        hashes = tlog.split_tile(await tiles.tile(0, index, width))
-        try:
-            bundle = await tiles.bundle(index, width)
-        except TileMissing as exc:
-            problems.append((index * tlog.TILE_WIDTH, str(exc)))
-            bundle = []
-        for offset, entry in enumerate(bundle):
-            position = index * tlog.TILE_WIDTH + offset
-            if position < first:
+        while True:
+            try:
+                report = asyncio.run(run_monitor(prefix, log_key, policy, db, skew_s))
+            except LogInputError as exc:
+                print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
+                if args.once:
+                    return 2
+                time.sleep(args.interval)
                 continue
-            if tlog.leaf_hash(entry) != hashes[offset]:
-                problems.append((position, "the entry does not hash to its leaf in the tile"))
-            entries.append(entry)
-        index += 1
-    return entries, problems
+            print(orjson.dumps(report).decode(), flush=True)
+            if not report["ok"]:
+                return 1
+            if args.once:
+                return 0
+            time.sleep(args.interval)
+    finally:
+        db.close()
+
+
+def _remember_no_sniffio() -> None:
+    """httpcore tries ``import sniffio`` on every request and falls back to asyncio when it
+    is absent; a failed import is not cached, so without this each request searched the
+    whole import path again (a third of the monitor's time on a fast static server)."""
+    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+
+async def run_monitor(
+    prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
+) -> dict[str, Any]:
+    _remember_no_sniffio()
+    async with contextlib.AsyncExitStack() as stack:
+        # One keep-alive connection per client, a client per request in flight: httpcore's
+        # pool rescans every connection and queued request on each request, which made one
+        # client with 24 connections cost more CPU than the hashing (bench/RESULTS.md).
+        # One TLS context for them all: each loads the CA bundle (80 ms) when made.
+        tls = httpx.create_ssl_context()
+        idle: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        for _ in range(CONCURRENCY):
+            client = httpx.AsyncClient(
+                timeout=30, follow_redirects=True, verify=tls, limits=httpx.Limits(max_connections=1)
+            )
+            idle.put_nowait(await stack.enter_async_context(client))
+
+        async def get(url: str) -> httpx.Response:
+            client = await idle.get()
+            try:
+                return await client.get(url)
+            finally:
+                idle.put_nowait(client)
+
+        fetcher = Fetcher(get, prefix)
+        return await Pass(fetcher, log_key, policy, db, Progress(sys.stderr.isatty()), skew_s).run()
+
+
+@dataclass
+class Fetcher:
+    """GETs under the log's prefix: 200 is the body, 404 None; connection errors, 429 and
+    5xx are retried with exponential backoff and full jitter (a 429's ``Retry-After`` is
+    waited out as given); anything else, or retries exhausted, is ``LogInputError``."""
+
+    get: Get
+    prefix: str
+    sleep: Sleep = asyncio.sleep
+    concurrency: int = CONCURRENCY
+    requests: int = 0
+    retries: int = 0
+    waits: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._gate = asyncio.Semaphore(self.concurrency)
+
+    async def fetch(self, path: str) -> bytes | None:
+        url = self.prefix + path
+        failures = limited = 0
+        while True:
+            try:
+                async with self._gate:
+                    self.requests += 1
+                    response = await self.get(url)
+            except httpx.TransportError as exc:
+                problem = f"cannot reach {url}: {exc!r}"
+                wait = None
+            else:
+                status = response.status_code
+                if status == 200:
+                    return response.content
+                if status == 404:
+                    return None
+                if status != 429 and status < 500:
+                    raise LogInputError(f"{url} answered HTTP {status}")
+                problem = f"{url} answered HTTP {status}"
+                wait = retry_after(response) if status in (429, 503) else None
+            if wait is not None and limited < PATIENCE:
+                limited += 1
+            else:
+                failures += 1
+                if failures >= ATTEMPTS:
+                    raise LogInputError(f"{problem} ({failures} attempts)")
+                wait = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * 2**failures))
+            self.retries += 1
+            self.waits.append(wait)
+            await self.sleep(wait)
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """Seconds from a ``Retry-After`` header in seconds (None when absent or a date)."""
+    value = response.headers.get("retry-after", "")
+    return float(value) if value.strip().isdigit() else None
+
+
+class Progress:
+    """``monitor: 120,000/1,000,000 entries, 25,000/s`` on stderr while catching up, when it
+    is a terminal."""
+
+    def __init__(self, shown: bool) -> None:
+        self.shown = shown
+        self.started = self.last = time.monotonic()
+        self.first: int | None = None
+
+    def update(self, done: int, total: int, *, final: bool = False) -> None:
+        if not self.shown:
+            return
+        if self.first is None:
+            self.first = done
+        now = time.monotonic()
+        if not final and now - self.last < 0.5:
+            return
+        self.last = now
+        rate = (done - self.first) / max(now - self.started, 1e-6)
+        print(f"\r monitor: {done:,}/{total:,} entries, {rate:,.0f}/s", end="\n" if final else "", file=sys.stderr)
+
+
+@dataclass
+class Unit:
+    """What one bundle's check needs: its level-0 tile, its entries and the tiles it completes."""
+
+    index: int
+    width: int
+    tile0: bytes
+    entries: list[bytes] | Violation
+    upper: dict[tuple[int, int], bytes]
+
+
+class Pass:
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        log_key: note.Verifier,
+        policy: Policy | None,
+        db: MonitorDb,
+        progress: Progress,
+        skew_s: int = COSIGNATURE_SKEW_S,
+    ) -> None:
+        self.skew_s = skew_s
+        self.fetcher = fetcher
+        self.log_key = log_key
+        self.policy = policy
+        self.db = db
+        self.progress = progress
+
+    async def run(self) -> dict[str, Any]:
+        db = self.db
+        start = db.frontier.size
+        raw = await self.fetcher.fetch("checkpoint")
+        if raw is None:
+            raise LogInputError(f"{self.fetcher.prefix}checkpoint answered HTTP 404")
+        text = raw.decode(errors="replace")
+        try:
+            checkpoint, _ = note.open_checkpoint(text, self.log_key)
+        except note.NoteError as exc:
+            return self._stop(None, Violation("signature", str(exc)))
+        if self.policy is not None:
+            quorum = check_quorum(text, self.policy, int(time.time()), self.skew_s)
+            if not quorum.ok:
+                return self._stop(checkpoint, Violation("quorum", quorum.reason))
+        db.frontier.verified = db.seen.size if db.seen else 0
+        problem = self._compare(checkpoint)
+        if problem is not None:
+            return self._stop(checkpoint, problem)
+        violation = await self._catch_up(checkpoint, text)
+        if violation is None:
+            violation = await self._check_edge(checkpoint, text)
+        if violation is not None:
+            return self._stop(checkpoint, violation)
+        return {**self._report(checkpoint), "new_entries": checkpoint.size - start}
+
+    def _compare(self, checkpoint: note.Checkpoint) -> Violation | None:
+        """A checkpoint smaller than what was seen or read, or a second root for a size."""
+        seen, size = self.db.seen, self.db.frontier.size
+        if seen is not None and checkpoint.size < seen.size:
+            return Violation(
+                "inconsistent",
+                f"the checkpoint has {checkpoint.size} entries; a checkpoint of {seen.size} was seen before",
+            )
+        if checkpoint.size < size:
+            return Violation(
+                "inconsistent",
+                f"the checkpoint has {checkpoint.size} entries; the log served {size} of a larger checkpoint before",
+            )
+        if seen is not None and checkpoint.size == seen.size and checkpoint.root != seen.root:
+            return Violation("inconsistent", f"a second root for size {seen.size}: history was rewritten")
+        return None
+
+    async def _catch_up(self, checkpoint: note.Checkpoint, text: str) -> Violation | None:
+        """Check every bundle from the frontier to the checkpoint's size, fetching ahead."""
+        db, frontier = self.db, self.db.frontier
+        size = checkpoint.size
+        first, end = frontier.size // tlog.TILE_WIDTH, -(-size // tlog.TILE_WIDTH)
+        if frontier.size == size:
+            return None
+        ahead: deque[asyncio.Task[Unit]] = deque()
+        pending: dict[str, Project] = {}
+        found: list[Violation] = []
+        since, saved_at = 0, time.monotonic()
+        following = first
+        try:
+            while ahead or following < end:
+                while following < end and len(ahead) < AHEAD:
+                    ahead.append(asyncio.create_task(self._fetch_unit(following, tlog.tile_width(size, 0, following))))
+                    following += 1
+                unit = await ahead.popleft()
+                have = frontier.size - unit.index * tlog.TILE_WIDTH
+                violation = (
+                    unit.entries
+                    if isinstance(unit.entries, Violation)
+                    else frontier.check_bundle(unit.index, unit.width, unit.tile0, unit.entries, unit.upper)
+                )
+                if violation is not None:
+                    self._save(checkpoint, text, pending, [*found, violation])
+                    return violation
+                assert not isinstance(unit.entries, Violation)
+                chains = check_chains(frontier.size - unit.width + have, unit.entries[have:], db.projects)
+                db.projects.update(chains.changed)
+                pending.update(chains.changed)
+                found += chains.violations
+                since += 1
+                if since >= SAVE_EVERY or time.monotonic() - saved_at > SAVE_SECONDS:
+                    self._save(checkpoint, text, pending, found)
+                    pending, found, since, saved_at = {}, [], 0, time.monotonic()
+                self.progress.update(frontier.size, size)
+        except LogInputError:
+            self._save(checkpoint, text, pending, found)  # what was checked stays checked
+            raise
+        finally:
+            for task in ahead:
+                task.cancel()
+        self._save(checkpoint, text, pending, found)
+        self.progress.update(frontier.size, size, final=True)
+        return None
+
+    def _save(
+        self, checkpoint: note.Checkpoint, text: str, projects: dict[str, Project], found: list[Violation]
+    ) -> None:
+        self.db.save(origin=checkpoint.origin, target=text, projects=projects, violations=found)
+
+    async def _fetch_unit(self, index: int, width: int) -> Unit:
+        upper_wanted = completed_tiles(index) if width == tlog.TILE_WIDTH else []
+        tile0, bundle, *uppers = await asyncio.gather(
+            self._resource(0, index, width),
+            self._resource("entries", index, width),
+            *(self._resource(level, i, tlog.TILE_WIDTH) for level, i in upper_wanted),
+        )
+        entries: list[bytes] | Violation
+        try:
+            entries = split_bundle(bundle)
+        except tlog.ProofError as exc:
+            entries = Violation("tile", f"{tile_name('entries', index, width)}: {exc}", index * tlog.TILE_WIDTH)
+        else:
+            if len(entries) == tlog.TILE_WIDTH and width < tlog.TILE_WIDTH:
+                entries = entries[:width]  # the full bundle stood in for a partial one
+        return Unit(index, width, tile0, entries, dict(zip(upper_wanted, uppers, strict=True)))
+
+    async def _resource(self, level: int | str, index: int, width: int) -> bytes:
+        """A tile or bundle the checkpoint needs; a partial one that is gone is read from the
+        full one (tlog-tiles lets a log delete partial tiles once full). Missing:
+        ``LogInputError`` (the log cannot be read)."""
+        data = await self.fetcher.fetch(tile_name(level, index, width))
+        if data is None and width < tlog.TILE_WIDTH:
+            data = await self.fetcher.fetch(tile_name(level, index))
+            if data is not None and level != "entries" and len(data) == tlog.TILE_WIDTH * tlog.HASH_SIZE:
+                data = data[: width * tlog.HASH_SIZE]
+        if data is None:
+            raise LogInputError(f"{self.fetcher.prefix}{tile_name(level, index, width)} is missing")
+        return data
+
+    async def _check_edge(self, checkpoint: note.Checkpoint, text: str) -> Violation | None:
+        frontier: Frontier = self.db.frontier
+        wanted = frontier.edge()
+        datas = await asyncio.gather(*(self._resource(level, index, width) for level, index, width in wanted))
+        violation = frontier.check_edge(dict(zip(wanted, datas, strict=True)), checkpoint.root)
+        if violation is None:
+            self.db.save(origin=checkpoint.origin, target=text, seen=Seen(checkpoint.size, checkpoint.root, text))
+        return violation
+
+    def _stop(self, checkpoint: note.Checkpoint | None, violation: Violation) -> dict[str, Any]:
+        """Record ``violation`` (kept, and reported on every later run) and report."""
+        self.db.save(origin=checkpoint.origin if checkpoint else self.db.origin or "", violations=[violation])
+        return self._report(checkpoint)
+
+    def _report(self, checkpoint: note.Checkpoint | None) -> dict[str, Any]:
+        violations = self.db.violations()
+        report: dict[str, Any] = {"ok": not violations, "violations": [v.json() for v in violations]}
+        if checkpoint is not None:
+            report["checkpoint"] = {"origin": checkpoint.origin, "size": checkpoint.size}
+        return report

@@ -66,7 +66,7 @@ def listen_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _listen(host: str, port: int) -> socket.socket | None:
+def listen(host: str, port: int) -> socket.socket | None:
     """The server's listening socket, bound here so that port 0 means an ephemeral port.
 
     Sanic reads a port of 0 as "unset" and listens on 8000; handing it a bound socket
@@ -95,7 +95,7 @@ def _run_server(args: argparse.Namespace, settings: Settings) -> int:
 
     from web.app import create_app_from_env
 
-    sock = _listen(args.host, args.port)
+    sock = listen(args.host, args.port)
     if sock is None:
         return 2
     url = listen_url(args.host, sock.getsockname()[1])

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import binascii
 import datetime
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import orjson
 
 from receipts import log_check, note, timestamps, tlog
 from receipts.errors import LogError
-from receipts.policy import Policy, PolicyError, check_quorum, parse_policy
+from receipts.policy import Policy, PolicyError, check_quorum, cosignature_skew, parse_policy
 from receipts.tiles import Fetch, TileMissing, TileReader
 
 
@@ -76,7 +77,8 @@ def load_tsa_roots(path: str) -> list[cryptography.x509.Certificate]:
 
 def service_bundle_log(receipt: dict[str, Any], base: str | None, client: httpx.Client) -> tuple[Any, Any]:
     """(``log``, ``timestamps``) of the service's bundle of the receipt: its proof is against
-    the first time-stamped checkpoint covering the receipt (checked here like any proof)."""
+    the earliest time-stamped checkpoint covering the receipt that meets the quorum, else
+    the newest that meets it, else the newest (checked here like any proof)."""
     if base is None:
         raise LogInputError("give --base-url to fetch the receipt's log proof and time-stamps")
     url = f"{base}/v1/receipts/{receipt.get('receipt_id')}/bundle"
@@ -154,9 +156,19 @@ def _parse_time(value: Any) -> datetime.datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
+def env_skew() -> int:
+    """``LOG_COSIGNATURE_SKEW_S`` as the service reads it (the same quorum everywhere)."""
+    try:
+        return cosignature_skew(os.environ)
+    except PolicyError as exc:
+        raise LogInputError(str(exc)) from exc
+
+
 def load_policy(path: str) -> Policy:
     try:
-        return parse_policy(_read(path))
+        return parse_policy(Path(path).read_bytes())  # octets: tlog-policy's names are opaque
+    except OSError as exc:
+        raise LogInputError(f"cannot read {path}: {exc}") from exc
     except PolicyError as exc:
         raise LogInputError(f"--log-policy: {exc}") from exc
 
@@ -186,7 +198,7 @@ def check(
         report["time"] = moment
         checks["log_time"] = moment["ok"]
     if policy is not None:
-        quorum = check_quorum(inclusion.checkpoint_note, policy, int(time.time()))
+        quorum = check_quorum(inclusion.checkpoint_note, policy, int(time.time()), env_skew())
         report["quorum"] = {"ok": quorum.ok, "reason": quorum.reason, "cosigned": quorum.cosigned}
         checks["log_quorum"] = quorum.ok
     if since_path is not None:

@@ -6,6 +6,7 @@ It shares nothing with the service but the code: its own key, its own state file
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -42,10 +43,33 @@ def _key_new(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT during start-up, before the server's loop handles them (a BaseException,
+    like KeyboardInterrupt, so that asyncio lets it through)."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped
+
+
 def _serve(args: argparse.Namespace) -> int:
+    """Until SIGTERM or SIGINT, at any moment: during start-up (even while waiting for the
+    state's lock) the signal ends it at once with status 0; once serving, it stops cleanly
+    (``web.witness.serve``), also with 0."""
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        return _start(args)
+    except _Stopped:
+        print("witness: stopped during start-up", file=sys.stderr, flush=True)
+        return 0
+
+
+def _start(args: argparse.Namespace) -> int:
+    from cli.serve import listen, listen_url
     from receipts.cosignature import Cosigner
     from receipts.note import NoteError, Verifier
-    from web.witness import witness_app
+    from web.witness import StateError, WitnessState, serve, witness_app
 
     try:
         cosigner = Cosigner.parse(Path(args.key_file).read_text(encoding="utf-8").splitlines()[0])
@@ -64,11 +88,24 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"error: --log {item!r}: give ORIGIN=VKEY, the key named by its origin", file=sys.stderr)
             return 2
         logs[origin] = verifier
-    state = Path(args.state)
-    if not state.parent.is_dir():
-        print(f"error: --state: {state.parent} is not a directory", file=sys.stderr)
+    path = Path(args.state)
+    if not path.parent.is_dir():
+        print(f"error: --state: {path.parent} is not a directory", file=sys.stderr)
         return 2
+    state = WitnessState(path)
+    try:
+        state.prepare()  # under the state's lock: waits while another witness process writes
+    except (OSError, StateError) as exc:
+        print(f"error: --state: {exc}", file=sys.stderr)
+        return 2
+    sock = listen(args.host, args.port)  # --port 0: a free port, named in the line below
+    if sock is None:
+        return 2
+    url = listen_url(args.host, sock.getsockname()[1])
     app = witness_app(cosigner, logs, state)
-    print(f"witness {cosigner.name} on http://{args.host}:{args.port} for {', '.join(logs)}", flush=True)
-    app.run(host=args.host, port=args.port, single_process=True, access_log=False, motd=False)
+
+    def announce() -> None:
+        print(f"witness {cosigner.name} listening on {url} for {', '.join(logs)}", flush=True)
+
+    serve(app, sock, announce)
     return 0

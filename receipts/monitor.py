@@ -1,26 +1,49 @@
-"""What a log monitor checks, pure (the I/O is cli/monitor.py).
+"""What a log monitor checks, pure (the I/O, the state on disk and the fetching are
+cli/monitor.py and cli/monitor_state.py).
 
-State (kept between runs): the last checkpoint seen (size, root) and, per project, the main
-chain's tip and every ``prev_receipt_hash`` a main entry used. For each new entry, in log
-order, a ``main`` entry must not reuse a previous hash another main entry of its project used
-(a fork of the chain), and its previous hash must be the project's tip so far (else the chain
-split); the first main entry of a project, or one whose previous hash is null (history that
-expired, or a new start), may start anywhere.
+The tree. The monitor recomputes the log's Merkle tree from the entries it reads, in one pass,
+linear in the log. It keeps a ``Frontier``: for each tile level, the hashes it computed of
+that level's last, incomplete tile (at most 255 per level, a few KiB in all; the compact
+range of the tree's right edge follows from them, and so does the root). For each new entry
+bundle (``Frontier.check_bundle``): every entry's leaf hash must be the level-0 tile's hash at
+its place (else ``entry``); a level-``k`` tile that the new hashes complete is hashed into a
+level ``k+1`` hash and must equal, hash for hash, the full tile the log serves (else
+``tile``). At the checkpoint's size the partial tiles at the right edge must equal the hashes
+kept (``check_edge``), and the root of the frontier must be the checkpoint's root (else
+``inconsistent``). A later checkpoint is consistent with an earlier one iff extending the
+kept frontier with the new entries gives its root: the monitor's own hashes decide, no proof
+from the log is needed.
+
+The chains (``check_chains``), per project, in log order, for ``main`` entries with a
+previous hash: one that reuses the previous hash of the project's last main entry is a
+``chain_fork`` (two main receipts follow the same receipt); one whose previous hash is not
+the project's tip is a ``chain_split``. A project's first main entry, or one whose previous
+hash is null (history that expired, or a new start), may start anywhere. Reusing an older
+previous hash (not the last one) is reported as ``chain_split``: the entry does not follow
+the tip. Both are violations; telling them apart would mean keeping every previous hash ever
+used, which grows with the log, not with the number of projects (docs/log.md, "Monitoring").
 """
 
 from __future__ import annotations
 
-import base64
+import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from receipts import tlog
 
+HASH = tlog.HASH_SIZE
+WIDTH = tlog.TILE_WIDTH
+HEIGHT = tlog.TILE_HEIGHT
+_ENTRY_HEADER = tlog.ENTRY_HEADER
+
 
 @dataclass
 class Violation:
     kind: str
-    """``signature``, ``quorum``, ``inconsistent``, ``chain_fork``, ``chain_split`` or ``entry``."""
+    """``signature``, ``quorum``, ``inconsistent``, ``tile``, ``entry``, ``chain_fork`` or
+    ``chain_split``."""
     detail: str
     index: int | None = None
     project_id: str | None = None
@@ -29,57 +52,256 @@ class Violation:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-@dataclass
-class MonitorState:
-    size: int = 0
-    root: bytes = tlog.EMPTY_ROOT
-    tips: dict[str, str] = field(default_factory=dict)
-    prevs: dict[str, list[str]] = field(default_factory=dict)
+def tile_name(level: int | str, index: int, width: int = WIDTH) -> str:
+    return "tile/" + tlog.tile_path(level, index, width)
 
-    def json(self) -> dict[str, Any]:
-        return {
-            "size": self.size,
-            "root": base64.b64encode(self.root).decode(),
-            "tips": self.tips,
-            "prevs": self.prevs,
-        }
+
+def completed_tiles(index: int) -> list[tuple[int, int]]:
+    """(level, tile index) of the tiles above level 0 that a full level-0 tile ``index``
+    completes: level ``k`` tile ``(index + 1) / 256**k - 1`` when ``256**k`` divides ``index + 1``."""
+    out = []
+    level, span = 1, WIDTH
+    while (index + 1) % span == 0:
+        out.append((level, (index + 1) // span - 1))
+        level, span = level + 1, span * WIDTH
+    return out
+
+
+def subtree_root(hashes: list[bytes]) -> bytes:
+    """The Merkle Tree Hash of a full tile's 256 hashes (a power of two: pairs all the way
+    up); tlog.merkle_root's result, without its function call per node."""
+    sha = hashlib.sha256
+    while len(hashes) > 1:
+        hashes = [sha(b"\x01" + hashes[i] + hashes[i + 1]).digest() for i in range(0, len(hashes), 2)]
+    return hashes[0]
+
+
+def split_bundle(data: bytes) -> list[bytes]:
+    """tlog.split_bundle, faster (the monitor splits every bundle of the log)."""
+    entries: list[bytes] = []
+    append = entries.append
+    at, end = 0, len(data)
+    while at < end:
+        if at + 2 > end:
+            raise tlog.ProofError("an entry bundle ends inside a length prefix")
+        stop = at + 2 + (data[at] << 8 | data[at + 1])
+        if stop > end:
+            raise tlog.ProofError("an entry bundle ends inside an entry")
+        append(data[at + 2 : stop])
+        at = stop
+    return entries
+
+
+@dataclass
+class Frontier:
+    """The hashes the monitor computed for the tree of ``size``: ``rows[k]`` holds the
+    level-``k`` hashes of the last, incomplete level-``k`` tile (``(size >> 8k) % 256`` of
+    them)."""
+
+    size: int = 0
+    rows: list[list[bytes]] = field(default_factory=list)
+    verified: int = 0
+    """Entries a checkpoint's root has confirmed: a served hash over any of them that differs
+    from the monitor's is history rewritten (``inconsistent``), not just a bad ``tile``."""
+
+    def _kind(self, first_entry: int) -> str:
+        return "inconsistent" if first_entry < self.verified else "tile"
+
+    def row(self, level: int) -> list[bytes]:
+        while len(self.rows) <= level:
+            self.rows.append([])
+        return self.rows[level]
+
+    def root(self) -> bytes:
+        return tlog.root_from_edge(self.size, {level: row for level, row in enumerate(self.rows) if row})
+
+    def encode(self) -> bytes:
+        """One byte per level (its row's length), then the row's hashes."""
+        return b"".join(bytes([len(row)]) + b"".join(row) for row in self.rows)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> MonitorState:
-        return cls(int(data["size"]), base64.b64decode(data["root"]), dict(data["tips"]), dict(data["prevs"]))
+    def decode(cls, size: int, data: bytes) -> Frontier:
+        """``ValueError`` when ``data`` is not a frontier of a tree of ``size``."""
+        rows: list[list[bytes]] = []
+        at = 0
+        while at < len(data):
+            count = data[at]
+            at += 1
+            rows.append([data[at + i * HASH : at + (i + 1) * HASH] for i in range(count)])
+            at += count * HASH
+        frontier = cls(size, rows)
+        for level, row in enumerate(rows):
+            if len(row) != (size >> (HEIGHT * level)) % WIDTH or any(len(h) != HASH for h in row):
+                raise ValueError(f"the saved frontier's level {level} does not fit a tree of size {size}")
+        if size >> (HEIGHT * len(rows)):
+            raise ValueError(f"the saved frontier has too few levels for a tree of size {size}")
+        return frontier
+
+    def copy(self) -> Frontier:
+        return Frontier(self.size, [list(row) for row in self.rows], self.verified)
+
+    def check_bundle(
+        self, index: int, width: int, tile0: bytes, entries: Sequence[bytes], upper: Mapping[tuple[int, int], bytes]
+    ) -> Violation | None:
+        """Extend the frontier with level-0 tile ``index`` of ``width`` hashes (``tile0``, its
+        bytes; ``entries``, its bundle's first ``width`` entries); ``upper`` holds the full
+        tiles this one completes (``completed_tiles``). On a mismatch the frontier is left
+        as it was and the violation returned."""
+        row = self.row(0)
+        have = len(row)
+        if index * WIDTH + have != self.size or not have < width <= WIDTH:
+            raise ValueError(f"tile {index} of width {width} does not extend a tree of size {self.size}")
+        name = tile_name(0, index, width)
+        if len(tile0) != width * HASH:
+            return Violation("tile", f"{name} holds {len(tile0)} bytes, not {width * HASH}", index * WIDTH)
+        if len(entries) != width:
+            return Violation(
+                "tile", f"{tile_name('entries', index, width)} holds {len(entries)} entries, not {width}", index * WIDTH
+            )
+        if tile0[: have * HASH] != b"".join(row):
+            at = next(i for i in range(have) if tile0[i * HASH : (i + 1) * HASH] != row[i])
+            return Violation(
+                self._kind(index * WIDTH + at),
+                f"{name} rewrote hash {at}, which the monitor had checked: it is "
+                f"{tile0[at * HASH : (at + 1) * HASH].hex()}, the entries hash to {row[at].hex()}",
+                index * WIDTH + at,
+            )
+        sha = hashlib.sha256
+        leaves = [sha(b"\x00" + entry).digest() for entry in entries[have:]]
+        if b"".join(leaves) != tile0[have * HASH :]:
+            at = next(i for i, leaf in enumerate(leaves) if leaf != tile0[(have + i) * HASH : (have + i + 1) * HASH])
+            position = index * WIDTH + have + at
+            return Violation(
+                "entry",
+                f"entry {position} (hash {have + at} of {name}) does not hash to its leaf in the tile: "
+                f"the tile has {tile0[(have + at) * HASH : (have + at + 1) * HASH].hex()}, "
+                f"the entry hashes to {leaves[at].hex()}",
+                position,
+            )
+        if width < WIDTH:
+            row.extend(leaves)
+            self.size += len(leaves)
+            return None
+        saved = self.copy()
+        row.extend(leaves)
+        violation = self._carry((index + 1) * WIDTH, upper)
+        if violation is not None:
+            self.size, self.rows = saved.size, saved.rows
+            return violation
+        self.size += len(leaves)
+        return None
+
+    def _carry(self, size: int, upper: Mapping[tuple[int, int], bytes]) -> Violation | None:
+        """Hash each complete row of the tree of ``size`` into the level above, checking each
+        one above level 0 against the tile served for it."""
+        level = 0
+        while len(self.rows[level]) == WIDTH:
+            full = self.rows[level]
+            if level:
+                index = (size >> (HEIGHT * level)) // WIDTH - 1
+                served = upper.get((level, index))
+                name = tile_name(level, index)
+                if served is None:
+                    raise ValueError(f"{name} was not fetched")
+                if served != b"".join(full):
+                    if len(served) != WIDTH * HASH:
+                        return Violation("tile", f"{name} holds {len(served)} bytes, not {WIDTH * HASH}")
+                    at = next(i for i in range(WIDTH) if served[i * HASH : (i + 1) * HASH] != full[i])
+                    first = (index * WIDTH + at) << (HEIGHT * level)
+                    return Violation(
+                        self._kind(first),
+                        f"hash {at} of {name} is {served[at * HASH : (at + 1) * HASH].hex()}; the entries "
+                        f"{first} to {first + (1 << (HEIGHT * level)) - 1} hash to {full[at].hex()}",
+                        first,
+                    )
+            self.rows[level] = []
+            self.row(level + 1).append(subtree_root(full))
+            level += 1
+        return None
+
+    def edge(self) -> list[tuple[int, int, int]]:
+        """(level, index, width) of the partial tiles at the right edge: what ``check_edge`` needs."""
+        return tlog.edge_tiles(self.size)
+
+    def check_edge(self, served: Mapping[tuple[int, int, int], bytes], root: bytes) -> Violation | None:
+        """At a checkpoint's size: the partial edge tiles served (``edge``) must hold the
+        hashes kept, and the frontier's root must be the checkpoint's ``root``."""
+        for level, index, width in self.edge():
+            data = served[(level, index, width)]
+            row = self.rows[level]
+            if data != b"".join(row):
+                name = tile_name(level, index, width)
+                if len(data) != width * HASH:
+                    return Violation("tile", f"{name} holds {len(data)} bytes, not {width * HASH}")
+                at = next(i for i in range(width) if data[i * HASH : (i + 1) * HASH] != row[i])
+                first = (index * WIDTH + at) << (HEIGHT * level)
+                return Violation(
+                    self._kind(first),
+                    f"hash {at} of {name} is {data[at * HASH : (at + 1) * HASH].hex()}; the entries from "
+                    f"{first} hash to {row[at].hex()}",
+                    first,
+                )
+        mine = self.root()
+        if mine != root:
+            return Violation(
+                "inconsistent",
+                f"the checkpoint of size {self.size} has root {root.hex()}; the entries the monitor read "
+                f"(consistent with every checkpoint it saw before) hash to {mine.hex()}",
+            )
+        return None
 
 
-def check_entries(state: MonitorState, first_index: int, entries: list[bytes]) -> list[Violation]:
-    """Apply new entries (indices ``first_index``...) to the per-project chain state."""
-    violations = []
+@dataclass(slots=True)
+class Project:
+    """A project's main chain so far: its tip and the previous hash of its last main entry."""
+
+    tip: str
+    last_prev: str | None
+
+
+@dataclass
+class ChainCheck:
+    violations: list[Violation]
+    changed: dict[str, Project]
+    """The projects whose chain moved, as they are after the entries."""
+
+
+def check_chains(first_index: int, entries: Sequence[bytes], projects: Mapping[str, Project]) -> ChainCheck:
+    """The chain rules (module docstring) over ``entries`` (indices ``first_index``...),
+    against ``projects`` as they were before them (not modified: the result says what changed)."""
+    violations: list[Violation] = []
+    changed: dict[str, Project] = {}
     for offset, entry in enumerate(entries):
-        index = first_index + offset
         try:
-            fields = tlog.parse_entry(entry)
-        except (ValueError, UnicodeDecodeError) as exc:
-            violations.append(Violation("entry", f"not a log entry: {exc}", index))
+            lines = entry.decode().split("\n")
+        except UnicodeDecodeError as exc:
+            violations.append(Violation("entry", f"not a log entry: {exc}", first_index + offset))
             continue
-        if fields["chain_status"] != "main":
+        if len(lines) != 7 or lines[6] or lines[0] != _ENTRY_HEADER:
+            violations.append(Violation("entry", "not an execution-proof-log-entry/v1", first_index + offset))
             continue
-        project = str(fields["project_id"])
-        prev = fields["prev_receipt_hash"]
-        used = state.prevs.setdefault(project, [])
-        if prev is not None and prev in used:
-            violations.append(
-                Violation(
-                    "chain_fork", f"a second main receipt ({fields['receipt_id']}) follows {prev}", index, project
+        if lines[5] != "main":
+            continue
+        project_id, receipt_hash, prev = lines[3], lines[2], lines[4]
+        known = changed.get(project_id) or projects.get(project_id)
+        if prev and known is not None:
+            if prev == known.last_prev:
+                violations.append(
+                    Violation(
+                        "chain_fork",
+                        f"a second main receipt ({lines[1]}) follows {prev}",
+                        first_index + offset,
+                        project_id,
+                    )
                 )
-            )
-        elif prev is not None and project in state.tips and state.tips[project] != prev:
-            violations.append(
-                Violation(
-                    "chain_split",
-                    f"main receipt {fields['receipt_id']} follows {prev}, not the project's tip {state.tips[project]}",
-                    index,
-                    project,
+            elif prev != known.tip:
+                violations.append(
+                    Violation(
+                        "chain_split",
+                        f"main receipt {lines[1]} follows {prev}, not the project's tip {known.tip}",
+                        first_index + offset,
+                        project_id,
+                    )
                 )
-            )
-        if prev is not None:
-            used.append(prev)
-        state.tips[project] = str(fields["receipt_hash"])
-    return violations
+        changed[project_id] = Project(receipt_hash, prev or None)
+    return ChainCheck(violations, changed)

@@ -2,7 +2,8 @@
 a directory behind a plain web server, a CDN. Pure: the caller hands in ``fetch``, which
 returns the bytes at a path under the log's prefix (``checkpoint``,
 ``tile/0/x001/234.p/7``, ``tile/entries/005``) or None when there is nothing there. The
-server, the monitor and ``verify`` all read through this one reader.
+server and ``verify`` read through this one reader (the monitor reads bundle by bundle as it
+hashes, receipts/monitor.py).
 
 - A partial tile or entry bundle that is gone is read as the prefix of the full one: a log
   may delete partial tiles once the full tile exists (tlog-tiles, "Partial Tiles").

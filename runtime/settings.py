@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from receipts.limits import Limits, LimitsError, load_limits
 from receipts.note import NoteError, Signer
-from receipts.policy import Policy, PolicyError, parse_policy
+from receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, cosignature_skew, parse_policy
 from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from receipts.timestamps import StampError, load_roots
 from runtime.logs import json_logging
@@ -80,6 +80,9 @@ class Settings:
     """``LOG_WITNESS_POLICY``: a C2SP tlog-policy file naming the witnesses (docs/log.md)."""
     log_witness_timeout_ms: int = 1000
     """``LOG_WITNESS_TIMEOUT_MS``: how long a checkpoint waits for cosignatures."""
+    log_cosignature_skew_s: int = COSIGNATURE_SKEW_S
+    """``LOG_COSIGNATURE_SKEW_S``: how far ahead of this clock a cosignature's time may be
+    and still count towards the quorum."""
     log_tsa_urls: tuple[str, ...] = ()
     """``LOG_TSA_URLS``: RFC 3161 time-stamp authorities, comma-separated (docs/log.md)."""
     log_tsa_interval_s: float = 60.0
@@ -224,7 +227,11 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
     if any(c.isspace() or c == "+" for c in origin):
         raise ConfigError("LOG_ORIGIN must hold no spaces and no '+' (a schema-less URL such as example.com/v1/log)")
     store = _log_store(env)
-    common = {"log_origin": origin, "log_store": store, **_log_serving(env)}
+    try:
+        skew = cosignature_skew(env)
+    except PolicyError as exc:
+        raise ConfigError(str(exc)) from exc
+    common = {"log_origin": origin, "log_store": store, "log_cosignature_skew_s": skew, **_log_serving(env)}
     raw = (env.get("LOG_SIGNING_KEY") or "").strip()
     if not raw:
         if redis_url:

@@ -157,7 +157,9 @@ const COSIGNATURE_V1 = 0x04;
 const MAX_TIMESTAMP = (1n << 63n) - 1n;
 const MAX_SIGNATURES = 64;
 const MAX_NOTE_BYTES = 1 << 20;
-const MAX_POLICY_ITEMS = 64;
+const MAX_POLICY = { logs: 256, witnesses: 256, groups: 256 };
+// Cosignatures dated up to this many seconds after now count (LOG_COSIGNATURE_SKEW_S's default).
+export const COSIGNATURE_SKEW_S = 300;
 // What Python's str.split() and the regular expression \s take for whitespace (not JS's \s).
 const PY_SPACE = '\t\n\u000b\u000c\r\u001c\u001d\u001e\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000';
 const NAME_RE = new RegExp(`^[^${PY_SPACE}+]+$`, 'u');
@@ -265,12 +267,17 @@ function findKey(keys, signature) {
 /** The policy of a C2SP tlog-policy text (policy.parse_policy); throws PolicyError naming the line. */
 export async function parsePolicy(text) {
   const policy = { logs: [], witnesses: new Map(), groups: new Map(), quorum: 'none', text };
-  const seenKeys = [];
-  const duplicate = (key) => seenKeys.some((k) => equal(k, key));
+  const logKeys = [];
+  const witnessKeys = [];
+  const memberOf = new Map();
+  const has = (keys, key) => keys.some((k) => equal(k, key));
   const taken = (name, number) => {
     if (name === 'none' || policy.witnesses.has(name) || policy.groups.has(name)) {
       throw new PolicyError(`line ${number}: the name ${pyRepr(name)} is taken`);
     }
+  };
+  const room = (count, what, number) => {
+    if (count >= MAX_POLICY[what]) throw new PolicyError(`line ${number}: more than ${MAX_POLICY[what]} ${what}`);
   };
   let quorumLines = 0;
   const rows = text.split('\n');
@@ -284,33 +291,42 @@ export async function parsePolicy(text) {
     try {
       if (kind === 'log' && (words.length === 2 || words.length === 3)) {
         const key = await parseVkey(words[1], LOG_KEY, 'verifier key');
-        if (duplicate(key.key)) throw new PolicyError(`line ${number}: a duplicate key`);
-        seenKeys.push(key.key);
+        if (has(logKeys, key.key)) throw new PolicyError(`line ${number}: a duplicate log key`);
+        logKeys.push(key.key);
+        room(policy.logs.length, 'logs', number);
         policy.logs.push({ key, url: words[2] || null });
       } else if (kind === 'witness' && (words.length === 3 || words.length === 4)) {
         const name = words[1];
         taken(name, number);
         const key = await parseVkey(words[2], COSIGNATURE_V1, 'witness key');
-        if (duplicate(key.key)) throw new PolicyError(`line ${number}: a duplicate key`);
-        seenKeys.push(key.key);
+        if (has(witnessKeys, key.key)) throw new PolicyError(`line ${number}: a duplicate witness key`);
+        witnessKeys.push(key.key);
+        room(policy.witnesses.size, 'witnesses', number);
         policy.witnesses.set(name, { name, key, url: words[3] || null });
       } else if (kind === 'group' && words.length >= 4) {
         const [, name, rule, ...members] = words;
         taken(name, number);
-        if (new Set(members).size !== members.length) throw new PolicyError(`line ${number}: a member listed twice`);
         for (const member of members) {
           if (member === 'none' || (!policy.witnesses.has(member) && !policy.groups.has(member))) {
             throw new PolicyError(`line ${number}: ${pyRepr(member)} is not a witness or group defined above`);
           }
+          if (memberOf.has(member)) {
+            const group = memberOf.get(member);
+            const where = group === name ? 'in this group twice' : `already a member of group ${pyRepr(group)}`;
+            throw new PolicyError(`line ${number}: ${pyRepr(member)} is ${where}`);
+          }
+          memberOf.set(member, name);
         }
         let threshold;
         if (rule === 'all') threshold = members.length;
         else if (rule === 'any') threshold = 1;
         else if (/^[0-9]+$/.test(rule) && !rule.startsWith('0') && Number(rule) <= members.length) threshold = Number(rule);
         else throw new PolicyError(`line ${number}: the threshold is all, any or 1..${members.length}`);
+        room(policy.groups.size, 'groups', number);
         policy.groups.set(name, { threshold, members });
       } else if (kind === 'quorum' && words.length === 2) {
         quorumLines += 1;
+        if (quorumLines > 1) throw new PolicyError(`line ${number}: a second quorum line`);
         if (words[1] !== 'none' && !policy.witnesses.has(words[1]) && !policy.groups.has(words[1])) {
           throw new PolicyError(`line ${number}: the quorum names nothing defined above`);
         }
@@ -324,9 +340,6 @@ export async function parsePolicy(text) {
     }
   }
   if (quorumLines !== 1) throw new PolicyError('a policy has exactly one quorum line');
-  if (policy.logs.length + policy.witnesses.size + policy.groups.size > MAX_POLICY_ITEMS) {
-    throw new PolicyError('the policy is too large');
-  }
   return policy;
 }
 
@@ -387,12 +400,12 @@ export async function checkCosignatures(parsed, policy) {
 
 /**
  * check_quorum of receipts/policy.py: the note's log signature (by a log of the policy),
- * then its cosignatures against the quorum; unknown keys ignored, cosignatures dated after
- * `now` (POSIX seconds) not counted. {ok, reason (Python's words), cosigned (policy name ->
+ * then its cosignatures against the quorum; unknown keys ignored, cosignatures dated more
+ * than `skew` seconds after `now` (POSIX seconds) not counted. {ok, reason (Python's words), cosigned (policy name ->
  * BigInt time), future (names), lines (checkCosignatures), logSigned}.
  */
-export async function checkQuorum(noteText, policy, now) {
-  const limit = BigInt(now);
+export async function checkQuorum(noteText, policy, now, skew = COSIGNATURE_SKEW_S) {
+  const limit = BigInt(now) + BigInt(skew);
   let parsed;
   try {
     parsed = parseNote(noteText);

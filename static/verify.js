@@ -199,7 +199,7 @@ const QUORUM_MEANING =
 
 const COSIGNATURE_STATUS = {
   valid: 'verifies, counted',
-  future: "verifies, but is dated after this browser's clock: not counted",
+  future: `verifies, but is dated more than ${tlog.COSIGNATURE_SKEW_S} s after this browser's clock: not counted`,
   superseded: 'verifies, but a later cosignature by the same key is the one counted',
   invalid: 'does NOT verify (forged, damaged or made for another checkpoint): not counted',
 };
@@ -277,7 +277,7 @@ async function quorumCheck(checkpointNote, published, pasted) {
     'div',
     { class: 'quorum' },
     el('p', { class: 'quorum-verdict' }, verdictText),
-    el('p', {}, `${source} Cosignatures dated after ${utc(BigInt(now))} (this browser's clock) are not counted.`),
+    el('p', {}, `${source} Cosignatures dated after ${utc(BigInt(now + tlog.COSIGNATURE_SKEW_S))} (this browser's clock and ${tlog.COSIGNATURE_SKEW_S} s for witnesses' clocks) are not counted.`),
     rows,
     el('p', { class: 'help' }, `As python service.py verify --log-policy says it: ${result.reason}.`),
     el('p', { class: 'help' }, QUORUM_MEANING),

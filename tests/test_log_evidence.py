@@ -20,7 +20,7 @@ from tests.conftest import RedisServer
 from tests.local_tsa import LocalTsa
 from tests.servers import ServicePool, WorkerProcess, create_key_cli, verify_cli, wait_until
 from tests.test_log_processes import create
-from tests.test_witness import start_witness
+from tests.test_witness import start_witness, stop_witness
 
 pytestmark = pytest.mark.slow
 ORIGIN = "evidence.example/log"
@@ -73,8 +73,7 @@ def site(redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: py
             worker.stop()
     finally:
         for process in witnesses:
-            process.terminate()
-            process.wait(10)
+            stop_witness(process)
         tsa.stop()
 
 

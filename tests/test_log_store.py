@@ -188,14 +188,14 @@ class ObjectStoreContract:
 
     async def test_time_stamps_are_found_by_the_index_they_cover(self, objects: ObjectStore) -> None:
         store = LogStore(objects)
-        assert await store.stamp_covering(0) is None
+        assert await store.stamps_covering(0, 4) == []
         for size in (10, 300, 1200):
             await store.save_stamp(size, f"record {size}".encode())
-        assert await store.stamp_covering(0) == (10, b"record 10")
-        assert await store.stamp_covering(9) == (10, b"record 10")
-        assert await store.stamp_covering(10) == (300, b"record 300")
-        assert await store.stamp_covering(1199) == (1200, b"record 1200")
-        assert await store.stamp_covering(1200) is None
+        assert await store.stamps_covering(0, 1) == [(10, b"record 10")]
+        assert await store.stamps_covering(9, 4) == [(10, b"record 10"), (300, b"record 300"), (1200, b"record 1200")]
+        assert await store.stamps_covering(10, 4) == [(300, b"record 300"), (1200, b"record 1200")]
+        assert await store.stamps_covering(1199, 4) == [(1200, b"record 1200")]
+        assert await store.stamps_covering(1200, 4) == []
         assert await store.last_stamped() == 1200
         assert await store.stamp(300) == b"record 300"
 

@@ -22,7 +22,7 @@ from receipts import cosignature, note, policy
 from tests.conftest import free_port
 from tests.servers import verify_cli
 from tests.test_log import ORIGIN, issue, log_app, published
-from tests.test_witness import start_witness
+from tests.test_witness import start_witness, stop_witness
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +55,7 @@ def witnesses(signer: note.Signer, tmp_path_factory: pytest.TempPathFactory) -> 
         yield {"policy": policy.parse_policy(text), "policy_path": folder / "policy.txt", "cosigners": cosigners}
     finally:
         for process in started:
-            process.terminate()
-            process.wait(10)
+            stop_witness(process)  # SIGTERM, then kill: none is left behind
 
 
 async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum(

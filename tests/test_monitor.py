@@ -1,95 +1,116 @@
-"""``python service.py monitor`` against logs the tests serve themselves: a healthy one that
-grows, one that forks, one that rewrites an old checkpoint, and ones whose project chain
-splits or forks; each named in the JSON report, exit 1; an unreadable log exits 2."""
+"""``python service.py monitor``: against the real service (in process, its routes and limits,
+its integrator writing a real log store) and against static copies of a log served by
+``python -m http.server``, healthy and tampered: a full tile rewritten with its bundle, a
+level-1 tile rewritten, a checkpoint re-signed over another root, a tampered entry, a forked
+and a split project chain, a missing tile; a run killed with SIGKILL resumes without
+re-reading what it checked; a violation stays reported."""
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
+from bench.monitor import chain_entries, write_static_log
+from cli.monitor import Fetcher, Pass, Progress
+from cli.monitor_state import MonitorDb
+from kv.accounts import create_project_key
+from kv.logstore import LogStore
+from kv.store import Store
 from receipts import note, tlog
-from tests.conftest import REPO
-from tests.servers import serving
-from tests.test_tlog import TileStore
+from receipts.cosignature import Cosigner
+from receipts.limits import load_limits
+from tests.conftest import REPO, free_port
+from tests.test_log import ORIGIN, integrator, issue, log_app
 
-ORIGIN = "served.example/log"
 pytestmark = pytest.mark.slow
 
 
-class ServedLog:
-    """A log the test builds entry by entry and serves over HTTP as the service would."""
-
-    def __init__(self, signer: note.Signer) -> None:
-        self.signer = signer
-        self.entries: list[bytes] = []
-        self.files: dict[str, bytes] = {}
-
-    def publish(self, entries: list[bytes]) -> None:
-        """Serve the tree of ``entries`` (tiles, bundles, a signed checkpoint)."""
-        store = TileStore()
-        store.append([tlog.leaf_hash(e) for e in entries])
-        files = {}
-        for (level, index), data in store.tiles.items():
-            width = len(data) // 32
-            files[f"tile/{tlog.tile_path(level, index, width)}"] = bytes(data)
-            if level == 0:
-                bundle = b"".join(tlog.bundle_entry(e) for e in entries[index * 256 : index * 256 + width])
-                files[f"tile/{tlog.tile_path('entries', index, width)}"] = bundle
-        checkpoint = note.Checkpoint(ORIGIN, store.size, store.root)
-        files["checkpoint"] = note.sign_note(checkpoint.text(), self.signer).encode()
-        self.files, self.entries = files, list(entries)
+# --------------------------------------------------------------------------- helpers
 
 
 def entry(n: int, project: str, prev: int | None, status: str = "main") -> bytes:
     def h(k: int) -> str:
         return "sha256:" + hashlib.sha256(f"{project}-{k}".encode()).hexdigest()
 
-    receipt = {
-        "receipt_id": f"rcpt_01JD{n:022d}",
-        "receipt_hash": h(n),
-        "project_id": project,
-        "prev_receipt_hash": h(prev) if prev is not None else None,
-        "chain_status": status,
-    }
-    return tlog.entry_bytes(receipt)
+    return tlog.entry_bytes(
+        {
+            "receipt_id": f"rcpt_01JD{n:022d}",
+            "receipt_hash": h(n),
+            "project_id": project,
+            "prev_receipt_hash": h(prev) if prev is not None else None,
+            "chain_status": status,
+        }
+    )
 
 
 def chain(project: str, count: int, start: int = 0) -> list[bytes]:
     return [entry(start + i, project, start + i - 1 if i or start else None) for i in range(count)]
 
 
+@dataclass
+class Served:
+    """A directory served by ``python -m http.server`` (a real process); its request log."""
+
+    root: Path
+    url: str
+    log: Path
+
+    def requests(self) -> list[str]:
+        return re.findall(r'"GET /(\S*) HTTP', self.log.read_text())
+
+
 @pytest.fixture
-def served() -> Iterator[tuple[ServedLog, str]]:
-    log = ServedLog(note.Signer.generate(ORIGIN))
+def serve(tmp_path: Path) -> Iterator[Any]:
+    started: list[subprocess.Popen[bytes]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = log.files.get(self.path.removeprefix("/v1/log/"))
-            self.send_response(200 if body is not None else 404)
-            self.end_headers()
-            self.wfile.write(body or b"")
+    def start(root: Path) -> Served:
+        port = free_port()
+        log = tmp_path / f"http-{port}.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(root)],
+            stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+        )  # fmt: skip
+        started.append(process)
+        deadline = time.monotonic() + 20
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert process.poll() is None and time.monotonic() < deadline, "http.server did not start"
+            time.sleep(0.02)
+        return Served(root, f"http://127.0.0.1:{port}/", log)
 
-        def log_message(self, *args: Any) -> None:
-            pass
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(10)
 
-    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
-        yield log, url
+
+def monitor_args(url: str, signer: note.Signer, state: Path) -> list[str]:
+    return [sys.executable, "service.py", "monitor", "--tiles-url", url, "--log-key", signer.verifier.encode(),
+            "--state", str(state), "--once"]  # fmt: skip
 
 
-def monitor(base: str, log: ServedLog, state: Path) -> tuple[int, dict[str, Any]]:
+def monitor(url: str, signer: note.Signer, state: Path) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
-        [sys.executable, "service.py", "monitor", "--base-url", base, "--log-key", log.signer.verifier.encode(),
-         "--state", str(state), "--once"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        monitor_args(url, signer, state), cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+    )
     return done.returncode, orjson.loads(done.stdout.splitlines()[-1]) if done.stdout else {}
 
 
@@ -97,58 +118,321 @@ def kinds(report: dict[str, Any]) -> list[str]:
     return [v["kind"] for v in report["violations"]]
 
 
-def test_a_healthy_log_passes_as_it_grows(served: tuple[ServedLog, str], tmp_path: Path) -> None:
-    log, base = served
-    entries = chain("prj_A", 200) + chain("prj_B", 100)
-    log.publish(entries[:150])
-    assert monitor(base, log, tmp_path) == (
+def sign_checkpoint(root: Path, signer: note.Signer, size: int, tree_root: bytes) -> None:
+    (root / "checkpoint").write_text(note.sign_note(note.Checkpoint(signer.name, size, tree_root).text(), signer))
+
+
+def write_tile(root: Path, level: int | str, index: int, data: bytes, width: int = 256) -> None:
+    (root / "tile" / tlog.tile_path(level, index, width)).write_bytes(data)
+
+
+@pytest.fixture(scope="module")
+def signer() -> note.Signer:
+    return note.Signer.generate(ORIGIN)
+
+
+# --------------------------------------------------------------------------- the real service
+
+
+async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+) -> None:
+    """Through the service's own routes, with a ``log_tiles`` limit far below what catching up
+    needs, and a ``public_key`` limit of 1: every tile request past the limit is answered
+    429 with Retry-After, the monitor waits exactly that long (the test's sleep moves the
+    service's clock) and finishes; the checkpoint, one request a pass, never meets the key
+    limit."""
+    now = [1_790_000_000_000 // 60_000 * 60_000]
+    limits = load_limits(orjson.dumps({"ip_per_minute": {"public_key": 1, "log_tiles": 4}}))
+    app = log_app(store, log_store, keyring, signer, clock_ms=lambda: now[0], limits=limits)
+    key = await create_project_key(store, project_name="monitored", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    issued = await issue(app, key, [f"r{i}" for i in range(300)])
+    await worker.step(force=True)
+    told: list[float] = []
+
+    async def get(url: str) -> httpx.Response:
+        _, response = await app.asgi_client.get(url.removeprefix("http://service"))
+        if response.status_code == 429:
+            told.append(float(response.headers["retry-after"]))
+        return response
+
+    async def sleep(seconds: float) -> None:
+        now[0] += int(seconds * 1000)
+
+    db = MonitorDb(tmp_path / "state.sqlite3")
+    fetcher = Fetcher(get, "http://service/v1/log/", sleep=sleep, concurrency=1)
+    report = await Pass(fetcher, signer.verifier, None, db, Progress(False)).run()
+    assert report == {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 300}, "new_entries": 300}
+    assert told and fetcher.waits == told  # each 429's Retry-After, waited out as given
+    assert db.projects[key["project_id"]].tip == issued[-1]["receipt_hash"]
+    db.close()
+
+
+async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """The directory the integrator writes (a ``file://`` log store) behind http.server."""
+    app = log_app(store, log_store, keyring, signer)
+    worker = await integrator(store, log_store, signer)
+    keys = [await create_project_key(store, project_name=f"p{i}", plan="pro") for i in range(2)]
+    for k in keys:
+        await issue(app, k, [f"{k['project_id']}-{i}" for i in range(150)])
+    await worker.step(force=True)
+    served = serve(tmp_path / "log")
+    state = tmp_path / "state"
+    assert monitor(served.url, signer, state) == (
         0,
-        {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 150}, "new_entries": 150},
+        {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 300}, "new_entries": 300},
     )
-    log.publish(entries)  # a tile boundary crossed, another project
-    code, report = monitor(base, log, tmp_path)
-    assert (code, report["new_entries"]) == (0, 150)
+    await issue(app, keys[0], [f"more-{i}" for i in range(100)])
+    await worker.step(force=True)
+    code, report = monitor(served.url, signer, state)
+    assert (code, report["new_entries"], report["checkpoint"]["size"]) == (0, 100, 400)
+    # The store's first full tile rewritten together with its bundle (entry 9's receipt id
+    # changed): the entries still hash to their tile, the tile not to level 1.
+    store_dir = tmp_path / "log"
+    entries = tlog.split_bundle((store_dir / "tile/entries/000").read_bytes())
+    entries[9] = entries[9].replace(b"rcpt_", b"rcpt_X", 1)
+    write_tile(store_dir, "entries", 0, b"".join(tlog.bundle_entry(e) for e in entries))
+    write_tile(store_dir, 0, 0, b"".join(tlog.leaf_hashes(entries)))
+    code, report = monitor(served.url, signer, tmp_path / "fresh-state")
+    assert code == 1 and kinds(report) == ["tile"], report
+    assert "hash 0 of tile/1/000.p/1" in report["violations"][0]["detail"]
 
 
-def test_a_fork_and_a_rewritten_checkpoint_are_named(served: tuple[ServedLog, str], tmp_path: Path) -> None:
-    log, base = served
-    log.publish(chain("prj_A", 20))
-    assert monitor(base, log, tmp_path)[0] == 0
-    log.publish(chain("prj_A", 10) + chain("prj_Z", 30))  # another history, larger
-    code, report = monitor(base, log, tmp_path)
-    assert code == 1 and kinds(report) == ["inconsistent"] and "does not extend" in report["violations"][0]["detail"]
-    log.publish([*chain("prj_A", 19), entry(99, "prj_A", 18)])  # the same size, another root
-    code, report = monitor(base, log, tmp_path)
-    assert code == 1 and kinds(report) == ["inconsistent"] and "rewritten" in report["violations"][0]["detail"]
-    log.publish(chain("prj_A", 5))  # smaller than what was seen
-    assert kinds(monitor(base, log, tmp_path)[1]) == ["inconsistent"]
+# --------------------------------------------------------------------------- tampered static copies
 
 
-def test_a_split_and_a_forked_project_chain_are_named(served: tuple[ServedLog, str], tmp_path: Path) -> None:
-    log, base = served
+@pytest.fixture
+def small_log(tmp_path: Path, signer: note.Signer) -> Path:
+    """600 entries: level-0 tiles 0 and 1 full, 2 partial (88); level 1 partial (2)."""
+    root = tmp_path / "small"
+    write_static_log(root, chain("prj_A", 400) + chain("prj_B", 200), signer)
+    return root
+
+
+def test_a_full_tile_rewritten_with_its_bundle_is_found(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """Entry 5 replaced, tile/0/000 rewritten to match it: every entry hashes to its leaf,
+    but the tile no longer hashes to hash 0 of level 1."""
+    entries = tlog.split_bundle((small_log / "tile/entries/000").read_bytes())
+    entries[5] = entry(5, "prj_A", 4).replace(b"rcpt_01JD", b"rcpt_01JX")
+    write_tile(small_log, "entries", 0, b"".join(tlog.bundle_entry(e) for e in entries))
+    write_tile(small_log, 0, 0, b"".join(tlog.leaf_hashes(entries)))
+    code, report = monitor(serve(small_log).url, signer, tmp_path / "state")
+    assert code == 1, report
+    assert kinds(report) == ["tile"]
+    assert "hash 0 of tile/1/000.p/2" in report["violations"][0]["detail"]
+    assert report["violations"][0]["index"] == 0
+
+
+def test_a_tampered_entry_is_named_by_its_index(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    bundle = (small_log / "tile/entries/001").read_bytes()
+    write_tile(small_log, "entries", 1, bundle.replace(b"prj_A", b"prj_X", 1))
+    code, report = monitor(serve(small_log).url, signer, tmp_path / "state")
+    assert code == 1
+    assert [(v["kind"], v["index"]) for v in report["violations"]] == [("entry", 256)]
+    assert "tile/0/001" in report["violations"][0]["detail"]
+
+
+def test_a_checkpoint_resigned_over_another_history_is_inconsistent(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    served = serve(small_log)
+    state = tmp_path / "state"
+    assert monitor(served.url, signer, state)[0] == 0
+    good_checkpoint = (small_log / "checkpoint").read_bytes()
+    # The same size as the tree seen, another root, signed by the log's key.
+    sign_checkpoint(small_log, signer, 600, bytes(32))
+    code, report = monitor(served.url, signer, state)
+    assert code == 1 and kinds(report) == ["inconsistent"]
+    assert "a second root for size 600" in report["violations"][0]["detail"]
+    # A larger log that rewrote entry 3 (tiles and bundles all consistent with each other),
+    # signed by the log's key: the monitor reads only entries 600 on, and its own hashes of
+    # 0..599 do not match the new tree's.
+    other = tmp_path / "other"
+    write_static_log(
+        other, [*chain("prj_A", 3), entry(3, "prj_A", 1), *chain("prj_A", 396, 4), *chain("prj_B", 300)], signer
+    )
+    shutil.rmtree(small_log / "tile")
+    shutil.copytree(other / "tile", small_log / "tile")
+    shutil.copy(other / "checkpoint", small_log / "checkpoint")
+    code, report = monitor(served.url, signer, state)
+    assert code == 1 and kinds(report) == ["inconsistent", "inconsistent"], report
+    # Hash 0 of level 1 covers entries 0..255, which the checkpoint of 600 confirmed.
+    assert report["violations"][1]["index"] == 0
+    assert "hash 0 of tile/1/000.p/2" in report["violations"][1]["detail"]
+    assert good_checkpoint != (small_log / "checkpoint").read_bytes()
+
+
+def test_a_rewritten_root_with_matching_tiles_is_inconsistent(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """Tiles untouched, the checkpoint of a larger size signed over a root they do not give."""
+    served = serve(small_log)
+    assert monitor(served.url, signer, tmp_path / "state")[0] == 0
+    write_static_log(small_log, chain("prj_A", 400) + chain("prj_B", 300), signer)
+    sign_checkpoint(small_log, signer, 700, bytes(32))
+    code, report = monitor(served.url, signer, tmp_path / "state")
+    assert code == 1 and kinds(report) == ["inconsistent"]
+    assert f"has root {bytes(32).hex()}" in report["violations"][0]["detail"]
+
+
+def test_a_smaller_checkpoint_is_inconsistent(small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any) -> None:
+    served = serve(small_log)
+    assert monitor(served.url, signer, tmp_path / "state")[0] == 0
+    write_static_log(small_log, chain("prj_A", 300), signer)
+    code, report = monitor(served.url, signer, tmp_path / "state")
+    assert code == 1 and kinds(report) == ["inconsistent"]
+    assert "300 entries; a checkpoint of 600 was seen before" in report["violations"][0]["detail"]
+
+
+def test_forked_and_split_chains_are_named(signer: note.Signer, tmp_path: Path, serve: Any) -> None:
     good = chain("prj_A", 5)
-    log.publish(good)
-    assert monitor(base, log, tmp_path)[0] == 0
-    # A main receipt that follows a receipt that is not the tip (40, never on main), and one
-    # that follows 3, which receipt 4 already follows.
-    log.publish([*good, entry(50, "prj_A", 40), entry(51, "prj_A", 3)])
-    code, report = monitor(base, log, tmp_path)
+    root = tmp_path / "log"
+    write_static_log(root, good, signer)
+    served = serve(root)
+    state = tmp_path / "state"
+    assert monitor(served.url, signer, state)[0] == 0
+    # 5: follows 3, as 4 did: a fork. 6: follows 40, never on main: a split. 7: follows 1
+    # (an older previous hash reused): reported as a split (docs/log.md, "Monitoring").
+    write_static_log(root, [*good, entry(50, "prj_A", 3), entry(51, "prj_A", 40), entry(52, "prj_A", 1)], signer)
+    code, report = monitor(served.url, signer, state)
     assert code == 1
     assert [(v["kind"], v["index"], v["project_id"]) for v in report["violations"]] == [
-        ("chain_split", 5, "prj_A"),
-        ("chain_fork", 6, "prj_A"),
+        ("chain_fork", 5, "prj_A"),
+        ("chain_split", 6, "prj_A"),
+        ("chain_split", 7, "prj_A"),
     ]
-    # Branches and a fresh start (no previous hash) are fine.
-    log.publish([*good, entry(60, "prj_A", 1, "branch"), entry(61, "prj_A", None)])
-    assert monitor(base, log, tmp_path)[0] == 0
 
 
-def test_a_tampered_entry_and_an_unreadable_log(served: tuple[ServedLog, str], tmp_path: Path) -> None:
-    log, base = served
-    log.publish(chain("prj_A", 3))
-    bundle = log.files["tile/entries/000.p/3"]
-    log.files["tile/entries/000.p/3"] = bundle.replace(b"prj_A", b"prj_X", 1)
-    code, report = monitor(base, log, tmp_path)
-    assert code == 1 and kinds(report) == ["entry"]
-    log.files.clear()
-    assert monitor(base, log, tmp_path)[0] == 2
+def test_branches_and_fresh_starts_are_not_violations(signer: note.Signer, tmp_path: Path, serve: Any) -> None:
+    root = tmp_path / "log"
+    write_static_log(
+        root, [*chain("prj_A", 5), entry(60, "prj_A", 1, "branch"), entry(61, "prj_A", None), entry(62, "prj_A", 61)],
+        signer,
+    )  # fmt: skip
+    code, report = monitor(serve(root).url, signer, tmp_path / "state")
+    assert (code, report["violations"], report["new_entries"]) == (0, [], 8)
+
+
+def test_a_missing_tile_means_the_log_cannot_be_read(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """Exit 2, not a violation: with the tile back, the next run passes."""
+    served = serve(small_log)
+    kept = (small_log / "tile/0/001").read_bytes()
+    (small_log / "tile/0/001").unlink()
+    code, report = monitor(served.url, signer, tmp_path / "state")
+    assert code == 2 and "tile/0/001 is missing" in report["error"]
+    write_tile(small_log, 0, 1, kept)
+    assert monitor(served.url, signer, tmp_path / "state")[0] == 0
+
+
+def test_a_short_tile_is_a_violation_not_a_read_error(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    write_tile(small_log, 0, 1, (small_log / "tile/0/001").read_bytes()[:-32])
+    code, report = monitor(serve(small_log).url, signer, tmp_path / "state")
+    assert code == 1 and kinds(report) == ["tile"]
+    assert "tile/0/001 holds 8160 bytes, not 8192" in report["violations"][0]["detail"]
+
+
+def test_a_violation_is_reported_on_every_later_run(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    served = serve(small_log)
+    good = (small_log / "tile/entries/001").read_bytes()
+    write_tile(small_log, "entries", 1, good.replace(b"prj_A", b"prj_X", 1))
+    first = monitor(served.url, signer, tmp_path / "state")
+    assert first[0] == 1 and kinds(first[1]) == ["entry"]
+    write_tile(small_log, "entries", 1, good)  # the log looks fine again
+    code, report = monitor(served.url, signer, tmp_path / "state")
+    assert code == 1 and report["violations"] == first[1]["violations"]
+    assert report["checkpoint"]["size"] == 600 and report["new_entries"] == 600 - 256
+
+
+def test_a_policy_pins_the_key_and_its_quorum_is_checked(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """With ``--log-policy``: a checkpoint no witness cosigned misses a quorum of one
+    (``quorum``); a malformed LOG_COSIGNATURE_SKEW_S means it cannot check (exit 2)."""
+    witness = Cosigner.generate("witness.example/w1")
+    policy = tmp_path / "policy.txt"
+    policy.write_text(f"log {signer.verifier.encode()}\nwitness w1 {witness.key.encode()}\nquorum w1\n")
+    args = [sys.executable, "service.py", "monitor", "--tiles-url", serve(small_log).url, "--log-policy", str(policy),
+            "--state", str(tmp_path / "state"), "--once"]  # fmt: skip
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    report = orjson.loads(done.stdout.splitlines()[-1])
+    assert done.returncode == 1 and kinds(report) == ["quorum"], report
+    env = {**os.environ, "LOG_COSIGNATURE_SKEW_S": "soon"}
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 2 and "LOG_COSIGNATURE_SKEW_S" in done.stderr
+
+
+# --------------------------------------------------------------------------- a big log
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory, signer: note.Signer) -> Path:
+    """66,000 entries over 50 projects: level-1 tile 0 is full (65,536 entries)."""
+    root = tmp_path_factory.mktemp("big") / "log"
+    write_static_log(root, chain_entries(66_000, 50), signer)
+    return root
+
+
+def test_a_rewritten_full_level1_tile_is_found(big_log: Path, signer: note.Signer, tmp_path: Path, serve: Any) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(big_log, copy)
+    tile = bytearray((copy / "tile/1/000").read_bytes())
+    tile[7 * 32] ^= 1
+    write_tile(copy, 1, 0, bytes(tile))
+    code, report = monitor(serve(copy).url, signer, tmp_path / "state")
+    assert code == 1 and kinds(report) == ["tile"], report
+    assert report["violations"][0]["index"] == 7 * 256
+    assert "hash 7 of tile/1/000 is" in report["violations"][0]["detail"]
+
+
+def test_a_killed_run_resumes_without_rereading(big_log: Path, signer: note.Signer, tmp_path: Path, serve: Any) -> None:
+    state = tmp_path / "state"
+    first = serve(big_log)
+    running = subprocess.Popen(monitor_args(first.url, signer, state), cwd=REPO, stdout=subprocess.DEVNULL)
+    checked = 0
+    deadline = time.monotonic() + 120
+    while checked == 0:  # wait for the first saved progress, then kill at once
+        assert running.poll() is None and time.monotonic() < deadline, "the monitor ended before it was killed"
+        time.sleep(0.005)  # a poll interval, not a wait for the race: the loop reads the state
+        if (state / "monitor.sqlite3").exists():
+            try:
+                with sqlite3.connect(f"file:{state / 'monitor.sqlite3'}?mode=ro", uri=True) as db:
+                    row = db.execute("SELECT value FROM meta WHERE key = 'size'").fetchone()
+            except sqlite3.OperationalError:  # the schema is not there yet
+                row = None
+            checked = int(row[0]) if row else 0
+    os.kill(running.pid, signal.SIGKILL)
+    running.wait(10)
+    with sqlite3.connect(state / "monitor.sqlite3") as db:
+        checked = int(db.execute("SELECT value FROM meta WHERE key = 'size'").fetchone()[0])
+    assert 0 < checked < 66_000
+    second = serve(big_log)
+    code, report = monitor(second.url, signer, state)
+    assert (code, report["violations"], report["new_entries"]) == (0, [], 66_000 - checked)
+    bundles = [int(m[1]) for p in second.requests() if (m := re.fullmatch(r"tile/entries/(\d{3})(\.p/\d+)?", p))]
+    # Nothing before the saved progress read again; everything after it read once.
+    assert sorted(bundles) == list(range(checked // 256, -(-66_000 // 256)))
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_tiles_url_or_base_url_is_needed(signer: note.Signer, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "service.py", "monitor", "--log-key", signer.verifier.encode(), "--state", str(tmp_path),
+         "--once"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--tiles-url" in done.stderr

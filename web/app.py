@@ -200,6 +200,7 @@ def _attach_store(app: App, store: Store) -> None:
             settings.log_signer.verifier,
             settings.log_policy,
             settings.log_public_url,
+            settings.log_cosignature_skew_s,
         )
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:

@@ -28,7 +28,7 @@ from receipts import note, tlog
 from receipts.errors import LogPending, LogUnavailable, NotFound, StoreUnavailable
 from receipts.ids import is_receipt_id
 from receipts.limits import ratelimit_headers
-from receipts.policy import Policy
+from receipts.policy import COSIGNATURE_SKEW_S, Policy, cosigned_enough
 from receipts.tiles import TileMissing, TileReader, tile_name
 
 bp = Blueprint("log")
@@ -45,6 +45,7 @@ CHECKPOINT_TTL_S = 1.0
 MIN_READ_S = 0.05
 HALT_TTL_S = 2.0
 FULL_CACHE_BYTES = 16 << 20
+STAMPS_SCANNED = 16
 
 
 @dataclass
@@ -64,6 +65,7 @@ class LogService:
     policy: Policy | None = None
     public_url: str | None = None
     """``LOG_PUBLIC_URL``: where outsiders read the tiles (None: ``/v1/log/`` where asked)."""
+    cosignature_skew_s: int = COSIGNATURE_SKEW_S
     reader: TileReader = field(init=False)
     _published: Published | None = field(default=None, init=False)
     _read_at: float = field(default=-1e9, init=False)
@@ -143,23 +145,46 @@ class LogService:
 
     async def bundle_log(self, receipt: dict[str, Any]) -> tuple[str | None, bytes]:
         """(tlog-proof text or None while pending, the JSON list of its checkpoint's
-        time-stamps) for a bundle. The proof is against the first time-stamped checkpoint
-        that covers the receipt, so the time-stamps bound the receipt's time as tightly as
-        the log can; without one (none yet, or no TSA), against the latest checkpoint."""
+        time-stamps) for a bundle, against this checkpoint: the earliest time-stamped one
+        covering the receipt that meets the witness quorum (so the time-stamps bound the
+        receipt's time as tightly as the log can, under a checkpoint a verifier with the
+        policy accepts); failing that, the newest covering one that meets
+        it; failing that, the newest covering one. Only the log's own checkpoints are read:
+        the latest and the time-stamped ones (the first ``STAMPS_SCANNED`` covering it)."""
         index = await self.index_of(receipt)
         if index is None:
             return None, b"[]"
         try:
-            stamped = await self.log.stamp_covering(index)
+            records = await self.log.stamps_covering(index, STAMPS_SCANNED)
         except LogStoreError as exc:
             raise StoreUnavailable("the log store is unreachable; try again shortly") from exc
-        if stamped is not None:
-            size, raw = stamped
+        latest = await self.published(covering=index)
+        # (size, signed checkpoint, time-stamps) of each candidate, oldest first; a stamped
+        # checkpoint published again with later cosignatures is read as published.
+        candidates: list[tuple[int, str, list[Any]]] = []
+        for size, raw in records:
             record = orjson.loads(raw)
-            proof = await self._proof_text(index, size, record["checkpoint"])
-            return proof, orjson.dumps(record["timestamps"])
-        found = await self.proof(receipt)
-        return (found[1] if found else None), b"[]"
+            text = latest.text if latest is not None and latest.checkpoint.size == size else record["checkpoint"]
+            candidates.append((size, text, record["timestamps"]))
+        if (
+            latest is not None
+            and latest.checkpoint.size > index
+            and not any(size == latest.checkpoint.size for size, _, _ in candidates)
+        ):
+            candidates.append((latest.checkpoint.size, latest.text, []))
+        if not candidates:
+            return None, b"[]"
+        chosen = next((c for c in candidates if c[2] and self.meets_quorum(c[1])), None)
+        chosen = chosen or next((c for c in reversed(candidates) if self.meets_quorum(c[1])), None)
+        size, text, stamps = chosen or candidates[-1]
+        return await self._proof_text(index, size, text), orjson.dumps(stamps)
+
+    def meets_quorum(self, signed: str) -> bool:
+        """Whether a checkpoint of this log carries the cosignatures its policy asks for (no
+        policy: any does)."""
+        if self.policy is None:
+            return True
+        return cosigned_enough(signed, self.policy, int(time.time()), self.cosignature_skew_s)
 
     async def wait_for_proof(self, receipt: dict[str, Any], seconds: float) -> tuple[int, str] | None:
         deadline = time.monotonic() + seconds

@@ -309,14 +309,15 @@ class LogStore:
     async def stamp(self, size: int) -> bytes | None:
         return await self._read(size_name(TIMESTAMPS, size))
 
-    async def stamp_covering(self, index: int) -> tuple[int, bytes] | None:
-        """The first time-stamped checkpoint whose tree holds entry ``index`` (its size is
-        larger) and its record, or None."""
-        for name in await self.objects.names(TIMESTAMPS, after=size_name(TIMESTAMPS, index), limit=4):
+    async def stamps_covering(self, index: int, limit: int) -> list[tuple[int, bytes]]:
+        """The first ``limit`` time-stamped checkpoints whose tree holds entry ``index`` (their
+        size is larger), smallest first, each with its record."""
+        found = []
+        for name in await self.objects.names(TIMESTAMPS, after=size_name(TIMESTAMPS, index), limit=limit):
             data = await self._read(name)
             if data is not None:
-                return _size_of(name, TIMESTAMPS), data
-        return None
+                found.append((_size_of(name, TIMESTAMPS), data))
+        return found
 
     async def last_stamped(self) -> int:
         data = await self._read(STAMPED)

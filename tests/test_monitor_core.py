@@ -1,0 +1,178 @@
+"""The monitor's pure core (receipts/monitor.py: the frontier it extends bundle by bundle, the
+chain rules) and its fetcher's retries (cli/monitor.py), without processes."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from contextlib import redirect_stderr
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.monitor import chain_entries, write_static_log
+from cli.monitor import Fetcher, Progress
+from cli.verify_log import LogInputError
+from receipts import note, tlog
+from receipts.monitor import Frontier, Project, check_chains, completed_tiles, split_bundle, subtree_root
+from tests.test_tlog import TileStore
+
+
+def feed(frontier: Frontier, store: TileStore, entries: list[bytes], size: int) -> None:
+    """Extend ``frontier`` to ``size`` from the tiles of ``store`` (a tree at least that big)."""
+    while frontier.size < size:
+        index = frontier.size // 256
+        width = tlog.tile_width(size, 0, index)
+        upper = {(level, i): store.read(level, i, 256) for level, i in (completed_tiles(index) if width == 256 else [])}
+        violation = frontier.check_bundle(
+            index, width, store.read(0, index, width), entries[index * 256 : index * 256 + width], upper
+        )
+        assert violation is None, violation
+
+
+@pytest.mark.parametrize("sizes", [(1,), (255, 256, 257), (3, 600, 70_000), (65_536,), (65_535, 65_537)])
+def test_the_frontier_gives_the_logs_root_at_every_size(sizes: tuple[int, ...]) -> None:
+    entries = list(chain_entries(max(sizes), 7))
+    store = TileStore()
+    store.append(tlog.leaf_hashes(entries))
+    frontier = Frontier()
+    for size in sizes:
+        feed(frontier, store, entries, size)
+        frontier = Frontier.decode(frontier.size, frontier.encode())  # as a resumed run finds it
+        expected = tlog.TileHashes(size, store.read).root()
+        edge = {key: store.read(*key) for key in frontier.edge()}
+        assert frontier.check_edge(edge, expected) is None
+        assert frontier.root() == expected
+
+
+def test_a_frontier_that_does_not_fit_its_size_is_refused() -> None:
+    with pytest.raises(ValueError, match="level 0"):
+        Frontier.decode(5, bytes([4]) + bytes(4 * 32))
+    with pytest.raises(ValueError, match="too few levels"):
+        Frontier.decode(256, b"")
+
+
+def test_a_mismatch_leaves_the_frontier_as_it_was() -> None:
+    entries = list(chain_entries(512, 3))
+    store = TileStore()
+    store.append(tlog.leaf_hashes(entries))
+    frontier = Frontier()
+    feed(frontier, store, entries, 100)
+    before = frontier.encode()
+    bad = entries[:256]
+    bad[200] = bad[200].replace(b"main", b"mainx")
+    violation = frontier.check_bundle(0, 256, store.read(0, 0, 256), bad, {})
+    assert violation is not None and (violation.kind, violation.index) == ("entry", 200)
+    assert (frontier.size, frontier.encode()) == (100, before)
+    frontier.verified = 100
+    rewritten = bytearray(store.read(0, 0, 256))
+    rewritten[3 * 32] ^= 1
+    violation = frontier.check_bundle(0, 256, bytes(rewritten), entries[:256], {})
+    assert violation is not None and (violation.kind, violation.index) == ("inconsistent", 3)
+
+
+def test_fast_helpers_match_tlog() -> None:
+    entries = list(chain_entries(300, 5))
+    bundle = b"".join(tlog.bundle_entry(e) for e in entries)
+    assert split_bundle(bundle) == tlog.split_bundle(bundle)
+    with pytest.raises(tlog.ProofError):
+        split_bundle(bundle[:-1])
+    leaves = tlog.leaf_hashes(entries[:256])
+    assert subtree_root(leaves) == tlog.merkle_root(leaves)
+    assert completed_tiles(254) == [] and completed_tiles(255) == [(1, 0)]
+    assert completed_tiles(65_535) == [(1, 255), (2, 0)]
+
+
+def h(n: int) -> str:
+    return "sha256:" + hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def entry(n: int, prev: int | None, status: str = "main", project: str = "prj_A") -> bytes:
+    return tlog.entry_bytes(
+        {"receipt_id": f"r{n}", "receipt_hash": h(n), "project_id": project,
+         "prev_receipt_hash": h(prev) if prev is not None else None, "chain_status": status}
+    )  # fmt: skip
+
+
+def test_the_chain_rules() -> None:
+    known = {"prj_A": Project(h(2), h(1))}
+    entries = [
+        entry(3, 2),  # follows the tip
+        entry(4, 2),  # the same previous hash as the last main entry: a fork
+        entry(5, 9),  # not the tip: a split
+        entry(6, None),  # a fresh start
+        entry(7, 3, "branch"),  # branches do not move the tip
+        entry(8, 6),
+        entry(9, 77, project="prj_new"),  # a project's first main entry starts anywhere
+        b"not an entry\n",
+        b"\xff\n",
+    ]
+    result = check_chains(10, entries, known)
+    assert [(v.kind, v.index) for v in result.violations] == [
+        ("chain_fork", 11),
+        ("chain_split", 12),
+        ("entry", 17),
+        ("entry", 18),
+    ]
+    assert result.changed == {"prj_A": Project(h(8), h(6)), "prj_new": Project(h(9), h(77))}
+    assert known == {"prj_A": Project(h(2), h(1))}  # the input is left alone
+
+
+def response(status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> httpx.Response:
+    return httpx.Response(status, headers=headers, content=body)
+
+
+async def test_the_fetcher_retries_with_backoff_and_honours_retry_after() -> None:
+    answers = [
+        httpx.ConnectError("refused"),
+        response(503),
+        response(429, {"Retry-After": "7"}),
+        response(200, body=b"tile"),
+    ]
+    slept: list[float] = []
+
+    async def get(url: str) -> httpx.Response:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    fetcher = Fetcher(get, "http://log/", sleep=sleep)
+    assert await fetcher.fetch("tile/0/000") == b"tile"
+    assert len(slept) == 3 and slept[2] == 7.0
+    assert 0 <= slept[0] <= 0.5 and 0 <= slept[1] <= 1.0  # jittered, doubling
+    answers[:] = [response(404)]
+    assert await fetcher.fetch("tile/0/001") is None
+    answers[:] = [response(403)]
+    with pytest.raises(LogInputError, match="HTTP 403"):
+        await fetcher.fetch("tile/0/002")
+    answers[:] = [response(500)] * 10
+    with pytest.raises(LogInputError, match="6 attempts"):
+        await fetcher.fetch("tile/0/003")
+
+
+def test_progress_is_shown_on_a_terminal_only() -> None:
+    out = io.StringIO()
+    with redirect_stderr(out):
+        Progress(False).update(5, 10, final=True)
+        assert out.getvalue() == ""
+        Progress(True).update(120_000, 1_000_000, final=True)
+    assert out.getvalue().startswith("\r monitor: 120,000/1,000,000 entries, ")
+    assert out.getvalue().endswith("/s\n")
+
+
+def test_the_bench_writer_makes_a_log_that_verifies(tmp_path: Path) -> None:
+    """write_static_log (the tests' and the bench's logs) agrees with receipts.tlog."""
+    root = tmp_path / "log"
+    signer = note.Signer.generate("w.example/log")
+    entries = list(chain_entries(700, 3))
+    checkpoint = write_static_log(root, entries, signer)
+    store = TileStore()
+    store.append(tlog.leaf_hashes(entries))
+    assert checkpoint.root == store.root
+    assert (root / "tile/1/000.p/2").read_bytes() == store.read(1, 0, 2)
+    assert tlog.split_bundle((root / "tile/entries/002.p/188").read_bytes()) == entries[512:]
