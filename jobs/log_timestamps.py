@@ -4,8 +4,8 @@
 At most every ``LOG_TSA_INTERVAL_S``, when the newest published checkpoint is larger than
 the last one stamped, every TSA of ``LOG_TSA_URLS`` is asked (in parallel) for a time-stamp
 over the checkpoint's text. Each answer is checked before it is kept (receipts/timestamps.py:
-granted, over that text, with the request's nonce, signed under a certificate for
-time-stamping; with ``LOG_TSA_ROOTS`` also the signature and chain). What passes is kept with
+granted, over that text, with the request's nonce, DER or BER, signed under a certificate for
+time-stamping; with ``LOG_TSA_ROOTS`` also the chain). What passes is kept with
 the signed checkpoint in the log store (``.state/timestamps/``, for as long as the log), and
 served at
 ``/v1/log/checkpoints/{size}/timestamps`` and in bundles. A TSA that is down or answers

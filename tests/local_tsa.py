@@ -4,10 +4,13 @@ behind a small HTTP endpoint (``POST /``, ``application/timestamp-query`` in,
 
 ``LocalTsa(tmp_path)`` makes a root CA and a TSA certificate it signs (extended key usage
 timeStamping, critical, as RFC 3161 requires); ``roots_pem`` is the file a verifier trusts.
+Its options configure it as TSAs are configured (see ``LocalTsa.__init__``): an intermediate
+CA and the chain sent (``-chain``) or not, ESSCertID v1 or v2 and for the chain or not, the
+signature's digest, no certificates, an RSA key, an expired certificate.
 ``mode`` makes the endpoint misbehave: "no_eku" (the token signed under a certificate of the
 same CA without the timeStamping usage), "rejection" (PKIStatus rejection), "garbage" (bytes
 that are not DER), "other_imprint" (a token over another message), "other_nonce" (a token
-with another nonce), "error_500".
+with another nonce), "error_500". tests/tsa_tokens.py makes more tokens from its answers.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asn1crypto import tsp
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from rfc3161_client import _rust as rfc3161_rust
 
 from tests.conftest import missing_binary
 
@@ -48,57 +51,120 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+def _write_key(path: Path, key: Any) -> None:
     path.write_bytes(
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
 
 
 class LocalTsa:
-    def __init__(self, directory: Path, *, name: str = "Local Test TSA") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        name: str = "Local Test TSA",
+        chain: bool = False,
+        send_chain: bool = True,
+        ess_cert_id_chain: bool = False,
+        ess_cert_id_alg: str = "sha256",
+        signer_digest: str = "sha256",
+        certs: bool = True,
+        key: str = "ec",
+        expired: bool = False,
+    ) -> None:
+        """``chain``: the TSA's certificate is issued by an intermediate CA (with a
+        timeStamping usage, as commercial TSAs' are), and, with ``send_chain``, ``openssl ts
+        -reply -chain`` puts the intermediate and the root in every token after the TSA's own
+        certificate; ``ess_cert_id_chain``: the ESSCertIDs name them too; ``ess_cert_id_alg``:
+        sha1 makes OpenSSL write an ESS signingCertificate (v1), others a signingCertificateV2;
+        ``certs`` False: the TSA answers as if certReq were false (no certificate at all);
+        ``key`` "rsa" or "ec"; ``expired``: the TSA's certificate expired before it signs."""
         self.openssl = openssl_binary()
+        self.name = name
         self.dir = directory
         directory.mkdir(parents=True, exist_ok=True)
         now = datetime.datetime.now(datetime.UTC)
-        ca_key = ec.generate_private_key(ec.SECP256R1())
-        ca_cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name(f"{name} Root"))
-            .issuer_name(_name(f"{name} Root"))
-            .public_key(ca_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-            .sign(ca_key, hashes.SHA256())
-        )
 
-        def leaf(common_name: str, key: ec.EllipticCurvePrivateKey, eku: bool) -> x509.Certificate:
+        def new_key() -> Any:
+            if key == "rsa":
+                return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            return ec.generate_private_key(ec.SECP256R1())
+
+        def ca(common_name: str, ca_key: Any, issuer: x509.Certificate | None, issuer_key: Any) -> x509.Certificate:
             builder = (
                 x509.CertificateBuilder()
                 .subject_name(_name(common_name))
-                .issuer_name(ca_cert.subject)
+                .issuer_name(issuer.subject if issuer else _name(common_name))
+                .public_key(ca_key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(days=40))
+                .not_valid_after(now + datetime.timedelta(days=30))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .add_extension(
+                    x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+                )
+            )
+            if issuer is not None:
+                builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.TIME_STAMPING]), False)
+            return builder.sign(issuer_key, hashes.SHA256())
+
+        ca_key = new_key()
+        ca_cert = ca(f"{name} Root", ca_key, None, ca_key)
+        issuer_cert, issuer_key = ca_cert, ca_key
+        self.intermediate: x509.Certificate | None = None
+        if chain:
+            intermediate_key = new_key()
+            self.intermediate = ca(f"{name} Intermediate", intermediate_key, ca_cert, ca_key)
+            issuer_cert, issuer_key = self.intermediate, intermediate_key
+
+        def leaf(
+            common_name: str,
+            key: Any,
+            usages: list[x509.ObjectIdentifier] | None,
+            critical: bool = True,
+            valid: tuple[int, int] = (-1, 30),
+            key_encipherment: bool = False,
+        ) -> x509.Certificate:
+            builder = (
+                x509.CertificateBuilder()
+                .subject_name(_name(common_name))
+                .issuer_name(issuer_cert.subject)
                 .public_key(key.public_key())
                 .serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(days=1))
-                .not_valid_after(now + datetime.timedelta(days=30))
+                .not_valid_before(now + datetime.timedelta(days=valid[0]))
+                .not_valid_after(now + datetime.timedelta(days=valid[1]))
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.KeyUsage(True, True, False, False, False, False, False, False, False), True)
+                .add_extension(
+                    x509.KeyUsage(True, True, key_encipherment, False, False, False, False, False, False), True
+                )
             )
-            if eku:
-                builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.TIME_STAMPING]), True)
-            return builder.sign(ca_key, hashes.SHA256())
+            if usages:
+                builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical)
+            return builder.sign(issuer_key, hashes.SHA256())
 
-        tsa_key, plain_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-        tsa_cert, plain_cert = leaf(name, tsa_key, True), leaf(f"{name} (not for time-stamping)", plain_key, False)
-        self.ca_cert, self.tsa_cert = ca_cert, tsa_cert
+        stamping = [ExtendedKeyUsageOID.TIME_STAMPING]
+        tsa_key, plain_key = new_key(), new_key()
+        tsa_cert = leaf(name, tsa_key, stamping, valid=(-30, -1) if expired else (-1, 30))
+        plain_cert = leaf(f"{name} (not for time-stamping)", plain_key, None)
+        self.ca_cert, self.tsa_cert, self.tsa_key = ca_cert, tsa_cert, tsa_key
+        self.issuer_key = issuer_key
+        self.leaf = leaf
+        """Makes more certificates under the TSA's issuer (tests/tsa_tokens.py re-signs with them)."""
         (directory / "plain.pem").write_bytes(plain_cert.public_bytes(serialization.Encoding.PEM))
         _write_key(directory / "plain.key", plain_key)
         self.roots_pem = directory / "roots.pem"
         self.roots_pem.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
         (directory / "tsa.pem").write_bytes(tsa_cert.public_bytes(serialization.Encoding.PEM))
         _write_key(directory / "tsa.key", tsa_key)
+        self.chain_pem: Path | None = None
+        certs_line = ""
+        if self.intermediate is not None:
+            self.chain_pem = directory / "chain.pem"
+            chain_certs = [self.intermediate, ca_cert]
+            self.chain_pem.write_bytes(b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chain_certs))
+            if send_chain:
+                certs_line = "certs = $dir/chain.pem"
+        self.certs = certs
         (directory / "serial").write_text("01\n")
         self.config = directory / "tsa.cnf"
         self.config.write_text(
@@ -111,14 +177,15 @@ serial = $dir/serial
 crypto_device = builtin
 signer_cert = $dir/tsa.pem
 signer_key = $dir/tsa.key
-signer_digest = sha256
+{certs_line}
+signer_digest = {signer_digest}
 default_policy = {POLICY_OID}
 digests = sha256, sha384, sha512
 accuracy = secs:1
 ordering = yes
 tsa_name = yes
-ess_cert_id_chain = no
-ess_cert_id_alg = sha256
+ess_cert_id_chain = {"yes" if ess_cert_id_chain else "no"}
+ess_cert_id_alg = {ess_cert_id_alg}
 """
         )
         self.mode = "ok"
@@ -133,7 +200,7 @@ ess_cert_id_alg = sha256
         """``openssl ts -reply`` for ``query`` (DER TimeStampReq), as this TSA's mode says."""
         with self._lock, tempfile.TemporaryDirectory(dir=self.dir) as work:
             query_file, reply_file = Path(work) / "q.tsq", Path(work) / "r.tsr"
-            query_file.write_bytes(_altered(query, self.mode))
+            query_file.write_bytes(_altered(query, self.mode, self.certs))
             command = ["ts", "-reply", "-config", str(self.config), "-queryfile", str(query_file)]
             subprocess.run([self.openssl, *command, "-out", str(reply_file)], check=True, capture_output=True)
             if self.mode == "no_eku":
@@ -202,15 +269,20 @@ ess_cert_id_alg = sha256
             self.server.server_close()
 
 
-def _altered(query: bytes, mode: str) -> bytes:
+def _altered(query: bytes, mode: str, certs: bool = True) -> bytes:
     """The query as the TSA answers it: another imprint (same nonce) or another nonce (same
-    imprint) in the misbehaving modes, found in the DER and replaced in place."""
-    asked = rfc3161_rust.parse_timestamp_request(query)
+    imprint) in the misbehaving modes, found in the DER and replaced in place; without
+    ``certs``, certReq false (the TSA then sends no certificate)."""
+    asked = tsp.TimeStampReq.load(query)
+    if not certs:
+        return tsp.TimeStampReq(
+            {**{k: v for k, v in asked.native.items() if k != "cert_req"}, "cert_req": False}
+        ).dump()
     if mode == "other_imprint":
-        digest = asked.message_imprint.message
+        digest = asked["message_imprint"]["hashed_message"].native
         return query.replace(digest, bytes(b ^ 0xFF for b in digest))
-    if mode == "other_nonce" and asked.nonce is not None:
-        nonce = asked.nonce.to_bytes((asked.nonce.bit_length() + 8) // 8, "big")
+    if mode == "other_nonce" and asked["nonce"].native is not None:
+        nonce = asked["nonce"].contents
         return query.replace(nonce, nonce[:-1] + bytes([nonce[-1] ^ 1]))
     return query
 

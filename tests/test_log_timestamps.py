@@ -23,6 +23,7 @@ from kv.logstore import LogStore
 from kv.store import Store
 from receipts import note, timestamps, tlog
 from runtime import metrics
+from tests import tsa_tokens
 from tests.conftest import free_port
 from tests.local_tsa import LocalTsa, openssl_binary
 from tests.servers import verify_cli
@@ -86,7 +87,7 @@ def test_a_good_answer_is_kept_and_verifies_against_its_root(tsa: LocalTsa) -> N
     ("mode", "reason"),
     [
         ("rejection", "did not grant"),
-        ("garbage", "not a DER TimeStampResp"),
+        ("garbage", "not a TimeStampResp"),
         ("other_imprint", "over another text"),
         ("other_nonce", "nonce is not the request's"),
         ("no_eku", "no extended key usage"),
@@ -335,3 +336,37 @@ async def test_verify_reports_when_the_receipt_existed(
     (tmp_path / "not.pem").write_text("no certificate here\n")
     done = verify_cli(*common, "--tsa-roots", str(tmp_path / "not.pem"))
     assert done.returncode == 2 and "--tsa-roots" in done.stdout
+
+
+async def test_the_stamper_keeps_a_chain_tsas_answer(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa, tmp_path: Path
+) -> None:
+    """A TSA that sends its chain (``openssl ts -reply -chain``: signer, intermediate, root,
+    out of DER set order) and names it in its ESSCertIDs: kept, with and without roots, and
+    verified by ``verify_token`` and OpenSSL."""
+    chained = LocalTsa(tmp_path / "chained", name="Chained TSA", chain=True, ess_cert_id_chain=True).start()
+    try:
+        app = log_app(store, log_store, keyring, signer)
+        await integrator(store, log_store, signer)
+        key = await create_project_key(store, project_name="chained", plan="pro")
+        await grow(app, store, log_store, signer, key, ["k0", "k1", "k2"])
+        refused = failures(chained.url, "refused")
+        pinned = Stamper(store, log_store, ORIGIN, tsa_config(chained.url, roots=tuple(roots_of(chained))))
+        assert await pinned.step() == 3
+        assert failures(chained.url, "refused") == refused
+        record = orjson.loads(await log_store.stamp(3) or b"{}")
+        (kept,) = record["timestamps"]
+        der = base64.b64decode(kept["response_base64"])
+        text = note.parse_note(record["checkpoint"]).text
+        assert timestamps.verify_token(der, text, roots_of(chained)).tsa_name == "CN=Chained TSA"
+        with pytest.raises(timestamps.StampError, match="does not verify against the roots"):
+            timestamps.verify_token(der, text, roots_of(tsa))
+        (tmp_path / "checkpoint.txt").write_text(text)
+        (tmp_path / "reply.tsr").write_bytes(der)
+        assert tsa_tokens.openssl_ok(tmp_path, der, tmp_path / "checkpoint.txt", chained.roots_pem)
+        # Without roots the Stamper keeps it too (the chain is then left to verifiers).
+        await grow(app, store, log_store, signer, key, ["k3"])
+        await store.client.delete(keys.log_stamping_key(ORIGIN))
+        assert await Stamper(store, log_store, ORIGIN, tsa_config(chained.url)).step() == 4
+    finally:
+        chained.stop()
