@@ -211,16 +211,20 @@ async def test_a_two_of_two_quorum_with_one_witness_silent_publishes_at_the_time
 
 async def test_a_late_cosignature_never_drops_one_already_published(log_store: LogStore, signer: note.Signer) -> None:
     """The store's side of a republish: same body with more lines replaces, fewer lines keep
-    what is published, another body of the same size is refused."""
+    what is published, other lines are added to it, another body of the same size is refused."""
     signed, checkpoint = checkpoint_of(signer)
     one, two = cosignature.Cosigner.generate("w/one"), cosignature.Cosigner.generate("w/two")
     line_one, line_two = one.cosign(checkpoint.text(), 1), two.cosign(checkpoint.text(), 1)
     assert await log_store.publish((signed + line_one).encode())
     assert await log_store.publish((signed + line_one + line_two).encode())
-    assert await log_store.publish(signed.encode())  # covered: nothing dropped
+    assert not await log_store.publish(signed.encode())  # fewer: nothing dropped
     assert (await log_store.checkpoint() or b"").decode() == signed + line_one + line_two
-    assert await log_store.publish((signed + line_two).encode())
+    assert not await log_store.publish((signed + line_two).encode())
     assert (await log_store.checkpoint() or b"").decode() == signed + line_one + line_two
+    # Another integrator's republish with another cosignature keeps the one published.
+    three = cosignature.Cosigner.generate("w/three").cosign(checkpoint.text(), 1)
+    assert await log_store.publish((signed + three).encode())
+    assert (await log_store.checkpoint() or b"").decode() == signed + three + line_one + line_two
     other = note.sign_note(note.Checkpoint(ORIGIN, checkpoint.size, bytes(32)).text(), signer)
     assert not await log_store.publish(other.encode())
 

@@ -235,9 +235,8 @@ class LogStore:
         """Make ``signed`` the public checkpoint unless a larger tree is published already
         (another integrator went on). The same tree again (the same body) adds the signatures
         it brings and never drops one: one the published checkpoint holds and ``signed``
-        lacks is kept (after ``signed``'s own). True when the published checkpoint then holds
-        every signature of ``signed``. A compare-and-swap, so the public checkpoint never goes
-        back."""
+        lacks is kept (after ``signed``'s own); fewer signatures than published replace
+        nothing (False). A compare-and-swap, so the public checkpoint never goes back."""
         size = checkpoint_size(signed)
         body, lines = _note_parts(signed)
         for _ in range(16):
@@ -255,7 +254,7 @@ class LogStore:
                 if current_body != body:
                     return False  # another tree of this size: never replaced (the tree state decides)
                 if set(lines) <= set(current_lines):
-                    return True
+                    return set(lines) == set(current_lines)  # fewer signatures never replace more
                 wanted += b"".join(line + b"\n" for line in current_lines if line not in lines)
             if await self.objects.replace(CHECKPOINT, wanted, current.version):
                 return True
