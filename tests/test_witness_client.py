@@ -84,14 +84,16 @@ class FakeWitness:
             writer.close()
 
     async def _answer(self, body: str, writer: asyncio.StreamWriter) -> None:
-        if self.mode in ("hang", "never"):
+        if self.mode in ("hang", "hang422", "never"):
             self.open += 1
             self.arrived.set()
             try:
-                await (self.release.wait() if self.mode == "hang" else asyncio.Event().wait())
+                await (self.release.wait() if self.mode != "never" else asyncio.Event().wait())
             finally:
                 self.open -= 1
-        if self.mode == "fail":
+        if self.mode == "hang422":
+            writer.write(b"HTTP/1.1 422 Unprocessable Entity\r\ncontent-length: 13\r\n\r\ninconsistent\n")
+        elif self.mode == "fail":
             writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\nnope")
         elif self.mode == "huge":
             writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
@@ -227,6 +229,32 @@ async def test_a_late_cosignature_never_drops_one_already_published(log_store: L
     assert (await log_store.checkpoint() or b"").decode() == signed + three + line_one + line_two
     other = note.sign_note(note.Checkpoint(ORIGIN, checkpoint.size, bytes(32)).text(), signer)
     assert not await log_store.publish(other.encode())
+
+
+async def test_fork_evidence_after_publication_halts_the_log_at_the_next_pass(
+    log_store: LogStore, signer: note.Signer, witnesses: Any
+) -> None:
+    import fakeredis
+
+    from kv.store import Store
+
+    forked = await witnesses("forked", "hang422")
+    fast = await witnesses("fine")
+    store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
+    config = LogConfig(ORIGIN, signer, policy=make_policy(signer, [forked, fast], 1), witness_timeout_ms=30_000)
+    worker = Integrator(store, log_store, config)
+    await worker.prepare()
+    assert worker.witnesses is not None
+    cosigned = await worker.witnesses.cosign(*checkpoint_of(signer))
+    assert cosigned.evidence is None and forked.open == 1  # published on the quorum, before its answer
+    forked.release.set()
+    await worker.witnesses.settled()
+    assert await log_store.halted() is None
+    await worker.step(force=True)
+    halted = await log_store.halted()
+    assert halted is not None and halted["evidence"]["witness"] == "forked" and halted["evidence"]["status"] == 422
+    await worker.witnesses.close()
+    await store.close()
 
 
 # -- backoff, keep-alive, what is logged
