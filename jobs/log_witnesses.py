@@ -79,8 +79,9 @@ class _Health:
     """Not asked before this (``clock``) time."""
     said: set[str] = field(default_factory=set)
     """The kinds of failure logged since its last cosignature."""
-    busy: bool = False
-    """A request to it is open (from an earlier checkpoint): it is not sent another."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a request to it is open: one at a time, so a witness never sees an older
+    checkpoint after a newer one (its 409 would name a larger size than that older one's)."""
 
 
 @dataclass
@@ -145,7 +146,7 @@ class WitnessClient:
         asked = []
         for witness in self.witnesses:
             health = self.health[witness.name]
-            if health.busy or now < health.retry_at:
+            if now < health.retry_at:
                 metrics.LOG_WITNESS_SKIPPED.labels(witness.name).inc()
                 continue
             asked.append(witness)
@@ -186,13 +187,17 @@ class WitnessClient:
                     self.evidence = self.evidence or exc.record
                 elif exc is None and task.result():
                     added = True
-            if added and current is self._latest and self.evidence is None:
-                try:
-                    if await self.log.publish(current.text(self.witnesses).encode()):
-                        metrics.LOG_CHECKPOINT_REPUBLISHED.inc()
-                    await self.log.save_witness_sizes(self.sizes)
-                except (LogStoreError, OSError) as exc:
-                    log.warning("could not publish the checkpoint again with a late cosignature: %s", exc)
+            if not added:
+                continue
+            try:
+                latest = current is self._latest and self.evidence is None
+                if latest and await self.log.publish(current.text(self.witnesses).encode()):
+                    metrics.LOG_CHECKPOINT_REPUBLISHED.inc()
+                await self.log.save_witness_sizes(self.sizes)
+            except (LogStoreError, OSError) as exc:
+                log.warning("could not publish the checkpoint again with a late cosignature: %s", exc)
+            except Exception:  # a background task: said here, or nobody would see it
+                log.exception("publishing the checkpoint again with a late cosignature failed")
 
     async def settled(self) -> None:
         """Wait for the requests still open in the background (tests, and a clean stop)."""
@@ -224,20 +229,28 @@ class WitnessClient:
 
     async def _ask(self, witness: Witness, current: _Round) -> str:
         """The witness's cosignature lines for this round ("" when it gave none, counted and
-        logged as a failure); ``ForkEvidence``. Never longer than the round's deadline."""
+        logged as a failure); ``ForkEvidence``. Never longer than the round's deadline. A
+        request to the witness still open (an earlier checkpoint's) is waited for first; a
+        round overtaken meanwhile by a newer checkpoint, or a witness backed off meanwhile,
+        is not sent (the newer one is)."""
         health = self.health[witness.name]
-        health.busy = True
+        sent = False
         try:
-            async with asyncio.timeout_at(current.deadline):
+            async with asyncio.timeout_at(current.deadline), health.lock:
+                if current is not self._latest or self.clock() < health.retry_at:
+                    metrics.LOG_WITNESS_SKIPPED.labels(witness.name).inc()
+                    return ""
+                sent = True
                 lines = await self._one(witness, current.signed, current.checkpoint)
         except TimeoutError:
+            if not sent:  # its earlier request held it past this round's deadline: counted there
+                metrics.LOG_WITNESS_SKIPPED.labels(witness.name).inc()
+                return ""
             return self._failed(witness, "timeout", f"no answer within {self.timeout_s * 1000:.0f} ms")
         except ForkEvidence:
             raise
         except Exception as exc:  # noqa: BLE001 - said once per kind with the witness's name, never swallowed
             return self._failed(witness, "error", f"{type(exc).__name__}: {exc}", exc)
-        finally:
-            health.busy = False
         if lines:
             current.lines[witness.name] = lines
             self._cosigned(witness)

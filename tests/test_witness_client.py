@@ -194,6 +194,43 @@ async def test_a_one_of_two_quorum_publishes_while_the_slow_witness_is_still_ope
     await client.close()
 
 
+async def test_a_witness_still_answering_an_older_checkpoint_gets_the_newer_one_after_it(
+    log_store: LogStore, signer: note.Signer, witnesses: Any
+) -> None:
+    """One request at a time per witness: the newer checkpoint waits for the open request
+    (never sent beside it: the witness could see the older one after the newer), is sent when
+    that one ends, and its cosignature is published again with the newer checkpoint."""
+    slow = await witnesses("busy", "hang")
+    fast = await witnesses("swift")
+    client = client_for(log_store, make_policy(signer, [slow, fast], 1), timeout_ms=30_000)
+    sending, most = 0, 0
+    one = client._one
+
+    async def counted(witness: Any, *args: Any) -> str:
+        nonlocal sending, most
+        if witness.name != "busy":
+            return await one(witness, *args)
+        sending += 1
+        most = max(most, sending)
+        try:
+            return await one(witness, *args)
+        finally:
+            sending -= 1
+
+    client._one = counted  # type: ignore[method-assign]
+    signed, checkpoint = checkpoint_of(signer)
+    first = await client.cosign(signed, checkpoint)
+    second = await client.cosign(signed, checkpoint)
+    assert cosigners(first.text, [slow, fast]) == cosigners(second.text, [slow, fast]) == ["swift"]
+    assert (sending, most, slow.open) == (1, 1, 1), "a second request while the first is open"
+    assert await log_store.publish(second.text.encode())
+    slow.release.set()
+    await client.settled()
+    assert (slow.requests, most) == (2, 1), "the newer checkpoint was sent once the older request ended"
+    assert cosigners((await log_store.checkpoint() or b"").decode(), [slow, fast]) == ["busy", "swift"]
+    await client.close()
+
+
 async def test_a_two_of_two_quorum_with_one_witness_silent_publishes_at_the_timeout_with_one(
     log_store: LogStore, signer: note.Signer, witnesses: Any
 ) -> None:
