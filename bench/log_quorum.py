@@ -187,7 +187,8 @@ def render(r: dict[str, Any]) -> str:
             f"{r['p50_s'] * 1000:.0f} ms | |",
             f"| the same, p99 (max) | {r['p99_s'] * 1000:.0f} ms ({r['max_s'] * 1000:.0f} ms) | < 1 s: {met} |",
             f"| creates measured / without a cosigned covering checkpoint | {r['creates']} / {r['not_covered']} | 0 |",
-            f"| the silent witness: connections, timed-out requests, checkpoints skipped (backoff) | "
+            "| the silent witness: connections, timed-out requests, checkpoints not sent (backoff, or its open "
+            f"request) | "
             f"{r['silent_connections']}, {r['silent_timeouts']:.0f}, {r['silent_skipped']:.0f} | |",
             f"| checkpoints signed; cosignatures by the answering witness | {r['checkpoints']:.0f}; "
             f"{r['fast_cosignatures']:.0f} | |",
