@@ -442,9 +442,9 @@ class Integrator:
 
     async def _halt(self, evidence: dict[str, Any]) -> None:
         reason = f"witness {evidence['witness']} answered {evidence['status']}: {evidence['detail']}"
-        if self.witnesses is not None:
-            self.witnesses.evidence = None  # recorded now: a resume starts afresh
         await self.log.halt(reason, evidence)
+        if self.witnesses is not None:
+            self.witnesses.evidence = None  # recorded in the store: a resume starts afresh
         self.halted = await self.log.halted() or {"reason": reason, "evidence": evidence}
         metrics.LOG_HALTED.set(1)
         self._log_halt(self.halted)
