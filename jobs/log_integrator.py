@@ -62,9 +62,10 @@ POLL_S = 0.05
 DIRTY_SAMPLE = 1024
 RECHECK_AFTER_MS = 30_000
 HALT_RECHECK_S = 2.0
-_HALTS_SAID: set[tuple[str, str]] = set()
-"""The halts (origin, when recorded) this process has logged at CRITICAL: each once, however
-often an integrator finds it again (a lease taken back, a second integrator in the process)."""
+_HALTS_SAID: set[tuple[str, str, str]] = set()
+"""The halts (origin, when recorded, reason) this process has logged at CRITICAL: each once,
+however often an integrator finds it again (a lease taken back, a second integrator in the
+process); forgotten when the log is resumed."""
 CRASH_POINTS = ("staged", "tiles_half", "tiles", "advanced", "unstaged", "acked_half", "synced", "signed", "published")
 """Where a batch can be cut short in the fault-injection tests: after each of its steps."""
 
@@ -451,7 +452,7 @@ class Integrator:
 
     def _log_halt(self, halted: dict[str, Any]) -> None:
         self._halt_checked = time.monotonic()
-        said = (self.origin, str(halted.get("at") or halted.get("reason")))
+        said = (self.origin, str(halted.get("at")), str(halted.get("reason")))
         if said in _HALTS_SAID:
             return
         _HALTS_SAID.add(said)
@@ -469,6 +470,7 @@ class Integrator:
         if await self.log.halted() is not None:
             return True
         log.warning("the log was resumed: integrating again")
+        _HALTS_SAID.difference_update({said for said in _HALTS_SAID if said[0] == self.origin})
         self.halted = None
         self.tree = None
         metrics.LOG_HALTED.set(0)
