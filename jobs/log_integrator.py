@@ -62,7 +62,10 @@ POLL_S = 0.05
 DIRTY_SAMPLE = 1024
 RECHECK_AFTER_MS = 30_000
 HALT_RECHECK_S = 2.0
-ERROR_REPEAT_S = 60.0
+_HALTS_SAID: set[tuple[str, str, str]] = set()
+"""The halts (origin, when recorded, reason) this process has logged at CRITICAL: each once,
+however often an integrator finds it again (a lease taken back, a second integrator in the
+process); forgotten when the log is resumed."""
 CRASH_POINTS = ("staged", "tiles_half", "tiles", "advanced", "unstaged", "acked_half", "synced", "signed", "published")
 """Where a batch can be cut short in the fault-injection tests: after each of its steps."""
 
@@ -99,7 +102,9 @@ class Integrator:
         self.halted: dict[str, Any] | None = None
         self._halt_checked = 0.0
         self._last_batch = time.monotonic()
-        self._reported: dict[str, float] = {}
+        self._failing: dict[str, int] | None = None
+        """While passes fail: each kind of failure and how many passes it failed (None: passing)."""
+        self._failing_since = 0.0
         self.crash: Callable[[str], None] | None = _kill_at(config.crash_at) if config.crash_at else None
         """Fault injection for tests: called at each point between two steps of a batch
         (``CRASH_POINTS``)."""
@@ -140,29 +145,47 @@ class Integrator:
                         await self.prepare()  # the store's checks, retried while it cannot be reached
                     if await self._hold_lease():
                         integrated = await self.step()
+                    self._passed()
                 except LogRefused as exc:
                     log.critical("LOG REFUSED: the integrator stops and signs nothing: %s", exc)
                     raise
                 except (StoreUnavailable, LogStoreError, TileMissing, OSError) as exc:
-                    self._report(type(exc).__name__, "log integrator pass failed (retrying): %s", exc)
+                    self._failed(type(exc).__name__, "%s", exc)
                 except Exception as exc:  # noqa: BLE001 - a long-running loop: say it, retry next pass
-                    self._report(type(exc).__name__, "log integrator pass failed (retrying): %r", exc, trace=True)
+                    self._failed(type(exc).__name__, "%r", exc, trace=True)
                 if integrated < self.config.max_batch:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), POLL_S)
         finally:
+            if self.witnesses is not None:
+                await self.witnesses.close()
             if self.holding:
                 with contextlib.suppress(LogStoreError):  # the lease expires by itself
                     await self.log.lease(self.token, 0, "drop")
 
-    def _report(self, kind: str, message: str, *args: Any, trace: bool = False) -> None:
-        """Log a failure, but each kind at most once every ``ERROR_REPEAT_S``: a Redis or a
-        store that is down must not flood the log with a line every pass."""
-        now = time.monotonic()
-        if now - self._reported.get(kind, -ERROR_REPEAT_S) < ERROR_REPEAT_S:
+    def _failed(self, kind: str, detail: str, exc: BaseException, trace: bool = False) -> None:
+        """A pass failed: said once per outage and kind (Redis or the store down must not
+        write a line every pass), then retried every pass until one passes."""
+        if self._failing is None:
+            self._failing, self._failing_since = {}, time.monotonic()
+        if kind not in self._failing:
+            log.warning(
+                "log integrator pass failed (%s: " + detail + "); retrying every pass, said again only when it passes",
+                kind,
+                exc,
+                exc_info=trace,
+            )
+        self._failing[kind] = self._failing.get(kind, 0) + 1
+
+    def _passed(self) -> None:
+        if self._failing is None:
             return
-        self._reported[kind] = now
-        log.warning(message, *args, exc_info=trace)
+        failing, self._failing = self._failing, None
+        log.warning(
+            "log integrator passes again after %.1f s (failed passes: %s)",
+            time.monotonic() - self._failing_since,
+            ", ".join(f"{kind} {count}" for kind, count in sorted(failing.items())),
+        )
 
     async def _hold_lease(self) -> bool:
         """Whether this integrator holds the lease: renewed a third of the way through, and
@@ -186,6 +209,8 @@ class Integrator:
         interval or the trigger (tests, and ``--once`` tools)."""
         if self.tree is None:
             await self._load()
+        if self.halted is None and self.witnesses is not None and self.witnesses.evidence is not None:
+            await self._halt(self.witnesses.evidence)  # a witness's answer that came after publication
         if self.halted is not None:
             await self._still_halted()
             return 0
@@ -351,11 +376,7 @@ class Integrator:
         if self.witnesses is not None:
             cosigned = await self.witnesses.cosign(signed, checkpoint)
             if cosigned.evidence is not None:
-                await self._halt(
-                    f"witness {cosigned.evidence['witness']} answered {cosigned.evidence['status']}: "
-                    f"{cosigned.evidence['detail']}",
-                    cosigned.evidence,
-                )
+                await self._halt(cosigned.evidence)
                 return
             signed = cosigned.text
         self._point("signed")
@@ -420,14 +441,21 @@ class Integrator:
 
     # -- halting
 
-    async def _halt(self, reason: str, evidence: dict[str, Any]) -> None:
+    async def _halt(self, evidence: dict[str, Any]) -> None:
+        reason = f"witness {evidence['witness']} answered {evidence['status']}: {evidence['detail']}"
         await self.log.halt(reason, evidence)
+        if self.witnesses is not None:
+            self.witnesses.evidence = None  # recorded in the store: a resume starts afresh
         self.halted = await self.log.halted() or {"reason": reason, "evidence": evidence}
         metrics.LOG_HALTED.set(1)
         self._log_halt(self.halted)
 
     def _log_halt(self, halted: dict[str, Any]) -> None:
         self._halt_checked = time.monotonic()
+        said = (self.origin, str(halted.get("at")), str(halted.get("reason")))
+        if said in _HALTS_SAID:
+            return
+        _HALTS_SAID.add(said)
         log.critical(
             "LOG HALTED: someone has signed a history of this log that is not ours (%s). The integrator signs "
             "nothing until an operator has looked and runs: python service.py log resume --reason TEXT",
@@ -442,6 +470,7 @@ class Integrator:
         if await self.log.halted() is not None:
             return True
         log.warning("the log was resumed: integrating again")
+        _HALTS_SAID.difference_update({said for said in _HALTS_SAID if said[0] == self.origin})
         self.halted = None
         self.tree = None
         metrics.LOG_HALTED.set(0)

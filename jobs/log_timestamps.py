@@ -33,6 +33,7 @@ import orjson
 from kv.logstore import LogStore
 from receipts import note, timestamps
 from runtime import metrics
+from runtime.http import ReplyTooLarge, post_bounded
 
 log = logging.getLogger("eps.log.timestamps")
 
@@ -84,7 +85,9 @@ class Stamper:
         if not await self.store.log_stamp_claim(self.origin, self.token, int(self.config.interval_s * 1000)):
             return None  # stamped less than an interval ago (here or by another worker)
         request = timestamps.new_request(parsed.text)
-        async with httpx.AsyncClient(timeout=self.config.timeout_s) as client:
+        async with httpx.AsyncClient(
+            timeout=self.config.timeout_s, headers={"Accept-Encoding": "identity"}, follow_redirects=False
+        ) as client:
             answers = await asyncio.gather(*(self._ask(client, url, request) for url in self.config.urls))
         kept = [
             {"tsa": url, "response_base64": base64.b64encode(der).decode()}
@@ -102,21 +105,30 @@ class Stamper:
     async def _ask(self, client: httpx.AsyncClient, url: str, request: timestamps.StampRequest) -> bytes | None:
         """The TSA's DER response if it passes the checks, else None (logged and counted)."""
         try:
-            response = await client.post(url, content=request.der, headers={"Content-Type": timestamps.QUERY_TYPE})
+            response, der = await post_bounded(
+                client,
+                url,
+                timestamps.MAX_RESPONSE_BYTES,
+                content=request.der,
+                headers={"Content-Type": timestamps.QUERY_TYPE},
+            )
         except httpx.HTTPError as exc:
             self._failed(url, "unreachable", str(exc) or type(exc).__name__)
             return None
+        except ReplyTooLarge as exc:
+            self._failed(url, "too_large", str(exc))
+            return None
         if response.status_code != 200:
-            self._failed(url, f"http_{response.status_code}", response.text[:200])
+            self._failed(url, f"http_{response.status_code}", der[:200].decode("utf-8", "replace"))
             return None
         try:
-            stamp = timestamps.check_response(response.content, request, list(self.config.roots) or None)
+            stamp = timestamps.check_response(der, request, list(self.config.roots) or None)
         except timestamps.StampError as exc:
             self._failed(url, "refused", str(exc))
             return None
         metrics.LOG_TIMESTAMPS.labels(url).inc()
         log.info("time-stamp by %s (%s) at %s", url, stamp.tsa_name, stamp.gen_time.isoformat())
-        return response.content
+        return der
 
     def _failed(self, url: str, kind: str, detail: str) -> None:
         metrics.LOG_TSA_FAILURES.labels(url, kind).inc()

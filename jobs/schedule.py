@@ -132,11 +132,22 @@ class ScheduleThread(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
+        failing_since: float | None = None
         while not self._halt.is_set():
             try:
                 self.owner.tick()
             except redis.RedisError as exc:
-                log.warning("schedule tick failed (%s); retrying in %.0f s", type(exc).__name__, self.tick_s)
+                if failing_since is None:  # once per outage, not once per tick
+                    failing_since = time.monotonic()
+                    log.warning(
+                        "schedule tick failed (%s); retrying every %.0f s, said again when it passes",
+                        type(exc).__name__,
+                        self.tick_s,
+                    )
+            else:
+                if failing_since is not None:
+                    log.warning("schedule ticks again after %.0f s", time.monotonic() - failing_since)
+                    failing_since = None
             self._halt.wait(self.tick_s)
 
     def stop(self, timeout: float = 10.0) -> None:

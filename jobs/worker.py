@@ -10,10 +10,13 @@ fails after its retries stays in RQ's failed registry. See ``docs/jobs.md``.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import redis
 from rq import Queue, Worker
@@ -24,6 +27,40 @@ from rq.serializers import JSONSerializer
 from jobs.queue import QUEUE_NAME, open_queue
 from jobs.schedule import OWNER_TTL_MS, TICK_S, ScheduleOwner, ScheduleThread
 from runtime.metrics import count_job
+
+RQ_RETRY_MESSAGE = "could not connect to Redis instance"
+"""What RQ logs at every retry while the job queue's Redis is down (about once a second)."""
+
+
+class QueueOutage(logging.Filter):
+    """One line per outage of the job queue's Redis instead of RQ's line per retry: the first
+    of RQ's retry lines passes, the rest are dropped until ``recovered`` (the worker's next
+    heartbeat that reaches Redis), which says how long it lasted."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.clock = clock
+        self.since: float | None = None
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if RQ_RETRY_MESSAGE not in str(record.msg):
+            return True
+        if self.since is None:
+            self.since = self.clock()
+            return True
+        self.dropped += 1
+        return False
+
+    def recovered(self, log: logging.Logger) -> None:
+        if self.since is None:
+            return
+        log.warning(
+            "the job queue's Redis is reachable again after %.1f s (%d more retries not logged)",
+            self.clock() - self.since,
+            self.dropped,
+        )
+        self.since, self.dropped = None, 0
 
 
 def worker_name() -> str:
@@ -39,6 +76,13 @@ class MeasuredWorker(Worker):
     as the horse (or RQ's failure handling) left it: finished is a success, a job queued or
     scheduled again is a retry, anything else a failure.
     """
+
+    outage: QueueOutage | None = None
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> None:
+        super().heartbeat(*args, **kwargs)
+        if self.outage is not None:
+            self.outage.recovered(self.log)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         started = time.perf_counter()
@@ -83,6 +127,8 @@ def run_worker(
     """
     connection = redis.Redis.from_url(jobs_redis_url)
     worker = MeasuredWorker([QUEUE_NAME], connection=connection, serializer=JSONSerializer, name=name or worker_name())
+    worker.outage = QueueOutage()
+    worker.log.addFilter(worker.outage)
     schedule: ScheduleThread | None = None
     if not burst:
         # Its own connection: the thread must never share a socket with the work loop.
@@ -92,6 +138,7 @@ def run_worker(
     try:
         return bool(worker.work(burst=burst, with_scheduler=True, logging_level="INFO"))
     finally:
+        worker.log.removeFilter(worker.outage)
         if schedule is not None:
             schedule.stop()
         connection.close()

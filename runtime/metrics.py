@@ -122,6 +122,16 @@ LOG_WITNESS_FAILURES = Counter(
     "Checkpoints a witness did not cosign, by witness and kind (HTTP status, timeout, unreachable, ...)",
     ["witness", "kind"],
 )
+LOG_WITNESS_SKIPPED = Counter(
+    "eps_log_witness_skipped",
+    "Checkpoints not sent to a witness, by witness: it failed and its backoff has not passed, or a request "
+    "to it from an earlier checkpoint is still open",
+    ["witness"],
+)
+LOG_CHECKPOINT_REPUBLISHED = Counter(
+    "eps_log_checkpoint_republished",
+    "Checkpoints published again with a cosignature that arrived after their first publication",
+)
 LOG_TIMESTAMPS = Counter(
     "eps_log_timestamps", "RFC 3161 time-stamps obtained, checked and kept for a checkpoint, by TSA", ["tsa"]
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
 import time
@@ -293,3 +294,69 @@ async def test_two_worker_processes_one_owner_one_sweep(redis_url: str, workers:
     assert holder(queue) is None, "the owner released the schedule on SIGTERM"
     connection.close()
     await store.close()
+
+
+def test_a_schedule_outage_is_one_line_down_and_one_line_back(caplog: pytest.LogCaptureFixture) -> None:
+    """Redis refusing the schedule's ticks for ten ticks: one line when it starts, one when it
+    ticks again, not one per tick."""
+    ticks = 0
+    done = threading.Event()
+
+    class Owner:
+        def tick(self) -> list[str]:
+            nonlocal ticks
+            ticks += 1
+            if ticks == 15:
+                done.set()
+            if 2 <= ticks <= 11:
+                raise redis.ConnectionError("Connection refused")
+            return []
+
+        def release(self) -> bool:
+            return True
+
+    caplog.set_level(logging.WARNING, "eps.jobs.schedule")
+    thread = ScheduleThread(Owner(), tick_s=0.001)  # type: ignore[arg-type]
+    thread.start()
+    assert done.wait(10)
+    thread.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "eps.jobs.schedule"]
+    assert [m for m in said if "tick failed" in m] == [said[0]] and len(said) == 2, said
+    assert "ticks again" in said[1], said
+
+
+def test_a_job_queue_outage_is_one_line_down_and_one_line_back(caplog: pytest.LogCaptureFixture) -> None:
+    """RQ's line at every retry while the queue's Redis is down passes once; the worker's
+    first heartbeat that reaches Redis says it is back, with the retries it did not log."""
+    import inspect
+
+    import rq.worker.base
+
+    from jobs.worker import RQ_RETRY_MESSAGE, MeasuredWorker, QueueOutage
+
+    assert RQ_RETRY_MESSAGE in inspect.getsource(rq.worker.base), "RQ's retry line changed: QueueOutage matches nothing"
+    server = fakeredis.FakeServer()
+    worker = MeasuredWorker([QUEUE_NAME], connection=fakeredis.FakeRedis(server=server), serializer=JSONSerializer)
+    worker.outage = QueueOutage()
+    worker.log.addFilter(worker.outage)
+    caplog.set_level(logging.INFO, "rq.worker")
+    try:
+        server.connected = False
+        for _ in range(10):  # as RQ's dequeue loop: a heartbeat that fails, its retry line
+            with pytest.raises(redis.ConnectionError):
+                worker.heartbeat()
+            worker.log.error(
+                "Worker %s: could not connect to Redis instance: %s retrying in %d seconds...",
+                worker.name,
+                "refused",
+                1,
+            )
+        server.connected = True
+        worker.heartbeat()
+        worker.heartbeat()
+    finally:
+        worker.log.removeFilter(worker.outage)
+    said = [r.getMessage() for r in caplog.records if r.name == "rq.worker"]
+    assert len([m for m in said if RQ_RETRY_MESSAGE in m]) == 1, said
+    back = [m for m in said if "reachable again" in m]
+    assert len(back) == 1 and "9 more retries" in back[0], said

@@ -18,10 +18,14 @@ import httpx
 import orjson
 from sanic import Request
 
+from runtime.http import ReplyTooLarge, post_bounded
 from runtime.settings import ClientIpConfig
 
 TIMEOUT_S = 5.0
 """Whole-call deadline (connect, send, answer). Tests lower it."""
+MAX_REPLY_BYTES = 64 * 1024
+"""A siteverify answer is a small JSON object: a longer one is refused unread (fails closed)."""
+HEADERS = {"Accept": "application/json"}
 _ERROR_CODE = re.compile(r"[a-z0-9-]{1,64}")
 
 
@@ -44,15 +48,17 @@ async def siteverify(url: str, secret: str, token: str, remote_ip: str | None) -
     timeout = TIMEOUT_S
     try:
         async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
-            response = await http.post(url, data=form, headers={"Accept": "application/json"})
+            response, body = await post_bounded(http, url, MAX_REPLY_BYTES, data=form, headers=HEADERS)
     except (TimeoutError, httpx.TimeoutException) as exc:
         raise HumanCheckUnavailable(f"no answer within {timeout:g} s") from exc
     except httpx.HTTPError as exc:
         raise HumanCheckUnavailable(f"request failed ({type(exc).__name__})") from exc
+    except ReplyTooLarge as exc:
+        raise HumanCheckUnavailable(f"answered more than {MAX_REPLY_BYTES} bytes") from exc
     if not 200 <= response.status_code < 300:
         raise HumanCheckUnavailable(f"answered HTTP {response.status_code}")
     try:
-        answer = orjson.loads(response.content)
+        answer = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise HumanCheckUnavailable("answered something that is not JSON") from exc
     if not isinstance(answer, dict) or not isinstance(answer.get("success"), bool):

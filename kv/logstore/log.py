@@ -130,6 +130,12 @@ def _size_of(name: str, prefix: str) -> int:
     return int(name.removeprefix(prefix).replace("/", ""))
 
 
+def _note_parts(signed: bytes) -> tuple[bytes, list[bytes]]:
+    """A signed note's text and its signature lines (without their newlines)."""
+    text, _, signatures = signed.partition(b"\n\n")
+    return text, [line for line in signatures.split(b"\n") if line]
+
+
 def checkpoint_size(text: bytes) -> int:
     """The tree size of a signed checkpoint as stored; ``note.NoteError`` if it is none."""
     return note.parse_checkpoint(note.parse_note(text).text).size
@@ -227,9 +233,12 @@ class LogStore:
 
     async def publish(self, signed: bytes) -> bool:
         """Make ``signed`` the public checkpoint unless a larger tree is published already
-        (another integrator went on), or the same tree with more signatures. A compare-and-
-        swap, so the public checkpoint never goes back."""
+        (another integrator went on). The same tree again (the same body) adds the signatures
+        it brings and never drops one: one the published checkpoint holds and ``signed``
+        lacks is kept (after ``signed``'s own); fewer signatures than published replace
+        nothing (False). A compare-and-swap, so the public checkpoint never goes back."""
         size = checkpoint_size(signed)
+        body, lines = _note_parts(signed)
         for _ in range(16):
             current = await self.objects.read(CHECKPOINT)
             if current is None:
@@ -237,9 +246,17 @@ class LogStore:
                     return True
                 continue
             published = checkpoint_size(current.data)
-            if published > size or (published == size and current.data.count(b"\n") > signed.count(b"\n")):
+            if published > size:
                 return False
-            if current.data == signed or await self.objects.replace(CHECKPOINT, signed, current.version):
+            wanted = signed
+            if published == size:
+                current_body, current_lines = _note_parts(current.data)
+                if current_body != body:
+                    return False  # another tree of this size: never replaced (the tree state decides)
+                if set(lines) <= set(current_lines):
+                    return set(lines) == set(current_lines)  # fewer signatures never replace more
+                wanted += b"".join(line + b"\n" for line in current_lines if line not in lines)
+            if await self.objects.replace(CHECKPOINT, wanted, current.version):
                 return True
         raise LogStoreError(f"log store {self.url}: the checkpoint kept changing while it was published")
 
