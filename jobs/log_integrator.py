@@ -55,6 +55,7 @@ from receipts import note, tlog
 from receipts.errors import StoreUnavailable
 from receipts.tiles import TileMissing, TileReader
 from runtime import metrics
+from runtime.outage import Outage
 
 log = logging.getLogger("eps.log")
 
@@ -102,9 +103,7 @@ class Integrator:
         self.halted: dict[str, Any] | None = None
         self._halt_checked = 0.0
         self._last_batch = time.monotonic()
-        self._failing: dict[str, int] | None = None
-        """While passes fail: each kind of failure and how many passes it failed (None: passing)."""
-        self._failing_since = 0.0
+        self._outage = Outage(log, "log integrator")
         self.crash: Callable[[str], None] | None = _kill_at(config.crash_at) if config.crash_at else None
         """Fault injection for tests: called at each point between two steps of a batch
         (``CRASH_POINTS``)."""
@@ -145,14 +144,14 @@ class Integrator:
                         await self.prepare()  # the store's checks, retried while it cannot be reached
                     if await self._hold_lease():
                         integrated = await self.step()
-                    self._passed()
+                    self._outage.passed()
                 except LogRefused as exc:
                     log.critical("LOG REFUSED: the integrator stops and signs nothing: %s", exc)
                     raise
                 except (StoreUnavailable, LogStoreError, TileMissing, OSError) as exc:
-                    self._failed(type(exc).__name__, "%s", exc)
+                    self._outage.failed(exc)
                 except Exception as exc:  # noqa: BLE001 - a long-running loop: say it, retry next pass
-                    self._failed(type(exc).__name__, "%r", exc, trace=True)
+                    self._outage.failed(exc, trace=True)
                 if integrated < self.config.max_batch:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), POLL_S)
@@ -162,30 +161,6 @@ class Integrator:
             if self.holding:
                 with contextlib.suppress(LogStoreError):  # the lease expires by itself
                     await self.log.lease(self.token, 0, "drop")
-
-    def _failed(self, kind: str, detail: str, exc: BaseException, trace: bool = False) -> None:
-        """A pass failed: said once per outage and kind (Redis or the store down must not
-        write a line every pass), then retried every pass until one passes."""
-        if self._failing is None:
-            self._failing, self._failing_since = {}, time.monotonic()
-        if kind not in self._failing:
-            log.warning(
-                "log integrator pass failed (%s: " + detail + "); retrying every pass, said again only when it passes",
-                kind,
-                exc,
-                exc_info=trace,
-            )
-        self._failing[kind] = self._failing.get(kind, 0) + 1
-
-    def _passed(self) -> None:
-        if self._failing is None:
-            return
-        failing, self._failing = self._failing, None
-        log.warning(
-            "log integrator passes again after %.1f s (failed passes: %s)",
-            time.monotonic() - self._failing_since,
-            ", ".join(f"{kind} {count}" for kind, count in sorted(failing.items())),
-        )
 
     async def _hold_lease(self) -> bool:
         """Whether this integrator holds the lease: renewed a third of the way through, and

@@ -30,10 +30,12 @@ import cryptography.x509
 import httpx
 import orjson
 
-from kv.logstore import LogStore
+from kv.logstore import LogStore, LogStoreError
 from receipts import note, timestamps
+from receipts.errors import StoreUnavailable
 from runtime import metrics
 from runtime.http import ReplyTooLarge, post_bounded
+from runtime.outage import Outage
 
 log = logging.getLogger("eps.log.timestamps")
 
@@ -51,21 +53,25 @@ class TsaConfig:
 
 
 class Stamper:
-    def __init__(self, store: Any, log: LogStore, origin: str, config: TsaConfig) -> None:
+    def __init__(self, store: Any, log_store: LogStore, origin: str, config: TsaConfig) -> None:
         self.store = store
-        self.log = log
+        self.log = log_store
         self.origin = origin
         self.config = config
         self.token = secrets.token_hex(16)
         self.stamped = -1
         """The newest size known to be stamped (-1: not read yet)."""
+        self._outage = Outage(log, "time-stamper")
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 await self.step()
-            except Exception:  # a long-running loop: say it, retry next pass
-                log.exception("time-stamping pass failed; retrying")
+                self._outage.passed()
+            except (StoreUnavailable, LogStoreError, OSError) as exc:
+                self._outage.failed(exc)
+            except Exception as exc:  # noqa: BLE001 - a long-running loop: say it once, retry next pass
+                self._outage.failed(exc, trace=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), min(POLL_S, self.config.interval_s))
 

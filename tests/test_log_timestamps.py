@@ -370,3 +370,37 @@ async def test_the_stamper_keeps_a_chain_tsas_answer(
         assert await Stamper(store, log_store, ORIGIN, tsa_config(chained.url)).step() == 4
     finally:
         chained.stop()
+
+
+async def test_a_store_outage_is_one_line_down_and_one_back(
+    store: Store, log_store: LogStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The time-stamper's loop used to log a traceback every pass while the store was down."""
+    import logging
+
+    from kv.logstore import LogStoreError
+
+    stamper = Stamper(store, log_store, ORIGIN, tsa_config("http://127.0.0.1:9/", interval_s=0.001))
+    stop = asyncio.Event()
+    passes = 0
+
+    async def step() -> int | None:
+        nonlocal passes
+        passes += 1
+        if passes == 15:
+            stop.set()
+        if 2 <= passes <= 11:
+            raise LogStoreError("the log store does not answer")
+        return None
+
+    stamper.step = step  # type: ignore[method-assign]
+    caplog.set_level(logging.INFO, "eps.log")
+    await stamper.run(stop)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("eps.log")]
+    assert [m for m in said if "pass failed" in m] == [
+        "time-stamper pass failed (LogStoreError: the log store does not answer); retrying every pass, "
+        "said again only when it passes"
+    ], said
+    back = [m for m in said if "passes again" in m]
+    assert len(back) == 1 and back[0].endswith("(failed passes: LogStoreError 10)"), said
+    assert passes == 15
