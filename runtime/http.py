@@ -43,6 +43,9 @@ async def post_bounded(
     client: httpx.AsyncClient, url: str, limit: int, *, headers: Mapping[str, str] | None = None, **send: Any
 ) -> tuple[httpx.Response, bytes]:
     """``POST url`` and its reply's body read with ``read_bounded``: (response, body). The
-    connection of a reply that is too large is closed, not drained."""
+    connection of a reply that is too large is closed, not drained. Asks for an uncompressed
+    reply (``Accept-Encoding: identity``, unless the caller says otherwise), so no small
+    compressed chunk expands past the limit before it is counted."""
+    headers = {"Accept-Encoding": "identity", **(headers or {})}
     async with client.stream("POST", url, headers=headers, **send) as response:
         return response, await read_bounded(response, limit)

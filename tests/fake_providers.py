@@ -45,6 +45,7 @@ class FakeHumanCheck:
                 raw = self.rfile.read(length).decode()
                 form = {name: values[0] for name, values in parse_qs(raw, keep_blank_values=True).items()}
                 form["_content_type"] = self.headers.get("Content-Type") or ""
+                form["_accept_encoding"] = self.headers.get("Accept-Encoding") or ""
                 fake.requests.append(form)
                 token = form.get("response", "")
                 if token == ERROR_500:
