@@ -6,8 +6,9 @@
    entries in the contract's format for ``--projects`` projects, each a valid main chain (a
    tenth of them branch receipts), hashed and tiled with receipts.tlog and written straight
    to files (``write_static_log``; the log's own integrator is measured by bench.log).
-2. Serves the directory with ``python -m http.server`` on loopback, and, when it is there,
-   with ``busybox httpd`` (a faster plain server) as well.
+2. Serves the directory with ``python -m http.server`` on loopback, with a keep-alive
+   asyncio file server (bench/static_server.py), and, where they are installed, with nginx
+   and ``busybox httpd`` (the plain web servers a log is served by) as well.
 3. Runs ``python service.py monitor --tiles-url URL --once`` on a fresh state against each,
    timed: entries/s, the requests the server logged, and the monitor's peak RSS (``ru_maxrss``
    of the child). Every process is bounded in time and stopped after.
@@ -105,6 +106,8 @@ def start_static_server(directory: Path, kind: str, port: int, log: Path) -> sub
         cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(directory)]
     elif kind == "keepalive":
         cmd = [sys.executable, "-m", "bench.static_server", str(port), str(directory)]
+    elif kind == "nginx":
+        cmd = ["nginx", "-c", str(nginx_config(directory, port, log)), "-e", str(log.with_suffix(".err"))]
     else:
         cmd = ["busybox", "httpd", "-f", "-v", "-p", f"127.0.0.1:{port}", "-h", str(directory)]
     out = log.open("wb")
@@ -117,6 +120,26 @@ def start_static_server(directory: Path, kind: str, port: int, log: Path) -> sub
         time.sleep(0.05)
     server.kill()
     raise RuntimeError(f"{kind} did not start on port {port}")
+
+
+def nginx_config(directory: Path, port: int, log: Path) -> Path:
+    """A minimal nginx serving ``directory`` on loopback, in the foreground, its access log
+    at ``log`` (one line per request, counted like the others'), every path of its own."""
+    work = log.with_suffix(".nginx")
+    work.mkdir()
+    user = "user root;" if os.geteuid() == 0 else ""  # the temporary directory is not the workers' to read
+    config = work / "nginx.conf"
+    config.write_text(
+        f"""daemon off; {user} worker_processes 1; pid {work}/nginx.pid; error_log {work}/error.log;
+events {{ worker_connections 256; }}
+http {{
+  access_log {log}; client_body_temp_path {work}; proxy_temp_path {work}; fastcgi_temp_path {work};
+  uwsgi_temp_path {work}; scgi_temp_path {work}; keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{port}; root {directory}; default_type application/octet-stream; }}
+}}
+"""
+    )
+    return config
 
 
 def free_port() -> int:
@@ -166,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--projects", type=int, default=4_000)
     parser.add_argument(
-        "--servers", default="http.server,keepalive,busybox", help="comma-separated: http.server, keepalive, busybox"
+        "--servers",
+        default="http.server,keepalive,nginx,busybox",
+        help="comma-separated: http.server, keepalive, nginx, busybox (those not installed are left out)",
     )
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
@@ -181,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         results["files"] = sum(len(files) for _, _, files in os.walk(store))
         runs = []
         for kind in args.servers.split(","):
-            if kind == "busybox" and shutil.which("busybox") is None:
+            if kind in ("busybox", "nginx") and shutil.which(kind) is None:
                 continue
             port = free_port()
             log = tmp / f"{kind}.log"

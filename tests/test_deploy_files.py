@@ -27,7 +27,7 @@ import pytest
 from sanic.config import DEFAULT_CONFIG
 
 from cli.main import _parser
-from receipts import cosignature, note
+from receipts import cosignature, note, tlog
 from receipts.note import Signer
 from runtime.settings import ConfigError, load_settings, require_log_store
 from tests.conftest import REPO, free_port, hash_of
@@ -320,7 +320,7 @@ def test_the_witness_command_refuses_the_placeholder_and_serves_once_the_log_key
     local[local.index("--log") + 1] = f"example.com/log={log_key.verifier.encode()}"
     process = subprocess.Popen([sys.executable, *local], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        checkpoint = note.sign_note(note.Checkpoint("example.com/log", 0, bytes(32)).text(), log_key)
+        checkpoint = note.sign_note(note.Checkpoint("example.com/log", 0, tlog.EMPTY_ROOT).text(), log_key)
         deadline = time.monotonic() + 20
         while True:
             try:
