@@ -29,7 +29,7 @@ import httpx
 import orjson
 
 from bench import prom
-from bench.log import ORIGIN, start_metered_worker, start_witness, store_url, witness_key
+from bench.log import ORIGIN, _pct, start_metered_worker, start_witness, store_url, witness_key
 from bench.procs import HarnessError, Proc, log
 from bench.production import ServiceSpec, fly_workers
 from bench.redis_kinds import start_kind
@@ -161,12 +161,6 @@ def _cosigned(proof: str, signer: Signer, fast_key: cosignature.CosignerKey) -> 
     checkpoint = note.parse_tlog_proof(proof).checkpoint
     parsed = note.parse_note(checkpoint)
     return bool(cosignature.cosignatures(parsed, [fast_key]))
-
-
-def _pct(values: list[float], fraction: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(fraction * len(values)))]
 
 
 def render(r: dict[str, Any]) -> str:

@@ -203,21 +203,30 @@ class Frontier:
                 name = tile_name(level, index)
                 if served is None:
                     raise ValueError(f"{name} was not fetched")
-                if served != b"".join(full):
-                    if len(served) != WIDTH * HASH:
-                        return Violation("tile", f"{name} holds {len(served)} bytes, not {WIDTH * HASH}")
-                    at = next(i for i in range(WIDTH) if served[i * HASH : (i + 1) * HASH] != full[i])
-                    first = (index * WIDTH + at) << (HEIGHT * level)
-                    return Violation(
-                        self._kind(first),
-                        f"hash {at} of {name} is {served[at * HASH : (at + 1) * HASH].hex()}; the entries "
-                        f"{first} to {first + (1 << (HEIGHT * level)) - 1} hash to {full[at].hex()}",
-                        first,
-                    )
+                mismatch = self._mismatch(level, index, WIDTH, served, full)
+                if mismatch is not None:
+                    return mismatch
             self.rows[level] = []
             self.row(level + 1).append(subtree_root(full))
             level += 1
         return None
+
+    def _mismatch(self, level: int, index: int, width: int, data: bytes, mine: list[bytes]) -> Violation | None:
+        """The served tile ``data`` against the hashes the monitor computed for it: None when
+        they are the same, else the first hash that differs (or the wrong length)."""
+        if data == b"".join(mine):
+            return None
+        name = tile_name(level, index, width)
+        if len(data) != width * HASH:
+            return Violation("tile", f"{name} holds {len(data)} bytes, not {width * HASH}")
+        at = next(i for i in range(width) if data[i * HASH : (i + 1) * HASH] != mine[i])
+        first = (index * WIDTH + at) << (HEIGHT * level)
+        return Violation(
+            self._kind(first),
+            f"hash {at} of {name} is {data[at * HASH : (at + 1) * HASH].hex()}; the entries from {first} "
+            f"hash to {mine[at].hex()}",
+            first,
+        )
 
     def edge(self) -> list[tuple[int, int, int]]:
         """(level, index, width) of the partial tiles at the right edge: what ``check_edge`` needs."""
@@ -227,20 +236,9 @@ class Frontier:
         """At a checkpoint's size: the partial edge tiles served (``edge``) must hold the
         hashes kept, and the frontier's root must be the checkpoint's ``root``."""
         for level, index, width in self.edge():
-            data = served[(level, index, width)]
-            row = self.rows[level]
-            if data != b"".join(row):
-                name = tile_name(level, index, width)
-                if len(data) != width * HASH:
-                    return Violation("tile", f"{name} holds {len(data)} bytes, not {width * HASH}")
-                at = next(i for i in range(width) if data[i * HASH : (i + 1) * HASH] != row[i])
-                first = (index * WIDTH + at) << (HEIGHT * level)
-                return Violation(
-                    self._kind(first),
-                    f"hash {at} of {name} is {data[at * HASH : (at + 1) * HASH].hex()}; the entries from "
-                    f"{first} hash to {row[at].hex()}",
-                    first,
-                )
+            mismatch = self._mismatch(level, index, width, served[(level, index, width)], self.rows[level])
+            if mismatch is not None:
+                return mismatch
         mine = self.root()
         if mine != root:
             return Violation(
