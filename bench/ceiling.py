@@ -21,7 +21,7 @@ import orjson
 from sanic import HTTPResponse, Request, Sanic
 from sanic.worker.loader import AppLoader
 
-from web import sanic_fixes
+from execution_proof.web import sanic_fixes
 
 sanic_fixes.fast_header_values()  # the service's own help with Sanic, so the ratio stays fair
 

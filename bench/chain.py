@@ -59,7 +59,7 @@ def main_receipt_ids(bodies: list[str]) -> tuple[list[str], int]:
 
 
 async def _walk(redis_url: str, cluster: bool, project_id: str, issued: list[str], bound: int) -> ChainCheck:
-    from kv.connect import open_store
+    from execution_proof.kv.connect import open_store
 
     check = ChainCheck(issued_main=len(issued))
     store = open_store(redis_url, cluster=cluster)

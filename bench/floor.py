@@ -38,8 +38,8 @@ from nacl.signing import SigningKey
 from sanic import HTTPResponse, Request, Sanic
 from sanic.worker.loader import AppLoader
 
-from kv.link import FastLink, LuaScript
-from web import sanic_fixes
+from execution_proof.kv.link import FastLink, LuaScript
+from execution_proof.web import sanic_fixes
 
 sanic_fixes.fast_header_values()  # as the service and the ceiling
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from kv.link import FastLink, LuaScript
+from execution_proof.kv.link import FastLink, LuaScript
 
 # The tests' servers and certificates (tests/redis_endpoints.py), loaded by name: the tests
 # are outside the packages mypy checks, and an import statement would pull them in.

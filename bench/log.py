@@ -93,8 +93,8 @@ from bench.run import (
     new_signing_keys,
     run_load,
 )
-from receipts import cosignature, note
-from receipts.note import Signer
+from execution_proof.receipts import cosignature, note
+from execution_proof.receipts.note import Signer
 
 ORIGIN = "bench.example/log"
 PROBE_EVERY_S = 0.05
@@ -263,7 +263,7 @@ class Backlog:
 
     def _run(self) -> None:
         # One GET a sample (log_state's SCAN of the whole keyspace would load the Redis measured).
-        from kv.keys import log_pending_key
+        from execution_proof.kv.keys import log_pending_key
 
         with redis.Redis.from_url(self.redis_url) as client:
             while not self._stop.is_set():
@@ -547,7 +547,7 @@ def log_state(url: str) -> dict[str, int]:
 
 
 def _log_tag() -> str:
-    from kv.keys import log_tag
+    from execution_proof.kv.keys import log_tag
 
     return log_tag(ORIGIN)
 
@@ -564,9 +564,9 @@ def store_size(path: Path) -> int:
 def create_log(redis_url: str, store: Path, signer: Signer) -> None:
     """Create the log store as the server does at its start (``prepare_log``), before any
     entry is queued: a worker refuses an empty store beside a Redis holding the log's entries."""
-    from jobs.log_config import prepare_log
-    from kv.connect import open_store
-    from kv.logstore import open_log_store
+    from execution_proof.jobs.log_config import prepare_log
+    from execution_proof.kv.connect import open_store
+    from execution_proof.kv.logstore import open_log_store
 
     async def run() -> None:
         kv, log_store = open_store(redis_url), open_log_store(store_url(store))
@@ -691,10 +691,10 @@ def du_bytes(path: Path, apparent: bool) -> int:
 async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, Any]:
     """The whole tree checked in one pass against the published checkpoint (signature
     included); one entry in ``INDEX_SAMPLE`` looked up at its index in Redis."""
-    from kv.connect import open_store
-    from kv.logstore import open_log_store
-    from receipts import tlog
-    from receipts.tiles import TileReader, check_tree
+    from execution_proof.kv.connect import open_store
+    from execution_proof.kv.logstore import open_log_store
+    from execution_proof.receipts import tlog
+    from execution_proof.receipts.tiles import TileReader, check_tree
 
     log_store = open_log_store(store_url(store))
     kv = open_store(redis_url)

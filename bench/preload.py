@@ -85,12 +85,12 @@ async def _issue_many(
 ) -> list[tuple[int, str, str]]:
     import redis
 
-    from kv.records import KeyRecord, LogQueue
-    from kv.store import Store
-    from receipts.limits import PlanLimits
-    from receipts.model import parse_create_request
-    from receipts.signing import load_key_ring
-    from web.issuing import ReceiptIssuer
+    from execution_proof.kv.records import KeyRecord, LogQueue
+    from execution_proof.kv.store import Store
+    from execution_proof.receipts.limits import PlanLimits
+    from execution_proof.receipts.model import parse_create_request
+    from execution_proof.receipts.signing import load_key_ring
+    from execution_proof.web.issuing import ReceiptIssuer
 
     real = redis.Redis.from_url(redis_url)
     recorder = _RecordingClient(real)

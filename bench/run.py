@@ -254,8 +254,8 @@ def redis_settings(url: str) -> str:
 
 
 async def _create_projects(url: str, prefix: str, count: int, cluster: bool) -> list[dict[str, Any]]:
-    from kv.accounts import create_project_key
-    from kv.connect import open_store
+    from execution_proof.kv.accounts import create_project_key
+    from execution_proof.kv.connect import open_store
 
     store = open_store(url, cluster=cluster)
     try:

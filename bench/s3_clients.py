@@ -555,7 +555,7 @@ async def race(endpoint: str, bucket: str, rounds: int, racers: int) -> dict[str
         AWS_ENDPOINT_URL=endpoint, AWS_REGION=REGION, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY
     )
     os.environ.pop("AWS_ENDPOINT_URL_S3", None)
-    from kv.logstore.s3 import S3Objects
+    from execution_proof.kv.logstore.s3 import S3Objects
 
     stores = [S3Objects(bucket, "race") for _ in range(racers)]
     bad = {"replace": 0, "create": 0}

@@ -22,10 +22,10 @@ from typing import Any
 
 import orjson
 
-from receipts.content_scan import find_forbidden
-from receipts.errors import ServiceError
-from receipts.model import MAX_TAG_KEY_LEN, MAX_TAG_VALUE_LEN, MAX_TAGS, MAX_TAGS_BYTES, MAX_TEXT_LEN
-from receipts.model import parse_create_request as parse
+from execution_proof.receipts.content_scan import find_forbidden
+from execution_proof.receipts.errors import ServiceError
+from execution_proof.receipts.model import MAX_TAG_KEY_LEN, MAX_TAG_VALUE_LEN, MAX_TAGS, MAX_TAGS_BYTES, MAX_TEXT_LEN
+from execution_proof.receipts.model import parse_create_request as parse
 
 STRING_LEN = 16_384
 SHAPES: tuple[tuple[str, str], ...] = (

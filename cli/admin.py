@@ -20,14 +20,14 @@ from typing import Any
 
 import orjson
 
-from cli.stores import run_on_store
-from receipts.apikeys import hash_api_key
-from receipts.encoding import is_hash_str
-from receipts.ids import is_receipt_id
-from receipts.limits import PLANS
-from receipts.model import format_created_at
-from receipts.signing import new_key_set
-from runtime.settings import load_settings
+from execution_proof.cli.stores import run_on_store
+from execution_proof.receipts.apikeys import hash_api_key
+from execution_proof.receipts.encoding import is_hash_str
+from execution_proof.receipts.ids import is_receipt_id
+from execution_proof.receipts.limits import PLANS
+from execution_proof.receipts.model import format_created_at
+from execution_proof.receipts.signing import new_key_set
+from execution_proof.runtime.settings import load_settings
 
 PROJECT_HELP = "the project: its id (prj_...) or the name `keys create` gave it"
 NEEDS_REDIS = (
@@ -91,8 +91,8 @@ def _signing_key_new(args: argparse.Namespace) -> int:
 
 
 def _log_key_new(args: argparse.Namespace) -> int:
-    from receipts.note import NoteError, Signer
-    from runtime.settings import default_log_origin
+    from execution_proof.receipts.note import NoteError, Signer
+    from execution_proof.runtime.settings import default_log_origin
 
     origin = args.origin or default_log_origin(os.environ)
     try:
@@ -111,7 +111,7 @@ def _on_store(action: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Ca
     def verb(args: argparse.Namespace) -> int:
         settings = load_settings()
         if not settings.embedded:
-            from runtime.logs import configure_logging
+            from execution_proof.runtime.logs import configure_logging
 
             configure_logging(settings.log_format)  # the audit log of `receipts delete` (eps.audit)
         return run_on_store(settings, NEEDS_REDIS, lambda store: action(store, args))
@@ -120,7 +120,7 @@ def _on_store(action: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Ca
 
 
 async def _keys_create(store: Any, args: argparse.Namespace) -> int:
-    from kv.accounts import ProjectNameTaken, create_project_key
+    from execution_proof.kv.accounts import ProjectNameTaken, create_project_key
 
     name = args.project.strip()
     if not name or name.startswith("prj_"):
@@ -143,7 +143,7 @@ async def _keys_create(store: Any, args: argparse.Namespace) -> int:
 
 async def _project_id(store: Any, ref: str) -> str | None:
     """The project ``--project`` names (id or name), or None after printing why not."""
-    from kv.accounts import UnknownProject, resolve_project
+    from execution_proof.kv.accounts import UnknownProject, resolve_project
 
     try:
         return await resolve_project(store, ref)
@@ -166,7 +166,7 @@ async def _keys_revoke(store: Any, args: argparse.Namespace) -> int:
 
 
 async def _keys_list(store: Any, args: argparse.Namespace) -> int:
-    from kv.accounts import key_state
+    from execution_proof.kv.accounts import key_state
 
     project_id = await _project_id(store, args.project)
     if project_id is None:
@@ -178,7 +178,7 @@ async def _keys_list(store: Any, args: argparse.Namespace) -> int:
 
 
 async def _keys_reissue(store: Any, args: argparse.Namespace) -> int:
-    from kv.accounts import reissue_project_key
+    from execution_proof.kv.accounts import reissue_project_key
 
     project_id = await _project_id(store, args.project)
     if project_id is None:

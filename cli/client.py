@@ -16,8 +16,8 @@ from pathlib import Path
 
 import orjson
 
-from cli.submit import add_submit_arguments, submit_command
-from cli.verify import DEFAULT_BASE_URL, VerifyOptions, render_report, run_verify
+from execution_proof.cli.submit import add_submit_arguments, submit_command
+from execution_proof.cli.verify import DEFAULT_BASE_URL, VerifyOptions, render_report, run_verify
 
 HASH_CHUNK = 1 << 20
 

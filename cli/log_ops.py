@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from runtime.settings import load_log_store_settings
+from execution_proof.runtime.settings import load_log_store_settings
 
 audit_log = logging.getLogger("eps.audit")
 NEEDS_STORE = (
@@ -43,13 +43,13 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    from kv.logstore import LogStoreError, open_log_store
+    from execution_proof.kv.logstore import LogStoreError, open_log_store
 
     settings = load_log_store_settings()
     if settings.log_store is None:
         print(NEEDS_STORE, file=sys.stderr)
         return 2
-    from runtime.logs import configure_logging
+    from execution_proof.runtime.logs import configure_logging
 
     configure_logging(settings.log_format)
 
@@ -75,8 +75,8 @@ def resume_command(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from kv.logstore import LogStoreError, open_log_store
-    from kv.logstore.export import CannotExport, ExportFailed, export
+    from execution_proof.kv.logstore import LogStoreError, open_log_store
+    from execution_proof.kv.logstore.export import CannotExport, ExportFailed, export
 
     settings = load_log_store_settings()
     if settings.log_store is None:

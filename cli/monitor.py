@@ -37,11 +37,19 @@ from typing import Any
 import httpx
 import orjson
 
-from cli.monitor_state import MonitorDb, Seen, StateError
-from cli.verify_log import LogInputError, env_skew
-from receipts import note, tlog
-from receipts.monitor import Frontier, Project, Violation, check_chains, completed_tiles, split_bundle, tile_name
-from receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, check_quorum, parse_policy
+from execution_proof.cli.monitor_state import MonitorDb, Seen, StateError
+from execution_proof.cli.verify_log import LogInputError, env_skew
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.monitor import (
+    Frontier,
+    Project,
+    Violation,
+    check_chains,
+    completed_tiles,
+    split_bundle,
+    tile_name,
+)
+from execution_proof.receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, check_quorum, parse_policy
 
 CONCURRENCY = 16  # requests in flight
 AHEAD = 64  # bundles fetched ahead of the one being hashed

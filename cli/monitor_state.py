@@ -31,7 +31,7 @@ from pathlib import Path
 
 import orjson
 
-from receipts.monitor import Frontier, Project, Violation
+from execution_proof.receipts.monitor import Frontier, Project, Violation
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;

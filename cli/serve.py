@@ -17,7 +17,7 @@ import socket
 import sys
 import tempfile
 
-from runtime.settings import Settings, load_settings, require_log_store
+from execution_proof.runtime.settings import Settings, load_settings, require_log_store
 
 LISTEN_BACKLOG = 100
 """Sanic's own default backlog for the socket it would have bound."""
@@ -47,7 +47,7 @@ def serve(args: argparse.Namespace) -> int:
     listener = None
     try:
         if settings.metrics_port is not None:
-            from runtime.metrics import start_metrics_listener
+            from execution_proof.runtime.metrics import start_metrics_listener
 
             # The one metrics listener of the service: this (main or only) process, never a worker.
             listener = start_metrics_listener(settings.metrics_host, settings.metrics_port)
@@ -93,7 +93,7 @@ def _run_server(args: argparse.Namespace, settings: Settings) -> int:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
 
-    from web.app import create_app_from_env
+    from execution_proof.web.app import create_app_from_env
 
     sock = listen(args.host, args.port)
     if sock is None:
@@ -107,7 +107,7 @@ def _run_server(args: argparse.Namespace, settings: Settings) -> int:
         serve_log.info("listening on %s", url)
         app.run(sock=sock, single_process=True, access_log=False, motd=False)
         return 0
-    from web import sanic_fixes
+    from execution_proof.web import sanic_fixes
 
     sanic_fixes.install()  # a SIGTERM during start-up must not hang the manager
     loader = AppLoader(factory=create_app_from_env)

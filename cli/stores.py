@@ -12,11 +12,11 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from receipts.errors import StoreUnavailable
-from runtime.settings import Settings
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.runtime.settings import Settings
 
 if TYPE_CHECKING:
-    from kv.store import Store
+    from execution_proof.kv.store import Store
 
 NOT_A_REDIS_URL = "error: REDIS_URL is not a Redis URL (redis://, rediss:// or unix://)"
 UNREACHABLE = "error: the store at REDIS_URL is unreachable (is Redis running?)"
@@ -30,7 +30,7 @@ def run_on_store(settings: Settings, embedded_error: str, action: Callable[[Stor
     if settings.embedded:
         print(embedded_error, file=sys.stderr)
         return 2
-    from kv.connect import open_store
+    from execution_proof.kv.connect import open_store
 
     async def run() -> int:
         try:

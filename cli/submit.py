@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import orjson
 
-from receipts.model import RECEIPT_KINDS
+from execution_proof.receipts.model import RECEIPT_KINDS
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 HTTP_TIMEOUT_S = 30.0

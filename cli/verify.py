@@ -24,10 +24,10 @@ from typing import Any
 import httpx
 import orjson
 
-from cli import verify_log
-from receipts.policy import PolicyError
-from receipts.signing import KeyRing, KeySetError, load_key_ring
-from receipts.verifier import (
+from execution_proof.cli import verify_log
+from execution_proof.receipts.policy import PolicyError
+from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
+from execution_proof.receipts.verifier import (
     BundleError,
     BundleParts,
     bundle_parts,

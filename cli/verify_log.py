@@ -20,10 +20,10 @@ import cryptography.x509
 import httpx
 import orjson
 
-from receipts import log_check, note, timestamps, tlog
-from receipts.errors import LogError
-from receipts.policy import Policy, PolicyError, check_quorum, cosignature_skew, parse_policy
-from receipts.tiles import Fetch, TileMissing, TileReader
+from execution_proof.receipts import log_check, note, timestamps, tlog
+from execution_proof.receipts.errors import LogError
+from execution_proof.receipts.policy import Policy, PolicyError, check_quorum, cosignature_skew, parse_policy
+from execution_proof.receipts.tiles import Fetch, TileMissing, TileReader
 
 
 class LogInputError(LogError):

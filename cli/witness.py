@@ -30,8 +30,8 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def _key_new(args: argparse.Namespace) -> int:
-    from receipts.cosignature import Cosigner
-    from receipts.note import NoteError
+    from execution_proof.receipts.cosignature import Cosigner
+    from execution_proof.receipts.note import NoteError
 
     try:
         cosigner = Cosigner.generate(args.name)
@@ -66,10 +66,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from cli.serve import listen, listen_url
-    from receipts.cosignature import Cosigner
-    from receipts.note import NoteError, Verifier
-    from web.witness import StateError, WitnessState, serve, witness_app
+    from execution_proof.cli.serve import listen, listen_url
+    from execution_proof.receipts.cosignature import Cosigner
+    from execution_proof.receipts.note import NoteError, Verifier
+    from execution_proof.web.witness import StateError, WitnessState, serve, witness_app
 
     try:
         cosigner = Cosigner.parse(Path(args.key_file).read_text(encoding="utf-8").splitlines()[0])

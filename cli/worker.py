@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from cli.stores import run_on_store
-from runtime.logs import json_logging
-from runtime.settings import load_settings, require_log_store
+from execution_proof.cli.stores import run_on_store
+from execution_proof.runtime.logs import json_logging
+from execution_proof.runtime.settings import load_settings, require_log_store
 
 if TYPE_CHECKING:
-    from jobs.log_config import LogConfig
-    from kv.logstore import LogStore
-    from kv.store import Store
+    from execution_proof.jobs.log_config import LogConfig
+    from execution_proof.kv.logstore import LogStore
+    from execution_proof.kv.store import Store
 
 EMBEDDED_MESSAGE = (
     "error: the worker needs a real Redis: set REDIS_URL (the store its jobs work on; the queue "
@@ -63,9 +63,9 @@ def worker_command(args: argparse.Namespace) -> int:
     """The ``worker`` verb. Exit status 0 after a clean stop, 2 configuration or connection error."""
     import redis
 
-    from jobs.worker import run_worker
-    from runtime.logs import configure_logging
-    from runtime.metrics import start_metrics_listener
+    from execution_proof.jobs.worker import run_worker
+    from execution_proof.runtime.logs import configure_logging
+    from execution_proof.runtime.metrics import start_metrics_listener
 
     settings = load_settings()
     if settings.embedded or not settings.jobs_redis_url:
@@ -97,10 +97,10 @@ def worker_command(args: argparse.Namespace) -> int:
     )
     integrator = None
     if settings.log_signer is not None and not args.burst:
-        from jobs.log_config import log_config
-        from jobs.log_integrator import IntegratorThread
-        from kv.connect import open_store
-        from kv.logstore import open_log_store
+        from execution_proof.jobs.log_config import log_config
+        from execution_proof.jobs.log_integrator import IntegratorThread
+        from execution_proof.kv.connect import open_store
+        from execution_proof.kv.logstore import open_log_store
 
         config = log_config(settings)
 
@@ -144,9 +144,9 @@ def check_log_store(open_stores: Callable[[], tuple[Store, LogStore]], config: L
     """Before the worker starts: the log store is this log's (created if it is new and
     Redis knows no such log). The reason it is refused, or None. A store or Redis that cannot
     be reached now is not a refusal: the integrator checks again before its first pass."""
-    from jobs.log_config import LogRefused, prepare_log
-    from kv.logstore import LogStoreError
-    from receipts.errors import StoreUnavailable
+    from execution_proof.jobs.log_config import LogRefused, prepare_log
+    from execution_proof.kv.logstore import LogStoreError
+    from execution_proof.receipts.errors import StoreUnavailable
 
     async def check() -> str | None:
         store, log_store = open_stores()
@@ -169,7 +169,7 @@ def expire_command(args: argparse.Namespace) -> int:
 
     Exit status 0 done, 2 no ``REDIS_URL`` or the store is unreachable.
     """
-    from jobs.retention import sweep
+    from execution_proof.jobs.retention import sweep
 
     settings = load_settings()
 

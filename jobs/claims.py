@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import time
 
-from jobs.context import run_with_store
-from kv.keys import is_checkout_ref
-from kv.store import Store
-from receipts.ids import new_project_id
-from receipts.limits import PAID_PLANS
+from execution_proof.jobs.context import run_with_store
+from execution_proof.kv.keys import is_checkout_ref
+from execution_proof.kv.store import Store
+from execution_proof.receipts.ids import new_project_id
+from execution_proof.receipts.limits import PAID_PLANS
 
-JOB_FUNC = "jobs.claims.index_checkout"
+JOB_FUNC = "execution_proof.jobs.claims.index_checkout"
 
 
 def job_id_for(ref: str) -> str:

@@ -8,9 +8,9 @@ from typing import TypeVar
 
 import fakeredis
 
-from kv.connect import open_store
-from kv.store import Store
-from runtime.settings import load_settings
+from execution_proof.kv.connect import open_store
+from execution_proof.kv.store import Store
+from execution_proof.runtime.settings import load_settings
 
 T = TypeVar("T")
 _embedded_server: fakeredis.FakeServer | None = None

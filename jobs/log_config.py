@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from jobs.log_timestamps import TsaConfig
-from kv.logstore import LogStore
-from kv.logstore.log import Identity
-from kv.store import Store
-from receipts import note, tlog
-from receipts.errors import LogError
-from receipts.policy import Policy
-from runtime.settings import Settings
+from execution_proof.jobs.log_timestamps import TsaConfig
+from execution_proof.kv.logstore import LogStore
+from execution_proof.kv.logstore.log import Identity
+from execution_proof.kv.store import Store
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.errors import LogError
+from execution_proof.receipts.policy import Policy
+from execution_proof.runtime.settings import Settings
 
 log = logging.getLogger("eps.log")
 

@@ -44,18 +44,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.log_config import LogConfig, LogRefused, prepare_log
-from jobs.log_timestamps import Stamper
-from jobs.log_witnesses import WitnessClient
-from kv import keys
-from kv.logstore import LogStore, LogStoreConflict, LogStoreError
-from kv.logstore.log import Batch, Identity, TreeState, checkpoint_size
-from kv.store import Store
-from receipts import note, tlog
-from receipts.errors import StoreUnavailable
-from receipts.tiles import TileMissing, TileReader
-from runtime import metrics
-from runtime.outage import Outage
+from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log
+from execution_proof.jobs.log_timestamps import Stamper
+from execution_proof.jobs.log_witnesses import WitnessClient
+from execution_proof.kv import keys
+from execution_proof.kv.logstore import LogStore, LogStoreConflict, LogStoreError
+from execution_proof.kv.logstore.log import Batch, Identity, TreeState, checkpoint_size
+from execution_proof.kv.store import Store
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts.tiles import TileMissing, TileReader
+from execution_proof.runtime import metrics
+from execution_proof.runtime.outage import Outage
 
 log = logging.getLogger("eps.log")
 

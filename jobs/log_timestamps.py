@@ -30,12 +30,12 @@ import cryptography.x509
 import httpx
 import orjson
 
-from kv.logstore import LogStore, LogStoreError
-from receipts import note, timestamps
-from receipts.errors import StoreUnavailable
-from runtime import metrics
-from runtime.http import ReplyTooLarge, post_bounded
-from runtime.outage import Outage
+from execution_proof.kv.logstore import LogStore, LogStoreError
+from execution_proof.receipts import note, timestamps
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.runtime import metrics
+from execution_proof.runtime.http import ReplyTooLarge, post_bounded
+from execution_proof.runtime.outage import Outage
 
 log = logging.getLogger("eps.log.timestamps")
 

@@ -38,12 +38,12 @@ from typing import Any
 
 import httpx
 
-from kv.logstore import LogStore, LogStoreError
-from receipts import cosignature, note, tlog
-from receipts.policy import Policy, Witness
-from receipts.tiles import TileMissing, TileReader
-from runtime import metrics
-from runtime.http import ReplyTooLarge, post_bounded
+from execution_proof.kv.logstore import LogStore, LogStoreError
+from execution_proof.receipts import cosignature, note, tlog
+from execution_proof.receipts.policy import Policy, Witness
+from execution_proof.receipts.tiles import TileMissing, TileReader
+from execution_proof.runtime import metrics
+from execution_proof.runtime.http import ReplyTooLarge, post_bounded
 
 log = logging.getLogger("eps.log.witnesses")
 SIZE_TYPE = "text/x.tlog.size"

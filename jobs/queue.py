@@ -15,7 +15,7 @@ import redis
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
 
-from receipts.errors import StoreUnavailable
+from execution_proof.receipts.errors import StoreUnavailable
 
 QUEUE_NAME = "eps"
 RETRY = Retry(max=5, interval=[1, 5, 30, 120, 600])

@@ -13,14 +13,14 @@ import contextlib
 import time
 from typing import Any
 
-from jobs.context import run_with_store
-from kv.store import Store
-from receipts.errors import StoreUnavailable
-from receipts.model import format_created_at
-from runtime.settings import load_settings
+from execution_proof.jobs.context import run_with_store
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts.model import format_created_at
+from execution_proof.runtime.settings import load_settings
 
 DAY_MS = 86_400_000
-SWEEP_JOB = "jobs.retention.sweep_expired"
+SWEEP_JOB = "execution_proof.jobs.retention.sweep_expired"
 
 
 def now_ms() -> int:

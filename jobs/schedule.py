@@ -27,7 +27,7 @@ from pathlib import Path
 import redis
 from rq import Queue
 
-from jobs.queue import RETRY
+from execution_proof.jobs.queue import RETRY
 
 OWNER_KEY = "eps:jobs:schedule-owner"
 OWNER_TTL_MS = 60_000
@@ -53,7 +53,9 @@ class Periodic:
         return f"eps-{self.name}-{slot}"
 
 
-RETENTION_SWEEP = Periodic("retention-sweep", "jobs.retention.sweep_expired", interval_s=3600, job_timeout_s=3000)
+RETENTION_SWEEP = Periodic(
+    "retention-sweep", "execution_proof.jobs.retention.sweep_expired", interval_s=3600, job_timeout_s=3000
+)
 SCHEDULE = (RETENTION_SWEEP,)
 
 

@@ -24,9 +24,9 @@ from rq.exceptions import DeserializationError, InvalidJobOperation
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from jobs.queue import QUEUE_NAME, open_queue
-from jobs.schedule import OWNER_TTL_MS, TICK_S, ScheduleOwner, ScheduleThread
-from runtime.metrics import count_job
+from execution_proof.jobs.queue import QUEUE_NAME, open_queue
+from execution_proof.jobs.schedule import OWNER_TTL_MS, TICK_S, ScheduleOwner, ScheduleThread
+from execution_proof.runtime.metrics import count_job
 
 RQ_RETRY_MESSAGE = "could not connect to Redis instance"
 """What RQ logs at every retry while the job queue's Redis is down (about once a second)."""

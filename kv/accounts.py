@@ -7,13 +7,13 @@ import contextlib
 import time
 from typing import Any
 
-from kv.records import KeyRecord
-from kv.store import Store
-from receipts.apikeys import hash_api_key, new_api_key
-from receipts.errors import StoreUnavailable
-from receipts.ids import is_project_id, new_actor_id, new_project_id
-from receipts.limits import PLANS
-from receipts.model import format_created_at
+from execution_proof.kv.records import KeyRecord
+from execution_proof.kv.store import Store
+from execution_proof.receipts.apikeys import hash_api_key, new_api_key
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts.ids import is_project_id, new_actor_id, new_project_id
+from execution_proof.receipts.limits import PLANS
+from execution_proof.receipts.model import format_created_at
 
 
 class ProjectNameTaken(Exception):

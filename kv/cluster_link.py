@@ -48,7 +48,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio.connection import Connection
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from kv.futures import chain, fail_quietly, seen
+from execution_proof.kv.futures import chain, fail_quietly, seen
 
 Arg = bytes | str | int | float
 Address = tuple[str, int]

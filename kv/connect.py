@@ -6,7 +6,7 @@ import fakeredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from kv.store import Store
+from execution_proof.kv.store import Store
 
 CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0

@@ -14,8 +14,8 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from kv.errors import UNAVAILABLE_ERRORS
-from runtime.store_ack import StoreAck, StoreAckError
+from execution_proof.kv.errors import UNAVAILABLE_ERRORS
+from execution_proof.runtime.store_ack import StoreAck, StoreAckError
 
 DURABILITY_SETTINGS = ("appendonly", "appendfsync", "maxmemory-policy", "maxmemory")
 HEALTH_PING_TIMEOUT_S = 1.0

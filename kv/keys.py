@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import hashlib
 
-from receipts.ids import CROCKFORD, is_receipt_id, receipt_slot_tag, slot_tag, ulid_from_bytes, ulid_to_bytes
+from execution_proof.receipts.ids import (
+    CROCKFORD,
+    is_receipt_id,
+    receipt_slot_tag,
+    slot_tag,
+    ulid_from_bytes,
+    ulid_to_bytes,
+)
 
 
 def _hex(hash_str: str) -> str:

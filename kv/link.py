@@ -63,8 +63,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection, RedisSSLContext, SSLConnection, UnixDomainSocketConnection
 from redis.credentials import CredentialProvider
 
-from kv.cluster_link import ClusterLink
-from kv.futures import chain, fail_quietly, seen
+from execution_proof.kv.cluster_link import ClusterLink
+from execution_proof.kv.futures import chain, fail_quietly, seen
 
 Arg = bytes | str | int | float
 

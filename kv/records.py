@@ -12,12 +12,12 @@ from typing import Any, ParamSpec, TypeVar
 
 from redis.exceptions import RedisError
 
-from kv import keys
-from kv.errors import UNAVAILABLE_ERRORS
-from receipts import compact
-from receipts.errors import CorruptRecord, StoreUnavailable
-from runtime.metrics import STORE_OPERATION_SECONDS, count_store_error
-from runtime.tally import HistogramTally
+from execution_proof.kv import keys
+from execution_proof.kv.errors import UNAVAILABLE_ERRORS
+from execution_proof.receipts import compact
+from execution_proof.receipts.errors import CorruptRecord, StoreUnavailable
+from execution_proof.runtime.metrics import STORE_OPERATION_SECONDS, count_store_error
+from execution_proof.runtime.tally import HistogramTally
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -21,15 +21,15 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from kv.link import Link, LuaScript, link_for
-from kv.records import LogQueue, _unavailable_as_503
-from kv.store_checkouts import CheckoutStore
-from kv.store_counters import CounterStore
-from kv.store_keys import KeyStore
-from kv.store_log import LogQueueStore
-from kv.store_receipts import ReceiptStore
-from kv.store_retention import RetentionStore
-from runtime.store_ack import NO_ACK, StoreAck
+from execution_proof.kv.link import Link, LuaScript, link_for
+from execution_proof.kv.records import LogQueue, _unavailable_as_503
+from execution_proof.kv.store_checkouts import CheckoutStore
+from execution_proof.kv.store_counters import CounterStore
+from execution_proof.kv.store_keys import KeyStore
+from execution_proof.kv.store_log import LogQueueStore
+from execution_proof.kv.store_receipts import ReceiptStore
+from execution_proof.kv.store_retention import RetentionStore
+from execution_proof.runtime.store_ack import NO_ACK, StoreAck
 
 LUA_DIR = Path(__file__).parent / "lua"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kv import keys
-from kv.records import (
+from execution_proof.kv import keys
+from execution_proof.kv.records import (
     CheckoutRecord,
     ClaimOutcome,
     KeyRecord,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv import keys
-from kv.link import Link
-from kv.records import Counter, _unavailable_as_503
+from execution_proof.kv import keys
+from execution_proof.kv.link import Link
+from execution_proof.kv.records import Counter, _unavailable_as_503
 
 
 class CounterStore:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv import keys
-from kv.link import Link
-from kv.records import (
+from execution_proof.kv import keys
+from execution_proof.kv.link import Link
+from execution_proof.kv.records import (
     KEY_RECORD_FIELDS,
     AuthOutcome,
     AuthResult,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kv import keys
-from kv.link import Link, LuaScript
-from kv.records import _lenient_text, _unavailable_as_503
+from execution_proof.kv import keys
+from execution_proof.kv.link import Link, LuaScript
+from execution_proof.kv.records import _lenient_text, _unavailable_as_503
 
 
 class LogQueueStore:

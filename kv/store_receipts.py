@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 from redis.exceptions import NoScriptError
 
-from kv import keys
-from kv.link import FastLink, Link
-from kv.records import (
+from execution_proof.kv import keys
+from execution_proof.kv.link import FastLink, Link
+from execution_proof.kv.records import (
     Counter,
     IssueItem,
     IssueOutcome,
@@ -26,8 +26,8 @@ from kv.records import (
     _text,
     _unavailable_as_503,
 )
-from receipts.errors import StoreUnavailable
-from runtime.store_ack import StoreAck
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.runtime.store_ack import StoreAck
 
 
 class ReceiptStore:

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from kv import keys
-from kv.link import Link
-from kv.records import (
+from execution_proof.kv import keys
+from execution_proof.kv.link import Link
+from execution_proof.kv.records import (
     _lenient_text,
     _unavailable_as_503,
 )

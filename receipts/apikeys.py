@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 
-from receipts.encoding import HashStr, b64url_encode, sha256_tag
+from execution_proof.receipts.encoding import HashStr, b64url_encode, sha256_tag
 
 API_KEY_PREFIX = "eps_"
 MIN_KEY_LEN = 16

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import rfc8785
 
-from receipts.encoding import HashStr, sha256_tag
+from execution_proof.receipts.encoding import HashStr, sha256_tag
 
 UNSIGNED_FIELDS = frozenset({"receipt_hash", "signature", "sig_kid", "receipt_kind"})
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import orjson
 
-from receipts.ids import ulid_from_bytes, ulid_time_ms, ulid_to_bytes
-from receipts.model import RECEIPT_FIELDS, RECEIPT_KINDS, format_created_at
+from execution_proof.receipts.ids import ulid_from_bytes, ulid_time_ms, ulid_to_bytes
+from execution_proof.receipts.model import RECEIPT_FIELDS, RECEIPT_KINDS, format_created_at
 
 VERSION_1 = 0x01
 """First byte of a version-1 record. JSON records start with ``{`` (0x7B)."""

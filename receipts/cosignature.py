@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import nacl.exceptions
 import nacl.signing
 
-from receipts.note import (
+from execution_proof.receipts.note import (
     SIGNATURE_PREFIX,
     Note,
     NoteError,

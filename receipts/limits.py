@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from receipts.model import format_created_at
+from execution_proof.receipts.model import format_created_at
 
 PLANS = ("free", "basic", "pro")
 """Every plan a key can have; the one list the limits, the CLI, the claims and the API document use."""

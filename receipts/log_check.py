@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from receipts import note, tlog
+from execution_proof.receipts import note, tlog
 
 
 @dataclass(frozen=True)

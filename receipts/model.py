@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from receipts.canonical import canonical_bytes, compute_receipt_hash
-from receipts.content_scan import find_forbidden
-from receipts.encoding import HashStr, b64url_encode, is_hash_str
-from receipts.errors import BadRequest, ForbiddenContent
-from receipts.signing import KeyRing
+from execution_proof.receipts.canonical import canonical_bytes, compute_receipt_hash
+from execution_proof.receipts.content_scan import find_forbidden
+from execution_proof.receipts.encoding import HashStr, b64url_encode, is_hash_str
+from execution_proof.receipts.errors import BadRequest, ForbiddenContent
+from execution_proof.receipts.signing import KeyRing
 
 RECEIPT_KINDS = ("release", "document", "audit_pack")
 HASH_FIELDS = ("input_hash", "output_hash", "params_hash", "env_hash")

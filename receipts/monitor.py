@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from receipts import tlog
+from execution_proof.receipts import tlog
 
 HASH = tlog.HASH_SIZE
 WIDTH = tlog.TILE_WIDTH

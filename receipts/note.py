@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import nacl.exceptions
 import nacl.signing
 
-from receipts.errors import LogError
+from execution_proof.receipts.errors import LogError
 
 ED25519 = 0x01
 SIGNATURE_PREFIX = "\u2014 "

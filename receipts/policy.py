@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from receipts import cosignature, note
-from receipts.errors import LogError
+from execution_proof.receipts import cosignature, note
+from execution_proof.receipts.errors import LogError
 
 MAX_LOGS = 256
 MAX_WITNESSES = 256

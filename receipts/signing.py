@@ -15,7 +15,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.exceptions import ValueError as NaclValueError
 from nacl.signing import SigningKey, VerifyKey
 
-from receipts.encoding import b64url_decode, b64url_encode
+from execution_proof.receipts.encoding import b64url_decode, b64url_encode
 
 KID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 

@@ -19,8 +19,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from receipts import tlog
-from receipts.errors import LogError
+from execution_proof.receipts import tlog
+from execution_proof.receipts.errors import LogError
 
 T = TypeVar("T")
 Fetch = Callable[[str], Awaitable[bytes | None]]

@@ -45,8 +45,8 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from receipts import ber
-from receipts.errors import LogError
+from execution_proof.receipts import ber
+from execution_proof.receipts.errors import LogError
 
 QUERY_TYPE = "application/timestamp-query"
 REPLY_TYPE = "application/timestamp-reply"

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from receipts.errors import LogError
+from execution_proof.receipts.errors import LogError
 
 HASH_SIZE = 32
 TILE_HEIGHT = 8

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from receipts.canonical import compute_receipt_hash
-from receipts.encoding import HashStr, b64url_decode
-from receipts.signing import KeyRing, KeySetError, load_key_ring
+from execution_proof.receipts.canonical import compute_receipt_hash
+from execution_proof.receipts.encoding import HashStr, b64url_decode
+from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 
 BUNDLE_FORMAT = "eps-receipt-bundle"
 BUNDLE_VERSION = 1

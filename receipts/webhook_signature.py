@@ -24,7 +24,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from receipts.limits import PAID_PLANS
+from execution_proof.receipts.limits import PAID_PLANS
 
 TOLERANCE_S = 300
 MAX_HEADER_LEN = 4096

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from receipts.model import format_created_at
+from execution_proof.receipts.model import format_created_at
 
 request_log = logging.getLogger("eps.request")
 LOG_LEVEL = logging.INFO

@@ -40,8 +40,8 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prometheus_multiprocess
 
-from runtime import tally
-from runtime.tally import CounterTally, HistogramTally
+from execution_proof.runtime import tally
+from execution_proof.runtime.tally import CounterTally, HistogramTally
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 UNMATCHED = "unmatched"

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from receipts.limits import Limits, LimitsError, load_limits
-from receipts.note import NoteError, Signer
-from receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, cosignature_skew, parse_policy
-from receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
-from receipts.timestamps import StampError, load_roots
-from runtime.logs import json_logging
-from runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
+from execution_proof.receipts.limits import Limits, LimitsError, load_limits
+from execution_proof.receipts.note import NoteError, Signer
+from execution_proof.receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, cosignature_skew, parse_policy
+from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
+from execution_proof.receipts.timestamps import StampError, load_roots
+from execution_proof.runtime.logs import json_logging
+from execution_proof.runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 
 EMPTY_KEY_RING = KeyRing(keys={}, active_kid=None, active_signer=None)
 DEFAULT_HUMAN_CHECK_VERIFY_URL = "https://challenges.cloudflare.com/turnstile/v0/siteverify"

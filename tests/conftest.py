@@ -30,13 +30,13 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from kv.accounts import create_project_key
-from kv.logstore import LogStore
-from kv.logstore.files import FileObjects
-from kv.store import Store
-from receipts.signing import KeyRing, load_key_ring
-from runtime.settings import Settings
-from web.app import create_app
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.logstore import LogStore
+from execution_proof.kv.logstore.files import FileObjects
+from execution_proof.kv.store import Store
+from execution_proof.receipts.signing import KeyRing, load_key_ring
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 
 ASSETS = Path(__file__).parent / "assets"
 REPO = Path(__file__).resolve().parent.parent
@@ -248,7 +248,7 @@ def workers(tmp_path: Path) -> Iterator[Any]:
 async def index_field(store: Store, project_id: str, field: bytes) -> bytes | None:
     """The value of one field of a project's index buckets (kv/keys.py), found as the
     scripts find it: the meta hash's level and split name the bucket."""
-    from kv import keys
+    from execution_proof.kv import keys
 
     level, split = await store.client.hmget(keys.index_meta_key(project_id), "level", "split")
     bucket = keys.index_bucket(field, int(level or 0), int(split or 0))
@@ -258,7 +258,7 @@ async def index_field(store: Store, project_id: str, field: bytes) -> bytes | No
 
 async def index_ids(store: Store, project_id: str, field: bytes) -> list[str]:
     """The receipt ids an index field holds (16 bytes each), in their stored order."""
-    from kv import keys
+    from execution_proof.kv import keys
 
     value = await index_field(store, project_id, field) or b""
     return [keys.receipt_id_from_bytes(value[at : at + 16]) for at in range(0, len(value), 16)]

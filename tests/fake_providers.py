@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from receipts.webhook_signature import signature_header
+from execution_proof.receipts.webhook_signature import signature_header
 
 # Tokens the fake siteverify understands.
 PASS = "token-pass"

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from jobs.retention import DAY_MS
-from kv.store import Store
-from runtime.settings import Settings
+from execution_proof.jobs.retention import DAY_MS
+from execution_proof.kv.store import Store
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests.clock import Clock
-from web.app import create_app
 
 NOW = int(time.time() * 1000)
 OLD = NOW - 10 * DAY_MS

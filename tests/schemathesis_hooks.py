@@ -34,7 +34,7 @@ import requests
 import schemathesis
 from requests.compat import json as requests_json
 
-from receipts.content_scan import find_forbidden
+from execution_proof.receipts.content_scan import find_forbidden
 
 WEBHOOK_SECRET_ENV = "PAYMENT_WEBHOOK_SECRET"
 PROJECT_ID_ENV = "EPS_TEST_PROJECT_ID"

@@ -9,9 +9,9 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from kv.store import Store
-from receipts.apikeys import hash_api_key
-from receipts.canonical import compute_receipt_hash
+from execution_proof.kv.store import Store
+from execution_proof.receipts.apikeys import hash_api_key
+from execution_proof.receipts.canonical import compute_receipt_hash
 from tests.conftest import auth, hash_of
 
 H1, H2, H3 = hash_of("input-1"), hash_of("output-1"), hash_of("params-1")
@@ -105,8 +105,8 @@ async def test_public_key_lists_active_and_retired_keys(client: Any, signing_key
 
 
 async def test_without_signing_key_public_key_and_create_are_500(store: Store, api_key: dict[str, Any]) -> None:
-    from runtime.settings import Settings
-    from web.app import create_app
+    from execution_proof.runtime.settings import Settings
+    from execution_proof.web.app import create_app
 
     client = create_app(Settings(redis_url="redis://injected"), store=store).asgi_client
     _, response = await client.get("/v1/public-key")
@@ -249,7 +249,7 @@ async def test_idempotency_key_header(client: Any, api_key: dict[str, Any], stor
 
 
 async def test_replays_are_scoped_to_the_project(client: Any, store: Store, api_key: dict[str, Any]) -> None:
-    from kv.accounts import create_project_key
+    from execution_proof.kv.accounts import create_project_key
 
     other = await create_project_key(store, project_name="other", plan="free")
     a = await create(client, api_key, {"input_hash": H1})
@@ -428,7 +428,7 @@ async def test_mismatching_debug_ids_are_403(client: Any, api_key: dict[str, Any
 
 
 async def test_project_that_no_longer_exists_is_404(client: Any, api_key: dict[str, Any], store: Store) -> None:
-    from kv.keys import project_key
+    from execution_proof.kv.keys import project_key
 
     await store.client.delete(project_key(api_key["project_id"]))
     assert_error(await create(client, api_key, {"input_hash": H1}), 404, "not_found")
@@ -532,7 +532,7 @@ async def test_verify_mismatching_hashes_is_ok_false(client: Any, api_key: dict[
 
 
 async def test_verify_detects_a_tampered_record(client: Any, api_key: dict[str, Any], store: Store) -> None:
-    from kv.keys import receipt_key
+    from execution_proof.kv.keys import receipt_key
 
     first = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
     second = (await create(client, api_key, {"input_hash": H2})).json["receipt"]
@@ -554,7 +554,7 @@ async def test_verify_detects_a_tampered_record(client: Any, api_key: dict[str, 
 
 
 async def test_verify_unknown_kid_fails_closed(client: Any, api_key: dict[str, Any], store: Store) -> None:
-    from kv.keys import receipt_key
+    from execution_proof.kv.keys import receipt_key
 
     receipt = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
     await store.client.set(receipt_key(receipt["receipt_id"]), orjson.dumps({**receipt, "sig_kid": "nobody"}))
@@ -574,7 +574,7 @@ async def test_verify_branch_with_missing_prev(client: Any, api_key: dict[str, A
 
 
 async def test_verify_errors(client: Any, api_key: dict[str, Any], store: Store) -> None:
-    from kv.accounts import create_project_key
+    from execution_proof.kv.accounts import create_project_key
 
     receipt = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
     other = await create_project_key(store, project_name="other", plan="free")
@@ -601,10 +601,10 @@ async def test_verify_errors(client: Any, api_key: dict[str, Any], store: Store)
 
 async def test_verify_receipt_signed_by_retired_key(client: Any, api_key: dict[str, Any], store: Store) -> None:
     """Rotate: a receipt signed by the old key still verifies once that key is retired."""
-    from receipts.signing import load_key_ring
-    from runtime.settings import Settings
+    from execution_proof.receipts.signing import load_key_ring
+    from execution_proof.runtime.settings import Settings
+    from execution_proof.web.app import create_app
     from tests.conftest import ASSETS
-    from web.app import create_app
 
     old = create_app(
         Settings(redis_url="r", keyring=load_key_ring((ASSETS / "retired_signing_key.json").read_text())), store=store
@@ -639,7 +639,7 @@ async def test_a_record_stored_under_another_id_is_refused(
 ) -> None:
     """Receipt A's stored bytes under receipt B's key: read, verify and the by-hash read
     refuse it (an integrity fault of the server: 500, verify ok:false), logged and counted."""
-    from kv.keys import receipt_key
+    from execution_proof.kv.keys import receipt_key
 
     a = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
     b = (await create(client, api_key, {"input_hash": H2})).json["receipt"]
@@ -674,7 +674,7 @@ async def test_a_record_of_another_project_is_refused_by_the_hash_read(
     client: Any, api_key: dict[str, Any], store: Store
 ) -> None:
     """The hash index of project P names receipt X, whose stored record says another project."""
-    from kv.keys import receipt_key
+    from execution_proof.kv.keys import receipt_key
 
     receipt = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
     moved = {**receipt, "project_id": "prj_01AAAAAAAAAAAAAAAAAAAAAAAA"}
@@ -687,7 +687,7 @@ async def test_a_record_of_another_project_is_refused_by_the_hash_read(
 async def test_corrupt_records_give_valid_json_and_are_logged_once(
     client: Any, api_key: dict[str, Any], store: Store, caplog: pytest.LogCaptureFixture, damage: str
 ) -> None:
-    from kv.keys import receipt_key
+    from execution_proof.kv.keys import receipt_key
 
     receipt = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
     later = (await create(client, api_key, {"input_hash": H2})).json["receipt"]
@@ -722,7 +722,7 @@ async def test_a_search_page_with_a_corrupt_or_misplaced_record_is_a_json_500(
     client: Any, api_key: dict[str, Any], store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The search reads stored records too: the same check as a read, logged and counted."""
-    from kv.keys import receipt_key
+    from execution_proof.kv.keys import receipt_key
 
     a = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
     b = (await create(client, api_key, {"input_hash": H1, "run_id": "second"})).json["receipt"]
@@ -744,7 +744,7 @@ async def test_the_demo_banner_shows_the_address_and_a_key_that_creates_receipts
     process tests (tests/test_cli.py, tests/test_socket_limits.py)."""
     import re
 
-    from web.demo import announce_demo_key
+    from execution_proof.web.demo import announce_demo_key
 
     app.ctx.listen_url = "http://0.0.0.0:8123"
     await announce_demo_key(app)

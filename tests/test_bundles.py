@@ -16,20 +16,20 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from cli.client import hash_file
-from cli.verify import VerifyOptions, run_verify
-from kv.accounts import create_project_key
-from kv.store import Store
-from receipts.limits import load_limits
-from receipts.signing import load_key_ring, new_key_set
-from receipts.verifier import recompute_hash_or_none
-from runtime.settings import Settings
+from execution_proof.cli.client import hash_file
+from execution_proof.cli.verify import VerifyOptions, run_verify
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts.limits import load_limits
+from execution_proof.receipts.signing import load_key_ring, new_key_set
+from execution_proof.receipts.verifier import recompute_hash_or_none
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests.clock import Clock
 from tests.conftest import auth, hash_of
 from tests.independent_verifier import verify as independent_verify
 from tests.independent_verifier import verify_chain_link
 from tests.servers import raw_json_member, run_cli, serving
-from web.app import create_app
 
 BUNDLE_MEMBERS = ["format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete"]
 
@@ -124,7 +124,7 @@ async def test_a_record_stored_under_another_id_is_refused(
 ) -> None:
     """Receipt A's stored bytes under B's key: B's bundle is a JSON 500, and a later receipt's
     bundle ends its chain at B (incomplete) rather than carrying A as B; each logged once."""
-    from kv.keys import receipt_key
+    from execution_proof.kv.keys import receipt_key
 
     receipts = await chain_of(client, api_key, 3)
     a, b, c = (r["receipt_id"] for r in receipts)
@@ -145,7 +145,7 @@ async def test_a_record_stored_under_another_id_is_refused(
 async def test_a_corrupt_record_is_a_json_500_logged_once(
     client: Any, store: Store, api_key: dict[str, Any], caplog: pytest.LogCaptureFixture, broken: bytes
 ) -> None:
-    from kv.keys import receipt_key
+    from execution_proof.kv.keys import receipt_key
 
     receipts = await chain_of(client, api_key, 1)
     await store.client.set(receipt_key(receipts[0]["receipt_id"]), broken)

@@ -18,8 +18,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receipts import canonical
-from receipts.canonical import MAX_SAFE_INTEGER, canonical_bytes
+from execution_proof.receipts import canonical
+from execution_proof.receipts.canonical import MAX_SAFE_INTEGER, canonical_bytes
 
 KEYS = st.one_of(
     st.text(max_size=8),

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from receipts.apikeys import hash_api_key
+from execution_proof.receipts.apikeys import hash_api_key
 from tests.conftest import ASSETS, hash_of
 from tests.fake_providers import checkout_event, event_bytes, signed_webhook
 from tests.servers import ServicePool, WorkerProcess, service_pool_fixture

@@ -14,11 +14,11 @@ from typing import Any
 import fakeredis
 import pytest
 
-from kv.store import Store
-from receipts.signing import KeyRing
-from runtime.settings import Settings
+from execution_proof.kv.store import Store
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests.conftest import missing_binary
-from web.app import create_app
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 WIDGET = "https://widget.example.test/v0/api.js"

@@ -19,17 +19,17 @@ from rq import Queue, SimpleWorker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from jobs.claims import index_checkout_in, job_id_for
-from jobs.context import use_embedded_server
-from jobs.queue import QUEUE_NAME
-from kv import keys
-from kv.accounts import new_key_record
-from kv.connect import open_store
-from kv.records import ClaimOutcome
-from kv.store import Store
-from receipts.limits import day_window, load_limits
-from receipts.signing import KeyRing
-from receipts.webhook_signature import (
+from execution_proof.jobs.claims import index_checkout_in, job_id_for
+from execution_proof.jobs.context import use_embedded_server
+from execution_proof.jobs.queue import QUEUE_NAME
+from execution_proof.kv import keys
+from execution_proof.kv.accounts import new_key_record
+from execution_proof.kv.connect import open_store
+from execution_proof.kv.records import ClaimOutcome
+from execution_proof.kv.store import Store
+from execution_proof.receipts.limits import day_window, load_limits
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.receipts.webhook_signature import (
     EventError,
     SignatureError,
     compute_signature,
@@ -38,7 +38,9 @@ from receipts.webhook_signature import (
     signature_header,
     verify_signature,
 )
-from runtime.settings import ClientIpConfig, Settings
+from execution_proof.runtime.settings import ClientIpConfig, Settings
+from execution_proof.web import human_check
+from execution_proof.web.app import create_app
 from tests.clock import Clock, ms
 from tests.conftest import auth, free_port, hash_of
 from tests.fake_providers import (
@@ -53,8 +55,6 @@ from tests.fake_providers import (
     event_bytes,
     signed_webhook,
 )
-from web import human_check
-from web.app import create_app
 
 SECRET = "whsec_current_0123456789"
 OLD_SECRET = "whsec_previous_9876543210"
@@ -495,16 +495,16 @@ async def test_rotated_secrets(make_client: MakeClient, clock: Clock) -> None:
 @pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """Record every job the webhook hands on (and still enqueue it)."""
-    import web.claims
+    from execution_proof.web import claims as web_claims
 
     calls: list[tuple[Any, ...]] = []
-    real = web.claims.enqueue
+    real = web_claims.enqueue
 
     async def spy(queue: Any, func_path: str, *args: Any, job_id: str | None = None) -> None:
         calls.append((func_path, *args, job_id))
         await real(queue, func_path, *args, job_id=job_id)
 
-    monkeypatch.setattr(web.claims, "enqueue", spy)
+    monkeypatch.setattr(web_claims, "enqueue", spy)
     return calls
 
 
@@ -515,7 +515,9 @@ async def test_duplicate_event_processed_once(
     event = checkout_event("cs_dup", plan="basic", created=clock.unix - 5)
     assert (await send_webhook(client, clock, event)).json == {"ok": True, "received": True}
     ref = keys.checkout_ref("cs_dup")
-    assert enqueued == [("jobs.claims.index_checkout", ref, "basic", clock.unix - 5, f"index_checkout-{ref}")]
+    assert enqueued == [
+        ("execution_proof.jobs.claims.index_checkout", ref, "basic", clock.unix - 5, f"index_checkout-{ref}")
+    ]
     before = await snapshot(store)
     clock.now += 60_000  # the provider's retry, re-signed later
     repeat = await send_webhook(client, clock, event)
@@ -687,7 +689,7 @@ def test_real_rq_worker_indexes_the_checkout(
         ref = keys.checkout_ref("cs_worker")
         assert queue.job_ids == [job_id_for(ref)]
         job = Job.fetch(job_id_for(ref), connection=connection, serializer=JSONSerializer)
-        assert job.func_name == "jobs.claims.index_checkout"
+        assert job.func_name == "execution_proof.jobs.claims.index_checkout"
         assert job.args == [ref, "basic", clock.unix]
         assert "cs_worker" not in f"{job.id} {job.description}"
         worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)

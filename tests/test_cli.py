@@ -27,9 +27,9 @@ import orjson
 import pytest
 import redis
 
-from kv.keys import receipt_key
-from receipts.encoding import b64url_decode
-from receipts.signing import load_key_ring
+from execution_proof.kv.keys import receipt_key
+from execution_proof.receipts.encoding import b64url_decode
+from execution_proof.receipts.signing import load_key_ring
 from tests.conftest import ASSETS, REPO, RedisServer, auth, free_port, hash_of
 from tests.servers import (
     ServicePool,

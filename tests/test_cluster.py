@@ -19,21 +19,21 @@ import orjson
 import pytest
 import redis
 
-from kv.accounts import create_project_key, reissue_project_key
-from kv.cluster_link import ClusterLink
-from kv.connect import open_store
-from kv.keys import checkout_ref, project_key, receipt_key
-from kv.records import ClaimOutcome
-from kv.store import Store
-from receipts.errors import StoreUnavailable
-from receipts.ids import new_project_id, slot_tag
-from receipts.limits import load_limits
-from receipts.signing import KeyRing
-from runtime.settings import CLUSTER_NEEDS_JOBS_REDIS, ConfigError, Settings, load_settings
+from execution_proof.kv.accounts import create_project_key, reissue_project_key
+from execution_proof.kv.cluster_link import ClusterLink
+from execution_proof.kv.connect import open_store
+from execution_proof.kv.keys import checkout_ref, project_key, receipt_key
+from execution_proof.kv.records import ClaimOutcome
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts.ids import new_project_id, slot_tag
+from execution_proof.receipts.limits import load_limits
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime.settings import CLUSTER_NEEDS_JOBS_REDIS, ConfigError, Settings, load_settings
+from execution_proof.web.app import create_app
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
 from tests.conftest import RedisServer, auth, hash_of
 from tests.servers import RAISED_LIMITS, ServicePool, run_cli
-from web.app import create_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 
@@ -194,7 +194,7 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
     )
     assert assigned == project_id
     key = await create_project_key(cluster_store, project_name="operator", plan="pro")
-    from kv.accounts import new_key_record
+    from execution_proof.kv.accounts import new_key_record
 
     _, record = new_key_record(project_id, "basic", actor_id="act_x", now_ms=1_795_219_200_000)  # 2026-11-21
     outcome = await cluster_store.claim_checkout(

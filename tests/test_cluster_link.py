@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
-from kv.accounts import create_project_key
-from kv.cluster_link import ClusterLink
-from kv.connect import open_store
-from kv.keys import project_key, receipt_key
-from kv.store import Store
-from receipts.signing import KeyRing
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.cluster_link import ClusterLink
+from execution_proof.kv.connect import open_store
+from execution_proof.kv.keys import project_key, receipt_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts.signing import KeyRing
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
 from tests.conftest import hash_of
 from tests.test_cluster import cluster_store, create, make_client, node_of_key  # noqa: F401  (fixture)

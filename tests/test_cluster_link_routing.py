@@ -18,8 +18,8 @@ from redis import exceptions as redis_errors
 from redis._parsers.base import BaseParser
 from redis.crc import key_slot
 
-from kv import cluster_link
-from kv.cluster_link import ClusterLink
+from execution_proof.kv import cluster_link
+from execution_proof.kv.cluster_link import ClusterLink
 
 A, B, C = ("10.0.0.1", 7000), ("10.0.0.2", 7000), ("10.0.0.1", 7002)
 SLOTS = [[0, 5460, [b"10.0.0.1", 7000, b"a"]], [5461, 10922, [b"10.0.0.2", 7000, b"b"]], [10923, 16383, [b"", 7002]]]

@@ -11,9 +11,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from receipts import compact
-from receipts.ids import CROCKFORD, new_actor_id, new_project_id, new_receipt_id, ulid_from_bytes, ulid_to_bytes
-from receipts.model import (
+from execution_proof.receipts import compact
+from execution_proof.receipts.ids import (
+    CROCKFORD,
+    new_actor_id,
+    new_project_id,
+    new_receipt_id,
+    ulid_from_bytes,
+    ulid_to_bytes,
+)
+from execution_proof.receipts.model import (
     MAX_TAG_KEY_LEN,
     MAX_TAG_VALUE_LEN,
     MAX_TAGS,
@@ -25,7 +32,7 @@ from receipts.model import (
     format_created_at,
     place_in_chain,
 )
-from receipts.signing import KeyRing
+from execution_proof.receipts.signing import KeyRing
 from tests.conftest import hash_of
 
 # Every code point a JSON string can carry (no lone surrogates: request bodies cannot hold

@@ -17,7 +17,7 @@ import orjson
 import pytest
 import redis
 
-from kv.keys import project_key
+from execution_proof.kv.keys import project_key
 from tests.conftest import RedisServer, auth, hash_of
 from tests.servers import ServicePool, ServiceProcess, create_key_cli, raw_json_member
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receipts.content_scan import KINDS, candidates, confirm, find_forbidden, normalise
-from receipts.errors import BadRequest, ForbiddenContent
+from execution_proof.receipts.content_scan import KINDS, candidates, confirm, find_forbidden, normalise
+from execution_proof.receipts.errors import BadRequest, ForbiddenContent
 
 # --- linear time ----------------------------------------------------------------------------
 
@@ -375,7 +375,7 @@ def test_an_overlong_string_is_refused_for_its_length_before_any_scan(
     body: dict[str, object], reason: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scan only ever sees strings within the length limits (256 characters, keys 64)."""
-    import receipts.model as model
+    import execution_proof.receipts.model as model
 
     def no_scan(text: str) -> str | None:
         raise AssertionError("scanned a string longer than its limit")

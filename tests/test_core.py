@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receipts.apikeys import hash_api_key, is_plausible_key, new_api_key
-from receipts.errors import BadRequest
-from receipts.ids import RECEIPT_ID_RE, new_project_id, new_receipt_id, new_ulid
-from receipts.model import format_created_at, parse_tags, place_in_chain
-from receipts.signing import KeySetError, load_key_ring, new_key_set
+from execution_proof.receipts.apikeys import hash_api_key, is_plausible_key, new_api_key
+from execution_proof.receipts.errors import BadRequest
+from execution_proof.receipts.ids import RECEIPT_ID_RE, new_project_id, new_receipt_id, new_ulid
+from execution_proof.receipts.model import format_created_at, parse_tags, place_in_chain
+from execution_proof.receipts.signing import KeySetError, load_key_ring, new_key_set
 from tests.conftest import hash_of
 
 TIP, OTHER = hash_of("tip"), hash_of("other")
@@ -55,7 +55,7 @@ def test_random_id_characters_are_uniform_and_keep_the_slot_tag() -> None:
     and a receipt id starts its random part with its project's slot tag."""
     from collections import Counter
 
-    from receipts.ids import CROCKFORD, RANDOM_CHAR_OF_BYTE, receipt_slot_tag, slot_tag
+    from execution_proof.receipts.ids import CROCKFORD, RANDOM_CHAR_OF_BYTE, receipt_slot_tag, slot_tag
 
     counts = Counter(bytes(range(256)).translate(RANDOM_CHAR_OF_BYTE).decode("ascii"))
     assert set(counts) == set(CROCKFORD) and set(counts.values()) == {8}
@@ -72,7 +72,7 @@ def test_id_time_characters_and_the_random_pool() -> None:
     import os
     import random
 
-    from receipts import ids as ids_module
+    from execution_proof.receipts import ids as ids_module
 
     def reference(ms: int) -> str:
         return "".join(ids_module.CROCKFORD[(ms >> (5 * i)) & 31] for i in reversed(range(10)))
@@ -146,8 +146,8 @@ def test_tags_null_dropping() -> None:
 
 def test_signature_encoding_is_not_malleable(keyring: object) -> None:
     """Padding or a different last character that decodes to the same bytes must fail."""
-    from receipts.encoding import b64url_decode
-    from receipts.signing import KeyRing
+    from execution_proof.receipts.encoding import b64url_decode
+    from execution_proof.receipts.signing import KeyRing
 
     assert isinstance(keyring, KeyRing)
     receipt_hash = hash_of("receipt")
@@ -170,8 +170,8 @@ def test_signature_encoding_is_not_malleable(keyring: object) -> None:
     ("argv", "port"), [([], 8000), (["--port", "9123"], 9123), (["serve", "--port", "9124"], 9124)]
 )
 def test_bare_options_mean_serve(monkeypatch: pytest.MonkeyPatch, argv: list[str], port: int) -> None:
-    from cli import main as cli
-    from cli import serve
+    from execution_proof.cli import main as cli
+    from execution_proof.cli import serve
 
     monkeypatch.delenv("PORT", raising=False)
     seen: list[int] = []
@@ -192,8 +192,8 @@ def test_cached_month_windows_and_timestamps_match_the_calendar(moments: list[in
     instants (month ends included), they must give what the calendar says."""
     from datetime import UTC, datetime, timedelta
 
-    from receipts.limits import month_window
-    from receipts.model import format_created_at
+    from execution_proof.receipts.limits import month_window
+    from execution_proof.receipts.model import format_created_at
 
     for ms in moments + [m - 1 for m in moments] + [m + 1 for m in moments]:
         if ms < 0:

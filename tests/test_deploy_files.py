@@ -26,10 +26,10 @@ import orjson
 import pytest
 from sanic.config import DEFAULT_CONFIG
 
-from cli.main import _parser
-from receipts import cosignature, note, tlog
-from receipts.note import Signer
-from runtime.settings import ConfigError, load_settings, require_log_store
+from execution_proof.cli.main import _parser
+from execution_proof.receipts import cosignature, note, tlog
+from execution_proof.receipts.note import Signer
+from execution_proof.runtime.settings import ConfigError, load_settings, require_log_store
 from tests.conftest import REPO, free_port, hash_of
 from tests.servers import ServicePool, run_cli, service_pool_fixture
 

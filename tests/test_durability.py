@@ -30,16 +30,16 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from kv.accounts import create_project_key
-from kv.health import check_store_at_startup, durability_warnings
-from kv.keys import project_key, receipt_key
-from kv.store import Store
-from receipts.signing import KeyRing
-from runtime.settings import ConfigError, Settings, load_settings
-from runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.health import check_store_at_startup, durability_warnings
+from execution_proof.kv.keys import project_key, receipt_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime.settings import ConfigError, Settings, load_settings
+from execution_proof.runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
+from execution_proof.web.app import create_app
 from tests.conftest import REPO, RedisServer, auth, hash_of, missing_binary
 from tests.servers import ServicePool, assert_error_body, clean_env, create_key_cli
-from web.app import create_app
 
 STRONG = {"appendonly": "yes", "appendfsync": "always", "maxmemory-policy": "noeviction", "maxmemory": "0"}
 AOF_ALWAYS = ["--appendonly", "yes", "--appendfsync", "always"]

@@ -34,16 +34,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kv.accounts import create_project_key
-from kv.store import Store
-from receipts.limits import load_limits
-from receipts.signing import KeyRing
-from receipts.webhook_signature import signature_header
-from runtime.settings import ClientIpConfig, Settings
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts.limits import load_limits
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.receipts.webhook_signature import signature_header
+from execution_proof.runtime.settings import ClientIpConfig, Settings
+from execution_proof.web.app import create_app
 from tests.conftest import RedisServer, auth, hash_of
 from tests.fake_providers import FakeHumanCheck
 from tests.servers import RAISED_LIMITS, ServicePool, ServiceProcess, create_key_cli, service_pool_fixture
-from web.app import create_app
 
 EXAMPLES = 200 * settings.default.max_examples // 100
 SOCKET_EXAMPLES = 60 * settings.default.max_examples // 100

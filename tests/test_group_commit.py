@@ -15,14 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
-from kv.records import KeyRecord
-from kv.store import Store
-from receipts.errors import RateLimited, StoreUnavailable
-from receipts.limits import PlanLimits
-from receipts.model import parse_create_request
-from receipts.signing import KeyRing
+from execution_proof.kv.records import KeyRecord
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import RateLimited, StoreUnavailable
+from execution_proof.receipts.limits import PlanLimits
+from execution_proof.receipts.model import parse_create_request
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.web.issuing import MAX_GROUP, Issued, ReceiptIssuer, group_size
 from tests.conftest import hash_of
-from web.issuing import MAX_GROUP, Issued, ReceiptIssuer, group_size
 
 UNLIMITED = PlanLimits(per_minute=10**9, monthly=10**9)
 

@@ -9,11 +9,11 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from kv import keys
-from kv.accounts import create_project_key
-from kv.records import Counter, IssueOutcome
-from kv.store import Store
-from receipts.ids import new_receipt_id
+from execution_proof.kv import keys
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.records import Counter, IssueOutcome
+from execution_proof.kv.store import Store
+from execution_proof.receipts.ids import new_receipt_id
 from tests.conftest import auth, hash_of, index_field
 
 
@@ -95,7 +95,7 @@ async def test_a_hash_with_more_than_four_receipts_moves_to_its_set(
     client: Any, store: Store, api_key: dict[str, Any]
 ) -> None:
     """Search, delete and the sweep follow the ids into the hash's sorted set."""
-    from jobs.retention import sweep
+    from execution_proof.jobs.retention import sweep
 
     pid = api_key["project_id"]
     made = []

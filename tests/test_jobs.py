@@ -24,11 +24,11 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
-import jobs.context
-from jobs.queue import QUEUE_NAME, RETRY, open_queue
-from jobs.retention import SWEEP_JOB
-from jobs.schedule import OWNER_KEY, RETENTION_SWEEP, Periodic, ScheduleOwner, ScheduleThread
-from kv.store import Store
+from execution_proof.jobs import context as jobs_context
+from execution_proof.jobs.queue import QUEUE_NAME, RETRY, open_queue
+from execution_proof.jobs.retention import SWEEP_JOB
+from execution_proof.jobs.schedule import OWNER_KEY, RETENTION_SWEEP, Periodic, ScheduleOwner, ScheduleThread
+from execution_proof.kv.store import Store
 from tests.conftest import free_port
 from tests.servers import WorkerProcess, run_cli, wait_until
 from tests.test_retention import NOW, OLD, Planted, record_keys
@@ -60,7 +60,7 @@ async def test_sweep_job_runs_inline_on_the_embedded_server(monkeypatch: pytest.
     for name in ("REDIS_URL", "JOBS_REDIS_URL", "SIGNING_KEYS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RETENTION_DAYS", "1")
-    monkeypatch.setattr(jobs.context, "_embedded_server", server)
+    monkeypatch.setattr(jobs_context, "_embedded_server", server)
 
     queue = open_queue(None, server)
     assert queue.is_async is False and queue.serializer is JSONSerializer
@@ -332,7 +332,7 @@ def test_a_job_queue_outage_is_one_line_down_and_one_line_back(caplog: pytest.Lo
 
     import rq.worker.base
 
-    from jobs.worker import RQ_RETRY_MESSAGE, MeasuredWorker, QueueOutage
+    from execution_proof.jobs.worker import RQ_RETRY_MESSAGE, MeasuredWorker, QueueOutage
 
     assert RQ_RETRY_MESSAGE in inspect.getsource(rq.worker.base), "RQ's retry line changed: QueueOutage matches nothing"
     server = fakeredis.FakeServer()

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receipts.canonical import canonical_bytes, signed_payload
+from execution_proof.receipts.canonical import canonical_bytes, signed_payload
 from tests.conftest import missing_binary
 from tests.test_vectors import API_BODIES, CASES, VECTORS, doc_code_block, issue, receipt_strategy, tampered_versions
 

@@ -22,8 +22,8 @@ def test_the_layer_contract_holds() -> None:
     assert "0 broken" in result.stdout
 
 
-def _loaded_top_level_modules(*argv: str) -> set[str]:
-    """Top-level packages a ``service.py`` command imports, read from ``-X importtime``."""
+def _loaded_modules(*argv: str) -> set[str]:
+    """Modules a ``service.py`` command imports (full names), read from ``-X importtime``."""
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "service.py", *argv],
         cwd=REPO,
@@ -36,7 +36,7 @@ def _loaded_top_level_modules(*argv: str) -> set[str]:
     for line in result.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
             name = line.rsplit("|", 1)[1].strip()
-            loaded.add(name.split(".")[0])
+            loaded.add(name)
     assert loaded, result.stderr[-2000:]
     return loaded
 
@@ -50,10 +50,15 @@ def _loaded_top_level_modules(*argv: str) -> set[str]:
     ],
 )
 def test_client_verbs_load_no_server_library(argv: tuple[str, ...]) -> None:
-    loaded = _loaded_top_level_modules(*argv)
-    assert "receipts" in loaded  # the import trace is read
-    assert not loaded & set(SERVER_LIBRARIES), sorted(loaded & set(SERVER_LIBRARIES))
-    assert not loaded & {"web", "kv", "jobs"}
+    loaded = _loaded_modules(*argv)
+    assert "execution_proof.cli.main" in loaded  # the import trace is read
+    top = {name.split(".")[0] for name in loaded}
+    assert not top & set(SERVER_LIBRARIES), sorted(top & set(SERVER_LIBRARIES))
+    server_code = {
+        name for name in loaded if name.split(".")[:2] in (["execution_proof", p] for p in ("web", "kv", "jobs"))
+    }
+    assert not server_code, sorted(server_code)
+    assert not top & set(CODE_DIRS), "the code is imported under execution_proof only"
 
 
 def test_no_module_is_over_600_lines() -> None:

@@ -75,7 +75,7 @@ def _sanic_objects() -> dict[str, Any]:
     from sanic.response.types import BaseHTTPResponse
     from sanic.worker.manager import WorkerManager
 
-    from web import sanic_fixes
+    from execution_proof.web import sanic_fixes
 
     return {
         "WorkerManager.__init__": WorkerManager.__init__,

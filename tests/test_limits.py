@@ -7,10 +7,10 @@ from typing import Any
 import orjson
 import pytest
 
-from kv import keys
-from kv.accounts import create_project_key
-from kv.store import Store
-from receipts.limits import (
+from execution_proof.kv import keys
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts.limits import (
     DEFAULT_LIMITS,
     LimitsError,
     Usage,
@@ -19,12 +19,12 @@ from receipts.limits import (
     month_window,
     ratelimit_headers,
 )
-from receipts.signing import KeyRing
-from runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
+from execution_proof.web import receipts_api
+from execution_proof.web.app import create_app
 from tests.clock import Clock, ms
 from tests.conftest import auth, hash_of
-from web import receipts_api
-from web.app import create_app
 
 
 @pytest.fixture
@@ -415,7 +415,7 @@ async def test_forwarded_for_with_proxy_count(make_client: Any) -> None:
 
 
 def test_client_address_buckets() -> None:
-    from web.client_ip import ip_bucket
+    from execution_proof.web.client_ip import ip_bucket
 
     assert ip_bucket("2001:db8:1:2:3:4:5:6") == ip_bucket("2001:db8:1:2:ffff::1") == "2001:db8:1:2::/64"
     assert ip_bucket("::ffff:203.0.113.7") == "203.0.113.7"

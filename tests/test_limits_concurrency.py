@@ -30,7 +30,7 @@ import orjson
 import pytest
 import redis
 
-from kv.keys import (
+from execution_proof.kv.keys import (
     INDEX_BUCKET_KEY_MATCH,
     hash_index_field,
     idempotency_field,

@@ -34,12 +34,12 @@ from redis.credentials import CredentialProvider
 from sanic import HTTPResponse
 from sanic.response.types import HEADER_TRANSLATION_TABLE
 
-from kv.link import FastLink, LuaScript, PyLink, link_for
-from kv.store import Store
-from receipts.errors import StoreUnavailable
+from execution_proof.kv.link import FastLink, LuaScript, PyLink, link_for
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.web.sanic_fixes import SANICS_PROCESSED_HEADERS, _sanitize_header_value
 from tests.conftest import RedisServer
 from tests.redis_endpoints import KINDS, Certificates, Endpoint, endpoint_for, make_certificates
-from web.sanic_fixes import SANICS_PROCESSED_HEADERS, _sanitize_header_value
 
 pytestmark = pytest.mark.real_redis
 
@@ -474,9 +474,9 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
     it: one more)."""
     import orjson
 
-    from kv.accounts import create_project_key
+    from execution_proof.kv.accounts import create_project_key
+    from execution_proof.web.app import create_app
     from tests.conftest import auth, hash_of
-    from web.app import create_app
 
     store = Store(aioredis.from_url(endpoint.url()))
     client = create_app(settings, store=store).asgi_client

@@ -12,20 +12,20 @@ from typing import Any
 import orjson
 import pytest
 
-from jobs.log_timestamps import Stamper, TsaConfig
-from kv.accounts import create_project_key
-from kv.connect import open_store
-from kv.logstore import LogStore
-from kv.store import Store
-from receipts import note, timestamps, tlog
-from receipts.limits import load_limits
-from runtime.settings import Settings
+from execution_proof.jobs.log_timestamps import Stamper, TsaConfig
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.connect import open_store
+from execution_proof.kv.logstore import LogStore
+from execution_proof.kv.store import Store
+from execution_proof.receipts import note, timestamps, tlog
+from execution_proof.receipts.limits import load_limits
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
 from tests.conftest import auth, hash_of
 from tests.local_tsa import LocalTsa
 from tests.servers import RAISED_LIMITS
 from tests.test_log import ORIGIN, check_proof, create, integrator, issue, published
-from web.app import create_app
 
 pytestmark = pytest.mark.slow
 

@@ -41,12 +41,12 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from jobs.log_integrator import CRASH_POINTS
-from kv import keys
-from kv.accounts import create_project_key
-from kv.store import Store
-from receipts import cosignature, note, tlog
-from receipts.tiles import TileReader, check_tree
+from execution_proof.jobs.log_integrator import CRASH_POINTS
+from execution_proof.kv import keys
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts import cosignature, note, tlog
+from execution_proof.receipts.tiles import TileReader, check_tree
 from tests.conftest import REPO, RedisServer, free_port, hash_of, missing_binary
 from tests.servers import (
     ServiceProcess,

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from kv.logstore import LogStoreError, open_objects
-from kv.logstore.files import FileObjects
-from kv.logstore.log import Batch, LogStore, LogStoreConflict, TreeState, size_name
-from kv.logstore.memory import MemoryObjects
-from kv.logstore.objects import ObjectStore
-from receipts import note, tlog
+from execution_proof.kv.logstore import LogStoreError, open_objects
+from execution_proof.kv.logstore.files import FileObjects
+from execution_proof.kv.logstore.log import Batch, LogStore, LogStoreConflict, TreeState, size_name
+from execution_proof.kv.logstore.memory import MemoryObjects
+from execution_proof.kv.logstore.objects import ObjectStore
+from execution_proof.receipts import note, tlog
 
 
 class ObjectStoreContract:
@@ -113,7 +113,7 @@ class ObjectStoreContract:
         assert await store.is_empty()
         signer = note.Signer.generate("contract.example/v1/log")
         empty = note.sign_note(note.Checkpoint(signer.name, 0, tlog.EMPTY_ROOT).text(), signer).encode()
-        from kv.logstore.log import Identity
+        from execution_proof.kv.logstore.log import Identity
 
         assert await store.create_log(Identity(signer.name, signer.verifier.encode()), empty)
         assert not await store.create_log(Identity("another.example/log", "x"), empty)
@@ -308,7 +308,7 @@ async def test_a_file_store_serves_the_state_directory_as_its_own_files(tmp_path
     """What a static web server would see: the tree state is a plain JSON file."""
     store = LogStore(FileObjects(tmp_path))
     signer = note.Signer.generate("files.example/v1/log")
-    from kv.logstore.log import Identity
+    from execution_proof.kv.logstore.log import Identity
 
     await store.create_log(
         Identity(signer.name, signer.verifier.encode()),
@@ -321,7 +321,7 @@ async def test_a_file_store_serves_the_state_directory_as_its_own_files(tmp_path
 
 
 def test_the_log_settings_name_what_is_wrong() -> None:
-    from runtime.settings import ConfigError, load_settings, require_log_store
+    from execution_proof.runtime.settings import ConfigError, load_settings, require_log_store
 
     signer = note.Signer.generate("eps.example:8443/base/v1/log")
     base = {"PUBLIC_BASE_URL": "https://eps.example:8443/base/", "LOG_SIGNING_KEY": signer.encode()}

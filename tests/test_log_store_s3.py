@@ -30,10 +30,10 @@ from typing import Any
 import httpx
 import pytest
 
-from kv.logstore import LogStore, LogStoreError, open_objects
-from kv.logstore.log import Identity
-from kv.logstore.objects import ObjectStore
-from receipts import note, tlog
+from execution_proof.kv.logstore import LogStore, LogStoreError, open_objects
+from execution_proof.kv.logstore.log import Identity
+from execution_proof.kv.logstore.objects import ObjectStore
+from execution_proof.receipts import note, tlog
 from tests.conftest import free_port, missing_binary
 from tests.test_log_store import ObjectStoreContract
 
@@ -146,7 +146,7 @@ def keys_in(server: MotoServer, bucket: str, prefix: str = "") -> list[str]:
 
 
 def s3_objects(prefix: str, bucket: str = BUCKET, **options: float) -> ObjectStore:
-    from kv.logstore.s3 import S3Objects
+    from execution_proof.kv.logstore.s3 import S3Objects
 
     return S3Objects(bucket, prefix, **options)
 
@@ -235,7 +235,7 @@ async def test_an_empty_prefix_is_the_bucket_root(s3_env: MotoServer) -> None:
 
 
 async def test_open_objects_reaches_the_store_end_to_end(s3_env: MotoServer) -> None:
-    from kv.logstore.s3 import S3Objects
+    from execution_proof.kv.logstore.s3 import S3Objects
 
     prefix = fresh_prefix("url")
     objects = open_objects(f"s3://{BUCKET}/{prefix}/")
@@ -345,7 +345,7 @@ async def test_a_create_refused_for_an_absent_object_is_tried_again(
     import obstore
     from obstore.exceptions import AlreadyExistsError
 
-    import kv.logstore.s3 as s3
+    import execution_proof.kv.logstore.s3 as s3
 
     real_put = obstore.put
     refusals = {"left": 2}

@@ -16,13 +16,13 @@ from typing import Any
 import orjson
 import pytest
 
-from jobs.log_timestamps import Stamper, TsaConfig
-from kv import keys
-from kv.accounts import create_project_key
-from kv.logstore import LogStore
-from kv.store import Store
-from receipts import note, timestamps, tlog
-from runtime import metrics
+from execution_proof.jobs.log_timestamps import Stamper, TsaConfig
+from execution_proof.kv import keys
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.logstore import LogStore
+from execution_proof.kv.store import Store
+from execution_proof.receipts import note, timestamps, tlog
+from execution_proof.runtime import metrics
 from tests import tsa_tokens
 from tests.conftest import free_port
 from tests.local_tsa import LocalTsa, openssl_binary
@@ -378,7 +378,7 @@ async def test_a_store_outage_is_one_line_down_and_one_back(
     """The time-stamper's loop used to log a traceback every pass while the store was down."""
     import logging
 
-    from kv.logstore import LogStoreError
+    from execution_proof.kv.logstore import LogStoreError
 
     stamper = Stamper(store, log_store, ORIGIN, tsa_config("http://127.0.0.1:9/", interval_s=0.001))
     stop = asyncio.Event()

@@ -26,14 +26,14 @@ import orjson
 import pytest
 import redis
 
-from receipts.signing import KeyRing
-from runtime import logs
-from runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime import logs
+from execution_proof.runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
+from execution_proof.web import access_log
+from execution_proof.web.app import create_app
 from tests.conftest import auth, hash_of
 from tests.fake_providers import checkout_event, event_bytes, signed_webhook
 from tests.servers import RAISED_LIMITS, ServicePool, create_key_cli, run_cli, service_pool_fixture
-from web import access_log
-from web.app import create_app
 
 service_factory = service_pool_fixture()
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
@@ -120,7 +120,7 @@ def restore_logging() -> Iterator[None]:
 def test_json_mode_sends_every_logger_through_one_formatter(
     restore_logging: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runtime.settings import warn
+    from execution_proof.runtime.settings import warn
 
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)

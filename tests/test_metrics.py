@@ -28,17 +28,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from jobs.queue import QUEUE_NAME
-from kv.accounts import create_project_key
-from kv.store import Store
-from receipts.errors import StoreUnavailable
-from receipts.limits import load_limits
-from receipts.signing import KeyRing
-from runtime import metrics, tally
-from runtime.settings import ConfigError, Settings, load_settings
+from execution_proof.jobs.queue import QUEUE_NAME
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts.limits import load_limits
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime import metrics, tally
+from execution_proof.runtime.settings import ConfigError, Settings, load_settings
+from execution_proof.web.app import create_app
 from tests.conftest import auth, free_port, hash_of
 from tests.servers import ServicePool, clean_env, create_key_cli, service_pool_fixture
-from web.app import create_app
 
 service_factory = service_pool_fixture()
 TOKEN = "metrics-token-for-tests-0123456789"
@@ -421,13 +421,16 @@ def test_worker_serves_its_job_outcomes(redis_url: str, tmp_path: Any) -> None:
     metrics_port = free_port()
     env = clean_env({"REDIS_URL": redis_url, "METRICS_PORT": str(metrics_port)})
     queue = Queue(QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=JSONSerializer)
-    queue.enqueue("jobs.retention.sweep_expired")
-    queue.enqueue("jobs.retention.sweep_expired", "not a time")  # fails: no retry configured here
+    queue.enqueue("execution_proof.jobs.retention.sweep_expired")
+    queue.enqueue("execution_proof.jobs.retention.sweep_expired", "not a time")  # fails: no retry configured here
     log = open(tmp_path / "worker.stderr", "wb")  # noqa: SIM115 - closed below
     worker = subprocess.Popen(
         [sys.executable, "service.py", "worker"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log
     )
-    wanted = {("jobs.retention.sweep_expired", "success"): 1.0, ("jobs.retention.sweep_expired", "failure"): 1.0}
+    wanted = {
+        ("execution_proof.jobs.retention.sweep_expired", "success"): 1.0,
+        ("execution_proof.jobs.retention.sweep_expired", "failure"): 1.0,
+    }
     seen: dict[tuple[str, str], float] = {}
     try:
         deadline = time.monotonic() + 30

@@ -27,14 +27,14 @@ import orjson
 import pytest
 
 from bench.monitor import chain_entries, write_static_log
-from cli.monitor import Fetcher, Pass, Progress
-from cli.monitor_state import MonitorDb
-from kv.accounts import create_project_key
-from kv.logstore import LogStore
-from kv.store import Store
-from receipts import note, tlog
-from receipts.cosignature import Cosigner
-from receipts.limits import load_limits
+from execution_proof.cli.monitor import Fetcher, Pass, Progress
+from execution_proof.cli.monitor_state import MonitorDb
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.logstore import LogStore
+from execution_proof.kv.store import Store
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.cosignature import Cosigner
+from execution_proof.receipts.limits import load_limits
 from tests.conftest import REPO, free_port
 from tests.test_log import ORIGIN, integrator, issue, log_app
 

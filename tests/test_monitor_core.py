@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from bench.monitor import chain_entries, write_static_log
-from cli.monitor import Fetcher, Progress
-from cli.verify_log import LogInputError
-from receipts import note, tlog
-from receipts.monitor import (
+from execution_proof.cli.monitor import Fetcher, Progress
+from execution_proof.cli.verify_log import LogInputError
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.monitor import (
     Frontier,
     MemoryPrevs,
     Project,
@@ -191,7 +191,7 @@ def test_the_bench_writer_makes_a_log_that_verifies(tmp_path: Path) -> None:
 
 
 def test_the_previous_hashes_used_are_kept_on_disk_as_far_as_committed(tmp_path: Path) -> None:
-    from cli.monitor_state import PrevFile, StateError
+    from execution_proof.cli.monitor_state import PrevFile, StateError
 
     path = tmp_path / "prevs.bin"
     kept = PrevFile(path, 0)

@@ -18,12 +18,12 @@ import orjson
 import pytest
 from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
-from kv.store import Store
-from receipts.model import RECEIPT_FIELDS
-from runtime.settings import Settings
+from execution_proof.kv.store import Store
+from execution_proof.receipts.model import RECEIPT_FIELDS
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
+from execution_proof.web.openapi import DOCUMENT, ERROR_CODES, document_for
 from tests.conftest import auth, hash_of
-from web.app import create_app
-from web.openapi import DOCUMENT, ERROR_CODES, document_for
 
 UNDOCUMENTED_PREFIXES = ("/static/",)
 UNDOCUMENTED_PATHS = {"/metrics"}
@@ -439,8 +439,8 @@ async def test_docs_page_lists_every_operation_from_the_document(client: Any) ->
 def test_the_error_codes_are_the_error_classes_codes() -> None:
     """One source: the document's ErrorCode enum and its table of meanings are the codes of
     ``receipts.errors``' classes, no more and no fewer."""
-    from receipts import errors
-    from web.openapi.responses import ERROR_MEANINGS
+    from execution_proof.receipts import errors
+    from execution_proof.web.openapi.responses import ERROR_MEANINGS
 
     def codes(error: type[errors.ServiceError]) -> set[str]:
         return {error.code}.union(*(codes(sub) for sub in error.__subclasses__()))

@@ -13,15 +13,15 @@ from typing import Any
 import orjson
 import pytest
 
-from cli import admin as cli
-from kv.accounts import ProjectNameTaken, create_project_key
-from kv.store import Store
-from receipts.limits import load_limits
-from receipts.signing import KeyRing
-from runtime.settings import Settings
+from execution_proof.cli import admin as cli
+from execution_proof.kv.accounts import ProjectNameTaken, create_project_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts.limits import load_limits
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of
-from web.app import create_app
 
 CONTACT = "abuse@receipts.example"
 

@@ -28,8 +28,8 @@ import orjson
 import pytest
 import redis
 
-from kv.keys import project_key
-from receipts import compact
+from execution_proof.kv.keys import project_key
+from execution_proof.receipts import compact
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
 from tests.servers import ServicePool, ServiceProcess, assert_error_body, create_key_cli
 

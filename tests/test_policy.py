@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from receipts import note
-from receipts.cosignature import Cosigner
-from receipts.policy import (
+from execution_proof.receipts import note
+from execution_proof.receipts.cosignature import Cosigner
+from execution_proof.receipts.policy import (
     COSIGNATURE_SKEW_S,
     MAX_GROUPS,
     MAX_LOGS,
@@ -206,7 +206,7 @@ def test_the_skew_is_read_from_the_environment() -> None:
 
 
 def test_verify_reads_the_same_skew_and_refuses_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cli import verify_log
+    from execution_proof.cli import verify_log
 
     monkeypatch.delenv("LOG_COSIGNATURE_SKEW_S", raising=False)
     assert verify_log.env_skew() == 300
@@ -218,7 +218,7 @@ def test_verify_reads_the_same_skew_and_refuses_a_bad_one(monkeypatch: pytest.Mo
 
 
 def test_the_service_reads_the_skew_and_refuses_a_bad_one() -> None:
-    from runtime.settings import ConfigError, load_settings
+    from execution_proof.runtime.settings import ConfigError, load_settings
 
     assert load_settings({}).log_cosignature_skew_s == 300
     assert load_settings({"LOG_COSIGNATURE_SKEW_S": "60"}).log_cosignature_skew_s == 60

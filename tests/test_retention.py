@@ -20,20 +20,20 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from jobs.retention import DAY_MS, cutoff_ms, sweep, sweep_periodically
-from kv import keys
-from kv.accounts import create_project_key
-from kv.records import Counter, IssueOutcome
-from kv.store import Store
-from receipts.ids import new_receipt_id
-from receipts.signing import KeyRing
-from runtime.settings import Settings
+from execution_proof.jobs.retention import DAY_MS, cutoff_ms, sweep, sweep_periodically
+from execution_proof.kv import keys
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.records import Counter, IssueOutcome
+from execution_proof.kv.store import Store
+from execution_proof.receipts.ids import new_receipt_id
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of, index_field
 from tests.retention_fixtures import NOW, OLD
 from tests.servers import clean_env, run_cli
-from web.app import create_app
 
 app = retention_fixtures.app  # the shared retention-window fixture
 

@@ -34,11 +34,11 @@ from typing import Any
 import orjson
 import pytest
 
-from receipts.note import Signer
+from execution_proof.receipts.note import Signer
+from execution_proof.web.openapi import DOCUMENT
 from tests.conftest import REPO
 from tests.fake_providers import FakeHumanCheck
 from tests.servers import ServicePool, clean_env, create_key_cli, service_pool_fixture
-from web.openapi import DOCUMENT
 
 service_factory = service_pool_fixture()
 

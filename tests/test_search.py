@@ -10,17 +10,17 @@ from typing import Any
 import orjson
 import pytest
 
-from jobs.retention import DAY_MS, sweep
-from kv import keys
-from kv.accounts import create_project_key
-from kv.store import Store
-from receipts.limits import load_limits
-from runtime.settings import Settings
+from execution_proof.jobs.retention import DAY_MS, sweep
+from execution_proof.kv import keys
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts.limits import load_limits
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import auth, hash_of, index_field, index_ids
 from tests.retention_fixtures import NOW, OLD
-from web.app import create_app
 
 app = retention_fixtures.app
 clock = retention_fixtures.clock  # the shared retention-window fixtures
@@ -110,7 +110,7 @@ async def test_never_across_projects(client: Any, store: Store, api_key: dict[st
         for field, value in (("input_hash", hash_of("shared")), ("output_hash", hash_of("o"))):
             assert (await search(client, key, **{field: value})).json["receipts"] == [receipt]
     # A cursor naming another project's receipt is refused, not followed.
-    from web.search import encode_cursor
+    from execution_proof.web.search import encode_cursor
 
     foreign = encode_cursor(theirs["receipt"]["receipt_id"])
     refused = await search(client, api_key, input_hash=hash_of("shared"), cursor=foreign)

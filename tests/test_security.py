@@ -34,16 +34,16 @@ import orjson
 import pytest
 import redis
 
-from kv.accounts import create_project_key
-from kv.store import Store
-from receipts import compact
-from receipts.apikeys import hash_api_key
-from receipts.signing import KeyRing
-from runtime.settings import Settings
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.store import Store
+from execution_proof.receipts import compact
+from execution_proof.receipts.apikeys import hash_api_key
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests.conftest import ASSETS, REPO, RedisServer, auth, hash_of
 from tests.fake_providers import PASS, FakeHumanCheck, checkout_event, event_bytes, signed_webhook
 from tests.servers import ServicePool, create_key_cli, run_cli, service_pool_fixture
-from web.app import create_app
 
 H = hash_of("shared-input")
 SIGNING_KEYS = (ASSETS / "signing_keys.json").read_text()

@@ -22,9 +22,9 @@ import redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from jobs.queue import open_queue
-from kv.keys import api_key_key
-from receipts.apikeys import hash_api_key
+from execution_proof.jobs.queue import open_queue
+from execution_proof.kv.keys import api_key_key
+from execution_proof.receipts.apikeys import hash_api_key
 from tests.fake_providers import HOLD, FakeHumanCheck
 from tests.servers import ServicePool, WorkerProcess, service_pool_fixture, wait_until
 
@@ -155,7 +155,7 @@ def test_sanic_manager_stops_when_sigterm_arrives_before_the_workers_ack() -> No
     the stop message for monitor()."""
     from sanic.worker.manager import WorkerManager
 
-    from web import sanic_fixes
+    from execution_proof.web import sanic_fixes
 
     with pytest.raises(RuntimeError, match="spinning"):
         sanic_fixes._original_wait_for_ack(StartingManager(shutting_down=True))  # type: ignore[arg-type]
@@ -220,7 +220,7 @@ class StoppingManager:
 
 
 def test_sigterm_only_asks_the_monitor_to_stop_and_the_monitor_terminates_the_workers() -> None:
-    from web import sanic_fixes
+    from execution_proof.web import sanic_fixes
 
     sanic_original = StoppingManager()
     sanic_original.in_handler = True
@@ -247,7 +247,7 @@ def test_install_replaces_the_stop_path_of_the_manager() -> None:
     workers, and its wait for the workers' start-up returns once a stop has begun."""
     from sanic.worker.manager import WorkerManager
 
-    from web import sanic_fixes
+    from execution_proof.web import sanic_fixes
 
     sanic_fixes.install()
     manager = StoppingManager()

@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from receipts.signing import load_key_ring
+from execution_proof.receipts.signing import load_key_ring
 from tests.conftest import RedisServer, hash_of
 from tests.servers import (
     ServicePool,

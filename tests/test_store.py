@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
-from kv import keys
-from kv.accounts import create_project_key
-from kv.records import Counter, IssueOutcome
-from kv.store import Store
-from receipts.ids import new_project_id, new_receipt_id, receipt_slot_tag, slot_tag
+from execution_proof.kv import keys
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.records import Counter, IssueOutcome
+from execution_proof.kv.store import Store
+from execution_proof.receipts.ids import new_project_id, new_receipt_id, receipt_slot_tag, slot_tag
 from tests.conftest import hash_of
 
 LUA = Path(__file__).resolve().parent.parent / "kv" / "lua"

@@ -13,9 +13,9 @@ import httpx
 import orjson
 import pytest
 
-from cli.client import hash_file
-from cli.main import _parser
-from cli.submit import submit_command
+from execution_proof.cli.client import hash_file
+from execution_proof.cli.main import _parser
+from execution_proof.cli.submit import submit_command
 from tests.conftest import REPO, auth
 from tests.servers import create_key_cli, run_cli, service_pool_fixture
 

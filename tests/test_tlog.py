@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from receipts import note, tlog
+from execution_proof.receipts import note, tlog
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "merkle_vectors.json").read_text())
 

@@ -15,8 +15,8 @@ from asn1crypto import tsp
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from receipts import timestamps
-from receipts.timestamps import _TimeStampResp
+from execution_proof.receipts import timestamps
+from execution_proof.receipts.timestamps import _TimeStampResp
 from tests import tsa_tokens
 from tests.local_tsa import LocalTsa
 

@@ -22,22 +22,22 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from receipts.canonical import UNSIGNED_FIELDS, canonical_bytes, compute_receipt_hash, signed_payload
-from receipts.encoding import b64url_encode
-from receipts.ids import is_project_id, is_receipt_id
-from receipts.model import (
+from execution_proof.receipts.canonical import UNSIGNED_FIELDS, canonical_bytes, compute_receipt_hash, signed_payload
+from execution_proof.receipts.encoding import b64url_encode
+from execution_proof.receipts.ids import is_project_id, is_receipt_id
+from execution_proof.receipts.model import (
     RECEIPT_FIELDS,
     CreateRequest,
     build_receipt,
     parse_create_request,
     place_in_chain,
 )
-from receipts.signing import KeyRing, load_key_ring
-from receipts.verifier import verify_receipt
-from runtime.settings import Settings
+from execution_proof.receipts.signing import KeyRing, load_key_ring
+from execution_proof.receipts.verifier import verify_receipt
+from execution_proof.runtime.settings import Settings
+from execution_proof.web.app import create_app
 from tests import independent_verifier as iv
 from tests.conftest import ASSETS, REPO, auth, hash_of
-from web.app import create_app
 
 DOC = REPO / "docs" / "receipt-format.md"
 VECTORS = orjson.loads((ASSETS / "receipt_vectors.json").read_bytes())

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from receipts.model import CreateRequest, build_receipt, place_in_chain
-from receipts.signing import KeyRing, load_key_ring, new_key_set
-from receipts.verifier import (
+from execution_proof.receipts.model import CreateRequest, build_receipt, place_in_chain
+from execution_proof.receipts.signing import KeyRing, load_key_ring, new_key_set
+from execution_proof.receipts.verifier import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
     BUNDLE_VERSIONS,

@@ -24,8 +24,8 @@ import httpx
 import pytest
 import redis
 
-from receipts.signing import load_key_ring, new_key_set
-from receipts.verifier import recompute_hash_or_none
+from execution_proof.receipts.signing import load_key_ring, new_key_set
+from execution_proof.receipts.verifier import recompute_hash_or_none
 from tests.conftest import ASSETS, REPO, RedisServer, missing_binary
 from tests.servers import ServicePool, create_key_cli
 
@@ -335,8 +335,8 @@ def test_a_receipt_answered_for_another_id_is_refused(
 ) -> None:
     """Receipt A's stored bytes under id B: the service refuses the read (500), and the page,
     should anything hand it A when it asked for B, refuses that too."""
-    from kv.keys import receipt_key
-    from receipts.ids import new_receipt_id
+    from execution_proof.kv.keys import receipt_key
+    from execution_proof.receipts.ids import new_receipt_id
 
     genuine = site["second"]
     other = new_receipt_id(genuine["project_id"])

@@ -27,8 +27,8 @@ import httpx
 import orjson
 import pytest
 
-from receipts import cosignature, note, policy
-from receipts.cosignature import Cosigner
+from execution_proof.receipts import cosignature, note, policy
+from execution_proof.receipts.cosignature import Cosigner
 from tests.conftest import REPO, hash_of
 from tests.servers import ServicePool, serving
 from tests.test_verify_page import Page, browser  # noqa: F401  (the module fixture)

@@ -24,10 +24,10 @@ import httpx
 import orjson
 import pytest
 
-from receipts import cosignature, note, tlog
+from execution_proof.receipts import cosignature, note, tlog
+from execution_proof.web.witness import StateError, WitnessState, witness_app
 from tests.conftest import REPO, free_port
 from tests.test_tlog import TileStore, leaves
-from web.witness import StateError, WitnessState, witness_app
 
 ORIGIN = "log.example/w"
 
@@ -212,7 +212,7 @@ async def test_a_failing_write_leaves_no_partial_file_and_cosigns_nothing(
     def disk_full(source: Any, target: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("web.witness.os.replace", disk_full)
+    monkeypatch.setattr("execution_proof.web.witness.os.replace", disk_full)
     four = grown(4)
     failed = await post(client, body(3, four.hashes().consistency_proof(3), checkpoint(log_key, four)))
     assert (failed.status, failed.text) == (500, "the witness could not read or write its state\n")

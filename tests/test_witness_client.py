@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-from jobs.log_config import LogConfig
-from jobs.log_integrator import Integrator
-from jobs.log_timestamps import Stamper, TsaConfig
-from jobs.log_witnesses import MAX_REPLY_BYTES, WitnessClient
-from kv.logstore import LogStore
-from kv.logstore.files import FileObjects
-from receipts import cosignature, note, timestamps
-from receipts.policy import Policy, parse_policy
-from receipts.tiles import TileReader
-from runtime import metrics
-from web.human_check import HumanCheckUnavailable, siteverify
+from execution_proof.jobs.log_config import LogConfig
+from execution_proof.jobs.log_integrator import Integrator
+from execution_proof.jobs.log_timestamps import Stamper, TsaConfig
+from execution_proof.jobs.log_witnesses import MAX_REPLY_BYTES, WitnessClient
+from execution_proof.kv.logstore import LogStore
+from execution_proof.kv.logstore.files import FileObjects
+from execution_proof.receipts import cosignature, note, timestamps
+from execution_proof.receipts.policy import Policy, parse_policy
+from execution_proof.receipts.tiles import TileReader
+from execution_proof.runtime import metrics
+from execution_proof.web.human_check import HumanCheckUnavailable, siteverify
 
 ORIGIN = "test.example/v1/log"
 HUGE = 100 * 1024 * 1024
@@ -273,7 +273,7 @@ async def test_fork_evidence_after_publication_halts_the_log_at_the_next_pass(
 ) -> None:
     import fakeredis
 
-    from kv.store import Store
+    from execution_proof.kv.store import Store
 
     forked = await witnesses("forked", "hang422")
     fast = await witnesses("fine")
@@ -429,7 +429,7 @@ async def test_a_redis_outage_is_one_line_down_and_one_line_back(
 ) -> None:
     import fakeredis
 
-    from kv.store import Store
+    from execution_proof.kv.store import Store
 
     server = fakeredis.FakeServer()
     store = Store(fakeredis.FakeAsyncRedis(server=server))
@@ -466,7 +466,7 @@ async def test_a_halted_log_says_so_once_per_process(
 ) -> None:
     import fakeredis
 
-    from kv.store import Store
+    from execution_proof.kv.store import Store
 
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
     first = Integrator(store, log_store, LogConfig(ORIGIN, signer))

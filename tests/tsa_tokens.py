@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from receipts import ber
-from receipts.timestamps import _TimeStampResp
+from execution_proof.receipts import ber
+from execution_proof.receipts.timestamps import _TimeStampResp
 from tests.local_tsa import openssl_binary
 
 # -- BER, by hand: only DER lengths are read, indefinite ones written

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runtime.logs import LOG_LEVEL, request_log, write_request_line
-from runtime.settings import ClientIpConfig
-from web.client_ip import client_ip
-from web.request_ids import request_id_of
+from execution_proof.runtime.logs import LOG_LEVEL, request_log, write_request_line
+from execution_proof.runtime.settings import ClientIpConfig
+from execution_proof.web.client_ip import client_ip
+from execution_proof.web.request_ids import request_id_of
 
 PATH_LIMIT = 512
 API_KEY_SHAPE = re.compile(r"eps_[A-Za-z0-9_-]{16,}")

@@ -16,29 +16,29 @@ from sanic import Request, Sanic
 from sanic.compat import Header
 from sanic.response import BaseHTTPResponse
 
-from jobs.context import use_embedded_server
-from jobs.log_config import LogRefused, log_config, prepare_log
-from jobs.log_integrator import Integrator
-from jobs.queue import open_queue
-from jobs.retention import sweep_periodically
-from kv.connect import open_store
-from kv.health import check_store_at_startup
-from kv.logstore import LogStore, LogStoreError, open_log_store
-from kv.records import LogQueue
-from kv.store import Store
-from receipts.errors import StoreUnavailable
-from runtime.logs import configure_logging, flush_request_lines, install_sanic_log_filters
-from runtime.metrics import observe_request, release_worker_metrics
-from runtime.settings import Settings, load_settings, require_log_store, warn
-from runtime.store_ack import StoreAckError
-from web import bundles, claims, info, log_api, openapi, pages, receipts_api, sanic_fixes, search, usage
-from web.access_log import log_request
-from web.demo import announce_demo_key
-from web.errors import JsonErrorHandler
-from web.http_metrics import add_metrics_route, refresh_gauges, route_label
-from web.issuing import ReceiptIssuer
-from web.limiting import Limiter
-from web.request_ids import request_id_of
+from execution_proof.jobs.context import use_embedded_server
+from execution_proof.jobs.log_config import LogRefused, log_config, prepare_log
+from execution_proof.jobs.log_integrator import Integrator
+from execution_proof.jobs.queue import open_queue
+from execution_proof.jobs.retention import sweep_periodically
+from execution_proof.kv.connect import open_store
+from execution_proof.kv.health import check_store_at_startup
+from execution_proof.kv.logstore import LogStore, LogStoreError, open_log_store
+from execution_proof.kv.records import LogQueue
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.runtime.logs import configure_logging, flush_request_lines, install_sanic_log_filters
+from execution_proof.runtime.metrics import observe_request, release_worker_metrics
+from execution_proof.runtime.settings import Settings, load_settings, require_log_store, warn
+from execution_proof.runtime.store_ack import StoreAckError
+from execution_proof.web import bundles, claims, info, log_api, openapi, pages, receipts_api, sanic_fixes, search, usage
+from execution_proof.web.access_log import log_request
+from execution_proof.web.demo import announce_demo_key
+from execution_proof.web.errors import JsonErrorHandler
+from execution_proof.web.http_metrics import add_metrics_route, refresh_gauges, route_label
+from execution_proof.web.issuing import ReceiptIssuer
+from execution_proof.web.limiting import Limiter
+from execution_proof.web.request_ids import request_id_of
 
 sanic_fixes.fast_header_values()
 

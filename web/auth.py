@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from sanic import Request
 
-from kv.records import AuthOutcome, KeyRecord
-from kv.store import Store
-from receipts.apikeys import hash_api_key, is_plausible_key
-from receipts.errors import Forbidden, Unauthorized
-from receipts.limits import Usage
-from receipts.model import format_created_at
-from web.limiting import ip_rate_limited
+from execution_proof.kv.records import AuthOutcome, KeyRecord
+from execution_proof.kv.store import Store
+from execution_proof.receipts.apikeys import hash_api_key, is_plausible_key
+from execution_proof.receipts.errors import Forbidden, Unauthorized
+from execution_proof.receipts.limits import Usage
+from execution_proof.receipts.model import format_created_at
+from execution_proof.web.limiting import ip_rate_limited
 
 
 def bearer_token(request: Request) -> str | None:

@@ -6,8 +6,8 @@ from typing import Any
 
 from sanic import Request
 
-from receipts.errors import PayloadTooLarge, UnsupportedMediaType
-from receipts.model import parse_json_object
+from execution_proof.receipts.errors import PayloadTooLarge, UnsupportedMediaType
+from execution_proof.receipts.model import parse_json_object
 
 
 def check_body_size(request: Request, limit: int) -> None:

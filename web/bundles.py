@@ -13,17 +13,17 @@ from typing import Any
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from kv.store import Store
-from receipts.errors import BadRequest, CorruptRecord, NotFound
-from receipts.ids import is_receipt_id
-from receipts.limits import ratelimit_headers
-from receipts.model import format_created_at
-from receipts.signing import KeyRing
-from receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
-from web.errors import report_corrupt_record
-from web.info import base_url
-from web.log_api import LogService
-from web.receipts_api import JSON, PUBLIC_READ_HEADERS, _splice
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import BadRequest, CorruptRecord, NotFound
+from execution_proof.receipts.ids import is_receipt_id
+from execution_proof.receipts.limits import ratelimit_headers
+from execution_proof.receipts.model import format_created_at
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
+from execution_proof.web.errors import report_corrupt_record
+from execution_proof.web.info import base_url
+from execution_proof.web.log_api import LogService
+from execution_proof.web.receipts_api import JSON, PUBLIC_READ_HEADERS, _splice
 
 bp = Blueprint("bundles")
 

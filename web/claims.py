@@ -23,13 +23,13 @@ from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import html
 from sanic.response import json as json_response
 
-from jobs.claims import JOB_FUNC, job_id_for
-from jobs.queue import enqueue
-from kv.accounts import create_project_key, new_key_record
-from kv.keys import checkout_ref
-from kv.records import CheckoutRecord, ClaimOutcome, Counter
-from kv.store import Store
-from receipts.errors import (
+from execution_proof.jobs.claims import JOB_FUNC, job_id_for
+from execution_proof.jobs.queue import enqueue
+from execution_proof.kv.accounts import create_project_key, new_key_record
+from execution_proof.kv.keys import checkout_ref
+from execution_proof.kv.records import CheckoutRecord, ClaimOutcome, Counter
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import (
     AlreadyClaimed,
     BadRequest,
     ClaimExpired,
@@ -43,8 +43,8 @@ from receipts.errors import (
     StoreUnavailable,
     UnsupportedMediaType,
 )
-from receipts.limits import DAY_MS, Usage, day_window, minute_window
-from receipts.webhook_signature import (
+from execution_proof.receipts.limits import DAY_MS, Usage, day_window, minute_window
+from execution_proof.receipts.webhook_signature import (
     COMPLETED,
     EventError,
     SignatureError,
@@ -52,12 +52,12 @@ from receipts.webhook_signature import (
     parse_payment_event,
     verify_signature,
 )
-from runtime.settings import Settings
-from web import human_check
-from web.bodies import check_body_size, json_body
-from web.client_ip import client_ip
-from web.limiting import minute_counter, rate_limited
-from web.templating import TEMPLATES
+from execution_proof.runtime.settings import Settings
+from execution_proof.web import human_check
+from execution_proof.web.bodies import check_body_size, json_body
+from execution_proof.web.client_ip import client_ip
+from execution_proof.web.limiting import minute_counter, rate_limited
+from execution_proof.web.templating import TEMPLATES
 
 bp = Blueprint("claims")
 log = logging.getLogger("eps.claims")

@@ -14,7 +14,7 @@ import ipaddress
 
 from sanic import Request
 
-from runtime.settings import ClientIpConfig
+from execution_proof.runtime.settings import ClientIpConfig
 
 
 @functools.lru_cache(maxsize=8192)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kv.accounts import create_project_key
-from kv.store import Store
+from execution_proof.kv.accounts import create_project_key
+from execution_proof.kv.store import Store
 
 
 def demo_base_url(app: Any) -> str:

@@ -10,7 +10,7 @@ from sanic import HTTPResponse, Request
 from sanic import exceptions as sanic_errors
 from sanic.handlers import ErrorHandler
 
-from receipts.errors import (
+from execution_proof.receipts.errors import (
     BadRequest,
     CorruptRecord,
     MethodNotAllowed,
@@ -18,9 +18,9 @@ from receipts.errors import (
     PayloadTooLarge,
     ServiceError,
 )
-from runtime.metrics import count_corrupt_record
-from web.http_metrics import route_label
-from web.request_ids import request_id_of
+from execution_proof.runtime.metrics import count_corrupt_record
+from execution_proof.web.http_metrics import route_label
+from execution_proof.web.request_ids import request_id_of
 
 log = logging.getLogger("eps.errors")
 records_log = logging.getLogger("eps.records")

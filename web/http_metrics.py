@@ -12,8 +12,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sanic import HTTPResponse, Request
 from sanic import exceptions as sanic_errors
 
-from runtime.metrics import LOG_HALTED, METHODS, UNMATCHED, render_metrics
-from web.auth import bearer_token
+from execution_proof.runtime.metrics import LOG_HALTED, METHODS, UNMATCHED, render_metrics
+from execution_proof.web.auth import bearer_token
 
 _route_labels: dict[str, str] = {}
 

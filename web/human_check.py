@@ -18,8 +18,8 @@ import httpx
 import orjson
 from sanic import Request
 
-from runtime.http import ReplyTooLarge, post_bounded
-from runtime.settings import ClientIpConfig
+from execution_proof.runtime.http import ReplyTooLarge, post_bounded
+from execution_proof.runtime.settings import ClientIpConfig
 
 TIMEOUT_S = 5.0
 """Whole-call deadline (connect, send, answer). Tests lower it."""

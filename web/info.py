@@ -5,9 +5,9 @@ from __future__ import annotations
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
-from kv.health import store_reachable
-from receipts.errors import SigningKeyUnavailable
-from receipts.limits import ratelimit_headers
+from execution_proof.kv.health import store_reachable
+from execution_proof.receipts.errors import SigningKeyUnavailable
+from execution_proof.receipts.limits import ratelimit_headers
 
 bp = Blueprint("info")
 

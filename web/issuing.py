@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 
-from kv.records import Counter, IssueItem, IssueOutcome, IssueResult, KeyRecord
-from kv.store import Store
-from receipts import compact, tlog
-from receipts.errors import (
+from execution_proof.kv.records import Counter, IssueItem, IssueOutcome, IssueResult, KeyRecord
+from execution_proof.kv.store import Store
+from execution_proof.receipts import compact, tlog
+from execution_proof.receipts.errors import (
     ChainContention,
     IdempotencyConflict,
     LogBacklog,
@@ -36,8 +36,8 @@ from receipts.errors import (
     SigningKeyUnavailable,
     StoreUnavailable,
 )
-from receipts.ids import new_receipt_id
-from receipts.limits import (
+from execution_proof.receipts.ids import new_receipt_id
+from execution_proof.receipts.limits import (
     PlanLimits,
     Usage,
     Window,
@@ -46,7 +46,7 @@ from receipts.limits import (
     quota_headers,
     ratelimit_headers,
 )
-from receipts.model import (
+from execution_proof.receipts.model import (
     CreateRequest,
     build_receipt,
     format_created_at,
@@ -54,9 +54,9 @@ from receipts.model import (
     place_in_chain,
     replay_key,
 )
-from receipts.signing import KeyRing
-from runtime.metrics import count_receipt
-from web.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.runtime.metrics import count_receipt
+from execution_proof.web.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
 
 MAX_ATTEMPTS = 32
 TIP_CACHE_SIZE = 10_000

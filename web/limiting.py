@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 from sanic import Request
 
-from kv.records import AuthOutcome, AuthResult, Counter, KeyRecord
-from kv.store import Store
-from receipts.errors import QuotaExceeded, RateLimited
-from receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
-from runtime.metrics import count_refusal
-from runtime.settings import ClientIpConfig
-from web.client_ip import client_ip
+from execution_proof.kv.records import AuthOutcome, AuthResult, Counter, KeyRecord
+from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import QuotaExceeded, RateLimited
+from execution_proof.receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
+from execution_proof.runtime.metrics import count_refusal
+from execution_proof.runtime.settings import ClientIpConfig
+from execution_proof.web.client_ip import client_ip
 
 MINUTE_S = 60
 

@@ -21,15 +21,15 @@ from typing import Any
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from kv.logstore import LogStore, LogStoreError
-from kv.logstore.log import checkpoint_size
-from kv.store import Store
-from receipts import note, tlog
-from receipts.errors import LogPending, LogUnavailable, NotFound, StoreUnavailable
-from receipts.ids import is_receipt_id
-from receipts.limits import ratelimit_headers
-from receipts.policy import COSIGNATURE_SKEW_S, Policy, cosigned_enough
-from receipts.tiles import TileMissing, TileReader, tile_name
+from execution_proof.kv.logstore import LogStore, LogStoreError
+from execution_proof.kv.logstore.log import checkpoint_size
+from execution_proof.kv.store import Store
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.errors import LogPending, LogUnavailable, NotFound, StoreUnavailable
+from execution_proof.receipts.ids import is_receipt_id
+from execution_proof.receipts.limits import ratelimit_headers
+from execution_proof.receipts.policy import COSIGNATURE_SKEW_S, Policy, cosigned_enough
+from execution_proof.receipts.tiles import TileMissing, TileReader, tile_name
 
 bp = Blueprint("log")
 

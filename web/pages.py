@@ -9,8 +9,8 @@ from pathlib import Path
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import html
 
-from web.openapi import reference_view
-from web.templating import TEMPLATES
+from execution_proof.web.openapi import reference_view
+from execution_proof.web.templating import TEMPLATES
 
 bp = Blueprint("pages")
 

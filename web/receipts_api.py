@@ -8,18 +8,30 @@ from typing import Any, TypeVar
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from kv.store import Store
-from receipts.encoding import is_hash_str
-from receipts.errors import BadRequest, CorruptRecord, Forbidden, NotFound, ServiceError, SigningKeyUnavailable
-from receipts.ids import is_project_id, is_receipt_id
-from receipts.limits import quota_headers, quota_object, ratelimit_headers
-from receipts.model import chain_object, check_idempotency_header, parse_create_request, parse_verify_request
-from receipts.verifier import unreadable_receipt_result, verify_receipt
-from web.auth import authenticate_counted
-from web.bodies import check_body_size, json_body
-from web.errors import report_corrupt_record
-from web.issuing import ReceiptIssuer
-from web.log_api import create_log_object
+from execution_proof.kv.store import Store
+from execution_proof.receipts.encoding import is_hash_str
+from execution_proof.receipts.errors import (
+    BadRequest,
+    CorruptRecord,
+    Forbidden,
+    NotFound,
+    ServiceError,
+    SigningKeyUnavailable,
+)
+from execution_proof.receipts.ids import is_project_id, is_receipt_id
+from execution_proof.receipts.limits import quota_headers, quota_object, ratelimit_headers
+from execution_proof.receipts.model import (
+    chain_object,
+    check_idempotency_header,
+    parse_create_request,
+    parse_verify_request,
+)
+from execution_proof.receipts.verifier import unreadable_receipt_result, verify_receipt
+from execution_proof.web.auth import authenticate_counted
+from execution_proof.web.bodies import check_body_size, json_body
+from execution_proof.web.errors import report_corrupt_record
+from execution_proof.web.issuing import ReceiptIssuer
+from execution_proof.web.log_api import create_log_object
 
 bp = Blueprint("receipts")
 T = TypeVar("T")

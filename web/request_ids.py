@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from receipts.ids import new_ulid
+from execution_proof.receipts.ids import new_ulid
 
 
 def new_request_id() -> str:

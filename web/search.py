@@ -17,13 +17,13 @@ import binascii
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from kv.store import Store
-from receipts.encoding import b64url_decode, b64url_encode, is_hash_str
-from receipts.errors import BadRequest
-from receipts.ids import is_receipt_id, receipt_slot_tag, slot_tag
-from receipts.limits import ratelimit_headers
-from web.auth import authenticate_limited
-from web.receipts_api import JSON, _splice
+from execution_proof.kv.store import Store
+from execution_proof.receipts.encoding import b64url_decode, b64url_encode, is_hash_str
+from execution_proof.receipts.errors import BadRequest
+from execution_proof.receipts.ids import is_receipt_id, receipt_slot_tag, slot_tag
+from execution_proof.receipts.limits import ratelimit_headers
+from execution_proof.web.auth import authenticate_limited
+from execution_proof.web.receipts_api import JSON, _splice
 
 bp = Blueprint("search")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
-from receipts.limits import minute_window, month_window, ratelimit_headers
-from web.auth import authenticate_counted
+from execution_proof.receipts.limits import minute_window, month_window, ratelimit_headers
+from execution_proof.web.auth import authenticate_counted
 
 bp = Blueprint("usage")
 

@@ -48,8 +48,8 @@ from sanic.log import logger
 from sanic.request import Request
 from sanic.response import HTTPResponse
 
-from receipts import note, tlog
-from receipts.cosignature import Cosigner
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.cosignature import Cosigner
 
 MAX_BODY = 16 * 1024
 """The request body limit (omniwitness's, 16 KiB): 63 proof lines and a checkpoint with a few

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from kv.logstore.log import LogStore, LogStoreConflict
-from kv.logstore.objects import LogStoreError, ObjectStore
+from execution_proof.kv.logstore.log import LogStore, LogStoreConflict
+from execution_proof.kv.logstore.objects import LogStoreError, ObjectStore
 
 __all__ = ["LogStore", "LogStoreConflict", "LogStoreError", "ObjectStore", "open_log_store", "open_objects"]
 
@@ -19,19 +19,19 @@ def open_objects(url: str) -> ObjectStore:
     for anything else."""
     parts = urlsplit(url)
     if url == "memory:":
-        from kv.logstore.memory import MemoryObjects
+        from execution_proof.kv.logstore.memory import MemoryObjects
 
         return MemoryObjects()
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise LogStoreError(f"LOG_STORE {url!r}: a file store is file:///ABSOLUTE/PATH")
-        from kv.logstore.files import FileObjects
+        from execution_proof.kv.logstore.files import FileObjects
 
         return FileObjects(parts.path.rstrip("/") or "/")
     if parts.scheme == "s3":
         if not parts.netloc or parts.query or parts.fragment:
             raise LogStoreError(f"LOG_STORE {url!r}: an object store is s3://BUCKET/PREFIX")
-        from kv.logstore.s3 import S3Objects
+        from execution_proof.kv.logstore.s3 import S3Objects
 
         return S3Objects(parts.netloc, parts.path.strip("/"))
     raise LogStoreError(f"LOG_STORE {url!r}: use file:///ABSOLUTE/PATH or s3://BUCKET/PREFIX")

@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from kv import keys
-from kv.logstore.log import (
+from execution_proof.kv import keys
+from execution_proof.kv.logstore.log import (
     STAMPED,
     STATE,
     TIMESTAMPS,
@@ -19,9 +19,9 @@ from kv.logstore.log import (
     checkpoint_size,
     size_name,
 )
-from receipts import note, tlog
-from receipts.errors import LogError
-from receipts.tiles import TileMissing, TileReader, check_tree
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.errors import LogError
+from execution_proof.receipts.tiles import TileMissing, TileReader, check_tree
 
 COPY_CONCURRENCY = 16
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from kv.logstore.objects import Blob, LogStoreError, ObjectStore
+from execution_proof.kv.logstore.objects import Blob, LogStoreError, ObjectStore
 
 TMP_DIR = ".state/tmp"
 LOCK_FILE = ".state/lock"

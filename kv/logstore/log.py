@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 
-from kv.logstore.objects import LogStoreError, ObjectStore
-from receipts import note, tlog
-from receipts.tiles import tile_name
+from execution_proof.kv.logstore.objects import LogStoreError, ObjectStore
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.tiles import tile_name
 
 CHECKPOINT = "checkpoint"
 IDENTITY = ".state/identity"

@@ -8,7 +8,7 @@ import bisect
 import itertools
 import threading
 
-from kv.logstore.objects import Blob, ObjectStore
+from execution_proof.kv.logstore.objects import Blob, ObjectStore
 
 
 class MemoryObjects(ObjectStore):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from receipts.errors import LogError
+from execution_proof.receipts.errors import LogError
 
 
 class LogStoreError(LogError):

@@ -43,7 +43,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 from obstore.store import S3Store
 
-from kv.logstore.objects import Blob, LogStoreError, ObjectStore
+from execution_proof.kv.logstore.objects import Blob, LogStoreError, ObjectStore
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config

@@ -29,11 +29,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from receipts.canonical import canonical_bytes, signed_payload  # noqa: E402
-from receipts.encoding import b64url_decode  # noqa: E402
-from receipts.ids import slot_tag  # noqa: E402
-from receipts.model import build_receipt, format_created_at, parse_create_request, place_in_chain  # noqa: E402
-from receipts.signing import KeyRing, load_key_ring  # noqa: E402
+from execution_proof.receipts.canonical import canonical_bytes, signed_payload  # noqa: E402
+from execution_proof.receipts.encoding import b64url_decode  # noqa: E402
+from execution_proof.receipts.ids import slot_tag  # noqa: E402
+from execution_proof.receipts.model import build_receipt, format_created_at, parse_create_request, place_in_chain  # noqa: E402
+from execution_proof.receipts.signing import KeyRing, load_key_ring  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent
 OUTPUT = ASSETS / "receipt_vectors.json"

@@ -19,13 +19,20 @@ from typing import Any
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from receipts.apikeys import MAX_KEY_LEN, MIN_KEY_LEN
-from web.info import base_url
-from web.openapi.common import API_VERSION, ERROR_CODES, JSON, OPENAPI_HEADERS, OPENAPI_VERSION, header_ref
-from web.openapi.log_paths import LOG_PATHS
-from web.openapi.paths import PATHS
-from web.openapi.responses import ERROR_MEANINGS, HEADERS, RESPONSES
-from web.openapi.schemas import SCHEMAS
+from execution_proof.receipts.apikeys import MAX_KEY_LEN, MIN_KEY_LEN
+from execution_proof.web.info import base_url
+from execution_proof.web.openapi.common import (
+    API_VERSION,
+    ERROR_CODES,
+    JSON,
+    OPENAPI_HEADERS,
+    OPENAPI_VERSION,
+    header_ref,
+)
+from execution_proof.web.openapi.log_paths import LOG_PATHS
+from execution_proof.web.openapi.paths import PATHS
+from execution_proof.web.openapi.responses import ERROR_MEANINGS, HEADERS, RESPONSES
+from execution_proof.web.openapi.schemas import SCHEMAS
 
 bp = Blueprint("openapi")
 

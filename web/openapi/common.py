@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from receipts.errors import ERROR_CODES as ERROR_CODES  # re-exported: the document is made from it
+from execution_proof.receipts.errors import ERROR_CODES as ERROR_CODES  # re-exported: the document is made from it
 
 OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1.0.0"

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from web.openapi.responses import E404, E429, PUBLIC, RATE_HEADERS, RECEIPT_ID_PARAM, error_response, ok_json
+from execution_proof.web.openapi.responses import (
+    E404,
+    E429,
+    PUBLIC,
+    RATE_HEADERS,
+    RECEIPT_ID_PARAM,
+    error_response,
+    ok_json,
+)
 
 TEXT = "text/plain; charset=utf-8"
 OCTETS = "application/octet-stream"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from receipts.model import (
+from execution_proof.receipts.model import (
     MAX_IDEMPOTENCY_HEADER_LEN,
 )
-from web.bundles import DEFAULT_DEPTH, MAX_DEPTH
-from web.openapi.common import JSON, header_ref, schema_ref
-from web.openapi.responses import (
+from execution_proof.web.bundles import DEFAULT_DEPTH, MAX_DEPTH
+from execution_proof.web.openapi.common import JSON, header_ref, schema_ref
+from execution_proof.web.openapi.responses import (
     BEARER,
     E400,
     E400_CREATE,
@@ -34,8 +34,8 @@ from web.openapi.responses import (
     issue_response,
     ok_json,
 )
-from web.receipts_api import CREATE_BODY_LIMIT, VERIFY_BODY_LIMIT
-from web.search import DEFAULT_LIMIT, MAX_LIMIT
+from execution_proof.web.receipts_api import CREATE_BODY_LIMIT, VERIFY_BODY_LIMIT
+from execution_proof.web.search import DEFAULT_LIMIT, MAX_LIMIT
 
 PATHS: dict[str, Any] = {
     "/": {

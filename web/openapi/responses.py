@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from web.openapi.common import COUNT, ERROR_CODES, HTML, JSON, header_ref, schema_ref
+from execution_proof.web.openapi.common import COUNT, ERROR_CODES, HTML, JSON, header_ref, schema_ref
 
 # --- headers ---------------------------------------------------------------------------------
 

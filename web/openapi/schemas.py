@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from receipts.limits import PLANS
-from receipts.model import (
+from execution_proof.receipts.limits import PLANS
+from execution_proof.receipts.model import (
     MAX_TAG_KEY_LEN,
     MAX_TAG_VALUE_LEN,
     MAX_TAGS,
@@ -13,10 +13,10 @@ from receipts.model import (
     MAX_TEXT_LEN,
     RECEIPT_KINDS,
 )
-from receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
-from web.bundles import MAX_DEPTH
-from web.claims import MAX_TOKEN_LEN
-from web.openapi.common import (
+from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
+from execution_proof.web.bundles import MAX_DEPTH
+from execution_proof.web.claims import MAX_TOKEN_LEN
+from execution_proof.web.openapi.common import (
     _PY_WHITESPACE,
     COUNT,
     ERROR_CODES,
@@ -28,7 +28,7 @@ from web.openapi.common import (
     nullable,
     schema_ref,
 )
-from web.search import MAX_LIMIT
+from execution_proof.web.search import MAX_LIMIT
 
 SCHEMAS: dict[str, Any] = {
     "Hash": _string(
