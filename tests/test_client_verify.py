@@ -496,3 +496,69 @@ def test_hash_and_offline_verify_load_only_what_they_use(tmp_path: Path) -> None
     assert "execution_proof.cli.verify" in loaded
     assert not loaded & (HEAVY | {"execution_proof.cli.verify_log"}), sorted(loaded & HEAVY)
     assert run_cli("verify", str(saved), "--keys", str(keys_file(tmp_path))).returncode == 0
+
+
+# --- end to end: the real service with its log, the trust-root verb --------------------------------
+
+
+@pytest.mark.slow
+def test_submit_then_verify_against_a_trust_root_of_the_real_service(
+    redis_server: Any, signing_keys_json: str, tmp_path: Path
+) -> None:
+    import redis
+
+    from tests.servers import ServicePool, WorkerProcess, create_key_cli, wait_until
+
+    signer = note.Signer.generate("client.example/log")
+    env = {
+        "LOG_SIGNING_KEY": signer.encode(),
+        "LOG_ORIGIN": "client.example/log",
+        "LOG_STORE": f"file://{tmp_path}/log",
+    }
+    redis.Redis.from_url(redis_server.url).flushall()
+    worker = WorkerProcess(tmp_path, {"REDIS_URL": redis_server.url, "SIGNING_KEYS": signing_keys_json, **env})
+    try:
+        with ServicePool(tmp_path) as pool:
+            base = pool.start(redis_url=redis_server.url, signing_keys=signing_keys_json, env=env).base_url
+            key = create_key_cli(redis_server.url, project="client-verbs", plan="pro")
+            data = tmp_path / "input.bin"
+            data.write_bytes(b"built artefact\n")
+            done = run_cli(
+                "submit",
+                "--input",
+                str(data),
+                "--salt",
+                env={"SERVICE_API_KEY": key["api_key"], "SERVICE_BASE_URL": base},
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            saved = Path(str(data) + ".receipt.json")
+            document = orjson.loads(saved.read_bytes())
+            assert document["service_url"] == base and set(document["salts"]) == {"input"}
+            receipt_id = document["receipt"]["receipt_id"]
+            client = http_client.Client()
+            wait_until(
+                lambda: client.get(f"{base}/v1/receipts/{receipt_id}/log-proof").status == 200, 20, "the log proof"
+            )
+            root = tmp_path / "root.json"
+            made = run_cli("trust-root", "--base-url", base, "--out", str(root))
+            assert made.returncode == 0, made.stdout + made.stderr
+
+            done = run_cli("verify", str(saved), "--input", str(data), "--trust-root", str(root))
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "(salted)" in done.stdout and "log checks need a bundle" in done.stdout
+            done = run_cli("verify", str(saved), "--input", str(data), "--trust-root", str(root), "--online")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "answers it" in done.stdout and "transparency log: in the log at index" in done.stdout
+
+            bundle = tmp_path / "bundle.json"
+            bundle.write_bytes(client.get(f"{base}/v1/receipts/{receipt_id}/bundle").body)
+            client.close()
+        # The service is gone: the bundle still verifies against the trust root, log included.
+        done = run_cli("verify", str(bundle), "--trust-root", str(root), "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        report = orjson.loads(done.stdout)
+        assert report["checks"]["log_inclusion"] is True and report["checks"]["log_quorum"] is True
+        gone = run_cli("verify", str(saved), "--trust-root", str(root), "--online")
+        assert gone.returncode == 2 and "cannot reach" in gone.stdout
+    finally:
+        worker.stop()
