@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +167,8 @@ def hash_file(path: str | Path, salt: bytes = b"") -> str:
 
 def _hash(args: argparse.Namespace) -> int:
     if args.salt or args.salt_hex:
+        import secrets
+
         try:
             salt = bytes.fromhex(args.salt_hex) if args.salt_hex else secrets.token_bytes(16)
         except ValueError:
