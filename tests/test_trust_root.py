@@ -15,6 +15,8 @@ import copy
 import datetime
 import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -565,3 +567,49 @@ def test_the_base_url_is_needed(tmp_path: Path) -> None:
     done = trust_root_cli("--out", str(tmp_path / "root.json"))
     assert done.returncode == 2 and "--base-url" in done.stderr
     assert not (tmp_path / "root.json").exists()
+
+
+# ---------------------------------------------------------------- docs/trust-root.md
+
+
+def _block(text: str, heading: str, fence: str) -> str:
+    """The first ``fence`` code block after ``heading`` in ``text`` (its lines, without fences)."""
+    start = text.index(f"```{fence}\n", text.index(heading)) + len(fence) + 4
+    return text[start : text.index("\n```", start)]
+
+
+DOC = (REPO / "docs" / "trust-root.md").read_text()
+
+
+def test_the_documented_example_is_a_trust_root_with_the_fingerprints_shown() -> None:
+    example = _block(DOC, "### Example", "json") + "\n"
+    document = orjson.loads(example)
+    assert trust_root.encode_trust_root(document) == example.encode(), "the example is written as trust-root writes"
+    assert VALIDATOR.is_valid(document)
+    root = parse_trust_root(example)
+    assert root.log_origin is not None and root.tsa_roots_pem and len(root.keys.keys) == 2
+    shown = _block(DOC, "### Example", "text").splitlines()
+    assert [f"{label}  {value}" for label, value in trust_root.fingerprints(root, example.encode())] == shown
+
+
+def test_the_documented_recipes_reproduce_every_fingerprint(tmp_path: Path) -> None:
+    """The shell block of docs/trust-root.md, run by bash on the documented example, prints the
+    hex of every fingerprint line, in order."""
+    for tool in ("jq", "basenc", "base64", "sha256sum", "openssl", "bash"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    example = _block(DOC, "### Example", "json") + "\n"
+    (tmp_path / "trust-root.json").write_text(example)
+    recipe = _block(DOC, "### Recomputing them with standard tools", "sh")
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", recipe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = re.findall(r"\b[0-9a-f]{64}\b", done.stdout)
+    shown = [line.rsplit("sha256:", 1)[1] for line in _block(DOC, "### Example", "text").splitlines()]
+    assert printed == shown, done.stdout
