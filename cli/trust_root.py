@@ -30,6 +30,7 @@ from execution_proof.receipts.trust_root import (
     encode_trust_root,
     fingerprints,
     parse_trust_root,
+    pem_roots,
 )
 
 FILE_MODE = 0o644
@@ -64,6 +65,8 @@ def run_trust_root(args: argparse.Namespace) -> int:
         return 2
     try:
         tsa_pem = _read_pem(args.tsa_roots) if args.tsa_roots else None
+        if tsa_pem is not None:
+            pem_roots(tsa_pem)  # refused before anything is asked of the service
         with Client() as client:
             keys = _fetch_json(client, base_url.rstrip("/") + "/v1/public-key")
             log = _fetch_log(client, base_url.rstrip("/") + "/v1/log")

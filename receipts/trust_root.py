@@ -253,7 +253,7 @@ def build_trust_root(
         "service_url": service_url.rstrip("/"),
         "receipt_keys": _published_keys(public_key_document),
         "log": _published_log(log_document) if log_document is not None else None,
-        "tsa_roots_pem": _pem_roots(tsa_pem) if tsa_pem is not None else [],
+        "tsa_roots_pem": pem_roots(tsa_pem) if tsa_pem is not None else [],
     }
     parse_trust_root(encode_trust_root(document))
     return document
@@ -295,7 +295,8 @@ def _published_log(document: Any) -> dict[str, str]:
     return {"origin": origin, "vkey": vkey, "policy": text}
 
 
-def _pem_roots(pem: bytes) -> list[str]:
+def pem_roots(pem: bytes) -> list[str]:
+    """The certificates of a PEM file (``--tsa-roots``), one PEM string each, duplicates once."""
     from cryptography.hazmat.primitives.serialization import Encoding
 
     from execution_proof.receipts import timestamps
