@@ -8,6 +8,7 @@ scroll), and the focus never moves to it (screen readers hear it through ``aria-
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -109,4 +110,30 @@ def test_an_error_verdict_is_brought_into_view_too(browser: Any, receipt_site: d
     assert_started_below_the_fold(assert_fully_visible(tab))
     # The browser logs the 404 response itself; that is not a page error.
     tab.errors = [e for e in tab.errors if "404" not in e]
+    tab.close()
+
+
+def test_the_page_does_not_move_under_someone_typing(browser: Any, receipt_site: dict[str, Any]) -> None:  # noqa: F811
+    """The receipt read is held until the user has typed into another field: the verdict is
+    then shown (and announced) without scrolling, and the focus stays in that field."""
+    tab = Page(browser, receipt_site["base"], viewport=LAPTOP)
+    held: list[Any] = []
+    tab.page.route("**/v1/receipts/*", lambda route: held.append(route))
+    tab.open()
+    tab.page.fill("#receipt-input", receipt_site["receipt_id"])
+    tab.page.click("#verify-button")
+    deadline = time.monotonic() + 10
+    while not held:  # the page's request, caught by the route (events arrive while playwright waits)
+        assert time.monotonic() < deadline, "the page never asked for the receipt"
+        tab.page.wait_for_timeout(20)
+    tab.page.click("#input-salt")
+    tab.page.keyboard.type("00")
+    before = geometry(tab)
+    held[0].continue_()
+    verdict, text = tab.verdict()
+    assert verdict in ("valid", "error"), text
+    after = geometry(tab)
+    assert after["scroll_y"] == before["scroll_y"], (before, after)
+    assert after["bottom"] > after["inner_height"], f"the verdict was in view anyway: {after}"
+    assert tab.page.evaluate("document.activeElement.id") == "input-salt"
     tab.close()
