@@ -536,8 +536,28 @@ async function verify() {
   ]);
 }
 
+// Once a verdict is shown it is scrolled into view (the form is taller than a laptop screen, so
+// the result would otherwise appear below the fold). Only the page moves: focus stays where it is,
+// and screen readers hear the verdict through the region's aria-live. Someone who typed into a
+// field while the check ran keeps their place: the page does not move under them.
+const reducedMotion = window.matchMedia('(prefers-reduced-motion: reduce)');
+let checking = false;
+let typedWhileChecking = false;
+form.addEventListener('input', () => {
+  if (checking) typedWhileChecking = true;
+});
+
+function revealVerdict() {
+  if (typedWhileChecking) return;
+  verdict.scrollIntoView({ block: 'nearest', behavior: reducedMotion.matches ? 'auto' : 'smooth' });
+}
+
 async function run() {
+  // Disabling the button drops its focus to <body>; it is given back after the check (below).
+  const buttonHadFocus = document.activeElement === button;
   button.disabled = true;
+  checking = true;
+  typedWhileChecking = false;
   verdict.setAttribute('aria-busy', 'true');
   showVerdict('', 'Checking…', []);
   try {
@@ -547,7 +567,10 @@ async function run() {
   } finally {
     progressBox.hidden = true;
     button.disabled = false;
+    checking = false;
     verdict.removeAttribute('aria-busy');
+    if (buttonHadFocus && document.activeElement === document.body) button.focus({ preventScroll: true });
+    revealVerdict();
   }
 }
 

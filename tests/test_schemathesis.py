@@ -3,7 +3,7 @@ check enabled, 0 failures allowed, against two configurations:
 
 - the demo: ``python service.py serve`` with nothing configured (embedded store, ephemeral
   signing key, no payments, no human check) except the README's ``LIMITS`` (room for a
-  fuzzer's bursts), authenticated with the demo key it prints. The claim and webhook
+  fuzzer's bursts: every limit raised, checked below against the defaults), authenticated with the demo key it prints. The claim and webhook
   endpoints answer their documented 503s here.
 - a fully configured service: a real redis-server, fixed signing keys, and both outside
   providers (a fake human check, a webhook secret), so the claim endpoints are exercised
@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 import pytest
 
+from execution_proof.receipts.limits import DEFAULT_LIMITS, load_limits
 from execution_proof.receipts.note import Signer
 from execution_proof.web.openapi import DOCUMENT
 from tests.conftest import REPO
@@ -107,6 +108,41 @@ def run_readme_command(base_url: str, api_key: str, tmp_path: Path, env: dict[st
     assert result["operations"]["errored"] == 0, output
     assert result["test_cases"]["generated"] >= 10 * documented, output
     return result
+
+
+FUZZER_ROOM = 100_000
+"""The least a limit of the README's ``LIMITS`` may be: room for a fuzzer's thousands of requests."""
+
+
+def limit_paths(tree: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """Every limit of a ``LIMITS``-shaped object, by its path: ``("ip_per_minute", "public_key")``."""
+    found: dict[tuple[str, ...], int] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            found.update(limit_paths(value, (*prefix, key)))
+        else:
+            found[(*prefix, key)] = value
+    return found
+
+
+def test_the_readme_limits_raise_every_limit_of_the_defaults() -> None:
+    """Derived from the limits model: every per-plan and per-address limit the defaults have
+    (a new one too) must be raised by the recipe, or schemathesis meets its 429s, not the handlers."""
+    readme_limits, _ = readme_commands()
+    defaults = limit_paths(DEFAULT_LIMITS)
+    assert {path[0] for path in defaults} >= {"plans", "ip_per_minute"}
+    assert len(defaults) >= 12, defaults  # 3 plans x 2, 5 per-address, the free claims
+    raised = limit_paths(readme_limits)
+    assert set(raised) <= set(defaults), f"not limits: {sorted(set(raised) - set(defaults))}"
+    assert not set(defaults) - set(raised), f"left at their defaults: {sorted(set(defaults) - set(raised))}"
+    for path, default in defaults.items():
+        assert raised[path] > default and raised[path] >= FUZZER_ROOM, (path, default, raised[path])
+    # And the service reads it so: it is a valid LIMITS, every plan's and address's limit raised.
+    loaded = load_limits(orjson.dumps(readme_limits))
+    for name, plan in loaded.plans.items():
+        assert min(plan.per_minute, plan.monthly) >= FUZZER_ROOM, name
+    assert min(loaded.ip_per_minute.values()) >= FUZZER_ROOM
+    assert loaded.free_claims_per_ip_per_day >= FUZZER_ROOM
 
 
 @pytest.mark.slow

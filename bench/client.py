@@ -1,0 +1,313 @@
+"""What the client costs a user: ``python -m bench.client`` (about 2 minutes; one command).
+
+1. **Start-up**: the whole-process wall time (fork to exit, as a shell sees it) of the client
+   verbs a CI step runs: ``execution-proof hash FILE`` (a one-line file) and an offline
+   ``execution-proof verify RECEIPT --keys KEYS.json`` (a receipt signed here, in process, by
+   the library's own receipts code, with a fresh key), plus ``python service.py hash`` and
+   ``python service.py verify`` from the checkout for comparison. Each command runs once
+   unrecorded (warm-up: the page cache, .pyc files), then ``--runs`` times (default 5); the
+   median is the figure. Target: under 0.15 s each.
+2. **The light install**: a fresh venv gets this checkout's wheel without extras (``pip wheel
+   --no-deps``, then ``pip install`` of that wheel, its dependencies from the registry), and
+   another ``pip install sigstore``; each is counted in distributions (without pip, setuptools
+   and wheel) and in site-packages size (MB = 10^6 bytes, every file's apparent size, .pyc
+   included, minus an empty venv's; and the whole site-packages as ``du`` counts it). The
+   verbs are timed again from the light venv, where no server library is installed.
+
+Prints a markdown section (bench/RESULTS.md holds it) and a JSON line. ``--no-install``
+skips part 2 (no registry needed); ``--no-sigstore`` skips only the sigstore venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from execution_proof.receipts.ids import new_actor_id, new_project_id, new_receipt_id
+from execution_proof.receipts.model import build_receipt, format_created_at, parse_create_request, place_in_chain
+from execution_proof.receipts.signing import load_key_ring, new_key_set
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET_S = 0.15
+NOT_COUNTED = {"pip", "setuptools", "wheel"}
+CONFIG_PREFIXES = ("SERVICE_", "REDIS_", "SIGNING_KEYS", "LOG_")
+INSTALL_TIMEOUT_S = 900
+
+
+def client_env() -> dict[str, str]:
+    """The caller's environment without any service configuration: nothing reaches a network."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(CONFIG_PREFIXES)}
+
+
+def make_inputs(folder: Path) -> dict[str, Path]:
+    """A one-line file, a receipt over its hash signed in process, and the key set to pin."""
+    line = folder / "artifact.txt"
+    line.write_text("one line of build output\n")
+    digest = "sha256:" + hashlib.sha256(line.read_bytes()).hexdigest()
+    key_set = new_key_set("bench-client")
+    keyring = load_key_ring(key_set)
+    project_id = new_project_id()
+    now_ms = int(time.time() * 1000)
+    receipt = build_receipt(
+        parse_create_request({"input_hash": digest, "tags": {"stage": "bench"}}),
+        receipt_id=new_receipt_id(project_id, now_ms),
+        project_id=project_id,
+        actor_id=new_actor_id(),
+        created_at=format_created_at(now_ms),
+        placement=place_in_chain(None, None),
+        keyring=keyring,
+    )
+    receipt_path = folder / "artifact.receipt.json"
+    receipt_path.write_bytes(orjson.dumps({"ok": True, "receipt": receipt}))
+    keys_path = folder / "keys.json"
+    keys_path.write_bytes(orjson.dumps(keyring.public_keys_json()))
+    return {"file": line, "receipt": receipt_path, "keys": keys_path}
+
+
+class Timed(NamedTuple):
+    wall_s: list[float]
+    cpu_s: list[float]
+    """user + system CPU of the process (and its children): less sensitive to a loaded machine."""
+
+
+def wall_times(command: list[str], runs: int, cwd: Path) -> Timed | str:
+    """One unrecorded run, then ``runs`` timed ones; each must exit 0. A command that fails
+    is not timed: its error (the last line it printed) is the result."""
+    env = client_env()
+    timed = Timed([], [])
+    for attempt in range(runs + 1):
+        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        done = subprocess.run(  # noqa: S603 - our own command line
+            command, cwd=cwd, env=env, capture_output=True, text=True, check=False
+        )
+        elapsed = time.perf_counter() - started
+        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines() or ["(nothing)"]
+            print(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-3000:]}", file=sys.stderr)
+            return f"exit {done.returncode}: {said[-1]}"
+        if attempt:
+            timed.wall_s.append(elapsed)
+            cpu = cpu_after.ru_utime - cpu_before.ru_utime + cpu_after.ru_stime - cpu_before.ru_stime
+            timed.cpu_s.append(cpu)
+    return timed
+
+
+def time_verbs(exe: str, inputs: dict[str, Path], runs: int, with_checkout: bool) -> dict[str, Timed | str]:
+    """The verbs through the console script ``exe``; with ``with_checkout``, through service.py too."""
+    file, receipt, keys = str(inputs["file"]), str(inputs["receipt"]), str(inputs["keys"])
+    commands = {
+        "python -c pass (the interpreter alone)": [str(Path(exe).parent / "python"), "-c", "pass"],
+        "execution-proof hash FILE": [exe, "hash", file],
+        "execution-proof verify RECEIPT --keys KEYS.json": [exe, "verify", receipt, "--keys", keys],
+    }
+    if with_checkout:
+        commands["python service.py hash FILE"] = [sys.executable, "service.py", "hash", file]
+        commands["python service.py verify RECEIPT --keys KEYS.json"] = [
+            sys.executable, "service.py", "verify", receipt, "--keys", keys,
+        ]  # fmt: skip
+    return {label: wall_times(command, runs, REPO) for label, command in commands.items()}
+
+
+def run_quiet(command: list[str], cwd: Path | None = None) -> str:
+    done = subprocess.run(  # noqa: S603 - our own command line
+        command, cwd=cwd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def new_venv(path: Path) -> Path:
+    """A fresh venv (the base interpreter's, not this one's packages); its python."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    run_quiet([base, "-m", "venv", str(path)])
+    return path / "bin" / "python"
+
+
+def site_packages(python: Path) -> Path:
+    out = run_quiet([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    return Path(out.strip())
+
+
+def tree_bytes(folder: Path, on_disk: bool = False) -> int:
+    """Every file's apparent size, or with ``on_disk`` its allocated blocks (what ``du`` says)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            path = Path(root) / name
+            if not path.is_symlink():
+                info = path.stat()
+                total += info.st_blocks * 512 if on_disk else info.st_size
+    return total
+
+
+def distributions(python: Path) -> dict[str, str]:
+    listed = orjson.loads(run_quiet([str(python), "-m", "pip", "list", "--format", "json"]))
+    return {d["name"]: d["version"] for d in listed if d["name"].lower() not in NOT_COUNTED}
+
+
+def measure_install(folder: Path, name: str, requirement: list[str], empty_bytes: int) -> dict[str, Any]:
+    python = new_venv(folder / name)
+    started = time.monotonic()
+    run_quiet([str(python), "-m", "pip", "install", "-q", *requirement])
+    took = time.monotonic() - started
+    dists = distributions(python)
+    folder_ = site_packages(python)
+    size = tree_bytes(folder_) - empty_bytes
+    return {
+        "python": str(python),
+        "distributions": dists,
+        "count": len(dists),
+        "mb": size / 1e6,
+        "whole_du_mb": tree_bytes(folder_, on_disk=True) / 1e6,
+        "install_s": took,
+    }
+
+
+def light_installs(folder: Path, sigstore: bool) -> dict[str, Any]:
+    empty = new_venv(folder / "empty")
+    empty_bytes = tree_bytes(site_packages(empty))
+    wheels = folder / "wheels"
+    run_quiet([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO)])
+    (wheel,) = sorted(wheels.glob("execution_proof-*.whl"))
+    out: dict[str, Any] = {"empty_mb": empty_bytes / 1e6, "wheel": wheel.name}
+    out["light"] = measure_install(folder, "light", [str(wheel)], empty_bytes)
+    if sigstore:
+        out["sigstore"] = measure_install(folder, "sigstore", ["sigstore"], empty_bytes)
+    return out
+
+
+def console_script() -> str:
+    """``execution-proof`` beside this interpreter (the checkout's venv), else on PATH."""
+    beside = Path(sys.executable).parent / "execution-proof"
+    found = str(beside) if beside.exists() else shutil.which("execution-proof")
+    if found is None:
+        raise SystemExit("no execution-proof console script: pip install -e . first")
+    return found
+
+
+def fmt_s(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def markdown(result: dict[str, Any], runs: int) -> str:
+    lines = [
+        f"## The client: start-up and install size (`python -m bench.client`, a separate run, {result['date']})",
+        "",
+        f"Command: `python -m bench.client` (took {result['took_s']:.0f} s). Machine: {result['machine']}, "
+        f"load average {result['load_before']} before, {result['load_after']} after. Python {result['python']}.",
+        "",
+        f"Whole-process wall time, median of {runs} runs after one unrecorded warm-up; a one-line file; the "
+        "receipt signed in process by receipts/ with a fresh key, verified offline against that key set.",
+        "",
+        f"| command | where | median s | min s | max s | CPU s (user+sys), median | target < {TARGET_S} s |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for where, timings in result["timings"].items():
+        for label, times in timings.items():
+            if isinstance(times, str):
+                lines.append(f"| `{label}` | {where} | fails | | | | **not met**: `{times}` |")
+                continue
+            median = statistics.median(times.wall_s)
+            met = "" if label.startswith("python -c") else "met" if median < TARGET_S else "**not met**"
+            spread = f"{fmt_s(min(times.wall_s))} | {fmt_s(max(times.wall_s))}"
+            cpu = fmt_s(statistics.median(times.cpu_s))
+            lines.append(f"| `{label}` | {where} | {fmt_s(median)} | {spread} | {cpu} | {met} |")
+    installs = result.get("installs")
+    if installs:
+        lines += [
+            "",
+            "Install size: a fresh venv each, distributions counted without pip, setuptools and wheel; "
+            f"site-packages in MB (10^6 bytes, every file's apparent size, .pyc included) minus an empty "
+            f"venv's ({installs['empty_mb']:.1f} MB).",
+            "",
+            "| install | distributions | site-packages MB "
+            "| whole site-packages on disk (du, pip and setuptools included) MB | install took s |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        rows = [("light", f"this checkout's wheel without extras (`{installs['wheel']}`)")]
+        if "sigstore" in installs:
+            version = installs["sigstore"]["distributions"].get("sigstore", "?")
+            rows.append(("sigstore", f"`pip install sigstore` ({version})"))
+        for key, label in rows:
+            item = installs[key]
+            sizes = f"{item['mb']:.1f} | {item['whole_du_mb']:.1f}"
+            lines.append(f"| {label} | {item['count']} | {sizes} | {item['install_s']:.0f} |")
+        light = installs["light"]["distributions"]
+        lines += ["", "The light install's distributions: " + ", ".join(f"{n} {v}" for n, v in sorted(light.items()))]
+    return "\n".join(lines) + "\n"
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.client", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per command (after one warm-up)")
+    parser.add_argument("--no-install", action="store_true", help="skip the install sizes (no registry needed)")
+    parser.add_argument("--no-sigstore", action="store_true", help="skip the sigstore venv")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    result: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "python": sys.version.split()[0],
+        "load_before": loadavg(),
+    }
+    with tempfile.TemporaryDirectory(prefix="eps-bench-client-") as tmp:
+        folder = Path(tmp)
+        inputs = make_inputs(folder)
+        timings = {"checkout venv (server extra installed)": time_verbs(console_script(), inputs, args.runs, True)}
+        if not args.no_install:
+            installs = light_installs(folder, not args.no_sigstore)
+            light_exe = str(Path(installs["light"]["python"]).parent / "execution-proof")
+            timings["light venv (no extras)"] = time_verbs(light_exe, inputs, args.runs, False)
+            result["installs"] = installs
+        result["timings"] = timings
+    result["load_after"] = loadavg()
+    result["took_s"] = time.monotonic() - started
+    print(markdown(result, args.runs))
+    summary = {
+        "timings_median_s": {
+            where: {
+                label: times if isinstance(times, str) else statistics.median(times.wall_s)
+                for label, times in t.items()
+            }
+            for where, t in timings.items()
+        },
+        "installs": {
+            key: {"count": value["count"], "mb": round(value["mb"], 1), "whole_du_mb": round(value["whole_du_mb"], 1)}
+            for key, value in result.get("installs", {}).items()
+            if isinstance(value, dict)
+        },
+    }
+    print(orjson.dumps(summary).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
