@@ -193,8 +193,8 @@ class Fetcher:
     """GETs under the log's prefix: 200 is the body, 404 None; connection errors (refused,
     reset, timed out, TLS), 429 and 5xx are retried with exponential backoff and full jitter
     (a 429's or 503's ``Retry-After`` is waited out as given); anything else (another status,
-    too many redirects, a reply over the size ceiling), or retries exhausted, is
-    ``LogInputError``."""
+    too many redirects, a reply over the size ceiling, a certificate that does not verify),
+    or retries exhausted, is ``LogInputError``."""
 
     get: Get
     prefix: str
@@ -244,8 +244,12 @@ class Fetcher:
 
 def transient(exc: HttpError) -> bool:
     """Whether a failed request may succeed if tried again: the connection failed (refused,
-    reset, timed out, TLS), not the reply (too many redirects, too large) or the URL."""
-    return isinstance(exc.__cause__, OSError | http.client.HTTPException)
+    reset, timed out, a TLS error), not the reply (too many redirects, too large), the URL or
+    the server's certificate (not trusted, or not for this host: no retry mends that)."""
+    cause = exc.__cause__
+    return isinstance(cause, OSError | http.client.HTTPException) and not isinstance(
+        cause, ssl.SSLCertVerificationError
+    )
 
 
 def retry_after(reply: Reply) -> float | None:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import ssl
 import subprocess
 import sys
 import time
@@ -26,6 +27,9 @@ from typing import Any
 
 import orjson
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from bench.monitor import chain_entries, write_static_log
 from execution_proof.cli.http_client import Reply
@@ -555,3 +559,58 @@ def test_a_429_retry_after_is_waited_out_as_given(small_log: Path, signer: note.
         tries = [a for a in asked if a.path == path]
         assert [a.status for a in tries] == [429, 200]
         assert tries[1].at - tries[0].at >= 1.0
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1, signed by its own key: (certificate, key) PEM files."""
+    import datetime
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "monitor test log")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = directory / "log.crt", directory / "log.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_tls_is_verified_against_the_trust_store(small_log: Path, signer: note.Signer, tmp_path: Path) -> None:
+    """Over https: a certificate the system does not trust is refused at once (exit 2, no
+    retries); trusted through ``SSL_CERT_FILE``, the same server is read."""
+    cert, key = self_signed(tmp_path)
+    server, asked = log_server(small_log)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    with serving(server) as url:
+        https = url.replace("http://", "https://") + "/"
+        args = monitor_args(https, signer, tmp_path / "state")
+        env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+        refused = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, check=False, env=env)
+        trusted = subprocess.run(
+            args,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**env, "SSL_CERT_FILE": str(cert)},
+        )
+    report = orjson.loads(refused.stdout.splitlines()[-1])
+    assert refused.returncode == 2 and "TLS: CERTIFICATE_VERIFY_FAILED" in report["error"], report
+    assert "attempts" not in report["error"], report  # not retried: no retry mends a certificate
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr[-2000:]
+    assert orjson.loads(trusted.stdout.splitlines()[-1])["new_entries"] == 600
+    assert asked and all(a.status == 200 for a in asked)
