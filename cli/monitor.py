@@ -26,7 +26,7 @@ import argparse
 import asyncio
 import http.client
 import random
-import ssl
+import ssl  # asyncio loads it anyway (unlike http_client, no start-up to save by deferring it)
 import sys
 import threading
 import time
