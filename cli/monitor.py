@@ -8,8 +8,9 @@ Each pass reads the checkpoint (``BASE/v1/log/checkpoint``, or ``TILES/checkpoin
 every entry bundle past what it checked, with its level-0 tile and every tile above that the
 bundle completes, and recomputes the tree (receipts/monitor.py): a leaf, tile or root that
 does not match what it computed is a violation, as is a chain rule broken. Fetches run ahead
-(bounded concurrency, one keep-alive client, retries with backoff and jitter, Retry-After
-honoured) while the bundles behind are hashed in order. Progress is saved as it goes
+(16 fetch threads, each with its own keep-alive connection: cli/http_client.py, the standard
+library's http.client; retries with backoff and jitter, Retry-After honoured) while the
+bundles behind are hashed in order. Progress is saved as it goes
 (cli/monitor_state.py), so a killed monitor resumes where it stopped.
 
 Exit 0 when all holds (``--once``), 1 with a JSON report naming each violation (found now or
@@ -23,20 +24,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import importlib.util
+import http.client
 import random
+import ssl  # asyncio loads it anyway (unlike http_client, no start-up to save by deferring it)
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import orjson
 
+from execution_proof.cli.http_client import Client, HttpError, Reply
 from execution_proof.cli.monitor_state import MonitorDb, Seen, StateError
 from execution_proof.cli.verify_log import LogInputError, env_skew
 from execution_proof.receipts import note, tlog
@@ -59,8 +64,10 @@ ATTEMPTS = 6  # tries of a request that fails without the server saying when to 
 PATIENCE = 60  # 429s with Retry-After ridden out for one request before giving up
 BACKOFF_S = 0.25
 BACKOFF_CAP_S = 20.0
+TIMEOUT_S = 30.0  # connect, and between two reads of a reply
+MAX_RESOURCE_BYTES = 16 << 20  # a tile is 8 KiB, a bundle 256 entries of about 250 bytes
 
-Get = Callable[[str], Awaitable[httpx.Response]]
+Get = Callable[[str], Awaitable[Reply]]
 Sleep = Callable[[float], Awaitable[None]]
 
 
@@ -83,10 +90,15 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
     """Where the log's resources are: ``--tiles-url``, else the service's ``/v1/log/``."""
     if tiles_url:
-        return tiles_url.rstrip("/") + "/"
-    if not base_url:
+        prefix, option = tiles_url.rstrip("/") + "/", "--tiles-url"
+    elif base_url:
+        prefix, option = base_url.rstrip("/") + "/v1/log/", "--base-url"
+    else:
         raise LogInputError("give --base-url (the service) or --tiles-url (a static copy of the log)")
-    return base_url.rstrip("/") + "/v1/log/"
+    parts = urlsplit(prefix)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LogInputError(f"{option}: not an http(s) URL: {tiles_url or base_url!r}")
+    return prefix
 
 
 def monitor_command(args: argparse.Namespace) -> int:
@@ -125,47 +137,64 @@ def monitor_command(args: argparse.Namespace) -> int:
         db.close()
 
 
-def _remember_no_sniffio() -> None:
-    """httpcore tries ``import sniffio`` on every request and falls back to asyncio when it
-    is absent; a failed import is not cached, so without this each request searched the
-    whole import path again (a third of the monitor's time on a fast static server)."""
-    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
-        sys.modules["sniffio"] = None  # type: ignore[assignment]
-
-
 async def run_monitor(
     prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
 ) -> dict[str, Any]:
-    _remember_no_sniffio()
-    async with contextlib.AsyncExitStack() as stack:
-        # One keep-alive connection per client, a client per request in flight: httpcore's
-        # pool rescans every connection and queued request on each request, which made one
-        # client with 24 connections cost more CPU than the hashing (bench/RESULTS.md).
-        # One TLS context for them all: each loads the CA bundle (80 ms) when made.
-        tls = httpx.create_ssl_context()
-        idle: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
-        for _ in range(CONCURRENCY):
-            client = httpx.AsyncClient(
-                timeout=30, follow_redirects=True, verify=tls, limits=httpx.Limits(max_connections=1)
-            )
-            idle.put_nowait(await stack.enter_async_context(client))
-
-        async def get(url: str) -> httpx.Response:
-            client = await idle.get()
-            try:
-                return await client.get(url)
-            finally:
-                idle.put_nowait(client)
-
-        fetcher = Fetcher(get, prefix)
+    with Workers(tls=prefix.startswith("https:")) as workers:
+        fetcher = Fetcher(workers.get, prefix)
         return await Pass(fetcher, log_key, policy, db, Progress(sys.stderr.isatty()), skew_s).run()
+
+
+class Workers:
+    """The fetch threads: ``CONCURRENCY`` threads, each with its own ``Client`` (one
+    keep-alive connection to the log's host, redirects followed, TLS verified), so a blocking
+    request never waits on another's connection; ``get`` runs one in a thread and awaits it.
+
+    One TLS context for them all (each ``Client`` would otherwise load the system's CA store
+    for its first https connection): ``http_client.Client`` takes no context, so it is set on
+    the client's ``_tls`` here."""
+
+    def __init__(self, size: int = CONCURRENCY, *, tls: bool = False) -> None:
+        self._pool = ThreadPoolExecutor(size, thread_name_prefix="monitor-fetch")
+        self._local = threading.local()
+        self._clients: list[Client] = []
+        self._tls = ssl.create_default_context() if tls else None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Wait for the requests in flight (each bounded by ``TIMEOUT_S``), then close every
+        connection."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
+
+    async def get(self, url: str) -> Reply:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._get, url)
+
+    def _get(self, url: str) -> Reply:
+        client: Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = Client(timeout=TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES)
+            if self._tls is not None:
+                client._tls = self._tls  # see the class docstring
+            self._local.client = client
+            self._clients.append(client)
+        return client.get(url)
 
 
 @dataclass
 class Fetcher:
-    """GETs under the log's prefix: 200 is the body, 404 None; connection errors, 429 and
-    5xx are retried with exponential backoff and full jitter (a 429's ``Retry-After`` is
-    waited out as given); anything else, or retries exhausted, is ``LogInputError``."""
+    """GETs under the log's prefix: 200 is the body, 404 None; connection errors (refused,
+    reset, timed out, TLS), 429 and 5xx are retried with exponential backoff and full jitter
+    (a 429's or 503's ``Retry-After`` is waited out as given); anything else (another status,
+    too many redirects, a reply over the size ceiling, a certificate that does not verify),
+    or retries exhausted, is ``LogInputError``."""
 
     get: Get
     prefix: str
@@ -185,20 +214,22 @@ class Fetcher:
             try:
                 async with self._gate:
                     self.requests += 1
-                    response = await self.get(url)
-            except httpx.TransportError as exc:
-                problem = f"cannot reach {url}: {exc!r}"
+                    reply = await self.get(url)
+            except HttpError as exc:
+                if not transient(exc):
+                    raise LogInputError(str(exc)) from exc
+                problem = str(exc)
                 wait = None
             else:
-                status = response.status_code
+                status = reply.status
                 if status == 200:
-                    return response.content
+                    return reply.body
                 if status == 404:
                     return None
                 if status != 429 and status < 500:
                     raise LogInputError(f"{url} answered HTTP {status}")
                 problem = f"{url} answered HTTP {status}"
-                wait = retry_after(response) if status in (429, 503) else None
+                wait = retry_after(reply) if status in (429, 503) else None
             if wait is not None and limited < PATIENCE:
                 limited += 1
             else:
@@ -211,9 +242,19 @@ class Fetcher:
             await self.sleep(wait)
 
 
-def retry_after(response: httpx.Response) -> float | None:
+def transient(exc: HttpError) -> bool:
+    """Whether a failed request may succeed if tried again: the connection failed (refused,
+    reset, timed out, a TLS error), not the reply (too many redirects, too large), the URL or
+    the server's certificate (not trusted, or not for this host: no retry mends that)."""
+    cause = exc.__cause__
+    return isinstance(cause, OSError | http.client.HTTPException) and not isinstance(
+        cause, ssl.SSLCertVerificationError
+    )
+
+
+def retry_after(reply: Reply) -> float | None:
     """Seconds from a ``Retry-After`` header in seconds (None when absent or a date)."""
-    value = response.headers.get("retry-after", "")
+    value = reply.headers.get("retry-after", "")
     return float(value) if value.strip().isdigit() else None
 
 

@@ -7,13 +7,16 @@ re-reading what it checked; a violation stays reported."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.server
 import os
 import re
 import shutil
 import signal
 import socket
 import sqlite3
+import ssl
 import subprocess
 import sys
 import time
@@ -22,11 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from bench.monitor import chain_entries, write_static_log
+from execution_proof.cli.http_client import Reply
+from execution_proof.cli.main import SERVER_MODULES
 from execution_proof.cli.monitor import Fetcher, Pass, Progress
 from execution_proof.cli.monitor_state import MonitorDb
 from execution_proof.kv.accounts import create_project_key
@@ -36,6 +43,7 @@ from execution_proof.receipts import note, tlog
 from execution_proof.receipts.cosignature import Cosigner
 from execution_proof.receipts.limits import load_limits
 from tests.conftest import REPO, free_port
+from tests.servers import serving
 from tests.test_log import ORIGIN, integrator, issue, log_app
 
 pytestmark = pytest.mark.slow
@@ -151,11 +159,12 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
     await worker.step(force=True)
     told: list[float] = []
 
-    async def get(url: str) -> httpx.Response:
+    async def get(url: str) -> Reply:
         _, response = await app.asgi_client.get(url.removeprefix("http://service"))
         if response.status_code == 429:
             told.append(float(response.headers["retry-after"]))
-        return response
+        headers = {name.lower(): value for name, value in response.headers.items()}
+        return Reply(response.status_code, headers, response.content, url)
 
     async def sleep(seconds: float) -> None:
         now[0] += int(seconds * 1000)
@@ -436,3 +445,172 @@ def test_tiles_url_or_base_url_is_needed(signer: note.Signer, tmp_path: Path) ->
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "--tiles-url" in done.stderr
+
+
+# --------------------------------------------------------------------------- the client install's HTTP
+
+
+def test_the_monitor_imports_nothing_of_the_server_extra() -> None:
+    """``monitor`` runs on the client-only install, which has no httpx: its import set (as
+    ``-X importtime`` lists it) holds the standard library's HTTP client, none of the extra's."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "execution_proof", "monitor", "--help"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and "--tiles-url" in done.stdout, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    # (The verb's own module is imported by importlib.import_module, which -X importtime does
+    # not list; what it imports is listed.)
+    assert {"execution_proof.cli.monitor_state", "execution_proof.cli.http_client", "http.client"} <= imported
+    extra = {*SERVER_MODULES, "httpcore", "anyio", "h11", "sniffio"}
+    assert sorted(name for name in imported if name.split(".")[0] in extra) == []
+
+
+def test_a_pass_runs_with_the_server_extra_unimportable(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """A whole pass, every module of the server extra made unimportable (as on an install
+    without it): the same report as with them."""
+    blocked = {*SERVER_MODULES, "httpcore"}
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({sorted(blocked)!r})); "
+        "from execution_proof.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
+    args = monitor_args(serve(small_log).url, signer, tmp_path / "state")
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args[2:]], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert orjson.loads(done.stdout.splitlines()[-1]) == {
+        "ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 600}, "new_entries": 600,
+    }  # fmt: skip
+
+
+@dataclass
+class Asked:
+    at: float
+    path: str
+    port: int
+    status: int
+
+
+def log_server(root: Path, *, redirect: str = "", limited: frozenset[str] = frozenset()) -> tuple[Any, list[Asked]]:
+    """``root`` served over HTTP/1.1 keep-alive from a thread; ``redirect``: a path prefix
+    answered 301 to the same path without it; ``limited``: paths whose first request is
+    answered 429 with ``Retry-After: 1``. Every request is recorded (time, path, the
+    client's port, the status)."""
+    asked: list[Asked] = []
+    once = set(limited)
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            entry = Asked(time.monotonic(), self.path, self.client_address[1], 200)
+            asked.append(entry)
+            if redirect and self.path.startswith(redirect):
+                entry.status = 301
+                self.send_response(301)
+                self.send_header("Location", "/" + self.path.removeprefix(redirect))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif self.path in once:
+                once.discard(self.path)
+                entry.status = 429
+                self.send_response(429)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                super().do_GET()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    handler = functools.partial(Handler, directory=str(root))
+    return http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler), asked
+
+
+def test_a_redirected_log_is_followed_over_kept_alive_connections(
+    small_log: Path, signer: note.Signer, tmp_path: Path
+) -> None:
+    """``--tiles-url`` at a path that answers every resource with a redirect (as a CDN
+    moving a log does): each is followed to where it is, and the connections are reused."""
+    server, asked = log_server(small_log, redirect="/moved/")
+    with serving(server) as url:
+        code, report = monitor(f"{url}/moved/", signer, tmp_path / "state")
+    assert (code, report["new_entries"], report["violations"]) == (0, 600, []), report
+    redirected = [a.path.removeprefix("/moved") for a in asked if a.status == 301]
+    served = [a.path for a in asked if a.status == 200]
+    assert "/checkpoint" in redirected and "/tile/entries/002.p/88" in redirected
+    assert sorted(redirected) == sorted(served)  # each redirect followed, to its own path
+    assert len({a.port for a in asked}) <= 16 < len(asked)  # keep-alive: at most a connection per fetch thread
+
+
+def test_a_429_retry_after_is_waited_out_as_given(small_log: Path, signer: note.Signer, tmp_path: Path) -> None:
+    """A real server's 429 with ``Retry-After: 1`` (read from the reply's headers): the
+    resource is asked for again no sooner than 1 s later (a retry without it would come
+    within 0.5 s), and the pass completes."""
+    server, asked = log_server(small_log, limited=frozenset({"/tile/0/001", "/tile/entries/002.p/88"}))
+    with serving(server) as url:
+        code, report = monitor(f"{url}/", signer, tmp_path / "state")
+    assert (code, report["new_entries"], report["violations"]) == (0, 600, []), report
+    for path in ("/tile/0/001", "/tile/entries/002.p/88"):
+        tries = [a for a in asked if a.path == path]
+        assert [a.status for a in tries] == [429, 200]
+        assert tries[1].at - tries[0].at >= 1.0
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1, signed by its own key: (certificate, key) PEM files."""
+    import datetime
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "monitor test log")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = directory / "log.crt", directory / "log.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_tls_is_verified_against_the_trust_store(small_log: Path, signer: note.Signer, tmp_path: Path) -> None:
+    """Over https: a certificate the system does not trust is refused at once (exit 2, no
+    retries); trusted through ``SSL_CERT_FILE``, the same server is read."""
+    cert, key = self_signed(tmp_path)
+    server, asked = log_server(small_log)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    with serving(server) as url:
+        https = url.replace("http://", "https://") + "/"
+        args = monitor_args(https, signer, tmp_path / "state")
+        env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+        refused = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, check=False, env=env)
+        trusted = subprocess.run(
+            args,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**env, "SSL_CERT_FILE": str(cert)},
+        )
+    report = orjson.loads(refused.stdout.splitlines()[-1])
+    assert refused.returncode == 2 and "TLS: CERTIFICATE_VERIFY_FAILED" in report["error"], report
+    assert "attempts" not in report["error"], report  # not retried: no retry mends a certificate
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr[-2000:]
+    assert orjson.loads(trusted.stdout.splitlines()[-1])["new_entries"] == 600
+    assert asked and all(a.status == 200 for a in asked)

@@ -8,10 +8,10 @@ import io
 from contextlib import redirect_stderr
 from pathlib import Path
 
-import httpx
 import pytest
 
 from bench.monitor import chain_entries, write_static_log
+from execution_proof.cli.http_client import HttpError, Reply
 from execution_proof.cli.monitor import Fetcher, Progress
 from execution_proof.cli.verify_log import LogInputError
 from execution_proof.receipts import note, tlog
@@ -131,20 +131,27 @@ def test_the_chain_rules() -> None:
     assert known == {"prj_A": Project(h(2), h(1))}  # the input is left alone
 
 
-def response(status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> httpx.Response:
-    return httpx.Response(status, headers=headers, content=body)
+def response(status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> Reply:
+    return Reply(status, headers or {}, body, "http://log/")
+
+
+def refused() -> HttpError:
+    """What http_client raises when the connection is refused (the OSError as its cause)."""
+    error = HttpError("cannot reach http://log/: Connection refused")
+    error.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    return error
 
 
 async def test_the_fetcher_retries_with_backoff_and_honours_retry_after() -> None:
-    answers = [
-        httpx.ConnectError("refused"),
+    answers: list[Reply | HttpError] = [
+        refused(),
         response(503),
-        response(429, {"Retry-After": "7"}),
+        response(429, {"retry-after": "7"}),
         response(200, body=b"tile"),
     ]
     slept: list[float] = []
 
-    async def get(url: str) -> httpx.Response:
+    async def get(url: str) -> Reply:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -165,6 +172,16 @@ async def test_the_fetcher_retries_with_backoff_and_honours_retry_after() -> Non
     answers[:] = [response(500)] * 10
     with pytest.raises(LogInputError, match="6 attempts"):
         await fetcher.fetch("tile/0/003")
+    answers[:] = [refused()] * 10
+    with pytest.raises(LogInputError, match=r"Connection refused \(6 attempts\)"):
+        await fetcher.fetch("tile/0/004")
+    # A failure that trying again cannot mend (a redirect loop, a reply over the ceiling:
+    # http_client raises those without an OSError behind them) is reported at once.
+    slept.clear()
+    answers[:] = [HttpError("http://log/tile/0/005: more than 5 redirects"), response(200)]
+    with pytest.raises(LogInputError, match="more than 5 redirects"):
+        await fetcher.fetch("tile/0/005")
+    assert slept == [] and len(answers) == 1
 
 
 def test_progress_is_shown_on_a_terminal_only() -> None:
