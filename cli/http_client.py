@@ -64,11 +64,15 @@ class Reply:
 class Client:
     """GET/POST over kept-alive connections, one per (scheme, host, port)."""
 
-    def __init__(self, timeout: float = DEFAULT_TIMEOUT_S, max_bytes: int = MAX_REPLY_BYTES) -> None:
+    def __init__(
+        self, timeout: float = DEFAULT_TIMEOUT_S, max_bytes: int = MAX_REPLY_BYTES, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.timeout = timeout
         self.max_bytes = max_bytes
         self._connections: dict[tuple[str, str, int], http.client.HTTPConnection] = {}
-        self._tls: ssl.SSLContext | None = None
+        self._tls = tls
+        """The TLS context of https connections (shared by clients that pass one); made on the
+        first https connection when none is given."""
 
     def __enter__(self) -> Client:
         return self

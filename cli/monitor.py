@@ -151,8 +151,7 @@ class Workers:
     request never waits on another's connection; ``get`` runs one in a thread and awaits it.
 
     One TLS context for them all (each ``Client`` would otherwise load the system's CA store
-    for its first https connection): ``http_client.Client`` takes no context, so it is set on
-    the client's ``_tls`` here."""
+    for its first https connection)."""
 
     def __init__(self, size: int = CONCURRENCY, *, tls: bool = False) -> None:
         self._pool = ThreadPoolExecutor(size, thread_name_prefix="monitor-fetch")
@@ -180,9 +179,7 @@ class Workers:
     def _get(self, url: str) -> Reply:
         client: Client | None = getattr(self._local, "client", None)
         if client is None:
-            client = Client(timeout=TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES)
-            if self._tls is not None:
-                client._tls = self._tls  # see the class docstring
+            client = Client(timeout=TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES, tls=self._tls)
             self._local.client = client
             self._clients.append(client)
         return client.get(url)
