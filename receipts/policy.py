@@ -183,8 +183,8 @@ def check_quorum(note_text: str | bytes, policy: Policy, now: int, skew_s: int =
         return QuorumCheck(False, f"no log of the policy signed the checkpoint: {exc}", {})
     cosigned, future = _counted(parsed, policy, now + skew_s)
     if policy.satisfied(set(cosigned)):
-        names = ", ".join(sorted(cosigned)) or "none needed"
-        return QuorumCheck(True, f"the quorum is met (cosigned by {names})", cosigned)
+        met = f"cosigned by {', '.join(sorted(cosigned))}" if cosigned else "the policy requires no witness"
+        return QuorumCheck(True, f"the quorum is met ({met})", cosigned)
     extra = f"; dated in the future, not counted: {', '.join(future)}" if future else ""
     names = ", ".join(sorted(cosigned)) or "none"
     return QuorumCheck(False, f"the quorum {policy.quorum!r} is NOT met (valid cosignatures: {names}{extra})", cosigned)

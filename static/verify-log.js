@@ -441,7 +441,7 @@ export async function checkQuorum(noteText, policy, now, skew = COSIGNATURE_SKEW
   }
   const names = [...cosigned.keys()].sort(byCodePoint).join(', ');
   if (satisfied(policy, new Set(cosigned.keys()))) {
-    return { ok: true, reason: `the quorum is met (cosigned by ${names || 'none needed'})`, cosigned, future, lines, logSigned: true };
+    return { ok: true, reason: `the quorum is met (${names ? `cosigned by ${names}` : 'the policy requires no witness'})`, cosigned, future, lines, logSigned: true };
   }
   const extra = future.length ? `; dated in the future, not counted: ${future.join(', ')}` : '';
   const reason = `the quorum ${pyRepr(policy.quorum)} is NOT met (valid cosignatures: ${names || 'none'}${extra})`;
