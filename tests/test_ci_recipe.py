@@ -1,0 +1,347 @@
+"""The CI recipe (docs/ci.md): the GitHub Actions workflow's ``run:`` steps, executed by bash in
+order against a running service, and the curl + jq + openssl verification script.
+
+The workflow's steps run as GitHub runs a ``shell: bash`` step (``bash --noprofile --norc -eo
+pipefail FILE``) in a fresh virtual environment whose bin comes first on PATH; its ``pip
+install execution-proof`` finds this checkout's wheel through ``PIP_FIND_LINKS``. The
+verification script is taken from docs/ci.md as written (the block after its
+``ci-recipe`` marker) and run against the service, against the receipt test vectors, and
+against receipts with a flipped signature byte or an edited field (served by a stub).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import secrets
+import shutil
+import subprocess
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import orjson
+import pytest
+import yaml
+from nacl.signing import SigningKey
+
+from execution_proof.receipts.canonical import compute_receipt_hash
+from tests.conftest import REPO, RedisServer, auth, hash_of, missing_binary
+from tests.servers import ServicePool, ServiceProcess, clean_env, create_key_cli, service_pool_fixture, serving
+from tests.wheel_build import Venv, built_wheel
+
+WORKFLOW = REPO / "docs" / "ci" / "github-actions.yml"
+CI_DOC = REPO / "docs" / "ci.md"
+RECIPE_MARKER = "<!-- ci-recipe: curl-openssl-jq"
+STEP_TIMEOUT_S = 600.0
+RECIPE_TIMEOUT_S = 60.0
+
+module_services = service_pool_fixture("module")
+
+
+# --- the workflow file ------------------------------------------------------------------
+
+
+def load_workflow() -> dict[Any, Any]:
+    workflow: dict[Any, Any] = yaml.safe_load(WORKFLOW.read_text())
+    return workflow
+
+
+def the_job(workflow: Mapping[Any, Any]) -> dict[str, Any]:
+    (job,) = workflow["jobs"].values()
+    return dict(job)
+
+
+def run_steps(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [step for step in job["steps"] if "run" in step]
+
+
+def step_using(job: Mapping[str, Any], action: str) -> dict[str, Any]:
+    (step,) = [step for step in job["steps"] if str(step.get("uses", "")).startswith(action + "@")]
+    return dict(step)
+
+
+def test_workflow_is_complete_and_its_run_steps_are_plain_bash() -> None:
+    workflow = load_workflow()
+    # YAML 1.1 reads the key `on` as true: accept either spelling of the same key.
+    triggers = workflow.get("on", workflow.get(True))
+    assert triggers == {"push": None} or triggers == "push" or "push" in triggers
+    job = the_job(workflow)
+    assert job["env"]["SERVICE_BASE_URL"] == "${{ vars.SERVICE_BASE_URL }}"
+    assert job["defaults"]["run"]["shell"] == "bash"
+    assert step_using(job, "actions/checkout")
+    assert str(step_using(job, "actions/setup-python")["with"]["python-version"]) == "3.11"
+    steps = run_steps(job)
+    scripts = [step["run"] for step in steps]
+    assert re.search(r"^\s*python -m pip install execution-proof\s*$", scripts[0], re.MULTILINE), scripts[0]
+    submit = [step for step in steps if "execution-proof submit" in step["run"]]
+    assert len(submit) == 1
+    assert submit[0]["env"] == {"SERVICE_API_KEY": "${{ secrets.SERVICE_API_KEY }}"}
+    assert all("SERVICE_API_KEY" not in step.get("env", {}) for step in steps if step is not submit[0])
+    for script in scripts:
+        assert "${{" not in script, f"a run step needs GitHub to expand it: {script}"
+        assert script.lstrip().startswith("set -euo pipefail"), script
+    assert any("execution-proof hash" in script for script in scripts)
+    assert any("/bundle" in script for script in scripts)
+    upload = step_using(job, "actions/upload-artifact")
+    paths = upload["with"]["path"].split()
+    assert {"receipt/receipt.json", "receipt/bundle.json"} <= set(paths)
+    last_run = max(job["steps"].index(step) for step in steps)
+    assert job["steps"].index(upload) > last_run, "the artifact is uploaded after every run step"
+
+
+# --- the run steps, end to end ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def service(module_services: ServicePool, redis_server: RedisServer, signing_keys_json: str) -> ServiceProcess:
+    return module_services.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
+
+
+@pytest.fixture(scope="module")
+def api_key(service: ServiceProcess, redis_server: RedisServer) -> str:
+    return str(create_key_cli(redis_server.url, project="ci-recipe")["api_key"])
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_workflow_run_steps_work_against_a_running_service(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
+) -> None:
+    wheel = built_wheel(tmp_path_factory)
+    venv = Venv(tmp_path / "venv", wheel.parent)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    commit, run_id = secrets.token_hex(20), str(secrets.randbelow(10**10))
+    env = venv.env(
+        {
+            "GITHUB_SHA": commit,
+            "GITHUB_RUN_ID": run_id,
+            "SERVICE_BASE_URL": service.base_url,
+            "SERVICE_API_KEY": api_key,
+        }
+    )
+    job = the_job(load_workflow())
+    outputs = []
+    for number, step in enumerate(run_steps(job)):
+        script = tmp_path / f"step-{number}.sh"
+        script.write_text(step["run"])
+        done = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            cwd=workspace, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, f"step {step.get('name')!r} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        outputs.append(done.stdout + done.stderr)
+
+    located = venv.run("python", "-c", "import execution_proof; print(execution_proof.__file__)")
+    assert located.stdout.strip().startswith(str(venv.path)), "the client runs from the venv the workflow installed"
+    receipt_dir = workspace / "receipt"
+    upload = step_using(job, "actions/upload-artifact")
+    for name in upload["with"]["path"].split():
+        assert (workspace / name).is_file(), f"{name} is not there to upload"
+
+    sums = (receipt_dir / "SHA256SUMS").read_text().splitlines()
+    listed = dict(reversed(line.split("  ", 1)) for line in sums)
+    built = sorted(p.relative_to(workspace).as_posix() for p in (workspace / "dist").rglob("*") if p.is_file())
+    assert sorted(listed) == built and built
+    for name, digest in listed.items():
+        assert digest == hashlib.sha256((workspace / name).read_bytes()).hexdigest(), name
+
+    saved = orjson.loads((receipt_dir / "receipt.json").read_bytes())
+    receipt = saved["receipt"]
+    assert receipt["tags"]["commit"] == commit
+    assert receipt["code_ref"] == f"git:{commit}"
+    assert receipt["run_id"] == run_id
+    assert receipt["input_hash"] == "sha256:" + hashlib.sha256((receipt_dir / "SHA256SUMS").read_bytes()).hexdigest()
+    bundle = orjson.loads((receipt_dir / "bundle.json").read_bytes())
+    assert bundle["format"] == "eps-receipt-bundle"
+    assert bundle["receipt"] == receipt
+
+    verified = venv.run(
+        "execution-proof", "verify", "receipt/receipt.json", "--input", "receipt/SHA256SUMS",
+        "--base-url", service.base_url, cwd=workspace,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    for text in outputs:
+        assert api_key not in text, "a step printed the API key"
+    for path in workspace.rglob("*"):
+        if path.is_file():
+            assert api_key.encode() not in path.read_bytes(), f"{path} holds the API key"
+
+
+# --- the curl + jq + openssl script -----------------------------------------------------
+
+
+def recipe() -> str:
+    text = CI_DOC.read_text()
+    after = text[text.index(RECIPE_MARKER) :]
+    match = re.search(r"```(?:sh|bash)\n(.*?)```", after, re.DOTALL)
+    assert match is not None, "no code block after the ci-recipe marker in docs/ci.md"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def tools() -> None:
+    for name in ("curl", "jq", "openssl"):
+        if shutil.which(name) is None:
+            missing_binary(name, "docs/ci.md's verification recipe uses curl, jq and openssl")
+    version = subprocess.run(["openssl", "version"], capture_output=True, text=True, check=False).stdout
+    found = re.match(r"OpenSSL (\d+)\.", version)
+    if found is None or int(found.group(1)) < 3:
+        missing_binary("OpenSSL 3", f"`openssl pkeyutl -rawin` verifies Ed25519 from 3.0 (found {version.strip()!r})")
+
+
+def run_recipe(tmp_path: Path, base_url: str, receipt_id: str, input_file: Path | None = None) -> Any:
+    script = tmp_path / "verify-receipt.sh"
+    script.write_text(recipe())
+    env: dict[str, str | None] = {"SERVICE_BASE_URL": base_url, "RECEIPT_ID": receipt_id}
+    if input_file is not None:
+        env["INPUT_FILE"] = str(input_file)
+    return subprocess.run(
+        ["bash", str(script)], env=clean_env(env), capture_output=True, text=True, timeout=RECIPE_TIMEOUT_S, check=False
+    )
+
+
+class Stub(BaseHTTPRequestHandler):
+    """Answers GET with fixed bodies (``routes``: path to bytes), 404 otherwise."""
+
+    routes: ClassVar[dict[str, bytes]] = {}
+
+    def do_GET(self) -> None:
+        body = self.routes.get(self.path.split("?", 1)[0])
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def stub_service(receipt: Mapping[str, Any], keys: Mapping[str, Any]) -> Any:
+    """A service that answers the receipt and the key set given."""
+    routes = {
+        f"/v1/receipts/{receipt['receipt_id']}": orjson.dumps({"ok": True, "receipt": receipt}),
+        "/v1/public-key": orjson.dumps(keys),
+    }
+    handler = type("RecipeStub", (Stub,), {"routes": routes})
+    return serving(ThreadingHTTPServer(("127.0.0.1", 0), handler))
+
+
+@pytest.fixture
+def issued(service: ServiceProcess, api_key: str, tmp_path: Path) -> dict[str, Any]:
+    """A receipt the service issued for a local file: the receipt, the key set, the file."""
+    data = tmp_path / "input.bin"
+    data.write_bytes(b"verified with curl, jq and openssl")
+    body = {
+        "input_hash": "sha256:" + hashlib.sha256(data.read_bytes()).hexdigest(),
+        "output_hash": hash_of("ci-recipe-output"),
+        "code_ref": "git:" + "a" * 40,
+        "tags": {
+            "commit": "a" * 40,
+            "note": 'quote " back\\slash / \u00e9t\u00e9 \U0001d11e',
+            "nonce": secrets.token_hex(8),  # a new request each time, never an idempotent replay
+        },
+    }
+    created = httpx.post(service.base_url + "/v1/receipts", content=orjson.dumps(body), headers=auth(api_key))
+    assert created.status_code == 201, created.text
+    keys = httpx.get(service.base_url + "/v1/public-key", timeout=10).json()
+    return {"receipt": created.json()["receipt"], "keys": keys, "input": data}
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+@pytest.mark.usefixtures("tools")
+def test_recipe_verifies_a_receipt_from_the_service(
+    service: ServiceProcess, issued: dict[str, Any], tmp_path: Path
+) -> None:
+    receipt_id = issued["receipt"]["receipt_id"]
+    done = run_recipe(tmp_path, service.base_url, receipt_id, issued["input"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"VALID: {receipt_id}: receipt_hash recomputed, Ed25519 signature by ")
+    assert "matches input_hash" in done.stdout
+
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"not the input")
+    mismatch = run_recipe(tmp_path, service.base_url, receipt_id, other)
+    assert mismatch.returncode == 1
+    assert "does not match input_hash" in mismatch.stderr
+
+    unknown = run_recipe(tmp_path, service.base_url, "rcpt_01KF0HJ080VECT0000000000ZZ")
+    assert unknown.returncode == 2
+    assert "CANNOT CHECK" in unknown.stderr
+
+
+def flip_signature_byte(receipt: dict[str, Any]) -> None:
+    raw = bytearray(base64.urlsafe_b64decode(receipt["signature"] + "=="))
+    raw[10] ^= 0x01
+    receipt["signature"] = base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+
+
+def edit_a_tag(receipt: dict[str, Any]) -> None:
+    receipt["tags"] = {**receipt["tags"], "commit": "b" * 40}
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+@pytest.mark.usefixtures("tools")
+@pytest.mark.parametrize(
+    ("tamper", "why"),
+    [(flip_signature_byte, "the Ed25519 signature by"), (edit_a_tag, "receipt_hash does not match")],
+    ids=["flipped-signature-byte", "edited-tag"],
+)
+def test_recipe_rejects_a_tampered_receipt(issued: dict[str, Any], tmp_path: Path, tamper: Any, why: str) -> None:
+    receipt = dict(issued["receipt"])
+    with stub_service(receipt, issued["keys"]) as base:
+        assert run_recipe(tmp_path, base, receipt["receipt_id"]).returncode == 0, "the untouched copy verifies"
+    tamper(receipt)
+    with stub_service(receipt, issued["keys"]) as base:
+        done = run_recipe(tmp_path, base, receipt["receipt_id"])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "VALID" not in done.stdout
+    assert f"INVALID: {why}" in done.stderr
+
+
+def resign(case: Mapping[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
+    """``receipt`` hashed and signed again with the case's test key (the vectors hold its seed)."""
+    receipt["receipt_hash"] = compute_receipt_hash(receipt)
+    signature = SigningKey(bytes.fromhex(case["private_key_seed_hex"])).sign(receipt["receipt_hash"].encode()).signature
+    receipt["signature"] = base64.urlsafe_b64encode(signature).rstrip(b"=").decode()
+    return receipt
+
+
+@pytest.mark.usefixtures("tools")
+def test_recipe_on_the_vectors_verifies_what_jq_canonicalizes_and_refuses_the_rest(
+    vectors: dict[str, Any], tmp_path: Path
+) -> None:
+    """jq -cS is RFC 8785 for a receipt except U+007F and keys from U+E000 to U+FFFF (docs/ci.md)."""
+    verdicts = {}
+    for case in vectors["cases"]:
+        with stub_service(case["receipt"], vectors["public_keys"]) as base:
+            done = run_recipe(tmp_path, base, case["receipt"]["receipt_id"])
+        verdicts[case["name"]] = done.returncode
+        if case["name"] == "all-fields-unicode":
+            assert "U+007F" in done.stderr, done.stderr
+        else:
+            assert done.stdout.startswith("VALID: "), (case["name"], done.stdout, done.stderr)
+    assert verdicts.pop("all-fields-unicode") == 2
+    assert set(verdicts.values()) == {0} and len(verdicts) == 6
+
+    (case,) = [case for case in vectors["cases"] if case["name"] == "all-fields-unicode"]
+    receipt = dict(case["receipt"])
+    assert any("\x7f" in value for value in receipt["tags"].values())
+    assert any("\ue000" <= ch <= "\uffff" for key in receipt["tags"] for ch in key)
+    receipt["tags"] = {key: value.replace("\x7f", "") for key, value in receipt["tags"].items()}
+    with stub_service(resign(case, receipt), vectors["public_keys"]) as base:
+        order = run_recipe(tmp_path, base, receipt["receipt_id"])
+    assert order.returncode == 2 and "U+E000 to U+FFFF" in order.stderr, order.stderr
+
+    receipt["tags"] = {key: value for key, value in receipt["tags"].items() if not re.search("[\ue000-\uffff]", key)}
+    with stub_service(resign(case, receipt), vectors["public_keys"]) as base:
+        rest = run_recipe(tmp_path, base, receipt["receipt_id"])
+    assert rest.returncode == 0, rest.stdout + rest.stderr
+    assert rest.stdout.startswith("VALID: ")
