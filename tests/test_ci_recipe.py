@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
 import secrets
 import shutil
@@ -35,7 +36,6 @@ from tests.wheel_build import Venv, built_wheel
 
 WORKFLOW = REPO / "docs" / "ci" / "github-actions.yml"
 CI_DOC = REPO / "docs" / "ci.md"
-RECIPE_MARKER = "<!-- ci-recipe: curl-openssl-jq"
 STEP_TIMEOUT_S = 600.0
 RECIPE_TIMEOUT_S = 60.0
 
@@ -91,6 +91,35 @@ def test_workflow_is_complete_and_its_run_steps_are_plain_bash() -> None:
     assert {"receipt/receipt.json", "receipt/bundle.json"} <= set(paths)
     last_run = max(job["steps"].index(step) for step in steps)
     assert job["steps"].index(upload) > last_run, "the artifact is uploaded after every run step"
+
+
+def hash_loop(script: str) -> list[str]:
+    """The lines that write receipt/SHA256SUMS, from ``mkdir -p receipt`` to the loop's end."""
+    lines = [line.strip() for line in script.splitlines()]
+    start = lines.index("mkdir -p receipt")
+    end = next(at for at, line in enumerate(lines) if line.startswith("done < <("))
+    return lines[start : end + 1]
+
+
+def test_gitlab_and_shell_recipes_do_what_the_workflow_does() -> None:
+    job = the_job(load_workflow())
+    (hash_step,) = [step for step in run_steps(job) if "execution-proof hash" in step["run"]]
+    loop = hash_loop(hash_step["run"])
+    upload = set(step_using(job, "actions/upload-artifact")["with"]["path"].split())
+
+    build = yaml.safe_load(doc_block("gitlab"))["build"]
+    script = "\n".join(build["script"])
+    assert build["script"][0] == "python -m pip install execution-proof"
+    assert hash_loop(script) == loop
+    assert '--tag "commit=$CI_COMMIT_SHA"' in script
+    assert '--code-ref "git:$CI_COMMIT_SHA" --run-id "$CI_PIPELINE_ID"' in script
+    assert "/bundle" in script
+    assert set(build["artifacts"]["paths"]) == upload
+
+    shell = doc_block("shell-script")
+    assert hash_loop(shell) == loop
+    assert "python -m pip install execution-proof" in shell
+    assert '--tag "commit=$COMMIT"' in shell
 
 
 # --- the run steps, end to end ----------------------------------------------------------
@@ -165,6 +194,12 @@ def test_workflow_run_steps_work_against_a_running_service(
         "--base-url", service.base_url, cwd=workspace,
     )  # fmt: skip
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    # docs/ci.md, "Verifying afterwards": the saved file names its service (no URL given here).
+    assert saved["service_url"].rstrip("/") == service.base_url
+    afterwards = venv.run(
+        "execution-proof", "verify", "receipt/receipt.json", "--input", "receipt/SHA256SUMS", cwd=workspace
+    )
+    assert afterwards.returncode == 0, afterwards.stdout + afterwards.stderr
     for text in outputs:
         assert api_key not in text, "a step printed the API key"
     for path in workspace.rglob("*"):
@@ -172,15 +207,57 @@ def test_workflow_run_steps_work_against_a_running_service(
             assert api_key.encode() not in path.read_bytes(), f"{path} holds the API key"
 
 
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_shell_script_recipe_works_against_a_running_service(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
+) -> None:
+    wheel = built_wheel(tmp_path_factory)
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "tool.tar.gz").write_bytes(b"a build output")
+    script = tmp_path / "receipt.sh"
+    script.write_text(doc_block("shell-script"))
+    commit, run_id = secrets.token_hex(20), f"nightly-{secrets.token_hex(4)}"
+    env = clean_env(
+        {
+            "COMMIT": commit,
+            "RUN_ID": run_id,
+            "SERVICE_BASE_URL": service.base_url,
+            "SERVICE_API_KEY": api_key,
+            "PIP_FIND_LINKS": " ".join(filter(None, [str(wheel.parent), os.environ.get("PIP_FIND_LINKS")])),
+        }
+    )
+    done = subprocess.run(
+        ["bash", str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    receipt = orjson.loads((tmp_path / "receipt" / "receipt.json").read_bytes())["receipt"]
+    assert receipt["tags"]["commit"] == commit
+    assert receipt["run_id"] == run_id
+    assert orjson.loads((tmp_path / "receipt" / "bundle.json").read_bytes())["receipt"] == receipt
+    assert api_key not in done.stdout + done.stderr
+
+
 # --- the curl + jq + openssl script -----------------------------------------------------
 
 
-def recipe() -> str:
+def doc_block(name: str) -> str:
+    """The code block after ``<!-- ci-recipe: NAME`` in docs/ci.md."""
     text = CI_DOC.read_text()
-    after = text[text.index(RECIPE_MARKER) :]
-    match = re.search(r"```(?:sh|bash)\n(.*?)```", after, re.DOTALL)
-    assert match is not None, "no code block after the ci-recipe marker in docs/ci.md"
+    after = text[text.index(f"<!-- ci-recipe: {name} ") :]
+    match = re.search(r"```(?:sh|bash|yaml)\n(.*?)```", after, re.DOTALL)
+    assert match is not None, f"no code block after the ci-recipe marker {name!r} in docs/ci.md"
     return match.group(1)
+
+
+def recipe() -> str:
+    return doc_block("curl-openssl-jq")
 
 
 @pytest.fixture(scope="module")
