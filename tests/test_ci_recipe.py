@@ -165,7 +165,7 @@ def test_workflow_run_steps_work_against_a_running_service(
         assert done.returncode == 0, f"step {step.get('name')!r} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         outputs.append(done.stdout + done.stderr)
 
-    located = venv.run("python", "-c", "import execution_proof; print(execution_proof.__file__)")
+    located = venv.run("python", "-c", "import execution_proof; print(execution_proof.__file__)", cwd=workspace)
     assert located.stdout.strip().startswith(str(venv.path)), "the client runs from the venv the workflow installed"
     receipt_dir = workspace / "receipt"
     upload = step_using(job, "actions/upload-artifact")
