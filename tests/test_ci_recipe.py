@@ -244,6 +244,43 @@ def test_shell_script_recipe_works_against_a_running_service(
     assert api_key not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_gitlab_script_works_against_a_running_service(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
+) -> None:
+    """The ``script:`` lines of docs/ci.md's .gitlab-ci.yml, in one bash, as GitLab's runner runs them."""
+    venv = Venv(tmp_path / "venv", built_wheel(tmp_path_factory).parent)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    script = tmp_path / "gitlab.sh"
+    script.write_text("\n".join(yaml.safe_load(doc_block("gitlab"))["build"]["script"]) + "\n")
+    commit, pipeline = secrets.token_hex(20), str(secrets.randbelow(10**8))
+    env = venv.env(
+        {
+            "CI_COMMIT_SHA": commit,
+            "CI_PIPELINE_ID": pipeline,
+            "SERVICE_BASE_URL": service.base_url,
+            "SERVICE_API_KEY": api_key,
+        }
+    )
+    done = subprocess.run(
+        ["bash", "-e", str(script)],
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    receipt = orjson.loads((workspace / "receipt" / "receipt.json").read_bytes())["receipt"]
+    assert receipt["tags"]["commit"] == commit
+    assert receipt["code_ref"] == f"git:{commit}"
+    assert receipt["run_id"] == pipeline
+    assert orjson.loads((workspace / "receipt" / "bundle.json").read_bytes())["receipt"] == receipt
+
+
 # --- the curl + jq + openssl script -----------------------------------------------------
 
 
