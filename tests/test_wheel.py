@@ -9,8 +9,11 @@ service and a server verb names the extra to install; one with ``[server]``, whe
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
+import signal
 import subprocess
 import time
 import zipfile
@@ -197,14 +200,16 @@ def served(tmp_path: Path, wheel: Path) -> Iterator[tuple[Venv, list[subprocess.
     venv = Venv(tmp_path / "venv-server", wheel.parent)
     started: list[subprocess.Popen[bytes]] = []
     yield venv, started
-    for process in started:
+    for process in started:  # each in a session of its own: its workers go with it
         if process.poll() is None:
             process.terminate()
             try:
                 process.wait(15)
             except subprocess.TimeoutExpired:
-                process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 process.wait(15)
+        assert process.returncode == 0, "serve did not stop cleanly on SIGTERM"
 
 
 def test_server_extra_serves_the_verify_page_from_the_wheel(
