@@ -5,7 +5,8 @@ double the install and add ~0.1 s to every command's start (README "Install"). W
 client needs is small: GET and POST, JSON bodies, keep-alive for the many small reads of
 a chain walk or a monitor's tiles, a few redirects for a log served from a CDN, a timeout,
 and a ceiling on what a reply may cost. TLS is verified against the system's certificate
-store (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` point elsewhere, as for OpenSSL).
+store (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` point elsewhere, as for OpenSSL); ``ssl`` is
+imported for the first https request only.
 
 A ``Client`` is used by one thread at a time (the monitor gives each of its workers one).
 """
@@ -14,14 +15,17 @@ from __future__ import annotations
 
 import http.client
 import socket
-import ssl
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import orjson
+
+if TYPE_CHECKING:
+    import ssl
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 64 << 20
@@ -144,6 +148,8 @@ class Client:
             scheme, host, port = key
             if scheme == "https":
                 if self._tls is None:
+                    import ssl  # here: a plain-http client never loads it
+
                     self._tls = ssl.create_default_context()
                 connection = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._tls)
             else:
@@ -173,7 +179,8 @@ class OfflineClient(Client):
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, socket.timeout | TimeoutError):
         return "timed out"
-    if isinstance(exc, ssl.SSLError):
+    tls: Any = sys.modules.get("ssl")  # an SSLError means ssl was loaded
+    if tls is not None and isinstance(exc, tls.SSLError):
         return f"TLS: {exc.reason or exc}"
     if isinstance(exc, socket.gaierror):
         return f"name not resolved ({exc.strerror})"

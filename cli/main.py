@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 PROG = "execution-proof"
-GROUPS = ("serve", "admin", "worker", "client", "witness", "monitor", "log_ops")
+GROUPS = ("serve", "admin", "worker", "client", "trust_root", "witness", "monitor", "log_ops")
 """The modules of ``execution_proof.cli`` that register verbs, in ``--help`` order."""
 VERB_GROUP = {
     "serve": "serve",
@@ -35,7 +35,7 @@ VERB_GROUP = {
     "hash": "client",
     "verify": "client",
     "submit": "client",
-    "trust-root": "client",
+    "trust-root": "trust_root",
     "witness": "witness",
     "monitor": "monitor",
     "log": "log_ops",

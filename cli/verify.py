@@ -4,28 +4,35 @@ Every check is decided by the pure verifier (receipts/verifier.py); this module 
 files, hashes local files, fetches public keys and chain links over HTTP, and renders the
 report. Nothing here trusts the service's own verdict.
 
-An offline bundle (``GET /v1/receipts/{id}/bundle``, docs/bundles.md) carries keys and a
-chain segment itself, and its chain is checked with no network access at all. The keys it
-carries prove nothing about who signed it (anyone can make a key and sign a bundle with it),
-so a bundle verifies only against *pinned* keys: a saved key set (``--keys``) or the
-service's published keys (``--base-url`` / ``SERVICE_BASE_URL``, the one request made), and
-its carried keys must be those. Without pinned keys the report still says whether the
-signatures match the carried keys, but ``ok`` is false and the verdict is NOT VERIFIED.
+Where the keys come from decides what a VALID verdict means. Keys pinned by the user, a
+saved key set (``--keys``) or a trust root (``--trust-root``), are the user's word; keys
+fetched from a service (``--base-url``, the ``service_url`` that ``submit`` saved,
+``SERVICE_BASE_URL``, the default) are the service's word, which is what a receipt checked
+online has always relied on. An offline bundle (docs/bundles.md) carries keys and a chain
+segment itself; the keys it carries prove nothing (anyone can make a key and sign a bundle
+with it), so a bundle verifies only against keys pinned or fetched as above, and its carried
+keys must be those; otherwise ``ok`` is false and the verdict is NOT VERIFIED.
+
+``--trust-root FILE`` verifies against that file alone with no network at all (an
+``OfflineClient`` makes any request fail loudly): the signature against its receipt keys, and
+for a bundle the log inclusion against its log key, the witness quorum against its policy and
+the time-stamps against its TSA roots. ``--online`` adds what only the service can say (the
+receipt still exists, the chain, the log proof of a plain receipt); the pinned keys stay.
+
+The HTTP client (and ``http.client``, ``ssl``) is loaded on the first request, and the log
+code (verify_log, x509, asn1crypto) only for a log or time-stamp check: an offline
+``verify --keys`` starts as fast as ``hash``.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
-from execution_proof.cli import verify_log
-from execution_proof.receipts.policy import PolicyError
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 from execution_proof.receipts.verifier import (
     BundleError,
@@ -39,8 +46,16 @@ from execution_proof.receipts.verifier import (
     walk_step,
 )
 
+if TYPE_CHECKING:
+    from execution_proof.cli.http_client import Client
+    from execution_proof.receipts import note
+    from execution_proof.receipts.policy import Policy
+    from execution_proof.receipts.trust_root import TrustRoot
+
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 HTTP_TIMEOUT_S = 10.0
+FILES = (("input", "input_hash"), ("output", "output_hash"), ("params", "params_hash"), ("env", "env_hash"))
+"""The local files ``verify`` hashes: (name, as in ``--NAME`` and ``salts``; receipt field)."""
 
 
 @dataclass(frozen=True)
@@ -48,14 +63,22 @@ class VerifyOptions:
     receipt_path: str
     input_path: str | None = None
     output_path: str | None = None
+    params_path: str | None = None
+    env_path: str | None = None
     base_url: str | None = None
-    """Service chosen by the user (``--base-url`` or ``SERVICE_BASE_URL``); None: not chosen
-    (a receipt then uses ``DEFAULT_BASE_URL``; a bundle is checked against its own keys only)."""
+    """``--base-url``: the service for every network check, and for keys when none are pinned."""
+    env_base_url: str | None = None
+    """``SERVICE_BASE_URL``: after ``--base-url`` and the file's ``service_url``; it also
+    names the service whose keys a bundle is checked against when no keys are pinned."""
     keys_path: str | None = None
+    trust_root_path: str | None = None
+    online: bool = False
+    """With ``trust_root_path``: add the network checks (existence, chain, a receipt's log proof)."""
     chain: bool = False
     max_links: int = 1000
     salt_hex: str | None = None
-    """Salt (hex) of a blinded input hash: the input is hashed as sha256(salt || file)."""
+    """Salt (hex) of a blinded input hash: the input is hashed as sha256(salt || file); it
+    overrides the input's salt saved in the file's ``salts``."""
     log_key: str | None = None
     """The transparency log's verifier key to pin: check the receipt's inclusion (docs/log.md)."""
     since_checkpoint: str | None = None
@@ -65,9 +88,50 @@ class VerifyOptions:
     tsa_roots: str | None = None
     """A PEM file of trusted TSA roots: check the proof's checkpoint's RFC 3161 time-stamps."""
 
+    def path_of(self, name: str) -> str | None:
+        path: str | None = getattr(self, f"{name}_path")
+        return path
+
 
 class VerifyInputError(Exception):
-    """A file or the service could not be read; the report carries the message."""
+    """A file or the service could not be read; the report carries the message (exit 2)."""
+
+
+class _Network:
+    """The HTTP client, made (and its module loaded) on the first request; with ``offline``
+    set, an ``OfflineClient`` that refuses every request with that reason."""
+
+    def __init__(self, offline: str | None = None) -> None:
+        self.offline = offline
+        self._client: Client | None = None
+
+    def client(self) -> Client:
+        if self._client is None:
+            from execution_proof.cli.http_client import Client, OfflineClient
+
+            self._client = OfflineClient(self.offline) if self.offline else Client(timeout=HTTP_TIMEOUT_S)
+        return self._client
+
+    def get_json(self, url: str, params: dict[str, str] | None = None) -> Any | None:
+        """GET a JSON document; None for 404; ``VerifyInputError`` for anything else."""
+        from execution_proof.cli.http_client import HttpError
+
+        try:
+            response = self.client().get(url, params=params)
+        except HttpError as exc:
+            raise VerifyInputError(str(exc)) from exc
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise VerifyInputError(f"{url} answered HTTP {response.status}")
+        try:
+            return response.json()
+        except orjson.JSONDecodeError as exc:
+            raise VerifyInputError(f"{url} did not answer JSON") from exc
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
 
 
 def extract_receipt(document: Any) -> dict[str, Any]:
@@ -86,59 +150,92 @@ def _bundle_parts(document: dict[str, Any]) -> BundleParts:
         raise VerifyInputError(str(exc)) from exc
 
 
-def _load_json_file(path: str) -> Any:
+def _read(path: str) -> bytes:
     try:
-        return orjson.loads(Path(path).read_bytes())
+        return Path(path).read_bytes()
     except OSError as exc:
         raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _load_json_file(path: str) -> Any:
+    try:
+        return orjson.loads(_read(path))
     except orjson.JSONDecodeError as exc:
         raise VerifyInputError(f"{path} is not valid JSON") from exc
 
 
-def _fetch_json(client: httpx.Client, url: str, params: dict[str, str] | None = None) -> Any | None:
-    """GET a JSON document; None for 404; ``VerifyInputError`` for anything else."""
+def _key_ring(document: Any, source: str) -> KeyRing:
     try:
-        response = client.get(url, params=params)
-    except httpx.HTTPError as exc:
-        raise VerifyInputError(f"cannot reach {url}: {exc}") from exc
-    if response.status_code == 404:
-        return None
-    if response.status_code != 200:
-        raise VerifyInputError(f"{url} answered HTTP {response.status_code}")
-    try:
-        return orjson.loads(response.content)
-    except orjson.JSONDecodeError as exc:
-        raise VerifyInputError(f"{url} did not answer JSON") from exc
-
-
-def _load_keys(options: VerifyOptions, client: httpx.Client | None) -> tuple[KeyRing, str]:
-    if options.keys_path or client is None:
-        source = options.keys_path or ""
-        document = _load_json_file(source)
-    else:
-        source = (options.base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1/public-key"
-        document = _fetch_json(client, source)
-        if document is None:
-            raise VerifyInputError(f"{source} not found")
-    try:
-        return load_key_ring(document), source
+        return load_key_ring(document)
     except KeySetError as exc:
         raise VerifyInputError(f"key set from {source} is malformed: {exc}") from exc
 
 
+def _fetch_keys(net: _Network, base: str) -> tuple[KeyRing, str]:
+    source = base + "/v1/public-key"
+    document = net.get_json(source)
+    if document is None:
+        raise VerifyInputError(f"{source} not found")
+    return _key_ring(document, source), source
+
+
+def load_trust_root(path: str) -> TrustRoot:
+    from execution_proof.receipts.trust_root import TrustRootError, parse_trust_root
+
+    data = _read(path)
+    try:
+        return parse_trust_root(data)
+    except TrustRootError as exc:
+        raise VerifyInputError(f"trust root {path} is malformed: {exc}") from exc
+
+
+def service_url(options: VerifyOptions, document: Any, trust: TrustRoot | None) -> str:
+    """The service of the network checks: ``--base-url``, else the trust root's, else the
+    ``service_url`` that ``submit`` saved in the file, else ``SERVICE_BASE_URL``, else the default."""
+    saved = document.get("service_url") if isinstance(document, dict) else None
+    for url in (options.base_url, trust.service_url if trust else None, saved, options.env_base_url):
+        if isinstance(url, str) and url.strip():
+            return url.strip().rstrip("/")
+    return DEFAULT_BASE_URL
+
+
+def _salts(document: Any, options: VerifyOptions) -> dict[str, bytes]:
+    """The salt of each salted file: the file's ``salts`` (saved by ``submit --salt``), and
+    ``--salt`` for the input."""
+    found: dict[str, bytes] = {}
+    saved = document.get("salts") if isinstance(document, dict) else None
+    if saved is not None:
+        if not isinstance(saved, dict):
+            raise VerifyInputError("the file's salts member is not an object")
+        for name, value in saved.items():
+            if name not in dict(FILES) or not isinstance(value, str):
+                raise VerifyInputError(f"the file's salts member has an unknown or malformed entry {name!r}")
+            try:
+                found[name] = bytes.fromhex(value)
+            except ValueError as exc:
+                raise VerifyInputError(f"the file's salt for {name} is not hexadecimal") from exc
+    if options.salt_hex is not None:
+        if options.input_path is None:
+            raise VerifyInputError("--salt applies to the input: give --input FILE too")
+        try:
+            found["input"] = bytes.fromhex(options.salt_hex)
+        except ValueError as exc:
+            raise VerifyInputError("--salt must be hexadecimal (as `hash --salt` printed it)") from exc
+    return found
+
+
 def _walk_chain(
-    receipt: dict[str, Any], keyring: KeyRing, client: httpx.Client, options: VerifyOptions
+    receipt: dict[str, Any], keyring: KeyRing, net: _Network, base: str, max_links: int
 ) -> tuple[list[dict[str, Any]], bool, bool]:
     """(links, all links good, stopped at max_links)."""
     links: list[dict[str, Any]] = []
     current = receipt
-    base = (options.base_url or DEFAULT_BASE_URL).rstrip("/")
     while isinstance(current.get("prev_receipt_hash"), str):
-        if len(links) >= options.max_links:
+        if len(links) >= max_links:
             return links, all(link["ok"] for link in links), True
         prev_hash = current["prev_receipt_hash"]
-        document = _fetch_json(
-            client, f"{base}/v1/receipts/{prev_hash}", params={"project_id": str(current.get("project_id"))}
+        document = net.get_json(
+            f"{base}/v1/receipts/{prev_hash}", params={"project_id": str(current.get("project_id"))}
         )
         if document is None:
             links.append(walk_step(receipt, prev_hash, None, keyring))
@@ -149,51 +246,42 @@ def _walk_chain(
     return links, all(link["ok"] for link in links), False
 
 
-@contextlib.contextmanager
-def _no_network() -> Iterator[httpx.Client]:
-    """A client that refuses every request: a bundle is verified without the network."""
-
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise VerifyInputError(f"a bundle is verified offline; refusing to fetch {request.url}")
-
-    with httpx.Client(transport=httpx.MockTransport(refuse)) as client:
-        yield client
-
-
-def _pinned_bundle_keys(options: VerifyOptions) -> tuple[KeyRing, str] | None:
-    """The keys a bundle is verified against: ``--keys``, else fetched from the chosen service
-    (the only request a bundle's verification makes); None when neither was given."""
+def _keys(
+    options: VerifyOptions, bundle: BundleParts | None, trust: TrustRoot | None, net: _Network, base: str
+) -> tuple[KeyRing, str, str]:
+    """(key ring, where it came from, whose word it is: ``pinned``, ``service`` or ``bundle``)."""
+    if trust is not None:
+        return trust.keys, f"the trust root {options.trust_root_path}", "pinned"
     if options.keys_path:
-        return _load_keys(options, None)
-    if options.base_url:
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
-            return _load_keys(options, client)
-    return None
-
-
-def _carried_bundle_keys(carried: Any) -> tuple[KeyRing, str]:
-    """The keys the bundle carries, as a ring (for the unpinned report only)."""
+        return _key_ring(_load_json_file(options.keys_path), options.keys_path), options.keys_path, "pinned"
+    if bundle is None:
+        return (*_fetch_keys(net, base), "service")
+    chosen = options.base_url or options.env_base_url  # never a URL the bundle names itself
+    if chosen:
+        return (*_fetch_keys(net, chosen.strip().rstrip("/")), "service")
     try:
-        return carried_key_ring(carried), "the bundle"
+        return carried_key_ring(bundle.keys), "the bundle", "bundle"
     except BundleError as exc:
         raise VerifyInputError(str(exc)) from exc
 
 
 def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[str, Any]:
     """Verify one receipt or bundle; the report says every check, ``ok`` and any ``error``."""
-    report: dict[str, Any] = {"ok": False, "checks": {}, "error": None}
+    report: dict[str, Any] = {"ok": False, "checks": {}, "error": None, "notes": []}
+    net = _Network()
     try:
+        if options.online and options.trust_root_path is None:
+            raise VerifyInputError("--online adds network checks to --trust-root: give --trust-root FILE")
+        if options.trust_root_path and options.keys_path:
+            raise VerifyInputError("--trust-root and --keys both pin keys: give one of them")
         document = _load_json_file(options.receipt_path)
         bundle = _bundle_parts(document) if is_bundle(document) else None
         receipt = bundle.receipt if bundle else extract_receipt(document)
-        salt = b""
-        if options.salt_hex is not None:
-            try:
-                salt = bytes.fromhex(options.salt_hex)
-            except ValueError as exc:
-                raise VerifyInputError("--salt must be hexadecimal (as `hash --salt` printed it)") from exc
-        if salt and options.input_path is None:
-            raise VerifyInputError("--salt applies to the input: give --input FILE too")
+        salts = _salts(document if bundle is None else None, options)
+        trust = load_trust_root(options.trust_root_path) if options.trust_root_path else None
+        if trust is not None and not options.online:
+            net = _Network("--trust-root without --online verifies offline")
+        base = service_url(options, document if bundle is None else None, trust)
         report["bundle"] = bundle is not None
         report.update(
             receipt_id=receipt.get("receipt_id"),
@@ -202,97 +290,175 @@ def run_verify(options: VerifyOptions, hash_file: Callable[..., str]) -> dict[st
             receipt_hash=receipt.get("receipt_hash"),
             sig_kid=receipt.get("sig_kid"),
         )
-        pinned = _pinned_bundle_keys(options) if bundle else None
-        with _no_network() if bundle else httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
-            if bundle is None:
-                keyring, source = _load_keys(options, client)
-            elif pinned is None:
-                keyring, source = _carried_bundle_keys(bundle.keys)
-            else:
-                keyring, source = pinned
-            report["keys_pinned"] = bundle is None or pinned is not None
-            check = check_receipt(receipt, keyring)
-            report["key"] = {
-                "source": source,
-                "kid": check.kid,
-                "known": check.key_known,
-                "active": check.key_active,
-            }
-            checks = report["checks"]
-            if bundle is not None and pinned is not None:
-                checks["bundle_keys"], report["key"]["differing_kids"] = carried_keys_match(bundle.keys, keyring)
-            report["recomputed_receipt_hash"] = check.recomputed_receipt_hash
-            checks["receipt_hash_recompute"] = check.receipt_hash_recompute
-            checks["signature"] = check.signature
-            for name, path, field in (
-                ("input_hash", options.input_path, "input_hash"),
-                ("output_hash", options.output_path, "output_hash"),
-            ):
-                if path is not None:
-                    try:
-                        local = hash_file(path, salt) if salt and name == "input_hash" else hash_file(path)
-                    except OSError as exc:
-                        raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
-                    report[f"local_{name}"] = local
-                    checks[name] = local == receipt.get(field)
-            if salt:
-                report["salted_input"] = True
-            if bundle:
-                report["chain"], checks["chain"] = check_bundle_chain(
-                    receipt, bundle.chain, keyring, bundle.claimed_complete
+        keyring, source, origin = _keys(options, bundle, trust, net, base)
+        report["keys_pinned"] = origin != "bundle"
+        check = check_receipt(receipt, keyring)
+        report["key"] = {
+            "source": source,
+            "origin": origin,
+            "kid": check.kid,
+            "known": check.key_known,
+            "active": check.key_active,
+        }
+        checks = report["checks"]
+        if bundle is not None and origin != "bundle":
+            checks["bundle_keys"], report["key"]["differing_kids"] = carried_keys_match(bundle.keys, keyring)
+        report["recomputed_receipt_hash"] = check.recomputed_receipt_hash
+        checks["receipt_hash_recompute"] = check.receipt_hash_recompute
+        checks["signature"] = check.signature
+        _check_files(receipt, options, salts, hash_file, report)
+        if trust is not None and options.online:
+            _check_exists(receipt, net, base, report)
+        if bundle:
+            report["chain"], checks["chain"] = check_bundle_chain(
+                receipt, bundle.chain, keyring, bundle.claimed_complete
+            )
+        elif options.chain:
+            if net.offline:
+                raise VerifyInputError(
+                    "--chain walks the chain on the service: add --online (a bundle carries its chain)"
                 )
-            elif options.chain:
-                links, chain_ok, truncated = _walk_chain(receipt, keyring, client, options)
-                report["chain"] = {"links": links, "truncated": truncated}
-                checks["chain"] = chain_ok
-        log_options = (options.log_key, options.since_checkpoint, options.log_policy, options.tsa_roots)
-        if any(option is not None for option in log_options):
-            report["log"] = _check_log(receipt, bundle, options, checks)
+            links, chain_ok, truncated = _walk_chain(receipt, keyring, net, base, options.max_links)
+            report["chain"] = {"links": links, "truncated": truncated}
+            checks["chain"] = chain_ok
+        _log_checks(receipt, bundle, options, trust, net, base, report)
         report["ok"] = all(checks.values()) and report["keys_pinned"]
     except VerifyInputError as exc:
         report["error"] = str(exc)
+    finally:
+        net.close()
     return report
 
 
-def _check_log(
-    receipt: dict[str, Any], bundle: BundleParts | None, options: VerifyOptions, checks: dict[str, bool]
-) -> Any:
-    """The log checks: the bundle's proof offline (the tiles of ``--since-checkpoint`` are
-    the one thing fetched), else the service's proof (with ``--tsa-roots``, the service's
-    bundle: its proof is against a time-stamped checkpoint, and comes with the stamps)."""
-    base = (options.base_url or (None if bundle else DEFAULT_BASE_URL) or "").rstrip("/") or None
-    online = bundle is None or options.since_checkpoint is not None
+def _check_files(
+    receipt: dict[str, Any],
+    options: VerifyOptions,
+    salts: dict[str, bytes],
+    hash_file: Callable[..., str],
+    report: dict[str, Any],
+) -> None:
+    for name, field in FILES:
+        path = options.path_of(name)
+        if path is None:
+            continue
+        salt = salts.get(name, b"")
+        try:
+            local = hash_file(path, salt) if salt else hash_file(path)
+        except OSError as exc:
+            raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
+        report[f"local_{field}"] = local
+        report["checks"][field] = local == receipt.get(field)
+        if salt:
+            report.setdefault("salted", []).append(field)
+
+
+def _check_exists(receipt: dict[str, Any], net: _Network, base: str, report: dict[str, Any]) -> None:
+    """``--online``: the service still answers the receipt, and with the same receipt_hash."""
+    url = f"{base}/v1/receipts/{receipt.get('receipt_id')}"
+    document = net.get_json(url)
+    held = extract_receipt(document) if document is not None else None
+    same = held is not None and held.get("receipt_hash") == receipt.get("receipt_hash")
+    report["online"] = {"url": url, "found": held is not None, "same": same}
+    report["checks"]["service_has_receipt"] = same
+
+
+def _log_checks(
+    receipt: dict[str, Any],
+    bundle: BundleParts | None,
+    options: VerifyOptions,
+    trust: TrustRoot | None,
+    net: _Network,
+    base: str,
+    report: dict[str, Any],
+) -> None:
+    """The log checks asked for by the log options, or implied by a trust root that pins a log."""
+    explicit = (options.log_key, options.since_checkpoint, options.log_policy, options.tsa_roots)
+    asked = any(option is not None for option in explicit)
+    pins_log = trust is not None and trust.log_vkey is not None
+    if not asked and not pins_log:
+        if trust is not None:
+            report["notes"].append("the trust root pins no transparency log: no log check")
+        return
+    if not asked and bundle is None and net.offline:
+        report["notes"].append(
+            "log checks need a bundle (it carries the log proof) or --online (the service's proof): not checked"
+        )
+        return
+    from execution_proof.cli import verify_log
+
     try:
-        policy = verify_log.load_policy(options.log_policy) if options.log_policy else None
-        roots = verify_log.load_tsa_roots(options.tsa_roots) if options.tsa_roots else None
-        if options.log_key is not None:
-            log_key = verify_log.parse_log_key(options.log_key)
-        elif policy is not None:
-            try:
-                log_key = policy.log_key()
-            except PolicyError as exc:
-                raise VerifyInputError(f"--log-policy: {exc}") from exc
-        else:
-            raise VerifyInputError(
-                "--since-checkpoint and --tsa-roots need --log-key or --log-policy (the log's key to pin)"
-            )
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) if online else _no_network() as client:
-            bundle_log: Any = (bundle.log or {"proof": None}) if bundle else None
-            stamps: Any = bundle.timestamps if bundle else None
-            if bundle is None and roots is not None:
-                bundle_log, stamps = verify_log.service_bundle_log(receipt, base, client)
-            report, more = verify_log.check(
-                receipt,
-                bundle_log,
-                log_key,
-                options.since_checkpoint,
-                base,
-                client,
-                policy,
-                verify_log.Stamps(stamps or [], roots) if roots is not None else None,
-            )
+        report["log"] = _check_log(receipt, bundle, options, trust, net, base, report["checks"])
     except verify_log.LogInputError as exc:
         raise VerifyInputError(str(exc)) from exc
+
+
+def _log_inputs(
+    options: VerifyOptions, trust: TrustRoot | None
+) -> tuple[note.Verifier, Policy | None, list[Any] | None]:
+    """(the log key, the witness policy, the TSA roots): each option given, else the trust root's."""
+    from execution_proof.cli import verify_log
+    from execution_proof.receipts.policy import PolicyError
+
+    policy = verify_log.load_policy(options.log_policy) if options.log_policy else None
+    roots = verify_log.load_tsa_roots(options.tsa_roots) if options.tsa_roots else None
+    trusted_key = None
+    if trust is not None:
+        try:  # parse_trust_root has checked these; a failure here is still a malformed file
+            policy = policy if options.log_policy else trust.policy()
+            roots = roots if options.tsa_roots else (trust.tsa_roots() or None)
+            trusted_key = trust.log_verifier()
+        except ValueError as exc:
+            raise VerifyInputError(f"the trust root {options.trust_root_path}: {exc}") from exc
+    if options.log_key is not None:
+        return verify_log.parse_log_key(options.log_key), policy, roots
+    if options.log_policy and policy is not None:
+        try:
+            return policy.log_key(), policy, roots
+        except PolicyError as exc:
+            raise VerifyInputError(f"--log-policy: {exc}") from exc
+    if trusted_key is None:
+        raise VerifyInputError(
+            "--since-checkpoint and --tsa-roots need --log-key or --log-policy (the log's key to pin)"
+        )
+    return trusted_key, policy, roots
+
+
+def _check_log(
+    receipt: dict[str, Any],
+    bundle: BundleParts | None,
+    options: VerifyOptions,
+    trust: TrustRoot | None,
+    net: _Network,
+    base: str,
+    checks: dict[str, bool],
+) -> Any:
+    """The log checks: the bundle's proof offline (the tiles of ``--since-checkpoint`` are
+    the one thing fetched), else the service's proof (with TSA roots, the service's bundle:
+    its proof is against a time-stamped checkpoint, and comes with the stamps)."""
+    from execution_proof.cli import verify_log
+    from execution_proof.cli.http_client import OfflineClient
+
+    log_key, policy, roots = _log_inputs(options, trust)
+    log_base: str | None = base
+    if bundle is not None and trust is None:
+        chosen = options.base_url or options.env_base_url
+        log_base = chosen.strip().rstrip("/") if chosen else None
+    online = bundle is None or options.since_checkpoint is not None
+    client = net.client() if online else OfflineClient("a bundle's log proof is checked offline")
+    bundle_log: Any = (bundle.log or {"proof": None}) if bundle else None
+    stamps: Any = bundle.timestamps if bundle else None
+    if bundle is None and roots is not None:
+        bundle_log, stamps = verify_log.service_bundle_log(receipt, log_base, client)
+    report, more = verify_log.check(
+        receipt,
+        bundle_log,
+        log_key,
+        options.since_checkpoint,
+        log_base,
+        client,
+        policy,
+        verify_log.Stamps(stamps or [], roots) if roots is not None else None,
+    )
     checks.update(more)
     return report
 
@@ -329,16 +495,24 @@ def render_report(report: dict[str, Any]) -> str:
         key_text = f"Ed25519 signature matches key {key.get('kid')!r} carried by the bundle itself (NOT pinned)"
     else:
         state = "the active key" if key.get("active") else "a retired key"
-        key_text = f"Ed25519 signature by key {key.get('kid')!r} ({state}, from {key.get('source')})"
+        whose = "pinned by you" if key.get("origin") == "pinned" else "the service's word"
+        key_text = f"Ed25519 signature by key {key.get('kid')!r} ({state}, from {key.get('source')}: {whose})"
     lines.append(f"  {_mark(checks['signature'])} {key_text}")
-    for name in ("input_hash", "output_hash"):
+    salted = report.get("salted", [])
+    for _, name in FILES:
         if name in checks:
             lines.append(
-                f"  {_mark(checks[name])} local file hash "
-                f"{'(salted) ' if name == 'input_hash' and report.get('salted_input') else ''}"
-                f"{report[f'local_{name}']} "
-                f"{'matches' if checks[name] else 'does NOT match'} {name}"
+                f"  {_mark(checks[name])} local file hash {'(salted) ' if name in salted else ''}"
+                f"{report[f'local_{name}']} {'matches' if checks[name] else 'does NOT match'} {name}"
             )
+    online = report.get("online")
+    if online:
+        held = (
+            "answers it"
+            if online["same"]
+            else ("answers a DIFFERENT receipt under its id" if online["found"] else "does NOT have it (404)")
+        )
+        lines.append(f"  {_mark(online['same'])} the service {online['url']} {held}")
     if "chain" in checks:
         chain = report["chain"]
         lines.append(f"  {_mark(checks['chain'])} chain: {len(chain['links'])} earlier link(s) checked")
@@ -360,7 +534,10 @@ def render_report(report: dict[str, Any]) -> str:
         if chain["truncated"]:
             lines.append("      (stopped at --max-links; earlier links not checked)")
     if report.get("log"):
+        from execution_proof.cli import verify_log
+
         lines.extend(verify_log.render(report["log"], _mark))
+    lines.extend(f"  note: {text}" for text in report.get("notes", []))
     if report["ok"]:
         lines.append("Verdict: VALID")
     elif not pinned and all(checks.values()):

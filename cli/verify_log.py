@@ -2,7 +2,11 @@
 service), check it against the pinned log key, and, given an older checkpoint, check the
 log's consistency with it from the service's tiles (receipts/log_check.py decides); given
 TSA roots, check the RFC 3161 time-stamps of the proof's checkpoint (receipts/timestamps.py)
-and report the latest time by which the receipt provably existed."""
+and report the latest time by which the receipt provably existed.
+
+Requests go through the caller's ``http_client.Client`` (an ``OfflineClient`` when the check
+promised no network). The time-stamp code (asn1crypto, cryptography's x509) is loaded only
+when time-stamps are checked."""
 
 from __future__ import annotations
 
@@ -14,16 +18,18 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cryptography.x509
-import httpx
 import orjson
 
-from execution_proof.receipts import log_check, note, timestamps, tlog
+from execution_proof.cli.http_client import Client, HttpError, Reply
+from execution_proof.receipts import log_check, note, tlog
 from execution_proof.receipts.errors import LogError
 from execution_proof.receipts.policy import Policy, PolicyError, check_quorum, cosignature_skew, parse_policy
 from execution_proof.receipts.tiles import Fetch, TileMissing, TileReader
+
+if TYPE_CHECKING:
+    import cryptography.x509
 
 
 class LogInputError(LogError):
@@ -38,7 +44,7 @@ def parse_log_key(vkey: str) -> note.Verifier:
         raise LogInputError(f"--log-key: {exc}") from exc
 
 
-def proof_text(receipt: dict[str, Any], bundle_log: Any, base: str | None, client: httpx.Client) -> str | None:
+def proof_text(receipt: dict[str, Any], bundle_log: Any, base: str | None, client: Client) -> str | None:
     """The tlog-proof: the bundle's (None when it was pending), else the service's (None
     while pending: 409 ``log_pending``)."""
     if bundle_log is not None:
@@ -47,15 +53,19 @@ def proof_text(receipt: dict[str, Any], bundle_log: Any, base: str | None, clien
     if base is None:
         raise LogInputError("the receipt carries no log proof: give --base-url to fetch it")
     url = f"{base}/v1/receipts/{receipt.get('receipt_id')}/log-proof"
-    try:
-        response = client.get(url)
-    except httpx.HTTPError as exc:
-        raise LogInputError(f"cannot reach {url}: {exc}") from exc
-    if response.status_code == 409:
+    response = _get(client, url)
+    if response.status == 409:
         return None
-    if response.status_code != 200:
-        raise LogInputError(f"{url} answered HTTP {response.status_code}")
+    if response.status != 200:
+        raise LogInputError(f"{url} answered HTTP {response.status}")
     return response.text
+
+
+def _get(client: Client, url: str, params: dict[str, str] | None = None) -> Reply:
+    try:
+        return client.get(url, params=params)
+    except HttpError as exc:
+        raise LogInputError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,8 @@ class Stamps:
 
 
 def load_tsa_roots(path: str) -> list[cryptography.x509.Certificate]:
+    from execution_proof.receipts import timestamps
+
     try:
         return timestamps.load_roots(Path(path).read_bytes())
     except OSError as exc:
@@ -75,21 +87,18 @@ def load_tsa_roots(path: str) -> list[cryptography.x509.Certificate]:
         raise LogInputError(f"--tsa-roots: {exc}") from exc
 
 
-def service_bundle_log(receipt: dict[str, Any], base: str | None, client: httpx.Client) -> tuple[Any, Any]:
+def service_bundle_log(receipt: dict[str, Any], base: str | None, client: Client) -> tuple[Any, Any]:
     """(``log``, ``timestamps``) of the service's bundle of the receipt: its proof is against
     the earliest time-stamped checkpoint covering the receipt that meets the quorum, else
     the newest that meets it, else the newest (checked here like any proof)."""
     if base is None:
         raise LogInputError("give --base-url to fetch the receipt's log proof and time-stamps")
     url = f"{base}/v1/receipts/{receipt.get('receipt_id')}/bundle"
+    response = _get(client, url, params={"depth": "0"})
+    if response.status != 200:
+        raise LogInputError(f"{url} answered HTTP {response.status}")
     try:
-        response = client.get(url, params={"depth": "0"})
-    except httpx.HTTPError as exc:
-        raise LogInputError(f"cannot reach {url}: {exc}") from exc
-    if response.status_code != 200:
-        raise LogInputError(f"{url} answered HTTP {response.status_code}")
-    try:
-        document = orjson.loads(response.content)
+        document = orjson.loads(response.body)
     except orjson.JSONDecodeError as exc:
         raise LogInputError(f"{url} did not answer JSON") from exc
     log = document.get("log") if isinstance(document, dict) else None
@@ -103,6 +112,8 @@ def check_stamps(stamps: Stamps, checkpoint_text: str, created_at: Any) -> dict[
     the checkpoint's text; ``existed_by`` is the earliest genTime plus accuracy among those
     that verify. A time-stamp that does not verify is reported and not relied on (like a
     cosignature by an unknown key); ``ok`` needs one that does."""
+    from execution_proof.receipts import timestamps
+
     checked: list[dict[str, Any]] = []
     bounds: list[datetime.datetime] = []
     for item in stamps.items:
@@ -179,7 +190,7 @@ def check(
     log_key: note.Verifier,
     since_path: str | None,
     base: str | None,
-    client: httpx.Client,
+    client: Client,
     policy: Policy | None = None,
     stamps: Stamps | None = None,
 ) -> tuple[dict[str, Any], dict[str, bool]]:
@@ -213,46 +224,40 @@ def check(
         kept_size = older.size
         if older.size > newer.size:  # a bundle's proof may be against an older, time-stamped checkpoint
             older, newer = newer, older
-        proof = consistency_proof(base, older.size, newer.size)
+        proof = consistency_proof(base, older.size, newer.size, client)
         ok, reason = log_check.check_consistency(older, newer, proof)
         report["consistency"] = {"ok": ok, "reason": reason, "since_size": kept_size}
         checks["log_consistency"] = ok
     return report, checks
 
 
-def http_fetch(client: httpx.AsyncClient, prefix: str) -> Fetch:
+def http_fetch(client: Client, prefix: str) -> Fetch:
     """Reads a log's resources (``checkpoint``, tiles, bundles) over HTTP under ``prefix``:
     the service's ``/v1/log/``, or a static copy of the log store behind any web server.
-    A 404 is "not there" (None); any other failure is ``LogInputError``."""
+    A 404 is "not there" (None); any other failure is ``LogInputError``. The request is made
+    synchronously: the reader's concurrent reads then run one after another on the one
+    client (a ``Client`` is used by one thread at a time)."""
 
     async def fetch(path: str) -> bytes | None:
         url = prefix + path
-        try:
-            response = await client.get(url)
-        except httpx.HTTPError as exc:
-            raise LogInputError(f"cannot reach {url}: {exc}") from exc
-        if response.status_code == 404:
+        response = _get(client, url)
+        if response.status == 404:
             return None
-        if response.status_code != 200:
-            raise LogInputError(f"{url} answered HTTP {response.status_code}")
-        return response.content
+        if response.status != 200:
+            raise LogInputError(f"{url} answered HTTP {response.status}")
+        return response.body
 
     return fetch
 
 
-def consistency_proof(base: str, old_size: int, size: int) -> list[bytes]:
+def consistency_proof(base: str, old_size: int, size: int, client: Client) -> list[bytes]:
     """The consistency proof from ``old_size`` to ``size``, computed here from the tiles the
     service serves (the service is not asked for a proof, and not trusted for one)."""
     if old_size == 0 or old_size >= size:
         return []
-
-    async def compute() -> list[bytes]:
-        async with httpx.AsyncClient(timeout=10) as client:
-            reader = TileReader(http_fetch(client, f"{base}/v1/log/"))
-            return await reader.compute(size, lambda view: view.consistency_proof(old_size))
-
+    reader = TileReader(http_fetch(client, f"{base}/v1/log/"))
     try:
-        return asyncio.run(compute())
+        return asyncio.run(reader.compute(size, lambda view: view.consistency_proof(old_size)))
     except (TileMissing, tlog.ProofError) as exc:
         raise LogInputError(f"the log's tiles are unusable: {exc}") from exc
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +34,8 @@ from tests.conftest import REPO, free_port
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 CLI_TIMEOUT_S = 60.0
+SERVICE_PY = (sys.executable, "service.py")
+"""How tests run the command line in a clone; an installed copy runs ``python -m execution_proof``."""
 POLL_S = 0.05
 
 # Variables that would change what a started process does; each test states its own.
@@ -107,10 +109,13 @@ class ServiceProcess:
         limits: Mapping[str, Any] | None = RAISED_LIMITS,
         env: Mapping[str, str | None] | None = None,
         app_dir: Path = REPO,
+        entry: Sequence[str] = SERVICE_PY,
     ) -> None:
         self.port = free_port()
         self.app_dir = app_dir
-        """Where ``service.py`` is run from (the repository, or a copy laid out like the image)."""
+        """Where the command runs (the repository, or the image's installed copy)."""
+        self.entry = list(entry)
+        """The command before the verb: ``python service.py``, or ``python -m execution_proof``."""
         self.workers = workers
         self.log_dir = log_dir
         self.stdout_path = log_dir / f"service-{self.port}.stdout"
@@ -130,7 +135,7 @@ class ServiceProcess:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "service.py", "serve",
+            *self.entry, "serve",
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--workers", str(self.workers),
@@ -281,11 +286,15 @@ def service_pool_fixture(scope: Literal["function", "module", "session"] = "func
 
 
 def run_cli(
-    *args: str, env: Mapping[str, str | None] | None = None, timeout: float = CLI_TIMEOUT_S, app_dir: Path = REPO
+    *args: str,
+    env: Mapping[str, str | None] | None = None,
+    timeout: float = CLI_TIMEOUT_S,
+    app_dir: Path = REPO,
+    entry: Sequence[str] = SERVICE_PY,
 ) -> subprocess.CompletedProcess[str]:
-    """``python service.py ARGS`` in ``app_dir`` (the repository root) with a clean environment plus ``env``."""
+    """``python service.py ARGS`` (or ``entry ARGS``) in ``app_dir`` with a clean environment plus ``env``."""
     return subprocess.run(
-        [sys.executable, "service.py", *args],
+        [*entry, *args],
         cwd=app_dir,
         env=clean_env(env),
         capture_output=True,

@@ -11,11 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 from prometheus_client import REGISTRY
 
+from execution_proof.cli import http_client
 from execution_proof.cli.client import hash_file
 from execution_proof.cli.verify import VerifyOptions, run_verify
 from execution_proof.kv.accounts import create_project_key
@@ -266,8 +266,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("verifying a bundle must not touch the network")
 
-    monkeypatch.setattr(httpx.Client, "send", refuse)
-    monkeypatch.setattr(httpx.HTTPTransport, "handle_request", refuse)
+    monkeypatch.setattr(http_client.Client, "request", refuse)
 
 
 async def test_verify_bundle_offline_with_pinned_keys(

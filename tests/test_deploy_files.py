@@ -2,8 +2,9 @@
 
 A deploy file that names a verb the CLI does not have, a port nothing listens on, a health
 path that is not a route, or a variable the code never reads fails here, not in production.
-The image's file layout is also run for real: the final stage's COPY sources, copied to an
-empty directory, serve and issue receipts on a real Redis (no Docker daemon needed).
+The image is also run for real: the build stage's COPY sources, copied to an empty directory,
+build the wheel its `pip install '.[server]'` installs; that installed copy serves pages and
+issues receipts on a real Redis (no Docker daemon needed).
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ import orjson
 import pytest
 from sanic.config import DEFAULT_CONFIG
 
-from execution_proof.cli.main import _parser
+from execution_proof.cli.main import GROUPS, _parser
 from execution_proof.receipts import cosignature, note, tlog
 from execution_proof.receipts.note import Signer
 from execution_proof.runtime.settings import ConfigError, load_settings, require_log_store
 from tests.conftest import REPO, free_port, hash_of
 from tests.servers import ServicePool, run_cli, service_pool_fixture
+
+INSTALLED = (sys.executable, "-m", "execution_proof")
+"""The installed copy's command line (the image's ``execution-proof`` is this entry point)."""
 
 FLY = tomllib.loads((REPO / "fly.toml").read_text())
 FLY_ENV: dict[str, str] = FLY["env"]
@@ -81,10 +85,14 @@ def command_words(command: str) -> list[str]:
     return list(json.loads(command)) if command.startswith("[") else shlex.split(command)
 
 
-def assert_runs_service_py(argv: list[str], verb: str) -> None:
-    assert argv[:2] == ["python", "service.py"], argv
-    assert argv[2] == verb
-    parsed = _parser().parse_args(argv[2:])  # the CLI accepts exactly these arguments
+def assert_runs_the_console_script(argv: list[str], verb: str) -> None:
+    """``execution-proof VERB ...``: the installed console script (pyproject's), and a verb
+    with arguments the command line accepts."""
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert argv[0] in scripts, argv
+    assert scripts[argv[0]] == "execution_proof.cli.main:run"
+    assert argv[1] == verb
+    parsed = _parser(GROUPS).parse_args(argv[1:])  # the CLI accepts exactly these arguments
     assert parsed.verb == verb
 
 
@@ -94,8 +102,8 @@ def assert_runs_service_py(argv: list[str], verb: str) -> None:
 def test_fly_process_groups_run_the_web_service_and_the_worker() -> None:
     processes = FLY["processes"]
     assert set(processes) == {"web", "worker"}
-    assert_runs_service_py(command_words(processes["web"]), "serve")
-    assert_runs_service_py(command_words(processes["worker"]), "worker")
+    assert_runs_the_console_script(command_words(processes["web"]), "serve")
+    assert_runs_the_console_script(command_words(processes["worker"]), "worker")
 
 
 def test_fly_http_service_is_the_web_group_on_the_port_the_service_listens_on() -> None:
@@ -104,7 +112,7 @@ def test_fly_http_service_is_the_web_group_on_the_port_the_service_listens_on() 
     assert http["internal_port"] == int(FLY_ENV["PORT"])
     # `serve` takes its port and host from PORT and HOST when no flag is given (the fly command has none).
     assert "--port" not in command_words(FLY["processes"]["web"])
-    serve = _parser().parse_args(["serve"])
+    serve = _parser(GROUPS).parse_args(["serve"])
     assert serve.port == 8000, "the parser default (PORT unset in this test process)"
     assert FLY_ENV["HOST"] == "0.0.0.0", "Fly's proxy connects to the machine's address, not loopback"
     assert int(FLY_ENV["WEB_WORKERS"]) >= 2, "several Sanic workers per web machine"
@@ -200,32 +208,37 @@ def test_image_runs_as_a_non_root_user() -> None:
     assert re.search(rf"useradd\b.*--uid {user}\b", created) or re.search(rf"useradd\b.*\b{user}$", created)
 
 
-def test_image_command_and_port_match_fly_and_service_py() -> None:
+def test_image_command_and_port_match_fly() -> None:
     argv = command_words(IMAGE.last("CMD"))
-    assert_runs_service_py(argv, "serve")
+    assert_runs_the_console_script(argv, "serve")
     assert argv == command_words(FLY["processes"]["web"])
     assert int(IMAGE.last("EXPOSE")) == FLY["http_service"]["internal_port"]
     env = dict(re.findall(r"(\w+)=(\S+)", " ".join(IMAGE.all("ENV"))))
     assert env["PORT"] == FLY_ENV["PORT"]
     assert env["HOST"] == "0.0.0.0"
+    assert env["PATH"].startswith("/venv/bin:"), "the console script is on PATH"
 
 
-def image_copies() -> list[str]:
-    """Sources the final stage copies from the build context (not from another stage)."""
+BUILD = STAGES[0]
+
+
+def build_copies() -> list[str]:
+    """Sources the build stage copies from the build context."""
     sources = []
-    for argument in IMAGE.all("COPY"):
-        if argument.startswith("--from="):
-            continue
+    for argument in BUILD.all("COPY"):
         *paths, _destination = argument.split()
         sources.extend(paths)
     return sources
 
 
-def test_image_holds_only_what_runs() -> None:
-    copied = image_copies()
-    assert "service.py" in copied
-    assert {"receipts", "runtime", "kv", "jobs", "web", "cli", "static"} <= set(copied)
-    for unwanted in ("tests", "docs", "bench", ".", ".git", ".venv"):
+def test_image_installs_the_server_extra_and_holds_only_the_environment() -> None:
+    assert re.search(r"pip install '\.\[server\]'", " ".join(BUILD.all("RUN"))), "the image installs .[server]"
+    assert all(argument.startswith(f"--from={BUILD.name} ") for argument in IMAGE.all("COPY")), IMAGE.all("COPY")
+    copied = build_copies()
+    assert {"pyproject.toml", "execution_proof", "receipts", "runtime", "kv", "jobs", "web", "cli", "static"} <= set(
+        copied
+    )
+    for unwanted in ("tests", "docs", "bench", ".", ".git", ".venv", "service.py"):
         assert unwanted not in copied, f"the image copies {unwanted}"
     ignored = (REPO / ".dockerignore").read_text().splitlines()
     assert "*" in ignored, ".dockerignore starts from nothing"
@@ -234,33 +247,65 @@ def test_image_holds_only_what_runs() -> None:
         assert f"!{source.rstrip('/')}/" in ignored or f"!{source}" in ignored, f".dockerignore drops {source}"
 
 
-@pytest.mark.slow
-@pytest.mark.real_redis
-def test_the_image_file_layout_serves_issues_and_works_jobs(
-    tmp_path: Path, redis_url: str, signing_keys_json: str, service_factory: ServicePool
-) -> None:
-    """Only the final stage's files, in a fresh directory: `serve` (2 workers) issues a receipt,
-    serves the pages from its own static copy, and `worker --burst` runs."""
-    app_dir = tmp_path / "app"
-    app_dir.mkdir()
-    for source in image_copies():
+def install_like_the_image(tmp_path: Path) -> Path:
+    """The build stage's sources, copied alone (links kept, as COPY keeps them), built into a
+    wheel and installed (without its dependencies, which this venv has): the image's copy."""
+    context = tmp_path / "context"
+    context.mkdir()
+    for source in build_copies():
         origin = REPO / source
         if origin.is_dir():
-            shutil.copytree(origin, app_dir / source, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(origin, context / source, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copy2(origin, app_dir / source)
-    found = run_cli("--help", app_dir=app_dir)
-    assert found.returncode == 0, found.stderr
-    # The copy's packages are the ones imported (not the repository's, installed in editable mode).
-    where = subprocess.run(
-        [sys.executable, "-c", "import jobs, kv, receipts, web; print(jobs.__file__, kv.__file__, receipts.__file__, web.__file__)"],
-        cwd=app_dir, capture_output=True, text=True, check=True, timeout=60,
+            shutil.copy2(origin, context / source)
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), "."],
+        cwd=context, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
-    assert all(Path(module).is_relative_to(app_dir) for module in where.stdout.split()), where.stdout
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = wheels.glob("execution_proof-*.whl")
+    site = tmp_path / "site"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    return site
 
-    service = service_factory.start(workers=2, redis_url=redis_url, signing_keys=signing_keys_json, app_dir=app_dir)
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_the_image_install_serves_issues_and_works_jobs(
+    tmp_path: Path, redis_url: str, signing_keys_json: str, service_factory: ServicePool
+) -> None:
+    """The installed copy alone: `serve` (2 workers) issues a receipt and serves the pages and
+    static files from inside the package, and `worker --burst` runs."""
+    site = install_like_the_image(tmp_path)
+    assert not any((site / name).exists() for name in CODE_DIRS), "no generic top-level import name"
+    found = run_cli("--help", app_dir=site, entry=INSTALLED)
+    assert found.returncode == 0, found.stderr
+    # The installed copy is the one imported (not the repository's, installed in editable mode).
+    where = subprocess.run(
+        [sys.executable, "-c", "import execution_proof.web.app as app; print(app.__file__, app.STATIC_DIR)"],
+        cwd=site, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    module, static = where.stdout.split()
+    assert Path(module).is_relative_to(site) and Path(static).is_relative_to(site), where.stdout
+
+    service = service_factory.start(
+        workers=2, redis_url=redis_url, signing_keys=signing_keys_json, app_dir=site, entry=INSTALLED
+    )
     created_key = run_cli(
-        "keys", "create", "--project", "image", "--plan", "pro", env={"REDIS_URL": redis_url}, app_dir=app_dir
+        "keys",
+        "create",
+        "--project",
+        "image",
+        "--plan",
+        "pro",
+        env={"REDIS_URL": redis_url},
+        app_dir=site,
+        entry=INSTALLED,
     )
     assert created_key.returncode == 0, created_key.stderr
     api_key = orjson.loads(created_key.stdout)["api_key"]
@@ -277,8 +322,8 @@ def test_the_image_file_layout_serves_issues_and_works_jobs(
             assert response.headers["content-type"].startswith("text/html")
         script = http.get("/static/verify.js")
         assert script.status_code == 200
-        assert script.content == (app_dir / "static/verify.js").read_bytes()
-    burst = run_cli("worker", "--burst", env={"REDIS_URL": redis_url}, app_dir=app_dir)
+        assert script.content == (site / "execution_proof/static/verify.js").read_bytes()
+    burst = run_cli("worker", "--burst", env={"REDIS_URL": redis_url}, app_dir=site, entry=INSTALLED)
     assert burst.returncode == 0, burst.stderr
 
 
@@ -291,8 +336,8 @@ PLACEHOLDER = "REPLACE_WITH_THE_LOG_VKEY"
 def test_the_witness_app_runs_witness_serve_on_its_port_volume_and_key_file() -> None:
     (name,) = WITNESS_FLY["processes"]
     words = command_words(WITNESS_FLY["processes"][name])
-    assert_runs_service_py(words, "witness")
-    args = _parser().parse_args(words[2:])
+    assert_runs_the_console_script(words, "witness")
+    args = _parser(GROUPS).parse_args(words[1:])
     assert (args.verb, args.action) == ("witness", "serve")
     assert WITNESS_FLY["http_service"]["internal_port"] == args.port and args.host == "0.0.0.0"
     (key_file,) = WITNESS_FLY["files"]
@@ -308,17 +353,19 @@ def test_the_witness_command_refuses_the_placeholder_and_serves_once_the_log_key
     cosigner = cosignature.Cosigner.generate("witness.example.org")
     (tmp_path / "witness.key").write_text(cosigner.encode() + "\n")
     port = str(free_port())
-    args = _parser().parse_args(words[2:])
+    args = _parser(GROUPS).parse_args(words[1:])
     local = [
         {key_path: str(tmp_path / "witness.key"), args.state: str(tmp_path / "state.json")}.get(word, word)
         for word in words[1:]
     ]
     local[local.index("--port") + 1], local[local.index("--host") + 1] = port, "127.0.0.1"
-    done = run_cli(*local[1:])
+    done = run_cli(*local)
     assert done.returncode == 2 and "--log example.com/log" in done.stderr, done.stderr
     log_key = note.Signer.generate("example.com/log")
     local[local.index("--log") + 1] = f"example.com/log={log_key.verifier.encode()}"
-    process = subprocess.Popen([sys.executable, *local], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "service.py", *local], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         checkpoint = note.sign_note(note.Checkpoint("example.com/log", 0, tlog.EMPTY_ROOT).text(), log_key)
         deadline = time.monotonic() + 20

@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
-from execution_proof.cli.client import hash_file
+from execution_proof.cli.client import DEFAULT_BASE_URL, hash_file
+from execution_proof.cli.http_client import Client, Reply
 from execution_proof.cli.main import _parser
 from execution_proof.cli.submit import submit_command
 from tests.conftest import REPO, auth
@@ -26,20 +26,19 @@ OUTPUT_BYTES = b"the output file bytes"
 
 
 def submit_args(*argv: str) -> argparse.Namespace:
-    return _parser().parse_args(["submit", *argv])
+    return _parser(["client"]).parse_args(["submit", *argv])
 
 
-class Recording(httpx.BaseTransport):
-    """Records every request, then forwards it to the real service."""
+class Recording(Client):
+    """Records every request (method, URL, body), then sends it to the real service."""
 
     def __init__(self) -> None:
-        self.requests: list[httpx.Request] = []
-        self.inner = httpx.HTTPTransport()
+        super().__init__()
+        self.requests: list[tuple[str, str, bytes]] = []
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        request.read()
-        self.requests.append(request)
-        return self.inner.handle_request(request)
+    def request(self, method: str, url: str, *, body: bytes | None = None, headers: Any = None) -> Reply:
+        self.requests.append((method, url, body or b""))
+        return super().request(method, url, body=body, headers=headers)
 
 
 @pytest.fixture
@@ -76,12 +75,12 @@ def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
         "--run-id", "run-7",
         "--base-url", service.base_url,
     )  # fmt: skip
-    assert submit_command(args, hash_file, recording) == 0
+    assert submit_command(args, hash_file, DEFAULT_BASE_URL, recording) == 0
     out = capsys.readouterr().out
 
-    [request] = recording.requests
-    assert request.method == "POST" and request.url.path == "/v1/receipts"
-    body = orjson.loads(request.content)
+    [(method, url, content)] = recording.requests
+    assert method == "POST" and url == service.base_url + "/v1/receipts"
+    body = orjson.loads(content)
     assert body == {
         "input_hash": hash_file(files["input.tar"]),
         "output_hash": hash_file(files["output.bin"]),
@@ -91,14 +90,15 @@ def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
         "run_id": "run-7",
         "tags": {"template": "release.v1", "subject_version": "1.2.3=rc"},
     }, "only hashes and the labels the user gave"
-    assert INPUT_BYTES not in request.content and OUTPUT_BYTES not in request.content
-    assert b"input.tar" not in request.content and b"output.bin" not in request.content, "no file names"
-    assert str(files["input.tar"].parent).encode() not in request.content, "no paths"
+    assert INPUT_BYTES not in content and OUTPUT_BYTES not in content
+    assert b"input.tar" not in content and b"output.bin" not in content, "no file names"
+    assert str(files["input.tar"].parent).encode() not in content, "no paths"
 
     saved = Path(str(files["input.tar"]) + ".receipt.json")
     document = orjson.loads(saved.read_bytes())
     receipt_id = document["receipt"]["receipt_id"]
     assert document["ok"] is True and set(document) >= {"receipt", "idempotency", "chain", "quota"}
+    assert document["service_url"] == service.base_url and "salts" not in document
     assert f"receipt: {receipt_id}" in out and f"saved:   {saved}" in out
     assert f"verify:  {service.base_url}/verify?receipt_id={receipt_id}" in out
 
@@ -113,13 +113,13 @@ def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
 
     # The same submission again is a replay (200): the same receipt, saved in the same place.
     again = Recording()
-    assert submit_command(args, hash_file, again) == 0
+    assert submit_command(args, hash_file, DEFAULT_BASE_URL, again) == 0
     assert "an earlier receipt for the same request" in capsys.readouterr().out
     assert orjson.loads(saved.read_bytes())["receipt"]["receipt_id"] == receipt_id
 
     # A different receipt for the same input never overwrites the saved one.
     other = submit_args("--input", str(files["input.tar"]), "--run-id", "run-8", "--base-url", service.base_url)
-    assert submit_command(other, hash_file) == 0
+    assert submit_command(other, hash_file, DEFAULT_BASE_URL) == 0
     second_id = re.search(r"receipt: (rcpt_\w+)", capsys.readouterr().out).group(1)  # type: ignore[union-attr]
     assert orjson.loads(saved.read_bytes())["receipt"]["receipt_id"] == receipt_id
     assert Path(f"{files['input.tar']}.{second_id}.receipt.json").exists()
@@ -163,15 +163,6 @@ def test_submit_usage_and_io_errors_exit_2(files: dict[str, Path], tmp_path: Pat
     assert unreachable.returncode == 2 and "cannot reach" in unreachable.stderr
     assert run_cli("submit", "--input", str(files["input.tar"]), "--kind", "workflow_audit", env=env).returncode == 2
     assert run_cli("submit", env=env).returncode == 2, "--input is required"
-
-
-def test_submit_reports_a_service_error_without_a_json_body(
-    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("SERVICE_API_KEY", "eps_" + "A" * 43)
-    gateway = httpx.MockTransport(lambda request: httpx.Response(502, content=b"<html>bad gateway</html>"))
-    assert submit_command(submit_args("--input", str(files["input.tar"])), hash_file, gateway) == 1
-    assert "502" in capsys.readouterr().err
 
 
 # --- blinded commitments -------------------------------------------------------------------
