@@ -126,6 +126,12 @@ def test_gitlab_and_shell_recipes_do_what_the_workflow_does() -> None:
 
 
 @pytest.fixture(scope="module")
+def curl() -> None:
+    if shutil.which("curl") is None:
+        missing_binary("curl", "the CI recipe fetches the offline bundle with curl")
+
+
+@pytest.fixture(scope="module")
 def service(module_services: ServicePool, redis_server: RedisServer, signing_keys_json: str) -> ServiceProcess:
     return module_services.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
 
@@ -137,6 +143,7 @@ def api_key(service: ServiceProcess, redis_server: RedisServer) -> str:
 
 @pytest.mark.slow
 @pytest.mark.real_redis
+@pytest.mark.usefixtures("curl")
 def test_workflow_run_steps_work_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
 ) -> None:
@@ -209,6 +216,7 @@ def test_workflow_run_steps_work_against_a_running_service(
 
 @pytest.mark.slow
 @pytest.mark.real_redis
+@pytest.mark.usefixtures("curl")
 def test_shell_script_recipe_works_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
 ) -> None:
@@ -246,6 +254,7 @@ def test_shell_script_recipe_works_against_a_running_service(
 
 @pytest.mark.slow
 @pytest.mark.real_redis
+@pytest.mark.usefixtures("curl")
 def test_gitlab_script_works_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
 ) -> None:
@@ -428,6 +437,7 @@ def resign(case: Mapping[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
     return receipt
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("tools")
 def test_recipe_on_the_vectors_verifies_what_jq_canonicalizes_and_refuses_the_rest(
     vectors: dict[str, Any], tmp_path: Path
