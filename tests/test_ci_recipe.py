@@ -18,7 +18,7 @@ import re
 import secrets
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,20 +26,32 @@ from typing import Any, ClassVar
 import httpx
 import orjson
 import pytest
+import redis
 import yaml
 from nacl.signing import SigningKey
 
+from execution_proof.receipts import note
 from execution_proof.receipts.canonical import compute_receipt_hash
 from tests.conftest import REPO, RedisServer, auth, hash_of, missing_binary
-from tests.servers import ServicePool, ServiceProcess, clean_env, create_key_cli, service_pool_fixture, serving
+from tests.servers import (
+    ServicePool,
+    ServiceProcess,
+    WorkerProcess,
+    clean_env,
+    create_key_cli,
+    service_pool_fixture,
+    serving,
+)
 from tests.wheel_build import Venv, built_wheel
 
 WORKFLOW = REPO / "docs" / "ci" / "github-actions.yml"
 CI_DOC = REPO / "docs" / "ci.md"
 STEP_TIMEOUT_S = 600.0
+LOG_ORIGIN = "ci-recipe.example/log"
 RECIPE_TIMEOUT_S = 60.0
 
 module_services = service_pool_fixture("module")
+service_factory = service_pool_fixture()
 
 
 # --- the workflow file ------------------------------------------------------------------
@@ -85,7 +97,7 @@ def test_workflow_is_complete_and_its_run_steps_are_plain_bash() -> None:
         assert "${{" not in script, f"a run step needs GitHub to expand it: {script}"
         assert script.lstrip().startswith("set -euo pipefail"), script
     assert any("execution-proof hash" in script for script in scripts)
-    assert any("/bundle" in script for script in scripts)
+    assert any("/bundle" in script and "/log-proof" in script for script in scripts)
     upload = step_using(job, "actions/upload-artifact")
     paths = upload["with"]["path"].split()
     assert {"receipt/receipt.json", "receipt/bundle.json"} <= set(paths)
@@ -113,16 +125,26 @@ def test_gitlab_and_shell_recipes_do_what_the_workflow_does() -> None:
     assert hash_loop(script) == loop
     assert '--tag "commit=$CI_COMMIT_SHA"' in script
     assert '--code-ref "git:$CI_COMMIT_SHA" --run-id "$CI_PIPELINE_ID"' in script
-    assert "/bundle" in script
+    assert "/bundle" in script and "/log-proof" in script
     assert set(build["artifacts"]["paths"]) == upload
 
     shell = doc_block("shell-script")
     assert hash_loop(shell) == loop
     assert "python -m pip install execution-proof" in shell
     assert '--tag "commit=$COMMIT"' in shell
+    assert "/log-proof" in shell
 
 
 # --- the run steps, end to end ----------------------------------------------------------
+
+
+def log_settings(store: Path) -> dict[str, str]:
+    """A transparency log of its own: a new log key, its origin, a log store in ``store``."""
+    return {
+        "LOG_SIGNING_KEY": note.Signer.generate(LOG_ORIGIN).encode(),
+        "LOG_ORIGIN": LOG_ORIGIN,
+        "LOG_STORE": f"file://{store}",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +154,22 @@ def curl() -> None:
 
 
 @pytest.fixture(scope="module")
-def service(module_services: ServicePool, redis_server: RedisServer, signing_keys_json: str) -> ServiceProcess:
-    return module_services.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
+def service(
+    module_services: ServicePool,
+    redis_server: RedisServer,
+    signing_keys_json: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServiceProcess]:
+    """The service with a transparency log (a log store of its own) and a worker integrating it:
+    the recipe must wait for the inclusion proof before it fetches the bundle."""
+    folder = tmp_path_factory.mktemp("ci-service")
+    env = log_settings(folder / "log")
+    redis.Redis.from_url(redis_server.url).flushdb()  # no other test's log state in this database
+    worker = WorkerProcess(folder, {"REDIS_URL": redis_server.url, "SIGNING_KEYS": signing_keys_json, **env})
+    try:
+        yield module_services.start(redis_url=redis_server.url, signing_keys=signing_keys_json, env=env)
+    finally:
+        worker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +181,19 @@ def api_key(service: ServiceProcess, redis_server: RedisServer) -> str:
 @pytest.mark.real_redis
 @pytest.mark.usefixtures("curl")
 def test_workflow_run_steps_work_against_a_running_service(
-    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    signing_keys_json: str,
+    service_factory: ServicePool,
 ) -> None:
+    """The steps in order; the log's worker starts only once the bundle step has been told 409
+    ``log_pending``, so the step must wait for the inclusion proof to fetch a bundle holding it."""
+    redis_url = redis_server.url.rsplit("/", 1)[0] + "/1"  # a database of its own: no other test's state
+    redis.Redis.from_url(redis_url).flushdb()
+    log_env = log_settings(tmp_path / "log")
+    service = service_factory.start(redis_url=redis_url, signing_keys=signing_keys_json, env=log_env)
+    api_key = str(create_key_cli(redis_url, project="ci-workflow")["api_key"])
     wheel = built_wheel(tmp_path_factory)
     venv = Venv(tmp_path / "venv", wheel.parent)
     workspace = tmp_path / "workspace"
@@ -162,15 +209,30 @@ def test_workflow_run_steps_work_against_a_running_service(
     )
     job = the_job(load_workflow())
     outputs = []
-    for number, step in enumerate(run_steps(job)):
-        script = tmp_path / f"step-{number}.sh"
-        script.write_text(step["run"])
-        done = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-            cwd=workspace, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, f"step {step.get('name')!r} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        outputs.append(done.stdout + done.stderr)
+    workers: list[WorkerProcess] = []
+    try:
+        for number, step in enumerate(run_steps(job)):
+            script = tmp_path / f"step-{number}.sh"
+            script.write_text(step["run"])
+            process = subprocess.Popen(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            if "/log-proof" in step["run"]:
+                receipt_id = orjson.loads((workspace / "receipt" / "receipt.json").read_bytes())["receipt"][
+                    "receipt_id"
+                ]
+                service.wait_for_output(rf"/v1/receipts/{receipt_id}/log-proof\W+status\W+409", timeout=60)
+                workers.append(
+                    WorkerProcess(tmp_path, {"REDIS_URL": redis_url, "SIGNING_KEYS": signing_keys_json, **log_env})
+                )
+            stdout, stderr = process.communicate(timeout=STEP_TIMEOUT_S)
+            assert process.returncode == 0, f"step {step.get('name')!r} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+            outputs.append(stdout + stderr)
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert workers, "no step waited for the log proof"
 
     located = venv.run("python", "-c", "import execution_proof; print(execution_proof.__file__)", cwd=workspace)
     assert located.stdout.strip().startswith(str(venv.path)), "the client runs from the venv the workflow installed"
@@ -207,6 +269,19 @@ def test_workflow_run_steps_work_against_a_running_service(
         "execution-proof", "verify", "receipt/receipt.json", "--input", "receipt/SHA256SUMS", cwd=workspace
     )
     assert afterwards.returncode == 0, afterwards.stdout + afterwards.stderr
+    # docs/ci.md, "Verifying afterwards": a trust root, then the bundle offline, log included.
+    assert bundle["log"]["proof"] is not None, "the bundle was fetched before the log held the receipt"
+    made = venv.run(
+        "execution-proof", "trust-root", "--base-url", service.base_url, "--out", "trust-root.json", cwd=workspace
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    offline = venv.run(
+        "execution-proof", "verify", "receipt/bundle.json", "--input", "receipt/SHA256SUMS",
+        "--trust-root", "trust-root.json", "--json", cwd=workspace,
+    )  # fmt: skip
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    checks = orjson.loads(offline.stdout)["checks"]
+    assert checks["log_inclusion"] is True and checks["signature"] is True, checks
     for text in outputs:
         assert api_key not in text, "a step printed the API key"
     for path in workspace.rglob("*"):
@@ -248,7 +323,8 @@ def test_shell_script_recipe_works_against_a_running_service(
     receipt = orjson.loads((tmp_path / "receipt" / "receipt.json").read_bytes())["receipt"]
     assert receipt["tags"]["commit"] == commit
     assert receipt["run_id"] == run_id
-    assert orjson.loads((tmp_path / "receipt" / "bundle.json").read_bytes())["receipt"] == receipt
+    bundle = orjson.loads((tmp_path / "receipt" / "bundle.json").read_bytes())
+    assert bundle["receipt"] == receipt and bundle["log"]["proof"] is not None
     assert api_key not in done.stdout + done.stderr
 
 
@@ -287,7 +363,8 @@ def test_gitlab_script_works_against_a_running_service(
     assert receipt["tags"]["commit"] == commit
     assert receipt["code_ref"] == f"git:{commit}"
     assert receipt["run_id"] == pipeline
-    assert orjson.loads((workspace / "receipt" / "bundle.json").read_bytes())["receipt"] == receipt
+    bundle = orjson.loads((workspace / "receipt" / "bundle.json").read_bytes())
+    assert bundle["receipt"] == receipt and bundle["log"]["proof"] is not None
 
 
 # --- the curl + jq + openssl script -----------------------------------------------------
