@@ -1,0 +1,259 @@
+"""The wheel, as a user installs it: complete, one import name, a small client, the server as an extra.
+
+The wheel of this checkout is built once (tests/wheel_build.py) and installed by name
+(``pip install execution-proof`` with ``PIP_FIND_LINKS`` naming its directory) into fresh
+virtual environments: one without extras, where the client verbs run against a real
+service and a server verb names the extra to install; one with ``[server]``, where
+``execution-proof serve`` serves the verification page from the files inside the wheel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import REPO, RedisServer
+from tests.servers import ServicePool, ServiceProcess, create_key_cli, service_pool_fixture
+from tests.wheel_build import Venv, built_wheel, venv_sizes_mb
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
+
+PACKAGES = ("cli", "web", "jobs", "kv", "runtime", "receipts")
+SERVER_DISTRIBUTIONS = (
+    "sanic", "redis", "rq", "fakeredis", "jinja2", "httpx", "prometheus-client", "obstore", "lupa", "hiredis",
+)  # fmt: skip
+TOOLING = {"pip", "setuptools", "wheel"}
+MAX_BASE_DISTRIBUTIONS = 15
+LISTENING_RE = re.compile(r"listening on (http://127\.0\.0\.1:(\d+))\b")
+
+module_services = service_pool_fixture("module")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return built_wheel(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def base_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Venv:
+    """``pip install execution-proof`` (no extra) in a fresh venv."""
+    venv = Venv(tmp_path_factory.mktemp("venv-base") / "venv", wheel.parent)
+    venv.pip_install("execution-proof")
+    return venv
+
+
+@pytest.fixture(scope="module")
+def service(module_services: ServicePool, redis_server: RedisServer, signing_keys_json: str) -> ServiceProcess:
+    return module_services.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
+
+
+@pytest.fixture(scope="module")
+def api_key(service: ServiceProcess, redis_server: RedisServer) -> str:
+    return str(create_key_cli(redis_server.url, project="wheel")["api_key"])
+
+
+def expected_members() -> set[str]:
+    """What the wheel must hold, read from the checkout: every module, page, template, script."""
+    members = {"execution_proof/__init__.py", "execution_proof/__main__.py"}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                members.add(f"execution_proof/{path.relative_to(REPO).as_posix()}")
+    for pattern in ("static/*", "web/templates/*.html", "kv/lua/*.lua", "jobs/lua/*.lua"):
+        members |= {f"execution_proof/{p.relative_to(REPO).as_posix()}" for p in REPO.glob(pattern) if p.is_file()}
+    return members
+
+
+def test_wheel_holds_every_module_page_and_script_under_one_import_name(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = expected_members()
+    assert "execution_proof/static/verify.html" in expected
+    assert any(name.endswith(".lua") for name in expected)
+    assert any(name.startswith("execution_proof/web/templates/") for name in expected)
+    missing = sorted(expected - names)
+    assert not missing, f"the wheel lacks {missing}"
+    top_level = {name.split("/")[0] for name in names}
+    dist_info = {name for name in top_level if name.endswith(".dist-info")}
+    assert top_level - dist_info == {"execution_proof"}, f"top-level names in the wheel: {sorted(top_level)}"
+    for generic in (*PACKAGES, "static", "service.py", "tests", "bench"):
+        assert not any(name == generic or name.startswith(generic + "/") for name in names), generic
+    (info,) = dist_info
+    entry_points = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
+    assert re.search(r"^execution-proof\s*=\s*execution_proof\.cli\.main:run$", entry_points, re.MULTILINE)
+
+
+def test_base_install_is_the_client_alone(base_venv: Venv, tmp_path: Path) -> None:
+    installed = base_venv.distributions()
+    assert "execution-proof" in installed
+    server = sorted(set(SERVER_DISTRIBUTIONS) & set(installed))
+    assert not server, f"the base install brought server distributions: {server}"
+    counted = sorted(set(installed) - TOOLING)
+    empty = Venv(tmp_path / "empty")
+    size_mb = venv_sizes_mb(base_venv.site_packages()) - venv_sizes_mb(empty.site_packages())
+    print(f"\nbase install: {len(counted)} distributions besides pip/setuptools/wheel, {size_mb:.1f} MB: {counted}")
+    assert len(counted) <= MAX_BASE_DISTRIBUTIONS, counted
+    assert (base_venv.bin / "execution-proof").is_file()
+
+
+def test_base_install_has_no_generic_import_name(base_venv: Venv, tmp_path: Path) -> None:
+    done = base_venv.run(str(base_venv.python), "-c", "import cli", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "No module named 'cli'" in done.stderr
+    code = (
+        "import importlib.util\n"
+        f"print([n for n in {list(PACKAGES)!r} + ['service'] if importlib.util.find_spec(n) is not None])"
+    )
+    found = base_venv.run(str(base_venv.python), "-c", code, cwd=tmp_path)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]"
+
+
+def test_base_install_server_verb_names_the_extra(base_venv: Venv, tmp_path: Path) -> None:
+    done = base_venv.run("execution-proof", "serve", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "execution-proof[server]" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_base_install_hash(base_venv: Venv, tmp_path: Path) -> None:
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"hashed by the installed client\x00\x01")
+    done = base_venv.run("execution-proof", "hash", str(data), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "sha256:" + hashlib.sha256(data.read_bytes()).hexdigest()
+
+
+def test_base_install_submit_then_verify_online_and_with_pinned_keys(
+    base_venv: Venv, service: ServiceProcess, api_key: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "input.bin"
+    data.write_bytes(b"submitted by the installed client")
+    env: dict[str, str | None] = {"SERVICE_API_KEY": api_key, "SERVICE_BASE_URL": service.base_url}
+    saved = tmp_path / "receipt.json"
+    done = base_venv.run(
+        "execution-proof", "submit", "--input", str(data), "--tag", "from=wheel", "--save", str(saved),
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    receipt = orjson.loads(saved.read_bytes())["receipt"]
+    assert receipt["input_hash"] == "sha256:" + hashlib.sha256(data.read_bytes()).hexdigest()
+    assert receipt["tags"] == {"from": "wheel"}
+
+    online = base_venv.run(
+        "execution-proof", "verify", str(saved), "--input", str(data), "--base-url", service.base_url, cwd=tmp_path
+    )
+    assert online.returncode == 0, online.stdout + online.stderr
+    keys = tmp_path / "keys.json"
+    keys.write_bytes(httpx.get(service.base_url + "/v1/public-key", timeout=10).content)
+    pinned = base_venv.run("execution-proof", "verify", str(saved), "--input", str(data), "--keys", str(keys))
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+
+    tampered = tmp_path / "tampered.json"
+    body = orjson.loads(saved.read_bytes())
+    body["receipt"]["input_hash"] = "sha256:" + "0" * 64
+    tampered.write_bytes(orjson.dumps(body))
+    refused = base_venv.run("execution-proof", "verify", str(tampered), "--keys", str(keys))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+
+
+def test_base_install_trust_root_then_verify_against_it(
+    base_venv: Venv, service: ServiceProcess, api_key: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "input.bin"
+    data.write_bytes(b"checked against a trust root")
+    env: dict[str, str | None] = {"SERVICE_API_KEY": api_key, "SERVICE_BASE_URL": service.base_url}
+    saved = tmp_path / "receipt.json"
+    submitted = base_venv.run("execution-proof", "submit", "--input", str(data), "--save", str(saved), env=env)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    root = tmp_path / "trust-root.json"
+    done = base_venv.run("execution-proof", "trust-root", "--base-url", service.base_url, "--out", str(root))
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = orjson.loads(root.read_bytes())
+    published = httpx.get(service.base_url + "/v1/public-key", timeout=10).json()
+    assert {k["kid"]: k["public_key_base64url"] for k in written["receipt_keys"]} == {
+        k["kid"]: k["public_key_base64url"] for k in published["keys"]
+    }
+    receipt_id = orjson.loads(saved.read_bytes())["receipt"]["receipt_id"]
+    bundle = tmp_path / "bundle.json"
+    bundle.write_bytes(httpx.get(f"{service.base_url}/v1/receipts/{receipt_id}/bundle", timeout=10).content)
+    checked = base_venv.run(
+        "execution-proof", "verify", str(bundle), "--input", str(data), "--trust-root", str(root),
+        env={"SERVICE_BASE_URL": "http://127.0.0.1:9"},
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.fixture
+def served(tmp_path: Path, wheel: Path) -> Iterator[tuple[Venv, list[subprocess.Popen[bytes]]]]:
+    venv = Venv(tmp_path / "venv-server", wheel.parent)
+    started: list[subprocess.Popen[bytes]] = []
+    yield venv, started
+    for process in started:  # each in a session of its own: its workers go with it
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(15)
+        assert process.returncode == 0, "serve did not stop cleanly on SIGTERM"
+
+
+def test_server_extra_serves_the_verify_page_from_the_wheel(
+    served: tuple[Venv, list[subprocess.Popen[bytes]]], tmp_path: Path
+) -> None:
+    venv, started = served
+    venv.pip_install("execution-proof[server]")
+    installed = venv.distributions()
+    assert {"sanic", "redis", "jinja2"} <= set(installed)
+    out = tmp_path / "serve.out"
+    with open(out, "wb") as sink:
+        # Started from an empty directory: the page can only come from the installed package.
+        process = subprocess.Popen(
+            [str(venv.bin / "execution-proof"), "serve", "--host", "127.0.0.1", "--port", "0"],
+            cwd=tmp_path, env=venv.env(), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    started.append(process)
+    base = wait_listening(out, process)
+    page = wait_answer(base + "/verify")
+    assert page.status_code == 200
+    assert "<html" in page.text.lower()
+    for name in ("verify.js", "verify.css", "verify-core.js"):
+        static = httpx.get(f"{base}/static/{name}", timeout=10)
+        assert static.status_code == 200, name
+        assert static.content == (REPO / "static" / name).read_bytes(), name
+
+
+def wait_listening(out: Path, process: subprocess.Popen[bytes], timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        match = LISTENING_RE.search(out.read_text(errors="replace"))
+        if match:
+            return match.group(1)
+        if process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"serve did not print its address:\n{out.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.05)
+
+
+def wait_answer(url: str, timeout: float = 30.0) -> httpx.Response:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return httpx.get(url, timeout=5)
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
