@@ -103,7 +103,8 @@ def _check_sources(library: str, recorded: dict[str, str], found: dict[str, Any]
 @pytest.mark.parametrize("library", sorted(PROVEN))
 def test_the_installed_release_is_in_the_proven_range_and_pyproject_pins_it(library: str) -> None:
     proven, pinned, module = PROVEN[library]
-    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    dependencies = project["dependencies"] + project["optional-dependencies"]["server"]
     requirement = next(Requirement(d) for d in dependencies if Requirement(d).name == library)
     assert str(requirement.specifier) == str(Requirement(f"{library}{pinned}").specifier), (
         f"pyproject.toml allows {library}{requirement.specifier}, but {module} is proven only for "
