@@ -3,9 +3,11 @@ and the repository really do."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 
+from execution_proof.receipts.limits import DEFAULT_LIMITS
 from tests.conftest import REPO
 from tests.servers import run_cli
 
@@ -44,3 +46,12 @@ def test_verify_help_names_service_base_url_as_the_default() -> None:
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
     assert "default $SERVICE_BASE_URL, else http://127.0.0.1:8000" in text
+
+
+def test_the_limits_doc_shows_every_default() -> None:
+    """docs/limits.md's JSON block is the defaults, every key (a new limit fails here until
+    the doc names it)."""
+    text = (REPO / "docs" / "limits.md").read_text()
+    section = text[text.index("## Configuration: `LIMITS`") :]
+    block = section[section.index("```json\n") + len("```json\n") : section.index("\n```", section.index("```json\n"))]
+    assert json.loads(block) == DEFAULT_LIMITS
