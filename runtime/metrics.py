@@ -218,8 +218,19 @@ def count_corrupt_record(route: str) -> None:
     CORRUPT_RECORDS.labels(route).inc()
 
 
+PACKAGE_PREFIX = "execution_proof."
+
+
+def job_label(job: str) -> str:
+    """The ``job`` label of a function's dotted path: the path inside the package
+    (``execution_proof.jobs.retention.sweep_expired`` is ``jobs.retention.sweep_expired``);
+    anything outside ``execution_proof.jobs.`` is ``other`` (a bounded label set)."""
+    inside = job.removeprefix(PACKAGE_PREFIX)
+    return inside if job.startswith(PACKAGE_PREFIX) and inside.startswith("jobs.") else OTHER
+
+
 def count_job(job: str, outcome: str, duration_s: float) -> None:
-    name = job if job.startswith("jobs.") else OTHER
+    name = job_label(job)
     JOBS.labels(name, outcome).inc()
     JOB_SECONDS.labels(name).observe(duration_s)
 

@@ -35,6 +35,7 @@ from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.receipts.limits import load_limits
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime import metrics, tally
+from execution_proof.runtime.metrics import job_label
 from execution_proof.runtime.settings import ConfigError, Settings, load_settings
 from execution_proof.web.app import create_app
 from tests.conftest import auth, free_port, hash_of
@@ -428,8 +429,8 @@ def test_worker_serves_its_job_outcomes(redis_url: str, tmp_path: Any) -> None:
         [sys.executable, "service.py", "worker"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log
     )
     wanted = {
-        ("execution_proof.jobs.retention.sweep_expired", "success"): 1.0,
-        ("execution_proof.jobs.retention.sweep_expired", "failure"): 1.0,
+        ("jobs.retention.sweep_expired", "success"): 1.0,
+        ("jobs.retention.sweep_expired", "failure"): 1.0,
     }
     seen: dict[tuple[str, str], float] = {}
     try:
@@ -456,3 +457,17 @@ def test_worker_serves_its_job_outcomes(redis_url: str, tmp_path: Any) -> None:
     assert all(seen.get(k, 0) >= v for k, v in wanted.items()), (seen, output[-3000:])
     for line in output.splitlines():
         assert isinstance(orjson.loads(line), dict), line  # REDIS_URL set: JSON logs by default
+
+
+@pytest.mark.parametrize(
+    ("job", "label"),
+    [
+        ("execution_proof.jobs.retention.sweep_expired", "jobs.retention.sweep_expired"),
+        ("execution_proof.jobs.claims.index_checkout", "jobs.claims.index_checkout"),
+        ("jobs.retention.sweep_expired", "other"),
+        ("execution_proof.web.app.create_app", "other"),
+        ("os.getcwd", "other"),
+    ],
+)
+def test_a_job_is_labelled_by_its_path_inside_the_package(job: str, label: str) -> None:
+    assert job_label(job) == label
