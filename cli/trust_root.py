@@ -67,6 +67,9 @@ def run_trust_root(args: argparse.Namespace) -> int:
         tsa_pem = _read_pem(args.tsa_roots) if args.tsa_roots else None
         if tsa_pem is not None:
             pem_roots(tsa_pem)  # refused before anything is asked of the service
+        folder = Path(args.out).parent
+        if not folder.is_dir():
+            raise CouldNotWrite(f"cannot write {args.out}: the folder {folder} does not exist")
         with Client() as client:
             keys = _fetch_json(client, base_url.rstrip("/") + "/v1/public-key")
             log = _fetch_log(client, base_url.rstrip("/") + "/v1/log")

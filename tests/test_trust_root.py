@@ -563,6 +563,15 @@ def test_an_unreadable_pem_exits_2_before_asking_the_service(
     assert not out.exists()
 
 
+def test_an_out_file_in_a_missing_folder_exits_2_before_asking_the_service(tmp_path: Path) -> None:
+    out = tmp_path / "no-such-folder" / "root.json"
+    # The address answers nothing: the folder is checked (and refused) first.
+    done = trust_root_cli("--base-url", f"http://127.0.0.1:{free_port()}", "--out", str(out))
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr and "cannot reach" not in done.stderr, done.stderr
+    assert not out.parent.exists()
+
+
 def test_the_base_url_is_needed(tmp_path: Path) -> None:
     done = trust_root_cli("--out", str(tmp_path / "root.json"))
     assert done.returncode == 2 and "--base-url" in done.stderr
