@@ -39,6 +39,12 @@ class HttpError(Exception):
     the URL is not http(s), or the reply was larger than the ceiling."""
 
 
+class Unreachable(HttpError):
+    """No reply came: the connection was refused, reset or timed out, or TLS failed for a
+    reason other than the server's certificate. Trying again later may succeed (an
+    untrusted certificate, a redirect loop or a reply over the ceiling will not)."""
+
+
 class OfflineRefused(HttpError):
     """An offline client was asked to make a request (the caller promised no network)."""
 
@@ -125,10 +131,11 @@ class Client:
                 self._drop(key)
                 if attempt == 0:
                     continue
-                raise HttpError(f"cannot reach {url}: {exc}") from exc
+                raise Unreachable(f"cannot reach {url}: {exc}") from exc
             except (OSError, http.client.HTTPException) as exc:
                 self._drop(key)
-                raise HttpError(f"cannot reach {url}: {_reason(exc)}") from exc
+                failure = HttpError if _certificate_refused(exc) else Unreachable
+                raise failure(f"cannot reach {url}: {_reason(exc)}") from exc
             if response.will_close:
                 self._drop(key)
             names = {name.lower(): value for name, value in response.getheaders()}
@@ -189,3 +196,10 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, socket.gaierror):
         return f"name not resolved ({exc.strerror})"
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """The server's certificate is not trusted, or not for this host (``ssl`` is loaded:
+    only an https connection raises this)."""
+    ssl_module = sys.modules.get("ssl")
+    return ssl_module is not None and isinstance(exc, ssl_module.SSLCertVerificationError)

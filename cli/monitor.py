@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import random
 import ssl  # asyncio loads it anyway (unlike http_client, no start-up to save by deferring it)
 import sys
@@ -41,7 +40,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from execution_proof.cli.http_client import Client, HttpError, Reply
+from execution_proof.cli.http_client import Client, HttpError, Reply, Unreachable
 from execution_proof.cli.monitor_state import MonitorDb, Seen, StateError
 from execution_proof.cli.verify_log import LogInputError, env_skew
 from execution_proof.receipts import note, tlog
@@ -243,10 +242,7 @@ def transient(exc: HttpError) -> bool:
     """Whether a failed request may succeed if tried again: the connection failed (refused,
     reset, timed out, a TLS error), not the reply (too many redirects, too large), the URL or
     the server's certificate (not trusted, or not for this host: no retry mends that)."""
-    cause = exc.__cause__
-    return isinstance(cause, OSError | http.client.HTTPException) and not isinstance(
-        cause, ssl.SSLCertVerificationError
-    )
+    return isinstance(exc, Unreachable)
 
 
 def retry_after(reply: Reply) -> float | None:

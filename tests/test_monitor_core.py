@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.monitor import chain_entries, write_static_log
-from execution_proof.cli.http_client import HttpError, Reply
+from execution_proof.cli.http_client import HttpError, Reply, Unreachable
 from execution_proof.cli.monitor import Fetcher, Progress
 from execution_proof.cli.verify_log import LogInputError
 from execution_proof.receipts import note, tlog
@@ -136,10 +136,8 @@ def response(status: int, headers: dict[str, str] | None = None, body: bytes = b
 
 
 def refused() -> HttpError:
-    """What http_client raises when the connection is refused (the OSError as its cause)."""
-    error = HttpError("cannot reach http://log/: Connection refused")
-    error.__cause__ = ConnectionRefusedError(111, "Connection refused")
-    return error
+    """What http_client raises when the connection is refused."""
+    return Unreachable("cannot reach http://log/: Connection refused")
 
 
 async def test_the_fetcher_retries_with_backoff_and_honours_retry_after() -> None:
