@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import multiprocessing
 import os
+import signal
 import threading
 import time
+import types
 import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import pytest
@@ -28,6 +32,7 @@ from execution_proof.jobs import context as jobs_context
 from execution_proof.jobs.queue import QUEUE_NAME, RETRY, open_queue
 from execution_proof.jobs.retention import SWEEP_JOB
 from execution_proof.jobs.schedule import OWNER_KEY, RETENTION_SWEEP, Periodic, ScheduleOwner, ScheduleThread
+from execution_proof.jobs.worker import MeasuredWorker
 from execution_proof.kv.store import Store
 from tests.conftest import free_port
 from tests.servers import WorkerProcess, run_cli, wait_until
@@ -122,6 +127,41 @@ def test_failing_job_is_retried_with_back_off_then_kept_in_the_failed_registry(
     # RQ schedules a retry at a whole second (the registry's score truncates the time), so a
     # back-off of N s can start up to 1 s early: the bounds allow that, and no more.
     assert times[1] - times[0] >= 1.0 and times[2] - times[1] >= 3.0, f"back-off of 2 s then 4 s: {times}"
+
+
+def _scheduler_standin(ready: Any, ignore_term: bool) -> None:
+    """A scheduler process that exits on SIGTERM, or (``ignore_term``) never does."""
+    if ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(60)
+
+
+@pytest.mark.parametrize("ignore_term", [False, True], ids=["stops on SIGTERM", "ignores SIGTERM"])
+def test_a_stopping_worker_waits_for_the_scheduler_process_a_bounded_time(
+    ignore_term: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RQ joins its scheduler process without a limit (from the SIGTERM handler, mid-job): one
+    that does not exit kept the worker from stopping. Ours waits ``scheduler_stop_s``, then kills it."""
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    process = context.Process(target=_scheduler_standin, args=(ready, ignore_term))
+    process.start()
+    try:
+        assert ready.wait(10), "the stand-in did not start"
+        worker = MeasuredWorker([QUEUE_NAME], connection=fakeredis.FakeRedis(), serializer=JSONSerializer)
+        worker.scheduler = types.SimpleNamespace(_process=process)  # type: ignore[assignment]
+        worker.scheduler_stop_s = 0.5
+        with caplog.at_level(logging.WARNING, logger=worker.log.name):
+            worker.stop_scheduler()
+        assert not process.is_alive()
+        assert process.exitcode == (-signal.SIGKILL if ignore_term else -signal.SIGTERM)
+        warned = [r.getMessage() for r in caplog.records if "did not stop within" in r.getMessage()]
+        assert len(warned) == (1 if ignore_term else 0), warned
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join(5)
 
 
 def test_worker_needs_redis(tmp_path: Path) -> None:
