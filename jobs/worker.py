@@ -108,6 +108,15 @@ class MeasuredWorker(Worker):
                 os.kill(process.pid, signal.SIGKILL)
             process.join(self.scheduler_stop_s)
 
+    def _shutdown(self) -> None:
+        """RQ's warm shutdown, with the stop remembered first. When no job runs, RQ raises
+        ``StopRequested`` from the SIGTERM handler, in whatever frame the signal landed; in
+        a log call's ``stream.write`` the logging module catches it ("--- Logging error ---")
+        and the worker went on, next waiting up to ``dequeue_timeout`` (405 s) for a job
+        (seen in CI). With the flag set, the work loop stops at its next turn even then."""
+        self._stop_requested = True
+        super()._shutdown()  # type: ignore[no-untyped-call]
+
     def heartbeat(self, *args: Any, **kwargs: Any) -> None:
         super().heartbeat(*args, **kwargs)
         if self.outage is not None:

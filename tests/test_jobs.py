@@ -5,6 +5,7 @@ registry, and the schedule's single owner (in-process with a fake clock, and as 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -24,9 +25,11 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from rq import Queue, Retry, Worker
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
 from rq.serializers import JSONSerializer
+from rq.worker import WorkerStatus
 
 from execution_proof.jobs import context as jobs_context
 from execution_proof.jobs.queue import QUEUE_NAME, RETRY, open_queue
@@ -131,8 +134,8 @@ def test_failing_job_is_retried_with_back_off_then_kept_in_the_failed_registry(
 
 def _scheduler_standin(ready: Any, ignore_term: bool) -> None:
     """A scheduler process that exits on SIGTERM, or (``ignore_term``) never does."""
-    if ignore_term:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # The default otherwise: the fork inherits the test process's handlers, whatever they are.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore_term else signal.SIG_DFL)
     ready.set()
     time.sleep(60)
 
@@ -162,6 +165,16 @@ def test_a_stopping_worker_waits_for_the_scheduler_process_a_bounded_time(
         if process.is_alive():
             process.kill()
         process.join(5)
+
+
+def test_a_stop_requested_while_idle_is_remembered_even_if_its_exception_is_swallowed() -> None:
+    """RQ raises StopRequested from the SIGTERM handler when no job runs; a log call the signal
+    interrupts swallows it (logging's handleError). The flag makes the loop stop anyway."""
+    worker = MeasuredWorker([QUEUE_NAME], connection=fakeredis.FakeRedis(), serializer=JSONSerializer)
+    assert worker.get_state() != WorkerStatus.BUSY and not worker._stop_requested
+    with contextlib.suppress(StopRequested):  # what logging's handleError does with it
+        worker._shutdown()
+    assert worker._stop_requested
 
 
 def test_worker_needs_redis(tmp_path: Path) -> None:
