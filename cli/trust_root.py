@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from execution_proof.cli.http_client import Client, HttpError
+from execution_proof.cli.http_client import Client, HttpError, Reply
 from execution_proof.receipts.trust_root import (
     TrustRootError,
     build_trust_root,
@@ -103,33 +103,32 @@ def _read_pem(path: str) -> bytes:
         raise CouldNotWrite(f"--tsa-roots: cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def _fetch_json(client: Client, url: str) -> Any:
+def _get(client: Client, url: str) -> Reply:
     try:
-        reply = client.get(url, headers={"Accept": "application/json"})
+        return client.get(url, headers={"Accept": "application/json"})
     except HttpError as exc:
         raise CouldNotWrite(f"cannot reach the service: {exc}") from exc
+
+
+def _json_body(reply: Reply, url: str) -> Any:
     if reply.status != 200:
         raise CouldNotWrite(f"GET {url} answered {reply.status}: {_error_message(reply.body)}")
     try:
         return reply.json()
     except ValueError as exc:
         raise CouldNotWrite(f"GET {url} did not answer JSON") from exc
+
+
+def _fetch_json(client: Client, url: str) -> Any:
+    return _json_body(_get(client, url), url)
 
 
 def _fetch_log(client: Client, url: str) -> Any | None:
     """``GET /v1/log``'s body, or None when the service runs no log (404, or 503 ``log_unavailable``)."""
-    try:
-        reply = client.get(url, headers={"Accept": "application/json"})
-    except HttpError as exc:
-        raise CouldNotWrite(f"cannot reach the service: {exc}") from exc
+    reply = _get(client, url)
     if reply.status == 404 or (reply.status == 503 and _error_code(reply.body) == "log_unavailable"):
         return None
-    if reply.status != 200:
-        raise CouldNotWrite(f"GET {url} answered {reply.status}: {_error_message(reply.body)}")
-    try:
-        return reply.json()
-    except ValueError as exc:
-        raise CouldNotWrite(f"GET {url} did not answer JSON") from exc
+    return _json_body(reply, url)
 
 
 def _error(body: bytes) -> dict[str, Any]:

@@ -310,21 +310,8 @@ def test_shell_script_recipe_works_against_a_running_service(
             "PIP_FIND_LINKS": " ".join(filter(None, [str(wheel.parent), os.environ.get("PIP_FIND_LINKS")])),
         }
     )
-    done = subprocess.run(
-        ["bash", str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=STEP_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    receipt = orjson.loads((tmp_path / "receipt" / "receipt.json").read_bytes())["receipt"]
-    assert receipt["tags"]["commit"] == commit
+    done, receipt = _run_recipe(["bash", str(script)], tmp_path, env, commit)
     assert receipt["run_id"] == run_id
-    bundle = orjson.loads((tmp_path / "receipt" / "bundle.json").read_bytes())
-    assert bundle["receipt"] == receipt and bundle["log"]["proof"] is not None
     assert api_key not in done.stdout + done.stderr
 
 
@@ -349,22 +336,23 @@ def test_gitlab_script_works_against_a_running_service(
             "SERVICE_API_KEY": api_key,
         }
     )
-    done = subprocess.run(
-        ["bash", "-e", str(script)],
-        cwd=workspace,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=STEP_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    receipt = orjson.loads((workspace / "receipt" / "receipt.json").read_bytes())["receipt"]
-    assert receipt["tags"]["commit"] == commit
+    _, receipt = _run_recipe(["bash", "-e", str(script)], workspace, env, commit)
     assert receipt["code_ref"] == f"git:{commit}"
     assert receipt["run_id"] == pipeline
-    bundle = orjson.loads((workspace / "receipt" / "bundle.json").read_bytes())
+
+
+def _run_recipe(
+    argv: list[str], cwd: Path, env: dict[str, str], commit: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run a recipe script to the end in ``cwd``: it must succeed and leave receipt/receipt.json
+    (tagged with ``commit``) and receipt/bundle.json (that receipt, with its log proof)."""
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    receipt: dict[str, Any] = orjson.loads((cwd / "receipt" / "receipt.json").read_bytes())["receipt"]
+    assert receipt["tags"]["commit"] == commit
+    bundle = orjson.loads((cwd / "receipt" / "bundle.json").read_bytes())
     assert bundle["receipt"] == receipt and bundle["log"]["proof"] is not None
+    return done, receipt
 
 
 # --- the curl + jq + openssl script -----------------------------------------------------
