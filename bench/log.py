@@ -93,10 +93,14 @@ from bench.run import (
     new_signing_keys,
     run_load,
 )
+from execution_proof.kv.keys import LogIdentity
 from execution_proof.receipts import cosignature, note
 from execution_proof.receipts.note import Signer
 
 ORIGIN = "bench.example/log"
+SIGNER = Signer.generate(ORIGIN)
+"""The log's key for this run: Redis's log records carry its identity (origin and key)."""
+IDENTITY = LogIdentity(ORIGIN, SIGNER.verifier.encode())
 PROBE_EVERY_S = 0.05
 POLL_EVERY_S = 0.01
 PROBE_TIMEOUT_S = 20.0
@@ -268,7 +272,7 @@ class Backlog:
         with redis.Redis.from_url(self.redis_url) as client:
             while not self._stop.is_set():
                 with contextlib.suppress(redis.RedisError, OSError, note.NoteError):
-                    pending = int(client.get(log_pending_key(ORIGIN)) or 0)
+                    pending = int(client.get(log_pending_key(IDENTITY)) or 0)
                     self.samples.append((time.monotonic(), pending, store_size(self.store)))
                 self._stop.wait(0.5)
 
@@ -533,7 +537,7 @@ def log_state(url: str) -> dict[str, int]:
     """What the log has in flight in a Redis: entries counted pending, entries in queues,
     queues, the synced size (-1: none), projects in the dirty set."""
     with redis.Redis.from_url(url) as client:
-        tag = _log_tag()
+        tag = IDENTITY.tag_hex
         queues = list(client.scan_iter(match=f"lq:*:{tag}:*", count=1000))
         queued = sum(int(client.llen(name)) for name in queues)
         synced = client.get(f"log:{tag}:synced")
@@ -544,12 +548,6 @@ def log_state(url: str) -> dict[str, int]:
             "synced": -1 if synced is None else int(synced),
             "dirty": int(client.scard(f"log:{tag}:dirty")),
         }
-
-
-def _log_tag() -> str:
-    from execution_proof.kv.keys import log_tag
-
-    return log_tag(ORIGIN)
 
 
 def store_size(path: Path) -> int:
@@ -610,8 +608,8 @@ def memory_phase(tmp: Path, signing_keys: str, signer: Signer, count: int) -> di
             if store is not None:
                 create_log(redis_kind.url, store, signer)
             before = redis_memory(redis_kind.url)
-            origin = ORIGIN if mode == "on" else None
-            _, seconds = preload(redis_kind.url, signing_keys, projects, count, nonce=nonce, log_origin=origin)
+            identity = IDENTITY if mode == "on" else None
+            _, seconds = preload(redis_kind.url, signing_keys, projects, count, nonce=nonce, log_identity=identity)
             loaded = redis_memory(redis_kind.url)
             started = time.monotonic()
             worker, _ = start_metered_worker(directory, redis_kind.url, signing_keys, f"worker-memory-{mode}",
@@ -716,7 +714,7 @@ async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, 
         wrong = 0
         for index, entry in sampled:
             fields = tlog.parse_entry(entry)
-            found = await kv.log_index(str(fields["project_id"]), str(fields["receipt_id"]),
+            found = await kv.log_index(IDENTITY, str(fields["project_id"]), str(fields["receipt_id"]),
                                        str(fields["receipt_hash"]))  # fmt: skip
             wrong += found != index
         return {
@@ -743,7 +741,7 @@ def integrate_phase(tmp: Path, signing_keys: str, signer: Signer, entries: int) 
         create_log(redis_kind.url, store, signer)
         log(f"integration run: loading {entries:,} receipts with their log entries")
         _, load_seconds = preload(
-            redis_kind.url, signing_keys, projects, entries, nonce=secrets.token_hex(8), log_origin=ORIGIN
+            redis_kind.url, signing_keys, projects, entries, nonce=secrets.token_hex(8), log_identity=IDENTITY
         )
         queued = log_state(redis_kind.url)
         log(f"loaded in {load_seconds:.0f} s ({entries / load_seconds:,.0f}/s): {queued}")
@@ -855,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown phases {sorted(unknown)}: choose among {', '.join(PHASES)}")
     tmp = Path(tempfile.mkdtemp(prefix="eps-bench-log-"))
     signing_keys = new_signing_keys()
-    signer = Signer.generate(ORIGIN)
+    signer = SIGNER
     report: dict[str, Any] = {
         "phases": phases,
         "machine": machine_info(),

@@ -22,7 +22,10 @@ import multiprocessing
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from execution_proof.kv.keys import LogIdentity
 
 PROJECT_FIELDS = ("project_id", "actor_id", "key_hash", "plan")
 UNLIMITED = 10**15
@@ -81,7 +84,7 @@ async def _issue_many(
     indexes: Sequence[int],
     nonce: str,
     collect: bool,
-    log_origin: str | None = None,
+    log_identity: LogIdentity | None = None,
 ) -> list[tuple[int, str, str]]:
     import redis
 
@@ -95,9 +98,9 @@ async def _issue_many(
     real = redis.Redis.from_url(redis_url)
     recorder = _RecordingClient(real)
     store = Store(recorder)  # type: ignore[arg-type]
-    if log_origin is not None:
-        store.log = LogQueue(log_origin, 0)  # 0: no LOG_MAX_PENDING limit
-    issuer = ReceiptIssuer(store, load_key_ring(signing_keys), log=log_origin is not None)
+    if log_identity is not None:
+        store.log = LogQueue(log_identity, 0)  # 0: no LOG_MAX_PENDING limit
+    issuer = ReceiptIssuer(store, load_key_ring(signing_keys), log=log_identity is not None)
     plan = PlanLimits(per_minute=UNLIMITED, monthly=UNLIMITED)
     records = [
         KeyRecord(p["key_hash"], p["project_id"], p["actor_id"], p["plan"], revoked=False, created_at="")
@@ -147,13 +150,13 @@ async def _issue_many(
 
 
 def _worker_main(
-    args: tuple[str, str, list[dict[str, Any]], int, int, int, str, bool, str | None],
+    args: tuple[str, str, list[dict[str, Any]], int, int, int, str, bool, LogIdentity | None],
 ) -> list[tuple[int, str, str]]:
-    redis_url, signing_keys, projects, count, worker, workers, nonce, collect, log_origin = args
+    redis_url, signing_keys, projects, count, worker, workers, nonce, collect, log_identity = args
     # Receipt i belongs to project i % len(projects); this worker takes the projects p with
     # p % workers == worker, so one project's chain is only extended by one process.
     indexes = [i for i in range(count) if (i % len(projects)) % workers == worker]
-    return asyncio.run(_issue_many(redis_url, signing_keys, projects, indexes, nonce, collect, log_origin))
+    return asyncio.run(_issue_many(redis_url, signing_keys, projects, indexes, nonce, collect, log_identity))
 
 
 def preload(
@@ -165,19 +168,19 @@ def preload(
     nonce: str,
     collect: bool = False,
     processes: int = 2,
-    log_origin: str | None = None,
+    log_identity: LogIdentity | None = None,
 ) -> tuple[list[Issued], float]:
     """Issue ``count`` receipts spread round-robin over ``projects``: (issued if ``collect``, seconds).
 
     ``projects``: dicts with project_id, actor_id, key_hash and plan (``create_project_key``'s
     output). Raises when the script refuses one (it must not: the limits are unlimited, the
     hashes are unique per ``nonce``, and no one else writes to these projects meanwhile).
-    ``log_origin``: queue each receipt's entry for that log, as a service with the log does.
+    ``log_identity``: queue each receipt's entry for that log, as a service with the log does.
     """
     started = time.perf_counter()
     workers = max(1, min(processes, len(projects)))
     plain = [{name: p[name] for name in PROJECT_FIELDS} for p in projects]
-    jobs = [(redis_url, signing_keys, plain, count, w, workers, nonce, collect, log_origin) for w in range(workers)]
+    jobs = [(redis_url, signing_keys, plain, count, w, workers, nonce, collect, log_identity) for w in range(workers)]
     if workers == 1:
         outputs = [_worker_main(jobs[0])]
     else:

@@ -98,7 +98,7 @@ def worker_command(args: argparse.Namespace) -> int:
     integrator = None
     if settings.log_signer is not None and not args.burst:
         from execution_proof.jobs.log_config import log_config
-        from execution_proof.jobs.log_integrator import IntegratorThread
+        from execution_proof.jobs.log_thread import IntegratorThread
         from execution_proof.kv.connect import open_store
         from execution_proof.kv.logstore import open_log_store
 
@@ -126,8 +126,7 @@ def worker_command(args: argparse.Namespace) -> int:
         if listener is not None:
             listener.stop()
     if integrator is not None and integrator.refused is not None:
-        refuse(integrator.refused)
-        return 2
+        return 2  # the integrator said why, once, at CRITICAL ("LOG REFUSED: ...")
     return 0
 
 

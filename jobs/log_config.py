@@ -8,12 +8,13 @@ import logging
 from dataclasses import dataclass
 
 from execution_proof.jobs.log_timestamps import TsaConfig
-from execution_proof.kv.logstore import LogStore
-from execution_proof.kv.logstore.log import Identity
+from execution_proof.kv.logstore import LogStore, LogStoreError
+from execution_proof.kv.logstore.log import Identity, checkpoint_size
 from execution_proof.kv.store import Store
 from execution_proof.receipts import note, tlog
 from execution_proof.receipts.errors import LogError
 from execution_proof.receipts.policy import Policy
+from execution_proof.runtime.failpoints import Failpoints
 from execution_proof.runtime.settings import Settings
 
 log = logging.getLogger("eps.log")
@@ -34,7 +35,10 @@ LEASE_MS = 5_000
 
 class LogRefused(LogError):
     """The log store and the configuration (or Redis) disagree about which log this is, or
-    the store's data does not hash to its own tree: the integrator does not touch the log."""
+    the store's data does not hash to its own tree, is behind its own published checkpoint,
+    or holds another history: the integrator does not touch the log. A refusal of this
+    log's own store is recorded in ``.state/halt`` (``refuse``); one of a store that is not
+    this log's (another identity, an empty store) is not written there."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,12 @@ class LogConfig:
     witness_timeout_ms: int = 1000
     tsa: TsaConfig | None = None
     """``LOG_TSA_URLS`` and friends: RFC 3161 time-stamps over checkpoints (jobs/log_timestamps.py)."""
-    crash_at: str | None = None
-    """``LOG_TEST_CRASH_AT``, for fault-injection tests only: kill -9 this process at that point."""
+    failpoints: Failpoints | None = None
+    """``LOG_FAILPOINTS``: the integrator's fault points (runtime/failpoints.py), tests and drills only."""
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(self.origin, self.signer.verifier.encode())
 
 
 def log_config(settings: Settings) -> LogConfig:
@@ -66,33 +74,48 @@ def log_config(settings: Settings) -> LogConfig:
         policy=settings.log_policy,
         witness_timeout_ms=settings.log_witness_timeout_ms,
         tsa=tsa,
-        crash_at=settings.log_test_crash_at,
+        failpoints=settings.log_failpoints,
     )
 
 
-async def prepare_log(store: Store, log_store: LogStore, origin: str, signer: note.Signer) -> Identity:
+async def refuse(log_store: LogStore, reason: str) -> LogRefused:
+    """Record the refusal of this log's own store in ``.state/halt`` (web processes show it as
+    ``halted``, other integrators wait; ``log resume`` lifts it) and return the error to
+    raise. An unreachable store records nothing: the refusal is raised all the same."""
+    try:
+        await log_store.halt(f"the log store was refused: {reason}", {"kind": "refused", "detail": reason})
+    except LogStoreError as exc:
+        log.warning("could not record the refusal in %s: %s", log_store.url, exc)
+    return LogRefused(reason)
+
+
+async def prepare_log(
+    store: Store, log_store: LogStore, origin: str, signer: note.Signer, failpoints: Failpoints | None = None
+) -> Identity:
     """Check the log store before anything uses it (the server at its start, every worker
-    before its first pass): the store's identity, the store created if it is new.
-    ``LogRefused`` when the store holds another log, holds files but no identity, or is
-    empty while Redis knows this log (a lost or mistyped ``LOG_STORE``)."""
-    identity = await log_store.identity()
+    before its first pass): the store's identity checked, the store created if it is new, or
+    its creation finished if a crash cut it short (an identity, nothing else); temporary
+    files a crashed writer left in this log's store are removed. ``LogRefused`` when the store holds another log,
+    holds files but no identity, is empty while Redis knows this log (a lost or mistyped
+    ``LOG_STORE``), or holds this log's files but no tree state."""
     mine = Identity(origin, signer.verifier.encode())
+    identity = await log_store.identity()
+    created = False
     if identity is None:
         if not await log_store.is_empty():
             raise LogRefused(
                 f"the log store {log_store.url} holds log files but no identity (.state/identity): "
                 "it is not a store this service created; point LOG_STORE at the log's own store"
             )
-        if await store.log_has_trace(origin):
+        if await store.log_has_trace(mine):
             raise LogRefused(
                 f"the log store {log_store.url} is empty, but Redis holds entries of the log {origin}: "
                 "LOG_STORE is lost or mistyped. Point it at the log's store (or restore the store, or copy it "
                 "with `log export`); an empty store is never made the start of a new log over an old one's queue"
             )
-        empty = note.sign_note(note.Checkpoint(origin, 0, tlog.EMPTY_ROOT).text(), signer)
-        if await log_store.create_log(mine, empty.encode()):
-            log.warning("created a new transparency log %s in %s (size 0)", origin, log_store.url)
-        await store.log_mark_synced(origin, None, 0)  # this Redis's trace of the log
+        created = await log_store.create_identity(mine)
+        if created and failpoints is not None:
+            failpoints.reach("created")
         identity = await log_store.identity()
     if identity != mine:
         found = identity or Identity("?", "?")
@@ -100,4 +123,32 @@ async def prepare_log(store: Store, log_store: LogStore, origin: str, signer: no
             f"the log store {log_store.url} holds the log {found.origin} with verifier key {found.vkey}; this "
             f"process is configured for {mine.origin} with verifier key {mine.vkey} (LOG_ORIGIN, LOG_SIGNING_KEY)"
         )
+    removed = await log_store.tidy()
+    if removed:
+        log.warning("removed %d temporary files a stopped writer left in %s", removed, log_store.url)
+    if await log_store.tree() is None:
+        # Created up to its identity (a crash cut the creation short), or the tree state lost.
+        published = await log_store.checkpoint()
+        if await log_store.holds_tiles() or (published is not None and _size_or_none(published) not in (0, None)):
+            raise await refuse(
+                log_store,
+                f"the log store {log_store.url} holds the log's files but no tree state (.state/tree): it lost "
+                "data. Restore the store (or `log export` a copy into a new one)",
+            )
+        empty = note.sign_note(note.Checkpoint(origin, 0, tlog.EMPTY_ROOT).text(), signer)
+        await log_store.start_tree(empty.encode())
+        if created:
+            log.warning("created a new transparency log %s in %s (size 0)", origin, log_store.url)
+        else:
+            log.warning(
+                "finished creating the transparency log %s in %s (size 0): it was cut short", origin, log_store.url
+            )
+        await store.log_mark_synced(mine, None, 0)  # this Redis's trace of the log
     return identity
+
+
+def _size_or_none(checkpoint: bytes) -> int | None:
+    try:
+        return checkpoint_size(checkpoint)
+    except note.NoteError:
+        return None

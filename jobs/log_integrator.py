@@ -7,27 +7,33 @@ store holding another log's identity, or an empty store beside a Redis that know
 with no trace of the log becomes a new log (identity, size-0 checkpoint, published at once).
 
 One integrator is active at a time, behind a lease in the store that it renews; any number
-wait. From the store's tree state (size S, root R) a batch goes:
+wait. The lease saves work; correctness rests on the tree state's compare-and-swap, whose
+version is the fencing token (CONTRACT 10.2). From the tree state as read (size S, root R,
+version V), a batch goes:
 
-1. **stage**: its entries are written to ``.state/staging/<S>`` (create-only: one batch per
-   size, whoever comes first), before any tile;
-2. **tiles**: its entry bundles and tiles are written (full ones created once, the same bytes
-   whoever writes them, since they come from the staged batch);
-3. **advance**: the tree state moves from (S, R) to (S', R') by compare-and-swap;
-4. **sync**: each entry leaves its project's queue and its receipt gets its index; Redis's
+1. **anchor**: the published checkpoint is compared with the tree state: never ahead of it,
+   and a prefix of it (a ``.state/`` put back from an older copy is refused);
+2. **stage**: its entries are written under a name of their own, then the tree state is
+   compare-and-swapped from V to (S, R, this batch staged). Only a batch whose staging won
+   has any tile written, so every byte even a stale writer writes belongs to the one history;
+3. **tiles**: its entry bundles and tiles are written, every path (full or partial) created
+   once and compared where it exists: whoever writes them writes the same bytes, from the
+   staged entries and the stored edge;
+4. **advance**: the tree state moves from (S, R, staged) to (S', R') by compare-and-swap;
+5. **sync**: each entry leaves its project's queue and its receipt gets its index; Redis's
    synced size moves from S to S' (compare-and-set);
-5. **publish**: the checkpoint of (S', R') is signed, sent to the witnesses, published.
+6. **publish**: the checkpoint of (S', R') is signed, sent to the witnesses, published.
 
-Killed anywhere, the next integrator finishes a staged batch from the store (2-3), syncs the
-queues with the tree (4: every queued entry found in the tree after Redis's synced size
+Killed anywhere, the next integrator finishes the batch the tree state names (3-4), syncs the
+queues with the tree (5: every queued entry found in the tree after Redis's synced size
 leaves its queue with its index; this is also how a Redis restored from an older snapshot
-catches up, and why no receipt ever enters the log twice) and publishes the tree state (5).
-The tree state only ever moves by compare-and-swap from what was read, to a tree computed
-from the stored edge tiles, after checking they hash to the stored root: the log never signs
-a tree that is not an extension of the last one it signed.
-
-A witness's evidence of a fork halts the log (``.state/halt``, kept until ``log resume``):
-nothing more is signed, entries keep queueing up to ``LOG_MAX_PENDING``.
+catches up, and why no receipt ever enters the log twice) and publishes the tree state (6).
+Paused anywhere (its lease lost), it finds out at its next compare-and-swap, or when a write
+meets other bytes, or when Redis or a witness knows a larger tree: it reads the tree state
+again and, finding it moved, goes back to standby without a word above INFO. Only what the
+current tree state covers and contradicts halts the log (``.state/halt``, kept until ``log
+resume``); so does a witness's evidence of a fork. Entries keep queueing up to
+``LOG_MAX_PENDING`` meanwhile.
 """
 
 from __future__ import annotations
@@ -35,21 +41,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
-import signal
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log
+from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, refuse
 from execution_proof.jobs.log_timestamps import Stamper
 from execution_proof.jobs.log_witnesses import WitnessClient
 from execution_proof.kv import keys
 from execution_proof.kv.logstore import LogStore, LogStoreConflict, LogStoreError
-from execution_proof.kv.logstore.log import Batch, Identity, TreeState, checkpoint_size
+from execution_proof.kv.logstore.log import Batch, CheckpointUnreadable, Identity, TileMismatch, TreeState
 from execution_proof.kv.store import Store
 from execution_proof.receipts import note, tlog
 from execution_proof.receipts.errors import StoreUnavailable
@@ -63,12 +65,17 @@ POLL_S = 0.05
 DIRTY_SAMPLE = 1024
 RECHECK_AFTER_MS = 30_000
 HALT_RECHECK_S = 2.0
+PROGRESS_EVERY_S = 1.0
+"""How often, at most, the active integrator tells Redis it is keeping up (``/health``)."""
 _HALTS_SAID: set[tuple[str, str, str]] = set()
 """The halts (origin, when recorded, reason) this process has logged at CRITICAL: each once,
 however often an integrator finds it again (a lease taken back, a second integrator in the
 process); forgotten when the log is resumed."""
-CRASH_POINTS = ("staged", "tiles_half", "tiles", "advanced", "unstaged", "acked_half", "synced", "signed", "published")
-"""Where a batch can be cut short in the fault-injection tests: after each of its steps."""
+
+
+class Overtaken(Exception):
+    """The tree state moved under this integrator (it paused, or lost its lease): what it was
+    doing is given up without a trace, and it reads the tree state again."""
 
 
 @dataclass
@@ -87,6 +94,8 @@ class Integrator:
         self.log = log_store
         self.config = config
         self.origin = config.origin
+        self.identity: Identity = config.identity
+        self.verifier = config.signer.verifier
         self.reader = TileReader(log_store.fetch)
         self.witnesses = (
             WitnessClient(log_store, config.policy, config.witness_timeout_ms, self.reader)
@@ -100,21 +109,25 @@ class Integrator:
         self.tree: TreeState | None = None
         """The tree state as this integrator last read or wrote it; None: read it again."""
         self._edge: _Edge | None = None
+        self._anchor: tuple[int, bytes, int, bytes] | None = None
+        """(checkpoint size, root, tree size, root): a published checkpoint found a prefix of the tree."""
+        self._publish_due = False
+        """The tree advanced (or was found ahead of the checkpoint) and its checkpoint is not out yet."""
         self.halted: dict[str, Any] | None = None
         self._halt_checked = 0.0
         self._last_batch = time.monotonic()
+        self._progress_at = -1e9
         self._outage = Outage(log, "log integrator")
-        self.crash: Callable[[str], None] | None = _kill_at(config.crash_at) if config.crash_at else None
-        """Fault injection for tests: called at each point between two steps of a batch
-        (``CRASH_POINTS``)."""
+        self.failpoints = config.failpoints
 
-    def _point(self, name: str) -> None:
-        if self.crash is not None:
-            self.crash(name)
+    def _point(self, step: str) -> None:
+        """A fault point (``LOG_FAILPOINTS``): nothing at all when none is configured."""
+        if self.failpoints is not None:
+            self.failpoints.reach(step)
 
     async def prepare(self) -> Identity:
         """The store checked (and created if new) before the first pass: ``prepare_log``."""
-        identity = await prepare_log(self.store, self.log, self.origin, self.config.signer)
+        identity = await prepare_log(self.store, self.log, self.origin, self.config.signer, self.failpoints)
         self.prepared = True
         return identity
 
@@ -127,7 +140,7 @@ class Integrator:
         if self.config.tsa is None:
             await self._integrate(stop)
             return
-        stamper = Stamper(self.store, self.log, self.origin, self.config.tsa)
+        stamper = Stamper(self.store, self.log, self.identity, self.config.tsa)
         stamping = asyncio.ensure_future(stamper.run(stop))
         try:
             await self._integrate(stop)
@@ -149,8 +162,10 @@ class Integrator:
                     log.critical("LOG REFUSED: the integrator stops and signs nothing: %s", exc)
                     raise
                 except (StoreUnavailable, LogStoreError, TileMissing, OSError) as exc:
+                    self.tree = None  # whatever was under way, read the tree state again first
                     self._outage.failed(exc)
                 except Exception as exc:  # noqa: BLE001 - a long-running loop: say it, retry next pass
+                    self.tree = None
                     self._outage.failed(exc, trace=True)
                 if integrated < self.config.max_batch:
                     with contextlib.suppress(TimeoutError):
@@ -182,27 +197,39 @@ class Integrator:
     async def step(self, force: bool = False) -> int:
         """One pass; the number of entries it integrated. ``force``: do not wait for the
         interval or the trigger (tests, and ``--once`` tools)."""
+        try:
+            return await self._step(force)
+        except Overtaken as exc:
+            metrics.LOG_FENCED.labels(str(exc)).inc()
+            log.info("the tree state moved under this integrator (at %s): reading it again", exc)
+            self.tree, self._edge = None, None
+            return 0
+
+    async def _step(self, force: bool) -> int:
         if self.tree is None:
             await self._load()
         if self.halted is None and self.witnesses is not None and self.witnesses.evidence is not None:
-            await self._halt(self.witnesses.evidence)  # a witness's answer that came after publication
+            await self._on_evidence(self.witnesses.evidence)  # an answer that came after publication
         if self.halted is not None:
             await self._still_halted()
             return 0
         tree = self.tree
         if tree is None:
-            return 0  # another integrator moved the tree while this one caught up: next pass
-        projects = await self.store.log_dirty_projects(self.origin, DIRTY_SAMPLE)
+            return 0
+        if self._publish_due:
+            await self._publish(tree)
+        projects = await self.store.log_dirty_projects(self.identity, DIRTY_SAMPLE)
         # Lengths first (cheap): a pass that only waits for the interval or the trigger reads
         # no entries; they are read once, when the batch is made.
-        lengths = await self.store.log_queue_lengths(self.origin, projects) if projects else {}
+        lengths = await self.store.log_queue_lengths(self.identity, projects) if projects else {}
         now_ms = int(time.time() * 1000)
-        await self.store.log_tidy_dirty(self.origin, [pid for pid in projects if not lengths[pid]], now_ms)
-        await self.store.log_recheck(self.origin, now_ms - RECHECK_AFTER_MS)
+        await self.store.log_tidy_dirty(self.identity, [pid for pid in projects if not lengths[pid]], now_ms)
+        await self.store.log_recheck(self.identity, now_ms - RECHECK_AFTER_MS)
         waiting = sum(lengths.values())
         if self.store.is_cluster and len(projects) < DIRTY_SAMPLE:
-            await self.store.log_set_pending(self.origin, waiting)  # the count drifts on a Cluster
+            await self.store.log_set_pending(self.identity, waiting)  # the count drifts on a Cluster
         if not waiting:
+            await self._mark_progress()
             return 0
         waited = time.monotonic() - self._last_batch
         if not force and waiting < self.config.trigger and waited < self.config.interval_s:
@@ -215,12 +242,15 @@ class Integrator:
             if lengths[pid] and room > 0:
                 limits[pid] = min(lengths[pid], room)
                 room -= limits[pid]
-        queued = await self.store.log_queued(self.origin, limits)
+        queued = await self.store.log_queued(self.identity, limits)
+        self._point("batch")
         # Read after the entries: had Redis been restored from an older snapshot before they
         # were read, its synced size is behind the tree, and they may be in the tree already.
-        synced = await self.store.log_synced(self.origin)
+        synced = await self.store.log_synced(self.identity)
         if synced != tree.size:
-            await self._sync_with_tree(synced)
+            await self._check_current(tree, "synced")  # another integrator may have moved both
+            await self._check_anchor(tree, "synced")
+            await self._sync_with_tree(tree, synced)
             return 0
         entries: list[bytes] = []
         for project_entries in queued.values():
@@ -231,12 +261,14 @@ class Integrator:
         extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in entries])
         newest = max(keys.receipt_created_ms(_receipt_id(entry)) for entry in entries)
         batch = Batch(tree.size, tree.root, extension.size, extension.root, newest, entries)
-        if not await self.log.stage(batch):
-            self.tree = None  # another integrator staged a batch from this size: start over
-            return 0
+        await self._check_anchor(tree, "stage")
+        staged = await self.log.stage(tree, batch)
+        if staged is None:
+            raise Overtaken("stage")
+        self.tree = staged
         self._point("staged")
         started = time.monotonic()
-        await self._finish(batch, extension, edge)
+        await self._finish(staged, batch, extension, edge)
         self._last_batch = time.monotonic()
         metrics.LOG_ENTRIES.inc(len(entries))
         metrics.LOG_BATCH_SECONDS.observe(time.monotonic() - started)
@@ -244,15 +276,18 @@ class Integrator:
 
     # -- the phases
 
-    async def _finish(self, batch: Batch, extension: tlog.Extension, edge: _Edge) -> bool:
-        """Write the staged batch's tiles and bundles, advance the tree, sync Redis, publish.
-        False when another integrator advanced the tree first (the tree is read again)."""
-        tree = self.tree
-        assert tree is not None
+    async def _finish(self, tree: TreeState, batch: Batch, extension: tlog.Extension, edge: _Edge) -> None:
+        """Write the batch ``tree`` has staged: its tiles and bundles, then advance the tree,
+        sync Redis, publish. ``Overtaken`` when another integrator advanced the tree first or
+        the store holds other bytes where the tree has moved past; a refusal (and a halt)
+        when it holds other bytes where the tree state still names this batch."""
+        staged = tree.staged
+        assert staged is not None
         assert (tree.size, tree.root) == (batch.size, batch.root)
-        if (extension.size, extension.root) != (batch.new_size, batch.new_root):
-            raise LogRefused(f"the batch staged from size {batch.size} does not hash to the tree it names")
-        bundles = _bundles(batch.size, edge.bundle, batch.entries)
+        if (extension.size, extension.root) != (staged.new_size, staged.new_root):
+            await self._check_current(tree, "tiles")
+            raise await refuse(self.log, f"the batch staged on size {batch.size} does not hash to the tree it names")
+        bundles = tlog.bundles_after(batch.size, edge.bundle, batch.entries)
         writes: list[tuple[int | str, int, bytes, int]] = [
             (level, index, data, len(data) // tlog.HASH_SIZE) for (level, index), data in extension.tiles.items()
         ]
@@ -262,23 +297,32 @@ class Integrator:
             await asyncio.gather(*(self.log.write_tile(*write) for write in writes[:half]))
             self._point("tiles_half")
             await asyncio.gather(*(self.log.write_tile(*write) for write in writes[half:]))
-        except LogStoreConflict as exc:
-            raise LogRefused(str(exc)) from exc
+        except TileMismatch as exc:
+            fresh = await self.log.tree()
+            if fresh is None or fresh.version != tree.version:
+                if fresh is not None and fresh.size >= staged.new_size:
+                    raise Overtaken("tiles") from exc
+                self.tree = None  # moved, not past this batch: read it again, the anchor decides
+                raise Overtaken("tiles") from exc
+            raise await refuse(
+                self.log,
+                f"{exc}, where the tree state still names this batch (sizes {tree.size} to {staged.new_size}): the "
+                "store holds another history",
+            ) from exc
         self._point("tiles")
-        advanced = await self.log.advance(tree, batch.new_size, batch.new_root, batch.newest_ms)
+        advanced = await self.log.advance(tree)
         if advanced is None:
-            self.tree = None  # another integrator advanced it (from the same staged batch)
-            return False
+            raise Overtaken("advance")
         self._point("advanced")
         self.tree = advanced
-        combined, keep = edge.bundle + batch.entries, batch.new_size % tlog.TILE_WIDTH
+        self._publish_due = True
+        combined, keep = edge.bundle + batch.entries, advanced.size % tlog.TILE_WIDTH
         tail = combined[len(combined) - keep :] if keep else []
-        self._edge = _Edge(advanced.size, _edge_after(advanced.size, edge.tiles, extension), tail)
-        await self.log.unstage(batch.size)
+        self._edge = _Edge(advanced.size, tlog.edge_after(advanced.size, edge.tiles, extension), tail)
+        await self.log.unstage(staged)
         self._point("unstaged")
         await self._sync_batch(batch)
         await self._publish(advanced)
-        return True
 
     async def _sync_batch(self, batch: Batch) -> None:
         """Take the batch's entries off their queues with their indices; move the synced size."""
@@ -287,30 +331,29 @@ class Integrator:
             by_project.setdefault(_project_id(entry), []).append((entry, batch.size + offset))
         projects = list(by_project.items())
         half = max(1, len(projects) // 2)
-        await asyncio.gather(*(self.store.log_ack(self.origin, pid, acks) for pid, acks in projects[:half]))
+        await asyncio.gather(*(self.store.log_ack(self.identity, pid, acks) for pid, acks in projects[:half]))
         self._point("acked_half")
-        await asyncio.gather(*(self.store.log_ack(self.origin, pid, acks) for pid, acks in projects[half:]))
-        await self.store.log_mark_synced(self.origin, batch.size, batch.new_size)
+        await asyncio.gather(*(self.store.log_ack(self.identity, pid, acks) for pid, acks in projects[half:]))
+        await self.store.log_mark_synced(self.identity, batch.size, batch.new_size)
         self._point("synced")
-        emptied = await self.store.log_queue_lengths(self.origin, list(by_project))
+        emptied = await self.store.log_queue_lengths(self.identity, list(by_project))
         now_ms = int(time.time() * 1000)
-        await self.store.log_tidy_dirty(self.origin, [pid for pid, length in emptied.items() if not length], now_ms)
+        await self.store.log_tidy_dirty(self.identity, [pid for pid, length in emptied.items() if not length], now_ms)
 
-    async def _sync_with_tree(self, synced: int | None) -> None:
+    async def _sync_with_tree(self, tree: TreeState, synced: int | None) -> None:
         """Bring Redis in line with the tree: every queued entry that is in the tree after the
         synced size (or anywhere, with none recorded) leaves its queue with its index, then
         the synced size moves to the tree's. Only entries created no later than the newest
         in the tree can be there, so usually nothing is read back from the store."""
-        tree = self.tree
-        assert tree is not None
         if synced is not None and synced > tree.size:
-            raise LogRefused(
+            raise await refuse(
+                self.log,
                 f"Redis says {synced} entries of the log {self.origin} are in the tree, the log store {self.log.url} "
                 f"holds {tree.size}: the store lost entries (restored from an older copy?) or LOG_STORE names "
-                "another store. Nothing is signed until the store is the log's again"
+                "another store. Nothing is signed until the store is the log's again",
             )
-        projects = await self.store.log_all_dirty_projects(self.origin)
-        queued = await self.store.log_queued(self.origin, dict.fromkeys(projects, -1))
+        projects = await self.store.log_all_dirty_projects(self.identity)
+        queued = await self.store.log_queued(self.identity, dict.fromkeys(projects, -1))
         wanted: dict[str, tuple[str, bytes]] = {}
         for pid, entries in queued.items():
             for entry in entries:
@@ -336,65 +379,142 @@ class Integrator:
                     if hit is not None and hit[1] == entry:
                         found.setdefault(hit[0], []).append((entry, position))
         for pid, acks in found.items():
-            await self.store.log_ack(self.origin, pid, acks)
+            await self.store.log_ack(self.identity, pid, acks)
         if found:
             log.warning(
                 "%d queued entries were in the log already: taken off their queues, indices recorded",
                 sum(len(acks) for acks in found.values()),
             )
-        await self.store.log_mark_synced(self.origin, synced, tree.size)
+        await self.store.log_mark_synced(self.identity, synced, tree.size)
 
     async def _publish(self, tree: TreeState) -> None:
-        """Sign the tree, collect cosignatures, publish; halt instead on evidence of a fork."""
+        """Sign the tree, collect cosignatures, publish; halt instead on evidence of a fork. A
+        published checkpoint that cannot be read is replaced once the tiles prove the tree."""
         checkpoint = note.Checkpoint(self.origin, tree.size, tree.root)
         signed = note.sign_note(checkpoint.text(), self.config.signer)
         if self.witnesses is not None:
             cosigned = await self.witnesses.cosign(signed, checkpoint)
             if cosigned.evidence is not None:
-                await self._halt(cosigned.evidence)
+                await self._on_evidence(cosigned.evidence)
                 return
             signed = cosigned.text
         self._point("signed")
-        if await self.log.publish(signed.encode()):
+        try:
+            published = await self.log.publish(signed.encode())
+        except CheckpointUnreadable:
+            published = await self._repair_checkpoint(tree, signed.encode())
+        self._publish_due = False
+        if published:
             metrics.LOG_CHECKPOINTS.inc()
+            await self._mark_progress(force=True)
         self._point("published")
+
+    async def _repair_checkpoint(self, tree: TreeState, signed: bytes) -> bool:
+        """The published checkpoint cannot be read: republish the tree's, once the tiles in the
+        store prove the tree (read afresh), else refuse."""
+        await self._check_current(tree, "publish")
+        self._edge = None
+        await self._edge_of(tree)
+        log.warning(
+            "the published checkpoint of %s could not be read: published again from the tree state (size %d), "
+            "which the tiles prove",
+            self.log.url,
+            tree.size,
+        )
+        return await self.log.publish(signed, repair=True)
+
+    async def _mark_progress(self, force: bool = False) -> None:
+        """Tell Redis this integrator keeps up (at most every ``PROGRESS_EVERY_S``): ``/health``
+        says ``stalled`` once entries wait and this is older than ``LOG_STALL_S``."""
+        now = time.monotonic()
+        if force or now - self._progress_at >= PROGRESS_EVERY_S:
+            self._progress_at = now
+            await self.store.log_mark_progress(self.identity, int(time.time() * 1000))
 
     # -- reading the store
 
     async def _load(self) -> None:
-        """Read the tree state; finish a batch a crashed integrator staged; sync Redis with
-        the tree; publish the tree if its checkpoint is not out yet."""
+        """Read the tree state; check it against the published checkpoint; finish the batch
+        it names, if any; remove batches a stopped integrator staged on smaller trees; sync
+        Redis with the tree; publish the tree if its checkpoint is not out yet."""
         tree = await self.log.tree()
         if tree is None:
-            raise LogStoreError(f"log store {self.log.url}: no tree state yet (.state/tree)")
-        self.tree, self._edge = tree, None
+            raise await refuse(self.log, f"the log store {self.log.url} lost its tree state (.state/tree)")
+        self.tree, self._edge, self._anchor = tree, None, None
         self.halted = await self.log.halted()
         metrics.LOG_HALTED.set(1 if self.halted else 0)
         if self.halted is not None:
             self._log_halt(self.halted)
             return
-        for size in await self.log.staged_sizes():
-            if size != tree.size:
-                await self.log.unstage(size)  # finished (or from a size the tree never had)
-                continue
-            batch = await self.log.staged(size)
-            if batch is None:
-                continue
-            if batch.root != tree.root:
-                raise LogRefused(f"a batch staged from size {size} names another root than the tree's")
+        self._publish_due = await self._check_anchor(tree, "load")
+        if tree.staged is not None:
+            try:
+                batch = await self.log.staged_batch(tree)
+            except LogStoreConflict as exc:
+                await self._check_current(tree, "load")
+                raise await refuse(self.log, str(exc)) from exc
             edge = await self._edge_of(tree)
             extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in batch.entries])
-            log.warning("finishing the batch a stopped integrator staged (sizes %d to %d)", batch.size, batch.new_size)
-            if not await self._finish(batch, extension, edge):
-                return
+            log.warning(
+                "finishing the batch a stopped integrator staged (sizes %d to %d)", batch.size, tree.staged.new_size
+            )
+            await self._finish(tree, batch, extension, edge)
         tree = self.tree
         assert tree is not None
-        synced = await self.store.log_synced(self.origin)
+        await self.log.clear_staging(below=tree.size)
+        synced = await self.store.log_synced(self.identity)
         if synced != tree.size:
-            await self._sync_with_tree(synced)
-        published = await self.log.checkpoint()
-        if published is None or checkpoint_size(published) < tree.size:
+            await self._sync_with_tree(tree, synced)
+        if self._publish_due:
             await self._publish(tree)
+
+    async def _check_current(self, tree: TreeState, step: str) -> None:
+        """``Overtaken`` unless the store's tree state is still ``tree`` (its version)."""
+        fresh = await self.log.tree()
+        if fresh is None or fresh.version != tree.version:
+            raise Overtaken(step)
+
+    async def _check_anchor(self, tree: TreeState, step: str) -> bool:
+        """The published checkpoint is the anchor (CONTRACT 10.2): the tree state must be at
+        least as large, and the checkpoint a prefix of it (the same root at the same size,
+        else a root the tiles under the tree give for its size). A checkpoint ahead of the
+        tree state, or another history, means ``.state/`` went back (an older copy put back):
+        refused like a lost store, unless the tree state moved meanwhile (``Overtaken``). A
+        checkpoint that cannot be read is published again from the tree, once the tiles
+        prove it. Returns whether the checkpoint is behind the tree (it is due)."""
+        raw = await self.log.checkpoint()
+        try:
+            if raw is None:
+                raise note.NoteError("there is none")
+            checkpoint, _ = note.open_checkpoint(raw, self.verifier)
+        except note.NoteError as exc:
+            log.warning("the published checkpoint of %s cannot be read (%s)", self.log.url, exc)
+            signed = note.sign_note(note.Checkpoint(self.origin, tree.size, tree.root).text(), self.config.signer)
+            if await self._repair_checkpoint(tree, signed.encode()):
+                metrics.LOG_CHECKPOINTS.inc()
+            return False
+        if (checkpoint.size, checkpoint.root) == (tree.size, tree.root):
+            return False
+        if self._anchor == (checkpoint.size, checkpoint.root, tree.size, tree.root):
+            return True
+        consistent = checkpoint.size < tree.size
+        if consistent and checkpoint.size:
+            try:
+                root = await self.reader.compute(tree.size, lambda view: view.mth(0, checkpoint.size))
+            except TileMissing:
+                root = b""
+            consistent = root == checkpoint.root
+        if not consistent:
+            await self._check_current(tree, step)
+            raise await refuse(
+                self.log,
+                f"the published checkpoint (size {checkpoint.size}) is "
+                + ("ahead of" if checkpoint.size > tree.size else "not a prefix of")
+                + f" the tree state in .state/tree (size {tree.size}): .state/ was put back from an older copy, or "
+                "the store holds another history. Nothing is signed until the store is the log's again",
+            )
+        self._anchor = (checkpoint.size, checkpoint.root, tree.size, tree.root)
+        return True
 
     async def _edge_of(self, tree: TreeState) -> _Edge:
         """The edge of the tree: kept from the last batch, else read and checked against the
@@ -406,18 +526,38 @@ class Integrator:
             count = tree.size % tlog.TILE_WIDTH
             bundle = await self.reader.bundle(tree.size // tlog.TILE_WIDTH, count) if count else []
         except TileMissing as exc:
-            raise LogRefused(f"{exc}: the tree of size {tree.size} cannot be extended") from exc
+            await self._check_current(tree, "edge")
+            raise await refuse(self.log, f"{exc}: the tree of size {tree.size} cannot be extended") from exc
         if tlog.root_from_edge(tree.size, tiles) != tree.root:
-            raise LogRefused(f"the store's edge tiles do not hash to its tree of size {tree.size}: its data was lost")
+            await self._check_current(tree, "edge")
+            raise await refuse(
+                self.log, f"the store's edge tiles do not hash to its tree of size {tree.size}: its data was lost"
+            )
         if [tlog.leaf_hash(entry) for entry in bundle] != tiles.get(0, [])[:count]:
-            raise LogRefused(f"the store's last entry bundle does not hash to its tree of size {tree.size}")
+            await self._check_current(tree, "edge")
+            raise await refuse(self.log, f"the store's last entry bundle does not hash to its tree of size {tree.size}")
         self._edge = _Edge(tree.size, tiles, bundle)
         return self._edge
 
     # -- halting
 
+    async def _on_evidence(self, evidence: dict[str, Any]) -> None:
+        """A witness's answer that shows a fork halts the log, but for a 409 naming a size the
+        store's tree has reached: then this integrator was behind (it paused), not the log."""
+        if self.witnesses is not None:
+            self.witnesses.evidence = None
+        size = evidence.get("size")
+        if evidence.get("status") == 409 and isinstance(size, int):
+            fresh = await self.log.tree()
+            if fresh is not None and fresh.size >= size:
+                raise Overtaken("witness")
+        await self._halt(evidence)
+
     async def _halt(self, evidence: dict[str, Any]) -> None:
-        reason = f"witness {evidence['witness']} answered {evidence['status']}: {evidence['detail']}"
+        reason = (
+            "someone has signed a history of this log that is not ours: witness "
+            f"{evidence['witness']} answered {evidence['status']}: {evidence['detail']}"
+        )
         await self.log.halt(reason, evidence)
         if self.witnesses is not None:
             self.witnesses.evidence = None  # recorded in the store: a resume starts afresh
@@ -432,8 +572,8 @@ class Integrator:
             return
         _HALTS_SAID.add(said)
         log.critical(
-            "LOG HALTED: someone has signed a history of this log that is not ours (%s). The integrator signs "
-            "nothing until an operator has looked and runs: python service.py log resume --reason TEXT",
+            "LOG HALTED: %s. The integrator signs nothing until an operator has looked and runs: python service.py "
+            "log resume --reason TEXT",
             halted.get("reason"),
         )
 
@@ -452,88 +592,9 @@ class Integrator:
         return False
 
 
-def _kill_at(point: str) -> Callable[[str], None]:
-    def kill(name: str) -> None:
-        if name == point:
-            log.warning("LOG_TEST_CRASH_AT=%s: killing this process (kill -9)", point)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return kill
-
-
 def _receipt_id(entry: bytes) -> str:
     return entry.split(b"\n", 2)[1].decode()
 
 
 def _project_id(entry: bytes) -> str:
     return entry.split(b"\n", 4)[3].decode()
-
-
-def _bundles(size: int, tail: list[bytes], entries: list[bytes]) -> dict[int, tuple[bytes, int]]:
-    """Every entry bundle the entries after ``size`` change: index -> (bytes, entry count).
-    ``tail``: the entries of the tree's partial bundle (they start the first one)."""
-    out: dict[int, tuple[bytes, int]] = {}
-    current = list(tail)
-    index = size // tlog.TILE_WIDTH
-    for entry in entries:
-        current.append(entry)
-        if len(current) == tlog.TILE_WIDTH:
-            out[index] = (b"".join(tlog.bundle_entry(e) for e in current), tlog.TILE_WIDTH)
-            index, current = index + 1, []
-    if current:
-        out[index] = (b"".join(tlog.bundle_entry(e) for e in current), len(current))
-    return out
-
-
-def _edge_after(size: int, before: dict[int, list[bytes]], extension: tlog.Extension) -> dict[int, list[bytes]]:
-    """The edge tiles of the tree of ``size`` after ``extension``: changed tiles at the edge
-    from the extension, unchanged ones from ``before``."""
-    edge: dict[int, list[bytes]] = {}
-    for level, index, width in tlog.edge_tiles(size):
-        data = extension.tiles.get((level, index))
-        edge[level] = tlog.split_tile(data) if data is not None else before[level][:width]
-    return edge
-
-
-class IntegratorThread:
-    """The integrator beside RQ's (blocking) worker: its own thread, event loop and stores.
-    ``refused`` holds the reason when the log store was refused (the worker then exits)."""
-
-    def __init__(
-        self, open_stores: Callable[[], tuple[Store, LogStore]], config: LogConfig, on_refused: Callable[[], None]
-    ) -> None:
-        self._open_stores = open_stores
-        self.config = config
-        self.refused: str | None = None
-        self._on_refused = on_refused
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="log-integrator", daemon=True)
-
-    def start(self) -> IntegratorThread:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def _main(self) -> None:
-        asyncio.run(self._run())
-
-    async def _run(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        store, log_store = self._open_stores()
-        self._ready.set()
-        try:
-            await Integrator(store, log_store, self.config).run(self._stop)
-        except LogRefused as exc:
-            self.refused = str(exc)
-            self._on_refused()
-        finally:
-            await store.close()
-            await log_store.close()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout)

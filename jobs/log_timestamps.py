@@ -30,6 +30,7 @@ import cryptography.x509
 import httpx
 import orjson
 
+from execution_proof.kv.keys import LogIdentity
 from execution_proof.kv.logstore import LogStore, LogStoreError
 from execution_proof.receipts import note, timestamps
 from execution_proof.receipts.errors import StoreUnavailable
@@ -53,10 +54,10 @@ class TsaConfig:
 
 
 class Stamper:
-    def __init__(self, store: Any, log_store: LogStore, origin: str, config: TsaConfig) -> None:
+    def __init__(self, store: Any, log_store: LogStore, identity: LogIdentity, config: TsaConfig) -> None:
         self.store = store
         self.log = log_store
-        self.origin = origin
+        self.identity = identity
         self.config = config
         self.token = secrets.token_hex(16)
         self.stamped = -1
@@ -80,15 +81,18 @@ class Stamper:
         raw = await self.log.checkpoint()
         if not raw:
             return None
-        signed = raw.decode()
-        parsed = note.parse_note(signed)
-        checkpoint = note.parse_checkpoint(parsed.text)
+        try:
+            signed = raw.decode()
+            parsed = note.parse_note(signed)
+            checkpoint = note.parse_checkpoint(parsed.text)
+        except (UnicodeDecodeError, note.NoteError):
+            return None  # unreadable: the integrator publishes it again from the tree state
         if checkpoint.size <= self.stamped:
             return None
         self.stamped = await self.log.last_stamped()
         if checkpoint.size <= self.stamped:
             return None
-        if not await self.store.log_stamp_claim(self.origin, self.token, int(self.config.interval_s * 1000)):
+        if not await self.store.log_stamp_claim(self.identity, self.token, int(self.config.interval_s * 1000)):
             return None  # stamped less than an interval ago (here or by another worker)
         request = timestamps.new_request(parsed.text)
         async with httpx.AsyncClient(

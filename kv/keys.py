@@ -14,6 +14,7 @@ docs/redis.md ("Key layout") has the sizes and the reasons.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 
 from execution_proof.receipts.ids import (
     CROCKFORD,
@@ -103,7 +104,9 @@ def receipt_id_from_bytes(raw: bytes) -> str:
 
 
 def hash_index_field(receipt_hash: str) -> bytes:
-    """Field ``h`` + the receipt hash's first 10 bytes; value: the receipt id (16 bytes)."""
+    """Field ``h`` + the receipt hash's first 10 bytes; value: the receipt id (16 bytes),
+    then, with a log, the log's tag (``LogIdentity.tag``, 4 bytes: the log it was queued
+    for) and, once integrated, its index in that log (``LOG_INDEX_BYTES``)."""
     return b"h" + bytes.fromhex(_hex(receipt_hash))[:10]
 
 
@@ -223,47 +226,88 @@ def checkout_session_key(project_id: str, ref: str) -> str:
 # A create appends its entry to its project's queue (in the project's slot, in chain order)
 # and names the project in the log's dirty set; the integrator moves queued entries into
 # the tree, then records each receipt's index in its hash-index field (so it expires with
-# the receipt). Every key carries the origin's tag: two logs never share a queue.
+# the receipt). Every key and every index carries the log's tag, made of its whole identity
+# (origin and key): two logs never share a queue, and a receipt indexed in one log is never
+# taken for an entry of another (CONTRACT 10.2, "Identity everywhere").
+
+LOG_TAG_BYTES = 4
 
 
-def log_tag(origin: str) -> str:
-    """Eight hex digits of SHA-256 of the origin: the log's part of its key names."""
-    return hashlib.sha256(origin.encode()).hexdigest()[:8]
+@dataclass(frozen=True)
+class LogIdentity:
+    """Which log Redis's log records belong to: its origin and verifier key (signed-note
+    form). ``tag``: the first 4 bytes of SHA-256(origin ‖ 0x0A ‖ verifier key), in every key
+    name of the log (as 8 hex digits) and in each receipt's hash-index value."""
+
+    origin: str
+    vkey: str
+    tag: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        digest = hashlib.sha256(f"{self.origin}\n{self.vkey}".encode()).digest()
+        object.__setattr__(self, "tag", digest[:LOG_TAG_BYTES])
+
+    @property
+    def tag_hex(self) -> str:
+        return self.tag.hex()
 
 
-def log_queue_key(origin: str, project_id: str) -> str:
+def log_queue_key(log: LogIdentity, project_id: str) -> str:
     """List: the project's log entries not yet in the tree, oldest first (entry bytes)."""
-    return f"lq:{{{slot_tag(project_id)}}}:{log_tag(origin)}:{project_id}"
+    return f"lq:{{{slot_tag(project_id)}}}:{log.tag_hex}:{project_id}"
 
 
-def log_dirty_key(origin: str) -> str:
+def log_dirty_key(log: LogIdentity) -> str:
     """Set: ids of projects whose queue may hold entries (the integrator's worklist)."""
-    return f"log:{log_tag(origin)}:dirty"
+    return f"log:{log.tag_hex}:dirty"
 
 
-def log_recheck_key(origin: str) -> str:
+def log_recheck_key(log: LogIdentity) -> str:
     """Sorted set: projects taken off the dirty set, by when (ms), to be looked at again."""
-    return f"log:{log_tag(origin)}:recheck"
+    return f"log:{log.tag_hex}:recheck"
 
 
-def log_synced_key(origin: str) -> str:
+def log_synced_key(log: LogIdentity) -> str:
     """Integer: the tree size up to which every entry in the log has left its queue and has
     its index recorded here. Older than the store's tree after a crash between the two, or a
     restore from an older snapshot: the integrator then reconciles (jobs/log_integrator.py).
     Its presence is this Redis's trace of the log: an empty log store beside it is refused."""
-    return f"log:{log_tag(origin)}:synced"
+    return f"log:{log.tag_hex}:synced"
 
 
-def log_pending_key(origin: str) -> str:
+def log_pending_key(log: LogIdentity) -> str:
     """Integer: entries queued and not yet in the tree (``LOG_MAX_PENDING``'s count)."""
-    return f"log:{log_tag(origin)}:pending"
+    return f"log:{log.tag_hex}:pending"
 
 
-def log_stamping_key(origin: str) -> str:
+def log_progress_key(log: LogIdentity) -> str:
+    """Integer (Unix ms): the last time an integrator published a checkpoint or found nothing
+    waiting; ``/health`` says ``stalled`` when entries wait and this is older than
+    ``LOG_STALL_S``."""
+    return f"log:{log.tag_hex}:progress"
+
+
+def log_stamping_key(log: LogIdentity) -> str:
     """String with a TTL of ``LOG_TSA_INTERVAL_S``: whoever set it stamps this interval."""
-    return f"log:{log_tag(origin)}:stamping"
+    return f"log:{log.tag_hex}:stamping"
 
 
 LOG_INDEX_BYTES = 8
 """A receipt's index in the log, appended to its hash-index field's value (after the 16-byte
-receipt id) once integrated: big-endian."""
+receipt id and the 4-byte tag of the log it was queued for) once integrated: big-endian."""
+
+
+def parse_log_index(value: bytes, receipt_id: str) -> tuple[bytes | None, int | None] | None:
+    """What a hash-index value says of the receipt's place in a log: (the tag of the log it
+    was queued for, or None when it was issued without one; its index there, or None until
+    integrated). None when the value is not the receipt's (another receipt's, or malformed)."""
+    if value[:16] != receipt_id_bytes(receipt_id):
+        return None
+    rest = value[16:]
+    if not rest:
+        return None, None
+    if len(rest) == LOG_TAG_BYTES:
+        return rest, None
+    if len(rest) == LOG_TAG_BYTES + LOG_INDEX_BYTES:
+        return rest[:LOG_TAG_BYTES], int.from_bytes(rest[LOG_TAG_BYTES:], "big")
+    return None

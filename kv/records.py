@@ -107,10 +107,14 @@ def _checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_i
         raise CorruptRecord(receipt_id, str(exc)) from None
 
 
+HASH_INDEX_LENGTHS = (16, 16 + keys.LOG_TAG_BYTES, 16 + keys.LOG_TAG_BYTES + keys.LOG_INDEX_BYTES)
+"""A hash-index value: the receipt id, then the tag of the log it was queued for, then its index there."""
+
+
 def _receipt_id(value: bytes | str | None) -> str | None:
     """A receipt id as the index holds it (16 bytes), as text; None for anything else."""
-    if isinstance(value, bytes) and len(value) in (16, 16 + keys.LOG_INDEX_BYTES):
-        return keys.receipt_id_from_bytes(value[:16])  # a hash-index value may carry the log index
+    if isinstance(value, bytes) and len(value) in HASH_INDEX_LENGTHS:
+        return keys.receipt_id_from_bytes(value[:16])  # a hash-index value may carry the log's tag and index
     return None
 
 
@@ -214,10 +218,10 @@ class IssueItem:
 
 @dataclass(frozen=True)
 class LogQueue:
-    """Where creates queue their transparency-log entries: the log's origin (every key of the
-    log carries it) and ``LOG_MAX_PENDING``."""
+    """Where creates queue their transparency-log entries: the log's identity (every key of
+    the log, and each receipt's hash-index value, carries its tag) and ``LOG_MAX_PENDING``."""
 
-    origin: str
+    identity: keys.LogIdentity
     max_pending: int
 
 

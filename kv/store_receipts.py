@@ -41,16 +41,18 @@ class ReceiptStore:
     _delete_receipt: Any
     is_cluster: bool
     log: LogQueue | None
-    log_pending: Callable[[str], Awaitable[int]]
-    log_count_pending: Callable[[str, int], Awaitable[None]]
+    log_pending: Callable[[keys.LogIdentity], Awaitable[int]]
+    log_count_pending: Callable[[keys.LogIdentity, int], Awaitable[None]]
 
-    async def _mark_for_log(self, origin: str, project_id: str, script_on_link: bool) -> Awaitable[Any] | None:
+    async def _mark_for_log(
+        self, log: keys.LogIdentity, project_id: str, script_on_link: bool
+    ) -> Awaitable[Any] | None:
         """Name the project in the log's dirty set before its entries are queued. Over one
         pipelined connection the mark leaves first, in the same write as the script that
         queues them (Redis runs a connection's commands in order); elsewhere (a Cluster,
         fakeredis, a script sent on another connection for ``STORE_ACK``) it is awaited first.
         Returns what the caller awaits after the script, if any."""
-        marked = self.link.send("SADD", keys.log_dirty_key(origin), project_id)
+        marked = self.link.send("SADD", keys.log_dirty_key(log), project_id)
         if script_on_link and isinstance(self.link, FastLink):
             return marked
         await marked
@@ -111,11 +113,12 @@ class ReceiptStore:
         meta_key = keys.index_meta_key(project_id)
         log = self.log
         logged = log is not None and any(item.log_entry for item in items)
-        log_queue = keys.log_queue_key(log.origin, project_id) if log is not None else project_key
+        log_queue = keys.log_queue_key(log.identity, project_id) if log is not None else project_key
         # The count of waiting entries lives in another slot on a Cluster: read it here
         # (approximate, the contract allows it), and count the queued entries after the script.
-        observed = str(await self.log_pending(log.origin)) if log is not None and self.is_cluster and logged else ""
-        log_count = keys.log_pending_key(log.origin) if log is not None and not self.is_cluster else log_queue
+        observed = str(await self.log_pending(log.identity)) if log is not None and self.is_cluster and logged else ""
+        log_count = keys.log_pending_key(log.identity) if log is not None and not self.is_cluster else log_queue
+        log_tag = log.identity.tag if log is not None else b""
         max_pending = str(log.max_pending) if log is not None else "0"
         for item in items:
             receipt_id_bytes = keys.receipt_id_bytes(item.receipt_id)
@@ -149,9 +152,10 @@ class ReceiptStore:
                 item.log_entry if log is not None else b"",
                 max_pending,
                 observed,
+                log_tag if item.log_entry else b"",
             ]
         marked = (
-            await self._mark_for_log(log.origin, project_id, not self.ack.enabled)
+            await self._mark_for_log(log.identity, project_id, not self.ack.enabled)
             if log is not None and logged
             else None
         )
@@ -168,7 +172,7 @@ class ReceiptStore:
                 if item.log_entry and int(reply[at]) == IssueOutcome.ISSUED.value
             )
             if queued:
-                await self.log_count_pending(log.origin, queued)
+                await self.log_count_pending(log.identity, queued)
         results = []
         for at in range(0, len(reply), 4):
             outcome = IssueOutcome(int(reply[at]))

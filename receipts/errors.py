@@ -142,6 +142,14 @@ class LogPending(ServiceError):
     headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
 
 
+class NotInLog(NotFound):
+    """The receipt exists but is not in this service's log: it was issued without a log, or
+    for another log (another origin or key on the same Redis), and is never queued again
+    (CONTRACT 10.2, "Identity everywhere")."""
+
+    code = "not_in_log"
+
+
 class LogBacklog(ServiceError):
     """More entries wait for the transparency log than ``LOG_MAX_PENDING``: a create is
     refused before it changes anything (no quota used) until the integrator catches up."""

@@ -216,6 +216,32 @@ def extend(size: int, edge: Mapping[int, Sequence[bytes]], leaves: Sequence[byte
     return Extension(new_size, root_from_edge(new_size, edge_after), changed)
 
 
+def bundles_after(size: int, tail: list[bytes], entries: list[bytes]) -> dict[int, tuple[bytes, int]]:
+    """Every entry bundle the entries after ``size`` change: index -> (bytes, entry count).
+    ``tail``: the entries of the tree's partial bundle (they start the first one)."""
+    out: dict[int, tuple[bytes, int]] = {}
+    current = list(tail)
+    index = size // TILE_WIDTH
+    for entry in entries:
+        current.append(entry)
+        if len(current) == TILE_WIDTH:
+            out[index] = (b"".join(bundle_entry(e) for e in current), TILE_WIDTH)
+            index, current = index + 1, []
+    if current:
+        out[index] = (b"".join(bundle_entry(e) for e in current), len(current))
+    return out
+
+
+def edge_after(size: int, before: dict[int, list[bytes]], extension: Extension) -> dict[int, list[bytes]]:
+    """The edge tiles of the tree of ``size`` after ``extension``: changed tiles at the edge
+    from the extension, unchanged ones from ``before``."""
+    edge: dict[int, list[bytes]] = {}
+    for level, index, width in edge_tiles(size):
+        data = extension.tiles.get((level, index))
+        edge[level] = split_tile(data) if data is not None else before[level][:width]
+    return edge
+
+
 def _levels(size: int) -> int:
     """Levels holding at least one hash in a tree of ``size``."""
     count = 0

@@ -147,8 +147,21 @@ LOG_STAMPED_SIZE = Gauge(
 )
 LOG_HALTED = Gauge(
     "eps_log_halted",
-    "1 while the transparency log is halted (a witness showed a fork; `log resume` lifts it), else 0",
+    "1 while the transparency log is halted (a witness showed a fork, or the store was refused; `log resume` "
+    "lifts it), else 0",
     multiprocess_mode="livemax",
+)
+LOG_STALLED = Gauge(
+    "eps_log_stalled",
+    "1 while entries wait for the transparency log (or its tree is ahead of the published checkpoint) and "
+    "nothing was published for LOG_STALL_S, else 0",
+    multiprocess_mode="livemax",
+)
+LOG_FENCED = Counter(
+    "eps_log_fenced",
+    "Times an integrator found the tree state moved under it (it had paused, or lost its lease) and went back "
+    "to standby without writing, by the step where it found out",
+    ["step"],
 )
 
 STORE_OPERATION_SECONDS = Histogram(

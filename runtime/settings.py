@@ -16,6 +16,7 @@ from execution_proof.receipts.note import NoteError, Signer
 from execution_proof.receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, cosignature_skew, parse_policy
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from execution_proof.receipts.timestamps import StampError, load_roots
+from execution_proof.runtime.failpoints import Failpoints, FailpointsError
 from execution_proof.runtime.logs import json_logging
 from execution_proof.runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 
@@ -27,6 +28,7 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 LOG_FORMATS = ("json", "text")
 DEFAULT_LOG_ORIGIN = "localhost/v1/log"
 DEFAULT_LOG_MAX_PENDING = 100_000
+DEFAULT_LOG_STALL_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,12 @@ class Settings:
     """``LOG_MAX_PENDING``: entries that may wait for the log before creates answer 503."""
     log_public_url: str | None = None
     """``LOG_PUBLIC_URL``: where outsiders read the tiles; None: ``/v1/log/`` where asked."""
-    log_test_crash_at: str | None = None
-    """``LOG_TEST_CRASH_AT``: fault-injection tests only (the integrator kills its process at
-    that point of a batch: jobs/log_integrator.py ``CRASH_POINTS``). Never set it in production."""
+    log_stall_s: float = DEFAULT_LOG_STALL_S
+    """``LOG_STALL_S``: ``/health`` says the log is ``stalled`` when entries wait (or the tree is
+    ahead of the published checkpoint) and nothing was published for this long."""
+    log_failpoints: Failpoints | None = None
+    """``LOG_FAILPOINTS``: the integrator's fault points (runtime/failpoints.py), for fault
+    tests and drills; never set in production."""
 
     @property
     def embedded(self) -> bool:
@@ -263,16 +268,29 @@ def _log_store(env: Mapping[str, str]) -> str | None:
 
 
 def _log_serving(env: Mapping[str, str]) -> dict[str, Any]:
-    """``LOG_MAX_PENDING`` and ``LOG_PUBLIC_URL`` (default ``PUBLIC_BASE_URL`` + ``/v1/log/``)."""
+    """``LOG_MAX_PENDING``, ``LOG_STALL_S``, ``LOG_FAILPOINTS`` and ``LOG_PUBLIC_URL`` (default
+    ``PUBLIC_BASE_URL`` + ``/v1/log/``)."""
     settings: dict[str, Any] = {}
     raw = (env.get("LOG_MAX_PENDING") or "").strip()
     if raw:
         if not raw.isdigit() or not 0 < int(raw) <= 10**12:
             raise ConfigError("LOG_MAX_PENDING must be a whole number of entries, at least 1")
         settings["log_max_pending"] = int(raw)
-    crash_at = (env.get("LOG_TEST_CRASH_AT") or "").strip()
-    if crash_at:
-        settings["log_test_crash_at"] = crash_at
+    stall = (env.get("LOG_STALL_S") or "").strip()
+    if stall:
+        try:
+            seconds = float(stall)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds <= 86_400:
+            raise ConfigError("LOG_STALL_S must be seconds, more than 0 and at most 86400")
+        settings["log_stall_s"] = seconds
+    try:
+        failpoints = Failpoints.parse(env.get("LOG_FAILPOINTS") or "")
+    except FailpointsError as exc:
+        raise ConfigError(f"LOG_FAILPOINTS: {exc}") from exc
+    if failpoints is not None:
+        settings["log_failpoints"] = failpoints
     public = (env.get("LOG_PUBLIC_URL") or "").strip()
     base = (env.get("PUBLIC_BASE_URL") or "").strip().rstrip("/")
     if public:

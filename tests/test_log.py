@@ -25,16 +25,18 @@ from tlog_scales.reader import TilesReader
 from tlog_scales.signing import Vkey
 
 from execution_proof.jobs.log_config import LogConfig, LogRefused
-from execution_proof.jobs.log_integrator import CRASH_POINTS, Integrator
+from execution_proof.jobs.log_integrator import Integrator
 from execution_proof.kv import keys
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.logstore.files import FileObjects
+from execution_proof.kv.logstore.log import Identity
 from execution_proof.kv.records import KeyRecord
 from execution_proof.kv.store import Store
 from execution_proof.receipts import note, tlog
 from execution_proof.receipts.limits import PlanLimits, load_limits
 from execution_proof.receipts.model import parse_create_request
+from execution_proof.runtime.failpoints import STEPS
 from execution_proof.runtime.settings import Settings
 from execution_proof.web.app import create_app
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
@@ -45,9 +47,14 @@ REPO = Path(__file__).resolve().parent.parent
 UNLIMITED = PlanLimits(per_minute=10**9, monthly=10**9)
 
 
+SIGNER = note.Signer.generate(ORIGIN)
+IDENTITY = Identity(ORIGIN, SIGNER.verifier.encode())
+"""The log's identity: its records in Redis carry it (CONTRACT 10.2)."""
+
+
 @pytest.fixture(scope="module")
 def signer() -> note.Signer:
-    return note.Signer.generate(ORIGIN)
+    return SIGNER
 
 
 def log_app(
@@ -68,6 +75,11 @@ def log_app(
         **settings,
     )
     return create_app(config, store=store, log_store=log_store, clock_ms=clock_ms)
+
+
+def ident(signer: note.Signer) -> Identity:
+    """The log's identity (origin and key), which binds its records in Redis."""
+    return Identity(signer.name, signer.verifier.encode())
 
 
 async def integrator(store: Store, log_store: LogStore, signer: note.Signer, **config: Any) -> Integrator:
@@ -156,8 +168,8 @@ async def assert_extends(log_store: LogStore, old: note.Checkpoint, new: note.Ch
 
 
 async def queued(store: Store) -> int:
-    projects = await store.log_all_dirty_projects(ORIGIN)
-    return sum((await store.log_queue_lengths(ORIGIN, projects)).values()) if projects else 0
+    projects = await store.log_all_dirty_projects(IDENTITY)
+    return sum((await store.log_queue_lengths(IDENTITY, projects)).values()) if projects else 0
 
 
 async def test_receipts_reach_the_log_and_their_proofs_verify(
@@ -185,9 +197,9 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     long_wait = await create(client, keys_[0], "long-wait", Prefer="wait=" + "9" * 5000)
     assert long_wait["log"]["status"] == "pending"
     receipts.append(long_wait["receipt"])
-    assert await store.log_pending(ORIGIN) == 41
+    assert await store.log_pending(IDENTITY) == 41
     assert await worker.step(force=True) == 41
-    assert await store.log_pending(ORIGIN) == 0
+    assert await store.log_pending(IDENTITY) == 0
     checkpoint = await published(log_store, signer)
     assert checkpoint.size == 41 and checkpoint.origin == ORIGIN
     indices = [await check_proof(client, signer, r) for r in receipts]
@@ -214,7 +226,7 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     assert described.headers["access-control-allow-origin"] == "*"
     # Nothing of the log is left in Redis but the synced size and the indices.
     assert await queued(store) == 0
-    assert await store.log_synced(ORIGIN) == 41
+    assert await store.log_synced(IDENTITY) == 41
     assert [name async for name in store.client.scan_iter(match="lt:*")] == []
 
 
@@ -357,7 +369,7 @@ async def test_without_a_log_key_the_log_routes_answer_503_and_creates_are_uncha
     ):
         _, response = await client.get(path)
         assert response.status == 503 and response.json["error"]["code"] == "log_unavailable", path
-    assert not await store.client.exists(keys.log_queue_key(ORIGIN, body["receipt"]["project_id"]))
+    assert not await store.client.exists(keys.log_queue_key(IDENTITY, body["receipt"]["project_id"]))
     _, health = await client.get("/health")
     assert health.json["log"] == "off"
 
@@ -383,19 +395,26 @@ async def test_prefer_wait_returns_the_proof_once_a_checkpoint_covers_the_receip
     )
 
 
-class Crash(Exception):
-    pass
+class Crash(BaseException):
+    """An integrator cut short in process (a BaseException: nothing on the way catches it)."""
 
 
-def crash_at(point: str) -> Any:
-    def crash(name: str) -> None:
-        if name == point:
-            raise Crash(point)
+class CrashAt:
+    """Stands in for ``Failpoints`` in process: the step raises ``Crash`` (the real fault
+    points SIGKILL, SIGSTOP or sleep: test_log_faults.py)."""
 
-    return crash
+    def __init__(self, step: str) -> None:
+        self.step = step
+
+    def reach(self, step: str) -> None:
+        if step == self.step:
+            raise Crash(step)
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
+BATCH_STEPS = [step for step in STEPS if step not in ("created", "batch")]
+
+
+@pytest.mark.parametrize("point", BATCH_STEPS)
 async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, point: str
 ) -> None:
@@ -411,7 +430,7 @@ async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
         app, key_b, [f"b{n}" for n in range(150)]
     )
     doomed = await integrator(store, log_store, signer)
-    doomed.crash = crash_at(point)
+    doomed.failpoints = CrashAt(point)
     with pytest.raises(Crash):
         await doomed.step(force=True)
     # Whatever the point, what is published is the old tree or the new, never anything else.
@@ -426,10 +445,10 @@ async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
     indices = sorted([await proof_index(app, signer, r) for r in first + second])
     assert indices == list(range(306))
     assert await queued(store) == 0
-    assert await store.log_pending(ORIGIN) == 0
+    assert await store.log_pending(IDENTITY) == 0
     entries = await log_entries(log_store, 306)
     assert len({tlog.parse_entry(e)["receipt_id"] for e in entries}) == 306
-    assert await log_store.staged_sizes() == []
+    assert await log_store.staging_names() == []
 
 
 async def test_racing_integrators_never_fork_and_lose_nothing(
@@ -472,7 +491,13 @@ async def test_lost_tiles_refuse_to_extend_instead_of_signing_a_fork(
     await issue(app, key, ["l-next"])
     with pytest.raises(LogRefused, match="tile"):
         await (await integrator(store, log_store, signer)).step(force=True)
+    # The refusal is recorded in the store: every integrator (and web process) sees it.
+    halted = await log_store.halted()
+    assert halted is not None and "tile/0/000.p/10 is missing" in halted["reason"]
+    waiting = await integrator(store, log_store, signer)
+    assert await waiting.step(force=True) == 0 and waiting.halted is not None
     (tmp_path / "log/tile/0/000.p/10").write_bytes(b"\x00" * 320)  # data, but not the tree's
+    assert await log_store.resume("put a tile back") is not None
     with pytest.raises(LogRefused, match="do not hash"):
         await (await integrator(store, log_store, signer)).step(force=True)
     assert await published(log_store, signer) == before
@@ -500,7 +525,7 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
     await store.client.flushall()
     for name, value in snapshot.items():
         await store.client.restore(name, 0, value)
-    assert await store.log_synced(ORIGIN) == 0 and await queued(store) == 100
+    assert await store.log_synced(IDENTITY) == 0 and await queued(store) == 100
     restarted = await integrator(store, log_store, signer)
     third = await issue(app, key, [f"three-{n}" for n in range(100)])
     await restarted.step(force=True)
@@ -516,7 +541,7 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
         assert ids[await check_proof(client, signer, receipt)] == receipt["receipt_id"]
     # The second 100 are gone from Redis, not from the log.
     assert {r["receipt_id"] for r in second} <= set(ids)
-    assert await queued(store) == 0 and await store.log_pending(ORIGIN) == 0
+    assert await queued(store) == 0 and await store.log_pending(IDENTITY) == 0
 
 
 async def test_a_flushed_redis_loses_nothing_the_log_holds(
@@ -572,7 +597,7 @@ async def test_an_empty_store_beside_a_redis_that_knows_the_log_is_refused(
     assert not (tmp_path / "mistyped/checkpoint").exists()
     # A Redis that only knows the log's synced size is enough to refuse.
     await store.client.flushall()
-    await store.log_mark_synced(ORIGIN, None, 0)
+    await store.log_mark_synced(IDENTITY, None, 0)
     with pytest.raises(LogRefused, match="LOG_STORE"):
         await Integrator(store, mistyped, LogConfig(ORIGIN, signer)).prepare()
     # And a store that holds tiles but no identity is nobody's log.
@@ -621,7 +646,7 @@ async def test_backpressure_refuses_creates_without_using_quota(
     assert abs(month_before.pop("reset_in_seconds") - month_after.pop("reset_in_seconds")) <= 5
     assert month_after == month_before
     assert usage_after.json["minute"]["used"] == usage_before.json["minute"]["used"]
-    assert await store.log_pending(ORIGIN) == 3
+    assert await store.log_pending(IDENTITY) == 3
     # A replay of a receipt that exists still answers.
     replay = await create(client, key, "b0")
     assert replay["idempotency"]["hit"] is True and replay["receipt"] == bodies[0]["receipt"]
@@ -688,7 +713,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
         restarted.witnesses.jitter = lambda: 0.0
         await restarted.step(force=True)
         assert (await published(log_store, signer)).size == 2
-        app.ctx.log._halted = (-1e9, True)  # forget the cached answer
+        app.ctx.log._state = (-1e9, "halted")  # forget the cached answer
         _, health = await client.get("/health")
         assert health.json["log"] == "ok"
         # A 409 naming a larger tree than ours is evidence too.
@@ -702,21 +727,21 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
 async def test_the_dirty_set_forgets_empty_projects_but_never_a_queued_entry(store: Store, keyring: Any) -> None:
     key = await create_project_key(store, project_name="dirty", plan="pro")
     project = key["project_id"]
-    dirty = keys.log_dirty_key(ORIGIN)
+    dirty = keys.log_dirty_key(IDENTITY)
     await store.client.sadd(dirty, project)
-    await store.log_tidy_dirty(ORIGIN, [project], now_ms=1_000)
+    await store.log_tidy_dirty(IDENTITY, [project], now_ms=1_000)
     assert not await store.client.sismember(dirty, project)
     # A create that marked the project just before the removal queues its entry after it.
-    await store.client.rpush(keys.log_queue_key(ORIGIN, project), b"late entry")
-    assert await store.log_recheck(ORIGIN, before_ms=2_000) == 1
+    await store.client.rpush(keys.log_queue_key(IDENTITY, project), b"late entry")
+    assert await store.log_recheck(IDENTITY, before_ms=2_000) == 1
     assert await store.client.sismember(dirty, project)
-    assert not await store.client.zcard(keys.log_recheck_key(ORIGIN))
+    assert not await store.client.zcard(keys.log_recheck_key(IDENTITY))
     # Several projects at once: the one with a queued entry stays, the empty one goes.
     other = (await create_project_key(store, project_name="dirty-2", plan="pro"))["project_id"]
     await store.client.sadd(dirty, other)
-    await store.log_tidy_dirty(ORIGIN, [project, other], now_ms=3_000)
+    await store.log_tidy_dirty(IDENTITY, [project, other], now_ms=3_000)
     assert await store.client.smembers(dirty) == {project.encode()}
-    assert await store.client.zcard(keys.log_recheck_key(ORIGIN)) == 2
+    assert await store.client.zcard(keys.log_recheck_key(IDENTITY)) == 2
 
 
 def test_log_key_new_prints_a_signer_key_and_its_verifier_key() -> None:
@@ -796,10 +821,15 @@ async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps
     worker = await integrator(store, log_store, signer)
     receipts = await issue(app, key, [f"s{n}" for n in range(4)])
     await worker.step(force=True)
-    assert await store.log_index(key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]) == 0
+    assert (
+        await store.log_index(IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]) == 0
+    )
     summary = await store.expire_receipts(int(time.time() * 1000) + 86_400_000)
     assert summary["receipts"] == 4
-    assert await store.log_index(key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]) is None
+    assert (
+        await store.log_index(IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"])
+        is None
+    )
     _, gone = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/log-proof")
     assert gone.status == 404
     assert (await published(log_store, signer)).size == 4
@@ -817,5 +847,134 @@ async def test_a_deleted_receipt_takes_its_log_index_with_it(
     await worker.step(force=True)
     assert await store.delete_receipt(receipt["receipt_id"]) is not None
     assert await store.find_receipt_id_by_hash(key["project_id"], receipt["receipt_hash"]) is None
-    assert await store.log_index(key["project_id"], receipt["receipt_id"], receipt["receipt_hash"]) is None
+    assert await store.log_index(IDENTITY, key["project_id"], receipt["receipt_id"], receipt["receipt_hash"]) is None
     assert (await published(log_store, signer)).size == 1
+
+
+async def test_head_answers_every_log_route_like_get_without_a_body_and_counts_alike(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    """CONTRACT 10.2: HEAD on every route of the log's table answers as GET (status and
+    headers), with no body, and takes one from the same limit. (Content-Length over real HTTP:
+    tests/test_log_operator_faults.py.)"""
+    client = log_app(store, log_store, keyring, signer).asgi_client
+    key = await create_project_key(store, project_name="head", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    receipt = (await create(client, key, "head"))["receipt"]
+    await worker.step(force=True)
+    for path in (
+        "/v1/log",
+        "/v1/log/checkpoint",
+        "/v1/log/tile/0/000.p/1",
+        "/v1/log/tile/entries/000.p/1",
+        f"/v1/receipts/{receipt['receipt_id']}/log-proof",
+        "/v1/log/checkpoints/1/timestamps",
+        "/v1/log/tile/0/001",
+    ):
+        _, got = await client.get(path)
+        _, head = await client.head(path)
+        assert head.status == got.status, path
+        assert head.body == b"", path
+        for name in ("content-type", "cache-control", "access-control-allow-origin", "ratelimit-policy"):
+            assert head.headers.get(name) == got.headers.get(name), (path, name)
+        if got.status == 200:
+            remaining = [int(r.headers["ratelimit"].split(";r=")[1].split(";")[0]) for r in (got, head)]
+            assert remaining[1] == remaining[0] - 1, f"{path}: HEAD is counted like GET"
+
+
+async def test_a_receipt_of_another_log_or_of_none_is_not_in_this_log(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+) -> None:
+    """A new origin on the same Redis is a new log: the old log's receipts answer 404
+    ``not_in_log`` on their log-proof and bundle (never a proof that does not verify), are
+    never queued into the new log, and a replay of one is still a 200 whose ``log`` is the
+    pending form. A receipt issued while the service ran without a log is not in it either."""
+    old_client = log_app(store, log_store, keyring, signer).asgi_client
+    key = await create_project_key(store, project_name="new-origin", plan="pro")
+    old_worker = await integrator(store, log_store, signer)
+    old = (await create(old_client, key, "old"))["receipt"]
+    await old_worker.step(force=True)
+    await check_proof(old_client, signer, old)
+    plain = (await create(log_app(store, log_store, keyring, None).asgi_client, key, "no-log"))["receipt"]
+
+    other = note.Signer.generate("elsewhere.example/v1/log")
+    new_store = LogStore(FileObjects(tmp_path / "new-log"))
+    config = Settings(
+        redis_url="redis://injected-by-tests", keyring=keyring, env="test", log_origin=other.name, log_signer=other,
+        limits=load_limits(orjson.dumps(RAISED_LIMITS)),
+    )  # fmt: skip
+    new_app = create_app(config, store=store, log_store=new_store)
+    client = new_app.asgi_client
+    new_worker = Integrator(store, new_store, LogConfig(other.name, other))
+    await new_worker.prepare()
+    fresh = (await create(client, key, "fresh"))["receipt"]
+    replay = await create(client, key, "old", Prefer="wait=1")
+    assert replay["idempotency"]["hit"] is True and replay["log"]["status"] == "pending"
+    await new_worker.step(force=True)
+    for receipt in (old, plain):
+        for path in ("log-proof", "bundle"):
+            _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}/{path}")
+            assert response.status == 404, (path, response.text)
+            assert response.json["error"]["code"] == "not_in_log"
+    _, proof = await client.get(f"/v1/receipts/{fresh['receipt_id']}/log-proof")
+    assert proof.status == 200
+    checkpoint = await published(new_store, other)
+    assert checkpoint.size == 1, "the old log's receipt was queued into the new log"
+    # The old log still proves its own receipt.
+    await check_proof(old_client, signer, old)
+
+
+async def test_a_proof_is_checked_before_it_is_served(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    """An index in Redis that names another entry (a Redis of another deployment with the
+    same log's key, say) gives 404 ``not_in_log``, not a proof that fails to verify."""
+    client = log_app(store, log_store, keyring, signer).asgi_client
+    key = await create_project_key(store, project_name="leaf", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    first = (await create(client, key, "first"))["receipt"]
+    second = (await create(client, key, "second"))["receipt"]
+    await worker.step(force=True)
+    # Swap the two receipts' recorded indices.
+    await store.log_ack(IDENTITY, key["project_id"], [(tlog.entry_bytes(first), 1), (tlog.entry_bytes(second), 0)])
+    for receipt in (first, second):
+        _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}/log-proof")
+        assert response.status == 404 and response.json["error"]["code"] == "not_in_log", response.text
+
+
+async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    """``/health``: ``ok`` while the log keeps up; ``stalled`` once entries have waited with
+    nothing published for ``LOG_STALL_S`` (by the integrators' progress mark in Redis);
+    ``ok`` again once an integrator publishes; ``halted`` over ``stalled``."""
+    app = log_app(store, log_store, keyring, signer, log_stall_s=0.5)
+    client = app.asgi_client
+    service = app.ctx.log
+    key = await create_project_key(store, project_name="stall", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    await worker.step(force=True)  # nothing waits: its progress is marked
+
+    async def health() -> str:
+        service._state = (-1e9, "")  # past the 2 s cache
+        _, response = await client.get("/health")
+        assert response.status == 200
+        return str(response.json["log"])
+
+    assert await health() == "ok"
+    await create(client, key, "waits")
+    assert await health() == "ok", "a fresh entry is not a stall"
+    await store.client.set(keys.log_progress_key(IDENTITY), 0)  # no integrator for a long time
+    assert await health() == "stalled"
+    await worker.step(force=True)
+    assert await health() == "ok"
+    # The tree ahead of the published checkpoint is waiting too.
+    await create(client, key, "unpublished")
+    worker.failpoints = CrashAt("signed")
+    with pytest.raises(Crash):
+        await worker.step(force=True)
+    await store.client.set(keys.log_progress_key(IDENTITY), 0)
+    assert await store.log_pending(IDENTITY) == 0
+    assert await health() == "stalled"
+    await log_store.halt("a test", {"kind": "refused", "detail": "a test"})
+    assert await health() == "halted"

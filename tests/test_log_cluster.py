@@ -25,7 +25,7 @@ from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the s
 from tests.conftest import auth, hash_of
 from tests.local_tsa import LocalTsa
 from tests.servers import RAISED_LIMITS
-from tests.test_log import ORIGIN, check_proof, create, integrator, issue, published
+from tests.test_log import ORIGIN, check_proof, create, ident, integrator, issue, published
 
 pytestmark = pytest.mark.slow
 
@@ -55,10 +55,10 @@ async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogSt
     receipts = [(await create(client, project_keys[0], "over-http"))["receipt"]]
     for n, key in enumerate(project_keys):
         receipts += await issue(app, key, [f"c{n}-{i}" for i in range(100)])
-    assert await cluster_store.log_pending(ORIGIN) == 601
+    assert await cluster_store.log_pending(ident(signer)) == 601
     assert await worker.step(force=True) == 601
-    assert await cluster_store.log_pending(ORIGIN) == 0
-    assert await cluster_store.log_synced(ORIGIN) == 601
+    assert await cluster_store.log_pending(ident(signer)) == 0
+    assert await cluster_store.log_synced(ident(signer)) == 601
     checkpoint = await published(log_store, signer)
     assert checkpoint.size == 601
     for receipt in receipts[::37]:
@@ -100,7 +100,7 @@ async def test_time_stamps_are_kept_and_served_on_a_cluster(
     await worker.step(force=True)
     tsa = LocalTsa(tmp_path / "tsa").start()
     try:
-        assert await Stamper(cluster_store, log_store, ORIGIN, TsaConfig((tsa.url,))).step() == 5
+        assert await Stamper(cluster_store, log_store, ident(signer), TsaConfig((tsa.url,))).step() == 5
     finally:
         tsa.stop()
     _, response = await client.get("/v1/log/checkpoints/5/timestamps")

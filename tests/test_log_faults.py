@@ -3,7 +3,7 @@ processes: each test starts its own ``redis-server``, a real directory as ``LOG_
 ``python service.py serve`` and ``python service.py worker`` processes, and looks at the log
 from outside, as a monitor would: the checkpoints the service serves and the store's files.
 tests/test_log.py drives the same faults in process; here the kill is a real kill -9 of a
-worker (``LOG_TEST_CRASH_AT``), the race is between two worker processes, the restore is a
+worker (``LOG_FAILPOINTS=STEP=kill``), the race is between two worker processes, the restore is a
 ``redis-server`` restarted on an older ``dump.rdb``.
 
 What every test holds the log to: a checkpoint seen once is a prefix of every later one
@@ -41,12 +41,12 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from execution_proof.jobs.log_integrator import CRASH_POINTS
 from execution_proof.kv import keys
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.store import Store
 from execution_proof.receipts import cosignature, note, tlog
 from execution_proof.receipts.tiles import TileReader, check_tree
+from execution_proof.runtime.failpoints import STEPS
 from tests.conftest import REPO, RedisServer, free_port, hash_of, missing_binary
 from tests.servers import (
     ServiceProcess,
@@ -64,6 +64,8 @@ from tests.test_log_store_s3 import ACCESS_KEY, BUCKET, FOREIGN_VARIABLES, SECRE
 pytestmark = pytest.mark.slow
 
 ORIGIN = "faults.example/v1/log"
+CRASH_POINTS = [step for step in STEPS if step != "created"]
+"""Every step of a batch a worker can be killed at (``LOG_FAILPOINTS=STEP=kill``)."""
 WAIT_S = 60.0
 """How long a test waits for the log to reach a size: a lease left by a killed worker
 expires after 5 s, and the CI machine runs nine logs at once in the crash test."""
@@ -279,6 +281,10 @@ class Stack:
     def verifier(self) -> note.Verifier:
         return self.signer.verifier
 
+    @property
+    def identity(self) -> keys.LogIdentity:
+        return keys.LogIdentity(ORIGIN, self.verifier.encode())
+
     def start_redis(self) -> Stack:
         self.redis.start()
         return self
@@ -383,7 +389,7 @@ class Stack:
 
     def pending(self) -> int:
         with redis.Redis.from_url(self.redis_url) as conn:
-            return int(conn.get(keys.log_pending_key(ORIGIN)) or 0)
+            return int(conn.get(keys.log_pending_key(self.identity)) or 0)
 
     def close(self) -> None:
         if self.observer is not None:
@@ -436,7 +442,7 @@ class CrashRun:
 
 def run_crash(stack: Stack, point: str) -> CrashRun:
     """Six receipts in the log (one batch, partial tiles), then 300 more over three projects
-    queued while no worker runs; a worker started with ``LOG_TEST_CRASH_AT=point`` takes
+    queued while no worker runs; a worker started with ``LOG_FAILPOINTS=<point>=kill`` takes
     them in one batch, which completes tile 0, and kills itself there; another worker,
     started after, finishes."""
     stack.start_redis()
@@ -448,11 +454,11 @@ def run_crash(stack: Stack, point: str) -> CrashRun:
     before = stack.wait_for_size(6)
     assert first.stop() == 0, first.log()[-2000:]
     receipts += stack.create(api_keys, 300)
-    doomed = stack.worker(LOG_TEST_CRASH_AT=point)
+    doomed = stack.worker(LOG_FAILPOINTS=f"{point}=kill")
     try:
         crash_status = doomed.process.wait(WAIT_S)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the worker with LOG_TEST_CRASH_AT={point} did not die:\n{doomed.log()[-3000:]}")
+        pytest.fail(f"the worker with LOG_FAILPOINTS={point}=kill did not die:\n{doomed.log()[-3000:]}")
     doomed.stop()  # its RQ children, should any be left
     successor = stack.worker()
     final = stack.wait_for_size(306)
@@ -491,7 +497,7 @@ def test_a_worker_killed_at_any_step_of_a_batch_is_finished_by_the_next(
     run = crash_runs[point].result()
     stack = run.stack
     assert run.crash_status == -signal.SIGKILL, f"exit status {run.crash_status}:\n{run.crash_log[-3000:]}"
-    assert f"LOG_TEST_CRASH_AT={point}: killing this process" in run.crash_log
+    assert f"LOG_FAILPOINTS {point}=kill: reached" in run.crash_log
     assert run.before.size == 6
     assert run.final.size == 306
     assert stack.stored() == run.final, "the store's checkpoint file is the one served"
@@ -542,7 +548,7 @@ def test_two_workers_racing_never_fork_and_lose_nothing(stacks: Callable[..., St
 
 
 def staged_batches(store_dir: Path) -> list[str]:
-    """The batches staged in the store (``.state/staging/<size>``), by name."""
+    """The batches' entries in the store (``.state/staging/<size>.<nonce>``), by name."""
     found = []
     for directory, _, files in os.walk(store_dir / ".state" / "staging"):
         found += [(Path(directory) / name).relative_to(store_dir).as_posix() for name in files]
@@ -550,9 +556,8 @@ def staged_batches(store_dir: Path) -> list[str]:
 
 
 def mid_batch(store_dir: Path) -> bool:
-    """Whether a batch is staged from the tree's current size: staged, not yet advanced."""
-    sizes = {int(name.removeprefix(".state/staging/").replace("/", "")) for name in staged_batches(store_dir)}
-    return orjson.loads((store_dir / ".state" / "tree").read_bytes())["size"] in sizes
+    """Whether the tree state names a staged batch: staged, not yet advanced."""
+    return "staged" in orjson.loads((store_dir / ".state" / "tree").read_bytes())
 
 
 def lock_is_free(store_dir: Path) -> bool:
@@ -660,7 +665,7 @@ def test_redis_restored_from_an_older_rdb_never_forks_or_duplicates(stacks: Call
     shutil.copyfile(older, Path(stack.redis.dir) / "dump.rdb")
     stack.redis.start()  # the same port and directory: it loads the older dump.rdb
     with redis.Redis.from_url(stack.redis_url) as conn:
-        assert conn.get(keys.log_synced_key(ORIGIN)) == b"0", "the snapshot predates the first batch"
+        assert conn.get(keys.log_synced_key(stack.identity)) == b"0", "the snapshot predates the first batch"
         assert conn.exists(keys.receipt_key(second[0]["receipt_id"])) == 0
     restarted = stack.worker()
     wait_until(lambda: stack.client.get(stack.base_url + "/health").json()["store"] == "ok", 20, "the server's Redis")

@@ -18,7 +18,16 @@ import pytest
 
 from execution_proof.kv.logstore import LogStoreError, open_objects
 from execution_proof.kv.logstore.files import FileObjects
-from execution_proof.kv.logstore.log import Batch, LogStore, LogStoreConflict, TreeState, size_name
+from execution_proof.kv.logstore.log import (
+    Batch,
+    CheckpointUnreadable,
+    Identity,
+    LogStore,
+    LogStoreConflict,
+    TileMismatch,
+    TreeState,
+    size_name,
+)
 from execution_proof.kv.logstore.memory import MemoryObjects
 from execution_proof.kv.logstore.objects import ObjectStore
 from execution_proof.receipts import note, tlog
@@ -113,19 +122,38 @@ class ObjectStoreContract:
         assert await store.is_empty()
         signer = note.Signer.generate("contract.example/v1/log")
         empty = note.sign_note(note.Checkpoint(signer.name, 0, tlog.EMPTY_ROOT).text(), signer).encode()
-        from execution_proof.kv.logstore.log import Identity
-
-        assert await store.create_log(Identity(signer.name, signer.verifier.encode()), empty)
-        assert not await store.create_log(Identity("another.example/log", "x"), empty)
+        assert await store.create_identity(Identity(signer.name, signer.verifier.encode()))
+        assert not await store.create_identity(Identity("another.example/log", "x"))
+        assert await store.identity() == Identity(signer.name, signer.verifier.encode())
+        assert await store.tree() is None  # a creation cut short here is finished by start_tree
+        await store.start_tree(empty)
+        await store.start_tree(empty)  # again: nothing changes
         assert not await store.is_empty()
         tree = await store.tree()
-        assert tree is not None and (tree.size, tree.root) == (0, tlog.EMPTY_ROOT)
-        moved = await store.advance(tree, 3, b"r" * 32, 5)
-        assert moved is not None and moved.size == 3
-        assert await store.advance(tree, 4, b"s" * 32, 6) is None  # a stale read never advances
+        assert tree is not None and (tree.size, tree.root, tree.staged) == (0, tlog.EMPTY_ROOT, None)
 
+        # Staging is the compare-and-swap: one batch per tree state as read, whoever comes first.
+        batch = Batch(0, tlog.EMPTY_ROOT, 2, b"t" * 32, 9, [b"e1\n", b"e2\n"])
+        staged = await store.stage(tree, batch)
+        assert staged is not None and staged.staged is not None and staged.staged.new_size == 2
+        assert await store.stage(tree, Batch(0, tlog.EMPTY_ROOT, 1, b"u" * 32, 9, [b"other\n"])) is None
+        assert await store.staging_names() == [staged.staged.name], "the loser's entries are removed again"
+        assert await store.staged_batch(staged) == batch
+        assert (await store.tree()) == staged
+        advanced = await store.advance(staged)
+        assert advanced is not None and (advanced.size, advanced.root, advanced.staged) == (2, b"t" * 32, None)
+        assert await store.advance(staged) is None, "a stale read never advances"
+        assert advanced.version not in (tree.version, staged.version)
+        await store.unstage(staged.staged)
+        assert await store.staging_names() == []
+
+        # Every tile path, full or partial, is written once; the same bytes again are fine.
         full = b"\x01" * 8192
         await store.write_tile(0, 0, full[:64], 2)
+        await store.write_tile(0, 0, full[:64], 2)
+        with pytest.raises(TileMismatch):
+            await store.write_tile(0, 0, b"\x02" * 64, 2)
+        assert await store.fetch("tile/0/000.p/2") == full[:64]
         await store.write_tile(0, 0, full[:96], 3)
         await store.write_tile(0, 0, full, 256)
         assert await objects.names("tile/0/000.p/") == []  # partials go once the full tile is there
@@ -134,13 +162,26 @@ class ObjectStoreContract:
             await store.write_tile(0, 0, b"\x02" * 8192, 256)
         assert await store.fetch("tile/0/000") == full
 
-        batch = Batch(3, b"r" * 32, 5, b"t" * 32, 9, [b"e1\n", b"e2\n"])
-        assert await store.stage(batch)
-        assert not await store.stage(Batch(3, b"r" * 32, 4, b"u" * 32, 9, [b"other\n"]))
-        assert await store.staged(3) == batch
-        assert await store.staged_sizes() == [3]
-        await store.unstage(3)
-        assert await store.staged_sizes() == []
+    async def test_a_tree_state_never_repeats_its_version(self, objects: ObjectStore) -> None:
+        """The same size and root written twice is two versions: a compare-and-swap from the
+        first read fails after the second write, although the content says the same."""
+        store = LogStore(objects)
+        first = await store.replace_tree(None, TreeState(5, b"r" * 32, 1))
+        assert first is not None
+        second = await store.replace_tree(first, TreeState(5, b"r" * 32, 1))
+        assert second is not None and second.version != first.version
+        assert await store.replace_tree(first, TreeState(6, b"s" * 32, 1)) is None
+
+    async def test_an_unreadable_checkpoint_is_replaced_only_when_asked(self, objects: ObjectStore) -> None:
+        store = LogStore(objects)
+        signer = note.Signer.generate("contract.example/v1/log")
+        signed = note.sign_note(note.Checkpoint(signer.name, 3, b"r" * 32).text(), signer).encode()
+        await objects.write("checkpoint", b"contract.example/v1/log\n3\n")  # truncated
+        with pytest.raises(CheckpointUnreadable):
+            await store.publish(signed)
+        assert await store.checkpoint() == b"contract.example/v1/log\n3\n"
+        assert await store.publish(signed, repair=True)
+        assert await store.checkpoint() == signed
 
     async def test_the_public_checkpoint_never_goes_back(self, objects: ObjectStore) -> None:
         store = LogStore(objects)
@@ -308,12 +349,8 @@ async def test_a_file_store_serves_the_state_directory_as_its_own_files(tmp_path
     """What a static web server would see: the tree state is a plain JSON file."""
     store = LogStore(FileObjects(tmp_path))
     signer = note.Signer.generate("files.example/v1/log")
-    from execution_proof.kv.logstore.log import Identity
-
-    await store.create_log(
-        Identity(signer.name, signer.verifier.encode()),
-        note.sign_note(note.Checkpoint(signer.name, 0, tlog.EMPTY_ROOT).text(), signer).encode(),
-    )
+    await store.create_identity(Identity(signer.name, signer.verifier.encode()))
+    await store.start_tree(note.sign_note(note.Checkpoint(signer.name, 0, tlog.EMPTY_ROOT).text(), signer).encode())
     state = TreeState.decode((tmp_path / ".state/tree").read_bytes(), "")
     assert (state.size, state.root) == (0, tlog.EMPTY_ROOT)
     assert (tmp_path / "checkpoint").read_text().startswith("files.example/v1/log\n0\n")

@@ -243,7 +243,8 @@ async def test_open_objects_reaches_the_store_end_to_end(s3_env: MotoServer) -> 
     store = LogStore(objects)
     signer = note.Signer.generate("s3.example/v1/log")
     empty = note.sign_note(note.Checkpoint(signer.name, 0, tlog.EMPTY_ROOT).text(), signer).encode()
-    assert await store.create_log(Identity(signer.name, signer.verifier.encode()), empty)
+    assert await store.create_identity(Identity(signer.name, signer.verifier.encode()))
+    await store.start_tree(empty)
     assert keys_in(s3_env, BUCKET, prefix) == [
         f"{prefix}/.state/identity",
         f"{prefix}/.state/tree",

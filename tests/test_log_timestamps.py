@@ -27,7 +27,7 @@ from tests import tsa_tokens
 from tests.conftest import free_port
 from tests.local_tsa import LocalTsa, openssl_binary
 from tests.servers import verify_cli
-from tests.test_log import ORIGIN, integrator, issue, log_app
+from tests.test_log import ORIGIN, ident, integrator, issue, log_app
 
 CHECKPOINT_TEXT = f"{ORIGIN}\n5\n{base64.b64encode(bytes(range(32))).decode()}\n"
 
@@ -163,7 +163,7 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
     key = await create_project_key(store, project_name="stamped", plan="pro")
     await grow(app, store, log_store, signer, key, [f"s{n}" for n in range(7)])
     both_roots = tuple(roots_of(tsa) + roots_of(other_tsa))
-    stamper = Stamper(store, log_store, ORIGIN, tsa_config(tsa.url, other_tsa.url, roots=both_roots))
+    stamper = Stamper(store, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=both_roots))
     asked = len(tsa.requests)
     assert await stamper.step() == 7
     assert len(tsa.requests) == asked + 1
@@ -181,10 +181,10 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
     await grow(app, store, log_store, signer, key, ["s7"])
     assert await stamper.step() is None
     assert len(tsa.requests) == asked + 1
-    ttl = await store.client.pttl(keys.log_stamping_key(ORIGIN))
+    ttl = await store.client.pttl(keys.log_stamping_key(ident(signer)))
     assert 0 < ttl <= 60_000
     # The interval over (its claim expired): the newest checkpoint is stamped.
-    await store.client.delete(keys.log_stamping_key(ORIGIN))
+    await store.client.delete(keys.log_stamping_key(ident(signer)))
     assert await stamper.step() == 8
     # The latest checkpoint before it is stamped, and sizes never stamped.
     await grow(app, store, log_store, signer, key, ["s8"])
@@ -204,7 +204,7 @@ async def test_workers_stamp_once_per_interval_between_them(
     key = await create_project_key(store, project_name="racing", plan="pro")
     await grow(app, store, log_store, signer, key, ["r0", "r1"])
     asked = len(tsa.requests)
-    stampers = [Stamper(store, log_store, ORIGIN, tsa_config(tsa.url)) for _ in range(4)]
+    stampers = [Stamper(store, log_store, ident(signer), tsa_config(tsa.url)) for _ in range(4)]
     results = await asyncio.gather(*(s.step() for s in stampers))
     assert sorted(results, key=lambda r: r or 0) == [None, None, None, 2]
     assert len(tsa.requests) == asked + 1
@@ -221,7 +221,7 @@ async def test_an_answer_that_fails_a_check_is_not_kept(
     down = f"http://127.0.0.1:{free_port()}/"
     other_tsa.mode = "other_nonce"
     refused, unreachable = failures(other_tsa.url, "refused"), failures(down, "unreachable")
-    stamper = Stamper(store, log_store, ORIGIN, tsa_config(tsa.url, other_tsa.url, down))
+    stamper = Stamper(store, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, down))
     assert await stamper.step() == 1
     _, response = await client.get("/v1/log/checkpoints/1/timestamps")
     assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
@@ -229,15 +229,15 @@ async def test_an_answer_that_fails_a_check_is_not_kept(
     assert failures(down, "unreachable") == unreachable + 1
     # No TSA answers well: nothing is kept, and the latest checkpoint has no time-stamps.
     await grow(app, store, log_store, signer, key, ["f1"])
-    await store.client.delete(keys.log_stamping_key(ORIGIN))
+    await store.client.delete(keys.log_stamping_key(ident(signer)))
     tsa.mode, other_tsa.mode = "error_500", "no_eku"
     assert await stamper.step() is None
     assert await log_store.stamp(2) is None
     assert failures(tsa.url, "http_500") >= 1 and failures(other_tsa.url, "refused") == refused + 2
     # Roots configured: a good answer from a TSA under another root is not kept.
     tsa.mode = other_tsa.mode = "ok"
-    await store.client.delete(keys.log_stamping_key(ORIGIN))
-    pinned = Stamper(store, log_store, ORIGIN, tsa_config(tsa.url, other_tsa.url, roots=tuple(roots_of(tsa))))
+    await store.client.delete(keys.log_stamping_key(ident(signer)))
+    pinned = Stamper(store, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=tuple(roots_of(tsa))))
     assert await pinned.step() == 2
     _, response = await client.get("/v1/log/checkpoints/2/timestamps")
     assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
@@ -251,7 +251,7 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
     client = app.asgi_client
     key = await create_project_key(store, project_name="bundled", plan="pro")
     early = await grow(app, store, log_store, signer, key, [f"b{n}" for n in range(3)])
-    stamper = Stamper(store, log_store, ORIGIN, tsa_config(tsa.url))
+    stamper = Stamper(store, log_store, ident(signer), tsa_config(tsa.url))
     assert await stamper.step() == 3
     late = await grow(app, store, log_store, signer, key, [f"c{n}" for n in range(300)])  # past a full tile
 
@@ -301,7 +301,7 @@ async def test_verify_reports_when_the_receipt_existed(
     client = app.asgi_client
     key = await create_project_key(store, project_name="timed", plan="pro")
     receipts = await grow(app, store, log_store, signer, key, ["t0", "t1"])
-    assert await Stamper(store, log_store, ORIGIN, tsa_config(tsa.url)).step() == 2
+    assert await Stamper(store, log_store, ident(signer), tsa_config(tsa.url)).step() == 2
     _, response = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/bundle")
     bundle = response.json
     _, keys_response = await client.get("/v1/public-key")
@@ -351,7 +351,7 @@ async def test_the_stamper_keeps_a_chain_tsas_answer(
         key = await create_project_key(store, project_name="chained", plan="pro")
         await grow(app, store, log_store, signer, key, ["k0", "k1", "k2"])
         refused = failures(chained.url, "refused")
-        pinned = Stamper(store, log_store, ORIGIN, tsa_config(chained.url, roots=tuple(roots_of(chained))))
+        pinned = Stamper(store, log_store, ident(signer), tsa_config(chained.url, roots=tuple(roots_of(chained))))
         assert await pinned.step() == 3
         assert failures(chained.url, "refused") == refused
         record = orjson.loads(await log_store.stamp(3) or b"{}")
@@ -366,21 +366,21 @@ async def test_the_stamper_keeps_a_chain_tsas_answer(
         assert tsa_tokens.openssl_ok(tmp_path, der, tmp_path / "checkpoint.txt", chained.roots_pem)
         # Without roots the Stamper keeps it too (the chain is then left to verifiers).
         await grow(app, store, log_store, signer, key, ["k3"])
-        await store.client.delete(keys.log_stamping_key(ORIGIN))
-        assert await Stamper(store, log_store, ORIGIN, tsa_config(chained.url)).step() == 4
+        await store.client.delete(keys.log_stamping_key(ident(signer)))
+        assert await Stamper(store, log_store, ident(signer), tsa_config(chained.url)).step() == 4
     finally:
         chained.stop()
 
 
 async def test_a_store_outage_is_one_line_down_and_one_back(
-    store: Store, log_store: LogStore, caplog: pytest.LogCaptureFixture
+    store: Store, log_store: LogStore, signer: note.Signer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The time-stamper's loop used to log a traceback every pass while the store was down."""
     import logging
 
     from execution_proof.kv.logstore import LogStoreError
 
-    stamper = Stamper(store, log_store, ORIGIN, tsa_config("http://127.0.0.1:9/", interval_s=0.001))
+    stamper = Stamper(store, log_store, ident(signer), tsa_config("http://127.0.0.1:9/", interval_s=0.001))
     stop = asyncio.Event()
     passes = 0
 

@@ -19,14 +19,14 @@ from tests.conftest import hash_of
 LUA = Path(__file__).resolve().parent.parent / "kv" / "lua"
 
 
-ORIGIN = "example.com/v1/log"
+LOG = keys.LogIdentity("example.com/v1/log", "example.com/v1/log+00000000+AQ==")
 
 
 def script_key_sets(project_id: str) -> dict[str, list[str]]:
     """Every key list the store passes to each script on a Cluster, as Store builds them (on
     a plain Redis the count of waiting log entries stands in for the repeated queue key)."""
     receipt_id = new_receipt_id(project_id)
-    queue = keys.log_queue_key(ORIGIN, project_id)
+    queue = keys.log_queue_key(LOG, project_id)
     return {
         "issue_receipt.lua": [
             keys.project_key(project_id),
@@ -40,7 +40,7 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             queue,
         ],
         "log_ack.lua": [queue, keys.index_meta_key(project_id), queue],
-        "log_synced.lua": [keys.log_synced_key(ORIGIN)],
+        "log_synced.lua": [keys.log_synced_key(LOG)],
         "find_index_field.lua": [keys.index_meta_key(project_id)],
         "expire_index_bucket.lua": [keys.index_bucket_key(project_id, 5), keys.index_meta_key(project_id)],
         "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],

@@ -21,6 +21,7 @@ from execution_proof.jobs.log_config import LogConfig
 from execution_proof.jobs.log_integrator import Integrator
 from execution_proof.jobs.log_timestamps import Stamper, TsaConfig
 from execution_proof.jobs.log_witnesses import MAX_REPLY_BYTES, WitnessClient
+from execution_proof.kv.keys import LogIdentity
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.receipts import cosignature, note, timestamps
@@ -399,7 +400,7 @@ async def test_a_witness_answering_100_mb_is_a_failure_and_costs_no_memory(
 
 async def test_a_tsa_answering_100_mb_is_a_failure_and_costs_no_memory(witnesses: Any) -> None:
     huge = await witnesses("tsa", "huge")
-    stamper = Stamper(None, None, ORIGIN, TsaConfig((huge.url,)))  # type: ignore[arg-type]
+    stamper = Stamper(None, None, LogIdentity(ORIGIN, ""), TsaConfig((huge.url,)))  # type: ignore[arg-type]
     request = timestamps.new_request("a checkpoint\n")
     counted = metrics.LOG_TSA_FAILURES.labels(huge.url, "too_large")._value.get()
     import httpx

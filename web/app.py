@@ -24,6 +24,7 @@ from execution_proof.jobs.retention import sweep_periodically
 from execution_proof.kv.connect import open_store
 from execution_proof.kv.health import check_store_at_startup
 from execution_proof.kv.logstore import LogStore, LogStoreError, open_log_store
+from execution_proof.kv.logstore.log import Identity
 from execution_proof.kv.records import LogQueue
 from execution_proof.kv.store import Store
 from execution_proof.receipts.errors import StoreUnavailable
@@ -133,7 +134,9 @@ def create_app(
             # The log store is checked (and created if new) before the first create can queue
             # an entry: a worker started later must not find entries beside an empty store.
             try:
-                await prepare_log(app.ctx.store, app.ctx.log_store, settings.log_origin, settings.log_signer)
+                await prepare_log(
+                    app.ctx.store, app.ctx.log_store, settings.log_origin, settings.log_signer, settings.log_failpoints
+                )
             except LogRefused as exc:
                 log.error("the log store is refused, the log is left untouched: %s", exc)
             except (StoreUnavailable, LogStoreError) as exc:
@@ -192,15 +195,17 @@ def _attach_store(app: App, store: Store) -> None:
     store.ack = settings.store_ack
     app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms, log=settings.log_signer is not None)
     if settings.log_signer is not None:
-        store.log = LogQueue(settings.log_origin, settings.log_max_pending)
+        identity = Identity(settings.log_origin, settings.log_signer.verifier.encode())
+        store.log = LogQueue(identity, settings.log_max_pending)
         app.ctx.log = log_api.LogService(
             store,
             app.ctx.log_store,
-            settings.log_origin,
+            identity,
             settings.log_signer.verifier,
             settings.log_policy,
             settings.log_public_url,
             settings.log_cosignature_skew_s,
+            settings.log_stall_s,
         )
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:

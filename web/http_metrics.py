@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sanic import HTTPResponse, Request
 from sanic import exceptions as sanic_errors
 
-from execution_proof.runtime.metrics import LOG_HALTED, METHODS, UNMATCHED, render_metrics
+from execution_proof.runtime.metrics import LOG_HALTED, LOG_STALLED, METHODS, UNMATCHED, render_metrics
 from execution_proof.web.auth import bearer_token
 
 _route_labels: dict[str, str] = {}
@@ -35,10 +35,13 @@ ALL_METHODS = sorted(METHODS)
 
 async def refresh_gauges(app: Any) -> None:
     """Gauges the web process reads from elsewhere just before they are exposed: whether
-    the log is halted (kept in the log store, set by whichever integrator saw the fork)."""
+    the log is halted (kept in the log store, set by whichever integrator saw the fork or
+    refused the store) or stalled (judged from Redis and the store)."""
     service = getattr(app.ctx, "log", None)
     if service is not None:
-        LOG_HALTED.set(1 if await service.halted() else 0)
+        state = await service.state()
+        LOG_HALTED.set(1 if state == "halted" else 0)
+        LOG_STALLED.set(1 if state == "stalled" else 0)
 
 
 def add_metrics_route(app: Any, token: str) -> None:

@@ -30,11 +30,12 @@ def base_url(request: Request) -> str:
 async def entry(request: Request) -> HTTPResponse:
     """Always 200 (a load balancer must not cycle the service while Redis is away: it would
     come back by itself); ``store`` says whether the store answers a PING within 1 s, ``log``
-    whether the transparency log is ``ok``, ``halted`` (a witness showed a fork; an operator
-    must look) or ``off`` (no log)."""
+    whether the transparency log is ``ok``, ``stalled`` (entries wait and nothing was
+    published for ``LOG_STALL_S``), ``halted`` (a witness showed a fork, or the log store was
+    refused; an operator must look) or ``off`` (no log)."""
     reachable = await store_reachable(request.app.ctx.store)
     service = getattr(request.app.ctx, "log", None)
-    log_state = "off" if service is None else "halted" if await service.halted() else "ok"
+    log_state = "off" if service is None else await service.state()
     return json_response(
         {
             "product": "Execution Proof Service",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -22,16 +23,19 @@ import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
 from execution_proof.kv.logstore import LogStore, LogStoreError
-from execution_proof.kv.logstore.log import checkpoint_size
+from execution_proof.kv.logstore.log import Identity
 from execution_proof.kv.store import Store
 from execution_proof.receipts import note, tlog
-from execution_proof.receipts.errors import LogPending, LogUnavailable, NotFound, StoreUnavailable
+from execution_proof.receipts.errors import LogPending, LogUnavailable, NotFound, NotInLog, StoreUnavailable
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.limits import ratelimit_headers
 from execution_proof.receipts.policy import COSIGNATURE_SKEW_S, Policy, cosigned_enough
 from execution_proof.receipts.tiles import TileMissing, TileReader, tile_name
 
 bp = Blueprint("log")
+log = logging.getLogger("eps.log")
+GET_HEAD = ["GET", "HEAD"]
+"""Every route of the log answers HEAD like GET, without a body, counted alike (CONTRACT 10.2)."""
 
 TEXT = "text/plain; charset=utf-8"
 OCTETS = "application/octet-stream"
@@ -43,7 +47,7 @@ WAIT_POLL_S = 0.05
 MAX_WAIT_S = 10
 CHECKPOINT_TTL_S = 1.0
 MIN_READ_S = 0.05
-HALT_TTL_S = 2.0
+STATE_TTL_S = 2.0
 FULL_CACHE_BYTES = 16 << 20
 STAMPS_SCANNED = 16
 
@@ -60,22 +64,31 @@ class LogService:
 
     store: Store
     log: LogStore
-    origin: str
+    identity: Identity
     verifier: note.Verifier
     policy: Policy | None = None
     public_url: str | None = None
     """``LOG_PUBLIC_URL``: where outsiders read the tiles (None: ``/v1/log/`` where asked)."""
     cosignature_skew_s: int = COSIGNATURE_SKEW_S
+    stall_s: float = 30.0
+    """``LOG_STALL_S``: how long entries may wait with nothing published before ``stalled``."""
     reader: TileReader = field(init=False)
+    unreadable: bool = field(default=False, init=False)
+    """The store's ``checkpoint`` could not be read when last looked at."""
     _published: Published | None = field(default=None, init=False)
     _read_at: float = field(default=-1e9, init=False)
     _reading: asyncio.Lock | None = field(default=None, init=False)
-    _halted: tuple[float, bool] = field(default=(-1e9, False), init=False)
+    _state: tuple[float, str] = field(default=(-1e9, "ok"), init=False)
+    _waiting_since: float | None = field(default=None, init=False)
     _full: OrderedDict[str, bytes] = field(default_factory=OrderedDict, init=False)
     _full_bytes: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.reader = TileReader(self.fetch)
+
+    @property
+    def origin(self) -> str:
+        return self.identity.origin
 
     async def fetch(self, name: str) -> bytes | None:
         """A resource of the store, full tiles and bundles from the cache."""
@@ -96,7 +109,9 @@ class LogService:
 
     async def published(self, covering: int = -1) -> Published | None:
         """The published checkpoint (read again after ``CHECKPOINT_TTL_S``, or sooner when
-        the one at hand does not cover entry ``covering``); None before the first."""
+        the one at hand does not cover entry ``covering``); None before the first. One that
+        cannot be read (``unreadable``) leaves the last good one in place: the integrator
+        publishes it again from the tree state."""
         now = time.monotonic()
         held = self._published
         fresh = now - self._read_at < CHECKPOINT_TTL_S and (held is not None and held.checkpoint.size > covering)
@@ -108,23 +123,73 @@ class LogService:
                 return self._published
             raw = await self.fetch("checkpoint")
             self._read_at = time.monotonic()
-            if raw is not None and (held is None or checkpoint_size(raw) >= held.checkpoint.size):
+            if raw is None:
+                return self._published
+            try:
                 text = raw.decode()
-                self._published = Published(note.parse_checkpoint(note.parse_note(text).text), text)
+                checkpoint, _ = note.open_checkpoint(text, self.verifier)
+            except (UnicodeDecodeError, note.NoteError) as exc:
+                if not self.unreadable:
+                    log.error(
+                        "the published checkpoint in %s cannot be read (%s): serving the last good one",
+                        self.log.url,
+                        exc,
+                    )
+                self.unreadable = True
+                return self._published
+            self.unreadable = False
+            if held is None or checkpoint.size >= held.checkpoint.size:
+                self._published = Published(checkpoint, text)
         return self._published
 
     async def halted(self) -> bool:
-        """Whether the log is halted (read from the store at most every ``HALT_TTL_S``)."""
-        read_at, halted = self._halted
-        if time.monotonic() - read_at >= HALT_TTL_S:
-            # On a store error keep what was last known; /health says whether the store answers.
-            with contextlib.suppress(LogStoreError):
-                halted = await self.log.halted() is not None
-            self._halted = (time.monotonic(), halted)
-        return halted
+        """Whether the log is halted (read from the store at most every ``STATE_TTL_S``)."""
+        return await self.state() == "halted"
+
+    async def state(self) -> str:
+        """``halted`` while ``.state/halt`` is there (a witness showed a fork, or a store was
+        refused); ``stalled`` when entries wait, or the tree state is ahead of the published
+        checkpoint, and nothing was published for ``stall_s``; else ``ok``. Judged from Redis
+        and the store at most every ``STATE_TTL_S``, so every web process sees what workers do.
+        An unreachable store or Redis keeps what was last known (``/health``'s ``store`` says
+        whether Redis answers)."""
+        read_at, state = self._state
+        if time.monotonic() - read_at < STATE_TTL_S:
+            return state
+        with contextlib.suppress(LogStoreError, StoreUnavailable):
+            state = await self._judge()
+        self._state = (time.monotonic(), state)
+        return state
+
+    async def _judge(self) -> str:
+        if await self.log.halted() is not None:
+            return "halted"
+        pending, progress_ms = await asyncio.gather(
+            self.store.log_pending(self.identity), self.store.log_progress(self.identity)
+        )
+        waiting = pending > 0
+        if not waiting:
+            tree = await self.log.tree()
+            published = await self.published()
+            waiting = tree is not None and (
+                self.unreadable or published is None or tree.size > published.checkpoint.size
+            )
+        now = time.monotonic()
+        if not waiting:
+            self._waiting_since = None
+            return "ok"
+        if self._waiting_since is None:
+            self._waiting_since = now
+        # Nothing published for stall_s: by the integrators' mark in Redis, else (Redis
+        # forgot it) since this process first saw entries wait.
+        quiet_s = time.time() - progress_ms / 1000 if progress_ms is not None else now - self._waiting_since
+        return "stalled" if quiet_s >= self.stall_s else "ok"
 
     async def index_of(self, receipt: dict[str, Any]) -> int | None:
-        return await self.store.log_index(receipt["project_id"], receipt["receipt_id"], receipt["receipt_hash"])
+        """The receipt's index in this log, None while pending; ``NotInLog``."""
+        return await self.store.log_index(
+            self.identity, receipt["project_id"], receipt["receipt_id"], receipt["receipt_hash"]
+        )
 
     async def proof(self, receipt: dict[str, Any]) -> tuple[int, str] | None:
         """(index, tlog-proof text) against the published checkpoint; None while pending."""
@@ -134,14 +199,36 @@ class LogService:
         published = await self.published(covering=index)
         if published is None or published.checkpoint.size <= index:
             return None
-        return index, await self._proof_text(index, published.checkpoint.size, published.text)
+        return index, await self._proof_text(receipt, index, published.checkpoint, published.text)
 
-    async def _proof_text(self, index: int, size: int, checkpoint_text: str) -> str:
+    async def _proof_text(self, receipt: dict[str, Any], index: int, checkpoint: note.Checkpoint, text: str) -> str:
+        """The tlog-proof of the receipt at ``index`` under ``checkpoint``, checked before it is
+        given: the leaf at ``index`` must be the receipt's entry (else ``NotInLog``: its index
+        names another entry), and the path must lead to the checkpoint's root (else the store
+        does not hold the tree its checkpoint signs: 503, and said at ERROR)."""
+
+        def leaf_and_path(view: tlog.TileHashes) -> tuple[bytes, list[bytes]]:
+            return view.stored(0, index), view.inclusion_proof(index)
+
         try:
-            path = await self.reader.compute(size, lambda view: view.inclusion_proof(index))
+            leaf, path = await self.reader.compute(checkpoint.size, leaf_and_path)
         except TileMissing as exc:
             raise StoreUnavailable("the log store is missing a tile of the published tree") from exc
-        return note.TlogProof(index, tuple(path), checkpoint_text).encode()
+        if leaf != tlog.leaf_hash(tlog.entry_bytes(receipt)):
+            raise NotInLog(f"the log's entry {index} is not this receipt's: the receipt is not in this log")
+        try:
+            tlog.verify_inclusion(leaf, index, checkpoint.size, path, checkpoint.root)
+        except tlog.ProofError as exc:
+            log.error(
+                "the log store's tiles do not lead entry %d to the root of checkpoint %d: %s",
+                index,
+                checkpoint.size,
+                exc,
+            )
+            raise StoreUnavailable(
+                "the log store does not hold the tree its checkpoint signs; try again later"
+            ) from exc
+        return note.TlogProof(index, tuple(path), text).encode()
 
     async def bundle_log(self, receipt: dict[str, Any]) -> tuple[str | None, bytes]:
         """(tlog-proof text or None while pending, the JSON list of its checkpoint's
@@ -150,7 +237,8 @@ class LogService:
         receipt's time as tightly as the log can, under a checkpoint a verifier with the
         policy accepts); failing that, the newest covering one that meets
         it; failing that, the newest covering one. Only the log's own checkpoints are read:
-        the latest and the time-stamped ones (the first ``STAMPS_SCANNED`` covering it)."""
+        the latest and the time-stamped ones (the first ``STAMPS_SCANNED`` covering it).
+        ``NotInLog`` when the receipt is not in this log."""
         index = await self.index_of(receipt)
         if index is None:
             return None, b"[]"
@@ -177,7 +265,8 @@ class LogService:
         chosen = next((c for c in candidates if c[2] and self.meets_quorum(c[1])), None)
         chosen = chosen or next((c for c in reversed(candidates) if self.meets_quorum(c[1])), None)
         size, text, stamps = chosen or candidates[-1]
-        return await self._proof_text(index, size, text), orjson.dumps(stamps)
+        checkpoint = note.parse_checkpoint(note.parse_note(text).text)
+        return await self._proof_text(receipt, index, checkpoint, text), orjson.dumps(stamps)
 
     def meets_quorum(self, signed: str) -> bool:
         """Whether a checkpoint of this log carries the cosignatures its policy asks for (no
@@ -222,15 +311,18 @@ def prefer_wait(request: Request) -> float:
 
 
 async def create_log_object(request: Request, receipt: dict[str, Any]) -> dict[str, Any] | None:
-    """The create response's ``log`` member (None when the service has no log)."""
+    """The create response's ``log`` member (None when the service has no log). A replay of a
+    receipt that is not in this log (issued for another) gets the pending form all the same,
+    its ``proof_url`` answering 404 ``not_in_log``: a create's answer never depends on it."""
     service: LogService | None = getattr(request.app.ctx, "log", None)
     if service is None:
         return None
     wait = prefer_wait(request)
     if wait > 0:
-        found = await service.wait_for_proof(receipt, wait)
-        if found is not None:
-            return {"index": found[0], "proof": found[1]}
+        with contextlib.suppress(NotInLog):
+            found = await service.wait_for_proof(receipt, wait)
+            if found is not None:
+                return {"index": found[0], "proof": found[1]}
     return {"status": "pending", "proof_url": service.proof_url(receipt["receipt_id"])}
 
 
@@ -239,7 +331,7 @@ def tiles_url(request: Request, service: LogService) -> str:
     return service.public_url or f"{request.scheme}://{request.host}/v1/log/"
 
 
-@bp.get("/v1/log")
+@bp.route("/v1/log", methods=GET_HEAD)
 async def describe(request: Request) -> HTTPResponse:
     headers = await _counted(request)
     service = log_of(request)
@@ -260,16 +352,19 @@ async def describe(request: Request) -> HTTPResponse:
     )
 
 
-@bp.get("/v1/log/checkpoint")
+@bp.route("/v1/log/checkpoint", methods=GET_HEAD)
 async def checkpoint(request: Request) -> HTTPResponse:
     headers = await _counted(request)
-    published = await log_of(request).published()
+    service = log_of(request)
+    published = await service.published()
     if published is None:
+        if service.unreadable:
+            raise StoreUnavailable("the published checkpoint cannot be read; the log publishes it again shortly")
         raise NotFound("the log has published no checkpoint yet")
     return HTTPResponse(published.text, headers={**headers, "Cache-Control": CHECKPOINT_CACHE}, content_type=TEXT)
 
 
-@bp.get("/v1/log/tile/<path:path>")
+@bp.route("/v1/log/tile/<path:path>", methods=GET_HEAD)
 async def tile(request: Request, path: str) -> HTTPResponse:
     headers = await _counted(request, "log_tiles")
     service = log_of(request)
@@ -327,7 +422,7 @@ def _parse_tile_path(path: str) -> tuple[str, int, int]:
     return level, index, width
 
 
-@bp.get("/v1/receipts/<receipt_id:str>/log-proof")
+@bp.route("/v1/receipts/<receipt_id:str>/log-proof", methods=GET_HEAD)
 async def log_proof(request: Request, receipt_id: str) -> HTTPResponse:
     headers = await _counted(request)
     service = log_of(request)
@@ -340,7 +435,7 @@ async def log_proof(request: Request, receipt_id: str) -> HTTPResponse:
     return HTTPResponse(found[1], headers={**headers, "Cache-Control": CHECKPOINT_CACHE}, content_type=TEXT)
 
 
-@bp.get("/v1/log/checkpoints/<size:str>/timestamps")
+@bp.route("/v1/log/checkpoints/<size:str>/timestamps", methods=GET_HEAD)
 async def timestamps(request: Request, size: str) -> HTTPResponse:
     """Every kept RFC 3161 time-stamp of the checkpoint of that size (and the checkpoint as
     published); the latest checkpoint answers with an empty list until it is stamped."""

@@ -10,9 +10,12 @@ import orjson
 
 from execution_proof.kv import keys
 from execution_proof.kv.logstore.log import (
+    LEASE,
+    STAGING,
     STAMPED,
     STATE,
     TIMESTAMPS,
+    TREE,
     LogStore,
     LogStoreConflict,
     TreeState,
@@ -115,12 +118,8 @@ async def export(source: LogStore, target: LogStore) -> dict[str, Any]:
         await check_tree(TileReader(target.fetch), size, root, note_entries)
     except (tlog.ProofError, TileMissing) as exc:
         raise ExportFailed(f"the copy in {target.url} does not verify: {exc}") from exc
-    state = TreeState(size, root, newest)
-    if held is None:
-        if not await target.objects.create(".state/tree", state.encode()):
-            raise ExportFailed(f"{target.url} got a tree state while the export ran")
-    elif await target.advance(held, size, root, newest) is None:
-        raise ExportFailed(f"{target.url}'s tree state moved while the export ran")
+    if await target.replace_tree(held, TreeState(size, root, newest)) is None:
+        raise ExportFailed(f"{target.url}'s tree state changed while the export ran")
     await target.publish(raw)
     if checkpoint_size(await target.checkpoint() or b"") != size:
         raise ExportFailed(f"{target.url}'s checkpoint is not the exported one")
@@ -132,7 +131,7 @@ def _exported_state(name: str, size: int) -> bool:
     stamps of the exported checkpoints. Not the tree state (written last, from the copy),
     the newest stamped size (written from what was copied), the lease, staged batches or
     temporary files, which belong to the source's integrator."""
-    if name in (".state/tree", ".state/lease", STAMPED) or name.startswith((".state/staging/", ".state/tmp/")):
+    if name in (TREE, LEASE, STAMPED) or name.startswith((STAGING, ".state/tmp/")):
         return False
     return not (name.startswith(TIMESTAMPS) and name > size_name(TIMESTAMPS, size))
 

@@ -103,6 +103,12 @@ class FileObjects(ObjectStore):
     async def names(self, prefix: str, after: str = "", limit: int | None = None) -> list[str]:
         return await self._run(self._names, prefix, after, limit)
 
+    async def tidy(self) -> int:
+        """Every file under ``.state/tmp/``: a writer that died (or found the disk full)
+        between writing one and renaming it left it. Another process's write in flight that
+        loses its temporary file fails and is done again; nothing is lost."""
+        return await self._run(self._tidy)
+
     async def _run(self, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await asyncio.to_thread(func, *args, **kwargs)
@@ -127,7 +133,8 @@ class FileObjects(ObjectStore):
         return Blob(data, _version(data))
 
     def _temporary(self, data: bytes) -> Path:
-        """A fsynced file holding ``data`` under ``.state/tmp/``."""
+        """A fsynced file holding ``data`` under ``.state/tmp/``; none left on a failure
+        (a full disk, say)."""
         tmp_dir = self.root / TMP_DIR
         _make_dirs(tmp_dir)
         path = tmp_dir / secrets.token_hex(8)
@@ -137,9 +144,24 @@ class FileObjects(ObjectStore):
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        os.close(fd)
         return path
+
+    def _tidy(self) -> int:
+        removed = 0
+        try:
+            entries = list(os.scandir(self.root / TMP_DIR))
+        except FileNotFoundError:
+            return 0
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed += 1
+        return removed
 
     def _write(self, name: str, data: bytes) -> None:
         target = self._path(name)

@@ -63,5 +63,10 @@ class ObjectStore(abc.ABC):
         """Names that start with ``prefix`` and sort (bytewise) after ``after`` (a full name,
         or "" for all), in that order, at most ``limit`` of them."""
 
+    async def tidy(self) -> int:
+        """Remove what a writer that died mid-write left behind (temporary files); how many.
+        Run when a process that writes the log starts."""
+        return 0
+
     async def close(self) -> None:  # noqa: B027 - most backends hold nothing to close
         """Release connections and handles."""

@@ -2,8 +2,8 @@
 -- why not (group commit: the receipts of one batch were chained on each other in memory).
 -- Runs after index_buckets.lua (its idx_* functions).
 --
--- The call holds N receipts: KEYS has 9 per receipt and ARGV 18 per receipt, receipt i
--- (from 0) at KEYS[9i+1..9i+9] and ARGV[18i+1..18i+18], each laid out as below. They are
+-- The call holds N receipts: KEYS has 9 per receipt and ARGV 19 per receipt, receipt i
+-- (from 0) at KEYS[9i+1..9i+9] and ARGV[19i+1..19i+19], each laid out as below. They are
 -- processed in order; the first that is not issued (code 1-6) ends the call: the receipts
 -- after it were built on it and are not looked at (the caller rebuilds and sends them
 -- again). N = 1 is a single receipt, with the same reply.
@@ -30,7 +30,7 @@
 -- ARGV[9] a receipt id known to be gone, as 16 bytes ("" = none): an idempotency record
 --         naming it is stale (its receipt was deleted) and may be taken over by this receipt
 -- ARGV[10] receipt_id as 16 bytes
--- ARGV[11] hash-index field (value: ARGV[10])
+-- ARGV[11] hash-index field (value: ARGV[10] .. ARGV[19])
 -- ARGV[12] idempotency field (value: ARGV[10] .. ARGV[13])
 -- ARGV[13] the idempotency fingerprint's first 8 bytes (kv.keys.fingerprint_tail)
 -- ARGV[14] input_hash search field ("" = none): ARGV[10] is appended to its value, or,
@@ -44,6 +44,9 @@
 --          check and before the quota
 -- ARGV[18] "" = KEYS[9] is the count: read it, and count the entry in it; else the count
 --          as the caller read it (a Cluster: approximate, and the caller counts the entry)
+-- ARGV[19] the tag of the log ARGV[16] is queued for (4 bytes, kv.keys.LogIdentity; "" =
+--          no log): the hash-index value names it, so the receipt is known to be in that log
+--          only (the integrator appends its index there)
 -- A search set scores each id by its creation time (Unix ms), read from the id's first
 -- six bytes.
 --
@@ -125,7 +128,7 @@ local function issue_one(k, a)
 
   local id = ARGV[a + 10]
   redis.call('SET', KEYS[k + 2], ARGV[a + 2])
-  idx_put(KEYS[k + 3], ARGV[a + 11], id)
+  idx_put(KEYS[k + 3], ARGV[a + 11], id .. ARGV[a + 19])
   idx_put(KEYS[k + 3], ARGV[a + 12], id .. ARGV[a + 13])
   -- A search field takes the id while it holds fewer than four; else the ids go to the set.
   if ARGV[a + 14] ~= '' and (redis.call('EXISTS', KEYS[k + 6]) == 1
@@ -163,7 +166,7 @@ end
 
 local replies = {}
 for i = 0, #KEYS / 9 - 1 do
-  local reply = issue_one(9 * i, 18 * i)
+  local reply = issue_one(9 * i, 19 * i)
   for _, value in ipairs(reply) do
     replies[#replies + 1] = value
   end

@@ -210,8 +210,10 @@ PATHS: dict[str, Any] = {
             "operationId": "getBundle",
             "tags": ["Receipts"],
             "summary": "Offline verification bundle",
-            "description": "The receipt, up to `depth` earlier receipts of its chain and the keys that signed them. "
-            "Public; counted once in the `get_receipt` limit whatever the depth.",
+            "description": "The receipt, up to `depth` earlier receipts of its chain and the keys that signed them "
+            "(with a log: its proof and time-stamps). Public; counted once in the `get_receipt` limit whatever the "
+            "depth. 404 `not_in_log`: the service has a log and the receipt is not in it (issued without a log or for "
+            "another log).",
             "security": PUBLIC,
             "parameters": [
                 RECEIPT_ID_PARAM,
@@ -228,7 +230,7 @@ PATHS: dict[str, Any] = {
                     ["Cache-Control", "Access-Control-Allow-Origin", *RATE_HEADERS],
                 ),
                 "400": E400,
-                "404": E404,
+                "404": error_response(404, ["not_found", "not_in_log"]),
                 "429": E429,
                 "503": E503,
             },

@@ -108,6 +108,8 @@ ERROR_MEANINGS = {
     "not_configured": "the human verification is not configured",
     "log_unavailable": "the service runs without a transparency log (no `LOG_SIGNING_KEY`)",
     "log_pending": "no published checkpoint covers the receipt yet; retry after `Retry-After`",
+    "not_in_log": "the receipt exists but is not in this log: issued without a log, or for another log (another "
+    "origin or key)",
     "log_backlog": "more entries wait for the transparency log than `LOG_MAX_PENDING`: nothing was recorded and "
     "no quota used; retry after `Retry-After`",
 }
