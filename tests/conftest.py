@@ -262,3 +262,32 @@ async def index_ids(store: Store, project_id: str, field: bytes) -> list[str]:
 
     value = await index_field(store, project_id, field) or b""
     return [keys.receipt_id_from_bytes(value[at : at + 16]) for at in range(0, len(value), 16)]
+
+
+# --- one transparency log's real processes (tests/log_stack.py) -----------------------------
+
+
+@pytest.fixture(scope="module")
+def redis_binary() -> str:
+    """The redis-server binary (skips, or fails under REQUIRE_REAL_SERVICES=1, without it)."""
+    from tests.log_stack import find_redis_binary
+
+    return find_redis_binary()
+
+
+@pytest.fixture
+def stacks(redis_binary: str, signing_keys_json: str, tmp_path: Path) -> Iterator[Any]:
+    """Makes ``tests.log_stack.Stack``s (a folder each under the test's tmp_path): its own
+    redis-server, LOG_STORE directory, server and workers; closes them after."""
+    from tests.log_stack import stack_maker
+
+    with stack_maker(tmp_path, redis_binary, signing_keys_json) as make:
+        yield make
+
+
+@pytest.fixture(scope="module")
+def tlogcheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/go/tlogcheck (Go's sumdb/note and sumdb/tlog), built once for the module."""
+    from tests.log_stack import go_checker
+
+    return go_checker(tmp_path_factory.mktemp("tlogcheck"))
