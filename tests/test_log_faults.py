@@ -22,7 +22,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -52,11 +51,11 @@ from tests.log_stack import (
     kill_9,
     log_entries,
     loud_records,
+    static_server,
 )
 from tests.servers import (
     ServiceProcess,
     assert_error_body,
-    clean_env,
     create_key_cli,
     redis_snapshot,
     run_cli,
@@ -749,26 +748,8 @@ def test_log_export_to_s3_and_back_gives_the_same_files(
 @pytest.fixture(scope="module")
 def static_log(site: dict[str, Any]) -> Iterator[str]:
     """The site's store directory as it lies on disk, served by ``python -m http.server``."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory",
-         str(site["stack"].store_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env(),
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-
-        def answers() -> bool:
-            try:
-                return httpx.get(url + "/checkpoint", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(answers, 20, "python -m http.server")
+    with static_server(site["stack"].store_dir) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def test_tlog_scales_reads_the_store_served_by_a_plain_web_server(site: dict[str, Any], static_log: str) -> None:
