@@ -118,6 +118,8 @@ FENCED = "the tree state moved under this integrator"
 """A worker that woke up (or lost a race) and found the tree moved: back to standby, at INFO."""
 READ_BACK = re.compile(r"(\d+) queued entries were in the log already")
 """Entries a restored Redis still queued, found in the tree instead of added again."""
+UNREACHABLE = "error: the job queue at JOBS_REDIS_URL (or REDIS_URL) is unreachable"
+"""All a worker says when Redis does not answer as it starts (exit 2, cli/worker.py)."""
 MAX_MINUTES = 120.0
 MAX_RATE = 200.0
 
@@ -206,6 +208,20 @@ def fault_kind(action: str) -> str:
 def reached_points(text: str) -> list[tuple[str, str]]:
     """(step, action) of each ``LOG_FAILPOINTS STEP=ACTION: reached`` a worker's log says."""
     return [(step, action) for step, action in REACHED.findall(text) if step in STEPS]
+
+
+def exit_kind(code: int, text: str) -> str | None:
+    """Why a worker exited with status ``code`` after logging ``text``, when a fault or the
+    harness explains it; None when nothing does (a finding: a refused store exits 2 too)."""
+    if code == 0:
+        return "stopped (SIGTERM)"
+    if code == -signal.SIGKILL:
+        return "killed (its fault point, or not stopped within STOP_TIMEOUT_S)"
+    if code == -signal.SIGTERM and not text.strip():
+        return "SIGTERM before it had started"
+    if code == 2 and text.strip() == UNREACHABLE:
+        return "Redis unreachable at its start (a restore restarting it)"
+    return None
 
 
 def loud_lines(text: str) -> list[str]:
@@ -536,6 +552,8 @@ class Tally:
     points: Counter[str] = field(default_factory=Counter)
     """Each fault point that acted, ``STEP=KIND``."""
     exits: Counter[str] = field(default_factory=Counter)
+    unexpected: list[str] = field(default_factory=list)
+    """Workers that exited in a way no fault explains (``exit_kind``)."""
     events: list[str] = field(default_factory=list)
 
 
@@ -593,9 +611,7 @@ class Workers:
             assert slot.life is not None
             self._read_log(slot)
             if not proc.alive():
-                code = proc.process.returncode
-                self.tally.exits[str(code)] += 1
-                self.note(f"{proc.name} exited {code}")
+                self._exited(proc)
                 proc.stop()  # its process group (RQ's children), should any be left
                 self.tally.details["workers replaced"] += 1
                 self.start(slot)
@@ -636,7 +652,18 @@ class Workers:
             if slot.proc is not None:
                 self._read_log(slot)
                 slot.proc.stop()
+                self._exited(slot.proc)
                 slot.proc = None
+
+    def _exited(self, proc: Proc) -> None:
+        code = proc.process.returncode
+        self.tally.exits[str(code)] += 1
+        self.note(f"{proc.name} exited {code}")
+        kind = exit_kind(code, proc.log_path.read_text(errors="replace") if proc.log_path.exists() else "")
+        if kind is None:
+            self.tally.unexpected.append(f"{proc.name} exited {code}: {proc.tail(1500)}")
+        else:
+            self.tally.details[f"exits: {kind}"] += 1
 
 
 class Load:
@@ -903,9 +930,10 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         if lines:
             loud[path.stem] = lines
             findings.append(f"{path.stem} logged: {lines[:3]}")
-    bad_exits = {code: n for code, n in tally.exits.items() if code not in ("0", str(-signal.SIGKILL))}
-    if bad_exits:
-        findings.append(f"workers exited with statuses other than 0 and -9: {bad_exits}")
+    findings += [f"unexpected exit: {what}" for what in tally.unexpected]
+    unreachable = tally.details[f"exits: {exit_kind(2, UNREACHABLE)}"]
+    if unreachable and not tally.faults["restore"]:
+        findings.append(f"{unreachable} workers found Redis unreachable at their start, and no restore restarted it")
     ids = {str(tlog.parse_entry(entry)["receipt_id"]) for entry in verdict.entries}
     report.update(
         {

@@ -77,6 +77,18 @@ def test_fault_points_and_loud_lines_are_read_from_a_workers_log() -> None:
     assert log_soak.loud_lines(text) == ["error: something failed", "a traceback"]
 
 
+def test_only_the_exits_a_fault_or_the_harness_explains_pass() -> None:
+    started = '{"level": "info", "msg": "Worker vm.1: started with PID 1"}\n'
+    assert log_soak.exit_kind(0, started) is not None  # SIGTERM
+    assert log_soak.exit_kind(-9, started) is not None  # its kill
+    assert log_soak.exit_kind(-15, "") is not None  # SIGTERM before Python had started it
+    assert log_soak.exit_kind(2, log_soak.UNREACHABLE + "\n") is not None  # Redis restarting
+    assert log_soak.exit_kind(-15, started) is None
+    refused = started + '{"level": "critical", "msg": "LOG REFUSED: the integrator stops and signs nothing"}\n'
+    assert log_soak.exit_kind(2, refused) is None
+    assert log_soak.exit_kind(1, started) is None
+
+
 # --------------------------------------------------------------------------- the judge
 
 
