@@ -69,7 +69,7 @@ from bench.log import ORIGIN, SIGNER, log_state, start_worker, store_size, store
 from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait_http
 from bench.production import ServiceSpec
 from bench.redis_kinds import RedisKind, persistence
-from bench.run import RAISED_LIMITS, create_projects, loadavg, machine_info, new_signing_keys
+from bench.run import RAISED_LIMITS, cpu_busy_share, create_projects, loadavg, machine_info, new_signing_keys
 from execution_proof.jobs.worker import RQ_RETRY_MESSAGE
 from execution_proof.receipts import note, tlog
 from execution_proof.receipts.tiles import TileMissing, TileReader, check_tree
@@ -681,6 +681,8 @@ class Load:
         self.waited = 0
         self.skipped = 0
         self.acked: list[Acked] = []
+        self.ids: list[str] = []
+        """Every receipt answered 201, with its proof or not."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="soak-load", daemon=True)
 
@@ -727,6 +729,7 @@ class Load:
             return
         made = answer.json()
         self.created += 1
+        self.ids.append(made["receipt"]["receipt_id"])
         self.waited += wait
         proof = (made.get("log") or {}).get("proof")
         if proof is not None:
@@ -837,6 +840,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine_info(),
         "loadavg_before": loadavg(),
+        "cpu_busy_before": cpu_busy_share(2.0),
     }
     began = time.monotonic()
     log("building tests/go/tlogcheck")
@@ -943,7 +947,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "creates": load.created,
             "creates_waited": load.waited,
             "creates_with_proof": len(load.acked),
-            "creates_in_log": sum(1 for a in load.acked if a.receipt["receipt_id"] in ids),
+            "creates_with_proof_in_log": sum(1 for a in load.acked if a.receipt["receipt_id"] in ids),
+            "creates_in_log": sum(1 for receipt_id in load.ids if receipt_id in ids),
+            "creates_waited_without_proof": load.waited - len(load.acked),
             "answers": dict(load.statuses),
             "not_sent_in_flight_cap": load.skipped,
             "faults": {kind: tally.faults.get(kind, 0) for kind in FAULT_KINDS},
