@@ -120,6 +120,7 @@ READ_BACK = re.compile(r"(\d+) queued entries were in the log already")
 """Entries a restored Redis still queued, found in the tree instead of added again."""
 UNREACHABLE = "error: the job queue at JOBS_REDIS_URL (or REDIS_URL) is unreachable"
 """All a worker says when Redis does not answer as it starts (exit 2, cli/worker.py)."""
+TRACEBACK = "Traceback (most recent call last)"
 MAX_MINUTES = 120.0
 MAX_RATE = 200.0
 
@@ -225,16 +226,21 @@ def exit_kind(code: int, text: str) -> str | None:
 
 
 def loud_lines(text: str) -> list[str]:
-    """What a worker's log (``LOG_FORMAT=json``) says at ERROR or CRITICAL, and each traceback."""
+    """What a worker's log (``LOG_FORMAT=json``) says at ERROR or CRITICAL, and each traceback
+    (a record's ``exc`` at any level, or one printed raw)."""
     loud = []
     for line in text.splitlines():
         if line.startswith("{"):
             with contextlib.suppress(orjson.JSONDecodeError):
                 record = orjson.loads(line)
-                if isinstance(record, dict) and str(record.get("level", "")).lower() in ("error", "critical"):
-                    loud.append(f"{record.get('level')}: {record.get('msg')}"[:500])
+                if isinstance(record, dict):
+                    level, message = str(record.get("level", "")).lower(), record.get("msg")
+                    if TRACEBACK in str(record.get("exc", "")):
+                        loud.append(f"a traceback at {level}: {message}"[:500])
+                    elif level in ("error", "critical"):
+                        loud.append(f"{level}: {message}"[:500])
                     continue
-        if "Traceback (most recent call last)" in line:
+        if TRACEBACK in line:
             loud.append("a traceback")
     return loud
 
@@ -902,7 +908,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     assert workers is not None
     log("judging: check_tree, consistency, receipts, then Go's tlogcheck")
     judged_at = time.monotonic()
-    findings = list(observer.findings)
+    findings = list(observer.findings)  # the log's: what a monitor would see
     if not_drained:
         findings.append(not_drained)
     olds = list(observer.texts)
@@ -921,7 +927,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         findings.append(f"Go's tlogcheck: {go_output[-1000:]}")
     elif f"consistency={len(go_olds)}" not in go_output:
         findings.append(f"Go's tlogcheck checked fewer older checkpoints than the {len(go_olds)} given: {go_output}")
-    loud: dict[str, list[str]] = {}
+    log_findings = len(findings)
+    loud: dict[str, list[str]] = {}  # the processes': what an operator would see
     outage_lines = fenced = read_back = 0
     for path in workers.logs:
         text = path.read_text(errors="replace") if path.exists() else ""
@@ -939,6 +946,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     if unreachable and not tally.faults["restore"]:
         findings.append(f"{unreachable} workers found Redis unreachable at their start, and no restore restarted it")
     ids = {str(tlog.parse_entry(entry)["receipt_id"]) for entry in verdict.entries}
+    if findings:  # for whoever looks into them: what the load was told
+        answered = {"answered_201": load.ids, "acknowledged_with_proof": [a.receipt for a in load.acked]}
+        (tmp / "answered.json").write_bytes(orjson.dumps(answered))
     report.update(
         {
             "took_s": time.monotonic() - began,
@@ -968,6 +978,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "fenced": fenced,
             "read_back_from_tree": read_back,
             "corruptions": len(findings),
+            "corruptions_of_the_log": log_findings,
+            "corruptions_of_the_processes": len(findings) - log_findings,
             "findings": findings,
             "events": tally.events,
             "loadavg_after": loadavg(),

@@ -70,11 +70,16 @@ def test_fault_points_and_loud_lines_are_read_from_a_workers_log() -> None:
             '{"level": "warning", "msg": "LOG_FAILPOINTS tiles=stop: reached (pid 12)"}',
             '{"level": "info", "msg": "the tree state moved under this integrator"}',
             '{"level": "error", "msg": "something failed"}',
+            '{"level": "warning", "msg": "pass failed", "exc": "Traceback (most recent call last):\\n  File"}',
             "Traceback (most recent call last):",
         ]
     )
     assert log_soak.reached_points(text) == [("staged", "sleep:5500"), ("tiles", "stop")]
-    assert log_soak.loud_lines(text) == ["error: something failed", "a traceback"]
+    assert log_soak.loud_lines(text) == [
+        "error: something failed",
+        "a traceback at warning: pass failed",
+        "a traceback",
+    ]
 
 
 def test_only_the_exits_a_fault_or_the_harness_explains_pass() -> None:
