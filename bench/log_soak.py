@@ -959,6 +959,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "creates_with_proof": len(load.acked),
             "creates_with_proof_in_log": sum(1 for a in load.acked if a.receipt["receipt_id"] in ids),
             "creates_in_log": sum(1 for receipt_id in load.ids if receipt_id in ids),
+            "log_entries_never_answered_201": len(ids - set(load.ids)),
             "creates_waited_without_proof": load.waited - len(load.acked),
             "answers": dict(load.statuses),
             "not_sent_in_flight_cap": load.skipped,
