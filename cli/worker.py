@@ -120,6 +120,11 @@ def worker_command(args: argparse.Namespace) -> int:
         integrator.start()
     try:
         run_worker(settings.jobs_redis_url, burst=args.burst)
+    except redis.ConnectionError:
+        # Lost between the ping above and RQ's first commands (RQ retries only inside its
+        # loop): the same one line and exit status as when the ping fails, no traceback.
+        print("error: the job queue at JOBS_REDIS_URL (or REDIS_URL) is unreachable", file=sys.stderr)
+        return 2
     finally:
         if integrator is not None:
             integrator.stop()

@@ -186,6 +186,28 @@ def test_worker_needs_redis(tmp_path: Path) -> None:
     assert done.returncode == 2 and "unreachable" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_worker_that_loses_redis_as_it_starts_says_so_in_one_line(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Redis gone between the worker's ping and RQ's first command (bench/log_soak.py found it:
+    a worker started while a restore restarted Redis died of a ConnectionError raised in RQ's
+    Worker constructor, with a traceback and exit status 1): exit 2, the same one line."""
+    from execution_proof.cli import worker as worker_cli
+    from execution_proof.jobs import worker as jobs_worker
+    from execution_proof.runtime import logs
+
+    def lost(*args: Any, **kwargs: Any) -> bool:
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(jobs_worker, "run_worker", lost)
+    monkeypatch.setattr(logs, "configure_logging", lambda log_format: None)
+    for name in ("JOBS_REDIS_URL", "LOG_SIGNING_KEY", "LOG_STORE", "METRICS_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    assert worker_cli.worker_command(types.SimpleNamespace(burst=True)) == 2  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "error: the job queue at JOBS_REDIS_URL (or REDIS_URL) is unreachable\n"
+
+
 # --- the schedule and its single owner ---------------------------------------------------
 
 

@@ -395,6 +395,28 @@ async def test_prefer_wait_returns_the_proof_once_a_checkpoint_covers_the_receip
     )
 
 
+async def test_a_waiting_create_whose_wait_meets_an_outage_answers_201_pending(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis (or the log store) failing while a ``Prefer: wait`` create waits for its proof:
+    the receipt is issued, so the answer is its 201 with the pending form, not a 503 that
+    invites a retry issuing a second receipt (bench/log_soak.py found it: a Redis restarted
+    under such a wait answered 503 ``store_unavailable`` for a receipt Redis kept)."""
+    from execution_proof.receipts.errors import StoreUnavailable
+    from execution_proof.web.log_api import LogService
+
+    async def outage(self: LogService, receipt: dict[str, Any], seconds: float) -> None:
+        raise StoreUnavailable("the receipt store is unreachable; try again shortly")
+
+    monkeypatch.setattr(LogService, "wait_for_proof", outage)
+    client = log_app(store, log_store, keyring, signer).asgi_client
+    key = await create_project_key(store, project_name="wait-outage", plan="pro")
+    body = await create(client, key, "w", Prefer="wait=5")
+    assert body["log"] == {"status": "pending", "proof_url": f"/v1/receipts/{body['receipt']['receipt_id']}/log-proof"}
+    _, kept = await client.get(f"/v1/receipts/{body['receipt']['receipt_id']}")
+    assert kept.status == 200
+
+
 class Crash(BaseException):
     """An integrator cut short in process (a BaseException: nothing on the way catches it)."""
 

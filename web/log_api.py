@@ -313,13 +313,15 @@ def prefer_wait(request: Request) -> float:
 async def create_log_object(request: Request, receipt: dict[str, Any]) -> dict[str, Any] | None:
     """The create response's ``log`` member (None when the service has no log). A replay of a
     receipt that is not in this log (issued for another) gets the pending form all the same,
-    its ``proof_url`` answering 404 ``not_in_log``: a create's answer never depends on it."""
+    its ``proof_url`` answering 404 ``not_in_log``: a create's answer never depends on it.
+    Nor on Redis or the log store failing during the wait: the receipt is issued, so its 201
+    carries the pending form (a 503 would invite a retry that issues a second receipt)."""
     service: LogService | None = getattr(request.app.ctx, "log", None)
     if service is None:
         return None
     wait = prefer_wait(request)
     if wait > 0:
-        with contextlib.suppress(NotInLog):
+        with contextlib.suppress(NotInLog, StoreUnavailable, LogStoreError):
             found = await service.wait_for_proof(receipt, wait)
             if found is not None:
                 return {"index": found[0], "proof": found[1]}
