@@ -108,7 +108,13 @@ class Failpoints:
         if action.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif action.kind == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # To this thread, not the process: a process-directed SIGSTOP is taken by another
+            # thread (the main one, say), and this one ran on until that one stopped the rest,
+            # past the step and as far as into the store's lock (held, it blocks every other
+            # worker for as long as this one sleeps). Sent to this thread, the stop is taken
+            # before the call returns. (SIGKILL needs nothing: the kernel ends every thread as
+            # it is sent.)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         else:
             time.sleep(action.ms / 1000)
 

@@ -153,8 +153,10 @@ class Observer:
     by the log's key as they arrive), and the SHA-256 of each full tile when it first
     appears."""
 
-    def __init__(self, base_url: str | None, store_dir: Path, verifier: note.Verifier) -> None:
+    def __init__(self, base_url: str | None, store_dir: Path, verifier: note.Verifier, interval: float = 0.02) -> None:
         self.base_url = base_url
+        self.interval = interval
+        """Seconds between polls: each reads the checkpoint twice and hashes every full tile."""
         self.store_dir = store_dir
         self.verifier = verifier
         self.seen: dict[str, list[note.Checkpoint]] = {"served": [], "file": []}
@@ -178,7 +180,7 @@ class Observer:
         with httpx.Client(timeout=5) as client:
             while not self._stop.is_set():
                 self.poll(client)
-                self._stop.wait(0.02)
+                self._stop.wait(self.interval)
 
     def poll(self, client: httpx.Client) -> None:
         if self.base_url is not None:
@@ -290,8 +292,11 @@ class Stack:
         self.workers.append(worker)
         return worker
 
-    def observe(self) -> Observer:
-        self.observer = Observer(self.base_url if self.service else None, self.store_dir, self.verifier).start()
+    def observe(self, interval: float = 0.02) -> Observer:
+        """An ``Observer`` of this log, started (``interval``: many logs at once poll less often)."""
+        self.observer = Observer(
+            self.base_url if self.service else None, self.store_dir, self.verifier, interval
+        ).start()
         return self.observer
 
     def make_keys(self, count: int) -> list[dict[str, Any]]:

@@ -435,3 +435,30 @@ def test_a_job_queue_outage_is_one_line_down_and_one_line_back(caplog: pytest.Lo
     assert len([m for m in said if RQ_RETRY_MESSAGE in m]) == 1, said
     back = [m for m in said if "reachable again" in m]
     assert len(back) == 1 and "9 more retries" in back[0], said
+
+
+def test_a_connection_lost_during_rq_maintenance_does_not_end_the_worker(caplog: pytest.LogCaptureFixture) -> None:
+    """RQ's maintenance (registry cleaning, at start and every 10 minutes) losing its
+    connection to Redis (restarted with a command in flight): one WARNING, and the work loop
+    goes on to wait for jobs. RQ alone quits its loop ("found an unhandled exception,
+    quitting...") and the worker exited 0, its log integrator with it."""
+    worker = MeasuredWorker(
+        [QUEUE_NAME], connection=fakeredis.FakeRedis(server=fakeredis.FakeServer()), serializer=JSONSerializer
+    )
+    cleanings = 0
+    clean_registries = worker.clean_registries
+
+    def lost_once() -> None:
+        nonlocal cleanings
+        cleanings += 1
+        if cleanings == 1:
+            raise redis.ConnectionError("Error while reading from 127.0.0.1:6379 : (104, 'Connection reset by peer')")
+        clean_registries()
+
+    worker.clean_registries = lost_once  # type: ignore[method-assign]
+    caplog.set_level(logging.INFO, "rq.worker")
+    worker.work(burst=True)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "rq.worker"]
+    assert not [m for _, m in said if "unhandled exception" in m], said
+    assert [level for level, m in said if "maintenance lost its connection" in m] == ["WARNING"], said
+    assert any("done, quitting" in m for _, m in said), said
