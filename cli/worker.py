@@ -150,7 +150,7 @@ def check_log_store(open_stores: Callable[[], tuple[Store, LogStore]], config: L
     async def check() -> str | None:
         store, log_store = open_stores()
         try:
-            await prepare_log(store, log_store, config.origin, config.signer)
+            await prepare_log(store, log_store, config.origin, config.signer, config.failpoints)
         except LogRefused as exc:
             return str(exc)
         except (LogStoreError, StoreUnavailable) as exc:
