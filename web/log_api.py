@@ -203,9 +203,11 @@ class LogService:
 
     async def _proof_text(self, receipt: dict[str, Any], index: int, checkpoint: note.Checkpoint, text: str) -> str:
         """The tlog-proof of the receipt at ``index`` under ``checkpoint``, checked before it is
-        given: the leaf at ``index`` must be the receipt's entry (else ``NotInLog``: its index
-        names another entry), and the path must lead to the checkpoint's root (else the store
-        does not hold the tree its checkpoint signs: 503, and said at ERROR)."""
+        given: the stored hash at ``index`` and its path must lead to the checkpoint's root (else
+        the store does not hold the tree its checkpoint signs: 503, and said at ERROR), and that
+        hash must be the receipt's entry's (else ``NotInLog``: its index names another entry).
+        The path first: a damaged level-0 tile is the store's fault, not evidence that the
+        receipt is not in the log."""
 
         def leaf_and_path(view: tlog.TileHashes) -> tuple[bytes, list[bytes]]:
             return view.stored(0, index), view.inclusion_proof(index)
@@ -214,8 +216,6 @@ class LogService:
             leaf, path = await self.reader.compute(checkpoint.size, leaf_and_path)
         except TileMissing as exc:
             raise StoreUnavailable("the log store is missing a tile of the published tree") from exc
-        if leaf != tlog.leaf_hash(tlog.entry_bytes(receipt)):
-            raise NotInLog(f"the log's entry {index} is not this receipt's: the receipt is not in this log")
         try:
             tlog.verify_inclusion(leaf, index, checkpoint.size, path, checkpoint.root)
         except tlog.ProofError as exc:
@@ -228,6 +228,8 @@ class LogService:
             raise StoreUnavailable(
                 "the log store does not hold the tree its checkpoint signs; try again later"
             ) from exc
+        if leaf != tlog.leaf_hash(tlog.entry_bytes(receipt)):
+            raise NotInLog(f"the log's entry {index} is not this receipt's: the receipt is not in this log")
         return note.TlogProof(index, tuple(path), text).encode()
 
     async def bundle_log(self, receipt: dict[str, Any]) -> tuple[str | None, bytes]:
