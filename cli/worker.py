@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -90,6 +90,12 @@ def worker_command(args: argparse.Namespace) -> int:
         print(f"error: {QUEUE_ON_CLUSTER_MESSAGE}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format)
+    # Until RQ installs its own handlers (in ``work``), a SIGTERM - an operator's, or the
+    # integrator's on a refused store - is remembered instead of killing the process: the work
+    # loop then stops at its first turn, and the exit status says why (2 for a refusal).
+    stop_requested = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
+    main_thread = threading.get_ident()
     listener = (
         start_metrics_listener(settings.metrics_host, settings.metrics_port)
         if settings.metrics_port is not None
@@ -115,11 +121,15 @@ def worker_command(args: argparse.Namespace) -> int:
                 listener.stop()
             return 2
         # A store refused later (it changed under the running worker) stops the whole worker,
-        # as a warm shutdown: its exit status says so.
-        integrator = IntegratorThread(open_stores, config, on_refused=lambda: os.kill(os.getpid(), signal.SIGTERM))
+        # as a warm shutdown: its exit status says so. The signal goes to the main thread: sent
+        # to the process, it may be taken by this thread, and the main thread, blocked in RQ's
+        # wait for a job (up to 405 s), would only run the handler once that wait ends.
+        integrator = IntegratorThread(
+            open_stores, config, on_refused=lambda: signal.pthread_kill(main_thread, signal.SIGTERM)
+        )
         integrator.start()
     try:
-        run_worker(settings.jobs_redis_url, burst=args.burst)
+        run_worker(settings.jobs_redis_url, burst=args.burst, stop_requested=stop_requested)
     finally:
         if integrator is not None:
             integrator.stop()
