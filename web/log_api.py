@@ -79,7 +79,6 @@ class LogService:
     _read_at: float = field(default=-1e9, init=False)
     _reading: asyncio.Lock | None = field(default=None, init=False)
     _state: tuple[float, str] = field(default=(-1e9, "ok"), init=False)
-    _waiting_since: float | None = field(default=None, init=False)
     _full: OrderedDict[str, bytes] = field(default_factory=OrderedDict, init=False)
     _full_bytes: int = field(default=0, init=False)
 
@@ -174,15 +173,15 @@ class LogService:
             waiting = tree is not None and (
                 self.unreadable or published is None or tree.size > published.checkpoint.size
             )
-        now = time.monotonic()
         if not waiting:
-            self._waiting_since = None
             return "ok"
-        if self._waiting_since is None:
-            self._waiting_since = now
-        # Nothing published for stall_s: by the integrators' mark in Redis, else (Redis
-        # forgot it) since this process first saw entries wait.
-        quiet_s = time.time() - progress_ms / 1000 if progress_ms is not None else now - self._waiting_since
+        # Nothing published for stall_s: by the integrators' mark in Redis. Without one (no
+        # integrator ever ran on this Redis, or it forgot), the first web process to see entries
+        # wait sets it: every web process then counts from the same moment, not each from when
+        # it was first asked (one asked late said ok long after the others said stalled).
+        if progress_ms is None:
+            progress_ms = await self.store.log_progress_or_start(self.identity, int(time.time() * 1000))
+        quiet_s = time.time() - progress_ms / 1000
         return "stalled" if quiet_s >= self.stall_s else "ok"
 
     async def index_of(self, receipt: dict[str, Any]) -> int | None:
