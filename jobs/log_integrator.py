@@ -1,18 +1,16 @@
 """The integrator: moves queued log entries from Redis into the Merkle tree in the log store
 and publishes checkpoints (docs/log.md, "Sequencing").
 
-Before anything, ``prepare`` checks the log store against the configuration and Redis: a
-store holding another log's identity, or an empty store beside a Redis that knows this log
-(a lost or mistyped ``LOG_STORE``), is refused (``LogRefused``); an empty store beside a Redis
-with no trace of the log becomes a new log (identity, size-0 checkpoint, published at once).
+Before anything, ``prepare`` checks the store against the configuration and Redis: it makes
+a new log, or refuses another's, a lost one or a mistyped ``LOG_STORE`` (jobs/log_config.py).
 
 One integrator is active at a time, behind a lease in the store that it renews; any number
 wait. The lease saves work; correctness rests on the tree state's compare-and-swap, whose
 version is the fencing token (CONTRACT 10.2). From the tree state as read (size S, root R,
 version V), a batch goes:
 
-1. **anchor**: the published checkpoint is compared with the tree state: never ahead of it,
-   and a prefix of it (a ``.state/`` put back from an older copy is refused);
+1. **anchor**: the published checkpoint (before each staging, and once a second while idle)
+   must be a prefix of the tree state, else it is refused (``.state/`` put back from a copy);
 2. **stage**: its entries are written under a name of their own, then the tree state is
    compare-and-swapped from V to (S, R, this batch staged). Only a batch whose staging won
    has any tile written, so every byte even a stale writer writes belongs to the one history;
@@ -229,6 +227,8 @@ class Integrator:
         if self.store.is_cluster and len(projects) < DIRTY_SAMPLE:
             await self.store.log_set_pending(self.identity, waiting)  # the count drifts on a Cluster
         if not waiting:
+            if time.monotonic() - self._progress_at >= PROGRESS_EVERY_S and await self._check_anchor(tree, "idle"):
+                await self._publish(tree)  # idle, it still looks at the checkpoint (1.): no silent wedge
             await self._mark_progress()
             return 0
         waited = time.monotonic() - self._last_batch

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -83,6 +84,16 @@ class MeasuredWorker(Worker):
 
     outage: QueueOutage | None = None
     scheduler_stop_s: float = SCHEDULER_STOP_S
+    stop_requested: threading.Event | None = None
+    """Set by a SIGTERM the process received before RQ's own handlers were in place (the
+    ``worker`` verb's handler until then): the work loop stops at its first turn."""
+
+    def _install_signal_handlers(self) -> None:
+        """RQ's handlers, then a stop requested before them honoured (without this, it was lost
+        or, with no handler at all yet, SIGTERM killed the process: exit status -15)."""
+        super()._install_signal_handlers()  # type: ignore[no-untyped-call]
+        if self.stop_requested is not None and self.stop_requested.is_set():
+            self._stop_requested = True
 
     def stop_scheduler(self) -> None:
         """RQ's, with a bound: SIGTERM to the scheduler process, then wait at most
@@ -169,14 +180,17 @@ def run_worker(
     name: str | None = None,
     tick_s: float = TICK_S,
     owner_ttl_ms: int = OWNER_TTL_MS,
+    stop_requested: threading.Event | None = None,
 ) -> bool:
     """Work until stopped (SIGTERM/SIGINT: finish the current job, release the schedule).
 
     ``burst``: run what is queued (and due) now, then return, without the periodic schedule.
+    ``stop_requested``: set when a stop was asked before RQ's signal handlers were installed.
     Returns whether any job ran.
     """
     connection = redis.Redis.from_url(jobs_redis_url)
     worker = MeasuredWorker([QUEUE_NAME], connection=connection, serializer=JSONSerializer, name=name or worker_name())
+    worker.stop_requested = stop_requested
     worker.outage = QueueOutage()
     worker.log.addFilter(worker.outage)
     schedule: ScheduleThread | None = None

@@ -204,6 +204,15 @@ class LogQueueStore:
         await self.link.send("SET", keys.log_progress_key(log), now_ms)
 
     @_unavailable_as_503
+    async def log_progress_or_start(self, log: keys.LogIdentity, now_ms: int) -> int:
+        """The progress mark, first set to ``now_ms`` if there is none (no integrator marked
+        its progress on this Redis: none ever ran, or Redis forgot): the web process that first
+        finds entries waiting starts the stall's clock for every web process, so they agree."""
+        await self.link.send("SET", keys.log_progress_key(log), now_ms, "NX")
+        value = await self.link.send("GET", keys.log_progress_key(log))
+        return now_ms if value is None else int(value)
+
+    @_unavailable_as_503
     async def log_stamp_claim(self, log: keys.LogIdentity, token: str, hold_ms: int) -> bool:
         """Claim this interval's stamping (SET NX PX): true for one caller per interval."""
         return bool(await self.link.send("SET", keys.log_stamping_key(log), token, "NX", "PX", hold_ms))

@@ -272,7 +272,9 @@ class Stack:
 
     @property
     def identity(self) -> keys.LogIdentity:
-        return keys.LogIdentity(ORIGIN, self.verifier.encode())
+        """The log's identity in Redis: its signer's name (the origin) and verifier key, so a
+        stack given another ``LOG_ORIGIN`` and key (a new log on an old Redis) names its own."""
+        return keys.LogIdentity(self.signer.name, self.verifier.encode())
 
     def start_redis(self) -> Stack:
         self.redis.start()

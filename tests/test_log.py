@@ -964,6 +964,25 @@ async def test_a_proof_is_checked_before_it_is_served(
         assert response.status == 404 and response.json["error"]["code"] == "not_in_log", response.text
 
 
+async def test_health_counts_a_stall_from_one_moment_in_every_web_process(
+    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+) -> None:
+    """No integrator has marked its progress on this Redis (none ran yet): two web processes,
+    the second asked for the first time once entries have waited ``LOG_STALL_S`` since the
+    first saw them, both say ``stalled`` (the first set the mark; each used to count from
+    when it was first asked, and the second said ``ok`` for ``LOG_STALL_S`` more)."""
+    first, second = (log_app(store, log_store, keyring, signer, log_stall_s=0.3) for _ in range(2))
+    key = await create_project_key(store, project_name="stall-clock", plan="pro")
+    await integrator(store, log_store, signer)  # creates the log; marks no progress
+    await create(first.asgi_client, key, "waits")
+    assert await store.log_progress(IDENTITY) is None
+    _, response = await first.asgi_client.get("/health")
+    assert response.json["log"] == "ok", "a fresh entry is not a stall"
+    await asyncio.sleep(0.4)  # LOG_STALL_S passes with nothing published
+    _, response = await second.asgi_client.get("/health")
+    assert response.json["log"] == "stalled"
+
+
 async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:

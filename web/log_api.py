@@ -79,7 +79,6 @@ class LogService:
     _read_at: float = field(default=-1e9, init=False)
     _reading: asyncio.Lock | None = field(default=None, init=False)
     _state: tuple[float, str] = field(default=(-1e9, "ok"), init=False)
-    _waiting_since: float | None = field(default=None, init=False)
     _full: OrderedDict[str, bytes] = field(default_factory=OrderedDict, init=False)
     _full_bytes: int = field(default=0, init=False)
 
@@ -174,15 +173,15 @@ class LogService:
             waiting = tree is not None and (
                 self.unreadable or published is None or tree.size > published.checkpoint.size
             )
-        now = time.monotonic()
         if not waiting:
-            self._waiting_since = None
             return "ok"
-        if self._waiting_since is None:
-            self._waiting_since = now
-        # Nothing published for stall_s: by the integrators' mark in Redis, else (Redis
-        # forgot it) since this process first saw entries wait.
-        quiet_s = time.time() - progress_ms / 1000 if progress_ms is not None else now - self._waiting_since
+        # Nothing published for stall_s: by the integrators' mark in Redis. Without one (no
+        # integrator ever ran on this Redis, or it forgot), the first web process to see entries
+        # wait sets it: every web process then counts from the same moment, not each from when
+        # it was first asked (one asked late said ok long after the others said stalled).
+        if progress_ms is None:
+            progress_ms = await self.store.log_progress_or_start(self.identity, int(time.time() * 1000))
+        quiet_s = time.time() - progress_ms / 1000
         return "stalled" if quiet_s >= self.stall_s else "ok"
 
     async def index_of(self, receipt: dict[str, Any]) -> int | None:
@@ -203,9 +202,11 @@ class LogService:
 
     async def _proof_text(self, receipt: dict[str, Any], index: int, checkpoint: note.Checkpoint, text: str) -> str:
         """The tlog-proof of the receipt at ``index`` under ``checkpoint``, checked before it is
-        given: the leaf at ``index`` must be the receipt's entry (else ``NotInLog``: its index
-        names another entry), and the path must lead to the checkpoint's root (else the store
-        does not hold the tree its checkpoint signs: 503, and said at ERROR)."""
+        given: the stored hash at ``index`` and its path must lead to the checkpoint's root (else
+        the store does not hold the tree its checkpoint signs: 503, and said at ERROR), and that
+        hash must be the receipt's entry's (else ``NotInLog``: its index names another entry).
+        The path first: a damaged level-0 tile is the store's fault, not evidence that the
+        receipt is not in the log."""
 
         def leaf_and_path(view: tlog.TileHashes) -> tuple[bytes, list[bytes]]:
             return view.stored(0, index), view.inclusion_proof(index)
@@ -214,8 +215,6 @@ class LogService:
             leaf, path = await self.reader.compute(checkpoint.size, leaf_and_path)
         except TileMissing as exc:
             raise StoreUnavailable("the log store is missing a tile of the published tree") from exc
-        if leaf != tlog.leaf_hash(tlog.entry_bytes(receipt)):
-            raise NotInLog(f"the log's entry {index} is not this receipt's: the receipt is not in this log")
         try:
             tlog.verify_inclusion(leaf, index, checkpoint.size, path, checkpoint.root)
         except tlog.ProofError as exc:
@@ -228,6 +227,8 @@ class LogService:
             raise StoreUnavailable(
                 "the log store does not hold the tree its checkpoint signs; try again later"
             ) from exc
+        if leaf != tlog.leaf_hash(tlog.entry_bytes(receipt)):
+            raise NotInLog(f"the log's entry {index} is not this receipt's: the receipt is not in this log")
         return note.TlogProof(index, tuple(path), text).encode()
 
     async def bundle_log(self, receipt: dict[str, Any]) -> tuple[str | None, bytes]:
