@@ -52,10 +52,14 @@ class IntegratorThread:
             await store.close()
             await log_store.close()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the integrator and wait for its thread. An integrator that ended by itself (a
-        refused store) has closed its loop already: nothing to tell it."""
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop the integrator and wait for its thread, at most ``timeout`` seconds: whether it
+        ended. One paused in the middle of a batch (a fault point's sleep, a process stopped
+        and continued) may not: its batch is then left as a crash would leave it, for the
+        next integrator to finish. An integrator that ended by itself (a refused store) has
+        closed its loop already: nothing to tell it."""
         if self._loop is not None and self._stop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: the thread has ended
                 self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout)
+        return not self._thread.is_alive()

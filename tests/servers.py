@@ -97,6 +97,10 @@ def clean_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
     return env
 
 
+class PortTaken(Exception):
+    """The port ``free_port`` gave was taken by another process before the server bound it."""
+
+
 class ServiceProcess:
     """One ``python service.py serve`` process on a free loopback port."""
 
@@ -152,7 +156,19 @@ class ServiceProcess:
         return f"{why}\n--- stdout ---\n{self.stdout()[-4000:]}\n--- stderr ---\n{self.stderr()[-4000:]}"
 
     def start(self, timeout: float = START_TIMEOUT_S) -> ServiceProcess:
-        """Start and wait until ``GET /health`` answers 200; fail with the captured output."""
+        """Start and wait until ``GET /health`` answers 200; fail with the captured output.
+        A port another process took between ``free_port`` and the bind (tests that start many
+        processes at once race for ports) is given up for another, up to three times."""
+        for _ in range(3):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                self.port = free_port()
+                self.stdout_path = self.log_dir / f"service-{self.port}.stdout"
+                self.stderr_path = self.log_dir / f"service-{self.port}.stderr"
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> ServiceProcess:
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             # A session of its own, so stop() can reach the worker processes by group id.
             self.process = subprocess.Popen(
@@ -162,6 +178,8 @@ class ServiceProcess:
         with httpx.Client(timeout=1.0) as client:
             while not (self._answers_health(client) and self._workers_ready()):
                 if self.process.poll() is not None:
+                    if f"127.0.0.1:{self.port} is already in use" in self.stderr():
+                        raise PortTaken(self.port)
                     pytest.fail(self._failure(f"service exited early with status {self.process.returncode}"))
                 if time.monotonic() > deadline:
                     self.stop()

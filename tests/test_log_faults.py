@@ -262,6 +262,32 @@ def test_a_worker_frozen_mid_batch_past_its_lease_forks_nothing_when_it_wakes(st
     stack.assert_no_staging()
 
 
+def test_a_worker_stopped_while_its_integrator_sleeps_mid_batch_exits_at_once_without_a_traceback(
+    stacks: Callable[..., Stack],
+) -> None:
+    """SIGTERM while the integrator is paused in the middle of a batch for longer than the
+    worker waits for it (``LOG_FAILPOINTS=staged=sleep:30000``): the worker exits 0 after its
+    10 s, with one WARNING saying it leaves the integrator, no traceback (left to run into the
+    interpreter's shutdown, its next store call failed with one), and the next worker
+    finishes the staged batch."""
+    stack = stacks("sigterm")
+    stack.start_redis()
+    stack.serve()
+    api_keys = stack.make_keys(1)
+    receipts = stack.create(api_keys, 5)
+    sleeper = stack.worker(LOG_FAILPOINTS="staged=sleep:30000")
+    wait_until(lambda: "staged=sleep:30000: reached" in sleeper.log(), WAIT_S, "the integrator to stage and sleep")
+    sleeper.process.send_signal(signal.SIGTERM)
+    assert sleeper.process.wait(25) == 0, sleeper.log()[-3000:]
+    said = sleeper.log()
+    assert "did not stop within 10 s" in said and "Traceback (most recent call last)" not in said, said[-3000:]
+    assert mid_batch(stack.store_dir), "the batch is left staged, as a crash would leave it"
+    successor = stack.worker()
+    final = stack.wait_for_size(5)
+    assert "finishing the batch a stopped integrator staged" in successor.log()
+    assert sorted(stack.assert_proofs(receipts)) == list(range(final.size))
+
+
 # --------------------------------------------------------------------------- 3. Redis restored, Redis flushed
 
 
