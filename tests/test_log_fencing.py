@@ -18,6 +18,7 @@ import asyncio
 import errno
 import logging
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ import redis.asyncio as aioredis
 from execution_proof.jobs.log_config import LogConfig, LogRefused
 from execution_proof.jobs.log_integrator import Integrator
 from execution_proof.kv.accounts import create_project_key
-from execution_proof.kv.logstore import LogStore, LogStoreError
+from execution_proof.kv.logstore import LogStore, LogStoreError, files
 from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.store import Store
 from execution_proof.receipts import note, tlog
@@ -384,9 +385,17 @@ async def test_temporary_files_a_full_disk_left_are_removed_and_never_left_again
         await worker.step(force=True)
     monkeypatch.setattr(os, "write", real_write)
     assert list(tmp.iterdir()) == [], "a failed write left its temporary file"
+    # Left by crashed writers: one not named as the store names them, one of a process of
+    # this machine that is gone. In flight: one of a process that runs (this one).
+    gone = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await gone.wait()
     (tmp / "left-by-a-crash").write_bytes(b"x" * 100)
+    (tmp / f"{files._HOST}-{gone.pid}-00112233aabbccdd").write_bytes(b"x" * 100)
+    in_flight = tmp / f"{files._HOST}-{os.getpid()}-00112233aabbccdd"
+    in_flight.write_bytes(b"x" * 100)
     await integrator(site)
-    assert list(tmp.iterdir()) == []
+    assert list(tmp.iterdir()) == [in_flight], "only the write in flight is left"
+    in_flight.unlink()
     while await worker.step(force=True):
         pass
     assert (await published(site.log_store, SIGNER)).size == 2

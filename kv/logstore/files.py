@@ -29,7 +29,9 @@ import fcntl
 import hashlib
 import os
 import secrets
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
@@ -72,6 +74,32 @@ os.register_at_fork(
 )
 
 
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+"""This machine, in the name of each temporary file (``<host>-<pid>-<random>``): ``tidy``
+leaves alone the files of writers that still run."""
+TMP_STALE_S = 3600.0
+"""A temporary file this old is left behind, whoever wrote it: a write takes milliseconds."""
+
+
+def _left_behind(name: str, mtime: float, now: float) -> bool:
+    """Whether a file of ``.state/tmp/`` belongs to no write in flight: not named as this
+    store names them, written by a process of this machine that is gone, or older than
+    ``TMP_STALE_S`` (another machine's writer, or a pid reused since)."""
+    host, _, rest = name.partition("-")
+    pid, _, token = rest.partition("-")
+    if not (host and pid.isdigit() and token) or now - mtime > TMP_STALE_S:
+        return True
+    if host != _HOST:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def _version(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -104,9 +132,10 @@ class FileObjects(ObjectStore):
         return await self._run(self._names, prefix, after, limit)
 
     async def tidy(self) -> int:
-        """Every file under ``.state/tmp/``: a writer that died (or found the disk full)
-        between writing one and renaming it left it. Another process's write in flight that
-        loses its temporary file fails and is done again; nothing is lost."""
+        """The files under ``.state/tmp/`` that a writer which died (or found the disk full)
+        between writing and renaming left: those of processes of this machine that are gone,
+        those not named as this store names them, and any older than an hour. The files of
+        writes in flight are left alone."""
         return await self._run(self._tidy)
 
     async def _run(self, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -137,7 +166,7 @@ class FileObjects(ObjectStore):
         (a full disk, say)."""
         tmp_dir = self.root / TMP_DIR
         _make_dirs(tmp_dir)
-        path = tmp_dir / secrets.token_hex(8)
+        path = tmp_dir / f"{_HOST}-{os.getpid()}-{secrets.token_hex(8)}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
             view = memoryview(data)
@@ -157,10 +186,12 @@ class FileObjects(ObjectStore):
             entries = list(os.scandir(self.root / TMP_DIR))
         except FileNotFoundError:
             return 0
+        now = time.time()
         for entry in entries:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-                removed += 1
+                if _left_behind(entry.name, entry.stat().st_mtime, now):
+                    os.unlink(entry.path)
+                    removed += 1
         return removed
 
     def _write(self, name: str, data: bytes) -> None:
