@@ -20,10 +20,10 @@ from execution_proof.runtime.settings import Settings
 log = logging.getLogger("eps.log")
 
 INTERVAL_S = 0.2
-"""Waiting entries are integrated this long after the last batch, however few. It bounds a
-receipt's wait for a checkpoint: below ``TRIGGER`` entries per interval (2,560 a second) every
-batch is due to it. Its price: while entries keep arriving, up to five batches a second (each
-rewrites the partial tiles, publishes a checkpoint and asks every witness)."""
+"""Waiting entries are integrated this long after the last batch began, however few. It
+bounds a receipt's wait for a checkpoint: below ``TRIGGER`` entries per interval (2,560 a
+second) every batch is due to it. Its price: while entries keep arriving, up to five batches a
+second (each writes new partial tiles, publishes a checkpoint and asks every witness)."""
 TRIGGER = 512
 """Or as soon as this many wait. Tessera batches at 256 or 250 ms; here, at 256 the integrator
 made more, smaller batches at the service's capacity (about 2,000 creates a second on two

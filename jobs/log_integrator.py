@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, refuse
+from execution_proof.jobs.log_sync import ack_batch, catch_up, receipt_of
 from execution_proof.jobs.log_timestamps import Stamper
 from execution_proof.jobs.log_witnesses import WitnessClient
 from execution_proof.kv import keys
@@ -251,7 +252,7 @@ class Integrator:
         if synced != tree.size:
             await self._check_current(tree, "synced")  # another integrator may have moved both
             await self._check_anchor(tree, "synced")
-            await self._sync_with_tree(tree, synced)
+            await self._catch_up(tree, synced)
             return 0
         entries: list[bytes] = []
         for project_entries in queued.values():
@@ -260,7 +261,7 @@ class Integrator:
             return 0
         edge = await self._edge_of(tree)
         extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in entries])
-        newest = max(keys.receipt_created_ms(_receipt_id(entry)) for entry in entries)
+        newest = max(keys.receipt_created_ms(receipt_of(entry)) for entry in entries)
         batch = Batch(tree.size, tree.root, extension.size, extension.root, newest, entries)
         await self._check_anchor(tree, "stage")
         staged = await self.log.stage(tree, batch)
@@ -325,7 +326,7 @@ class Integrator:
         # Side by side: each needs only the advanced tree, and a proof needs both (its index
         # from Redis, the checkpoint from the store). What a failure leaves undone is done from
         # the store again (``_load``: the synced size behind, the checkpoint due).
-        syncing = asyncio.ensure_future(self._sync_batch(batch))
+        syncing = asyncio.ensure_future(ack_batch(self.store, self.identity, batch, self._point))
         try:
             await self._publish(advanced)
         except BaseException:
@@ -335,27 +336,9 @@ class Integrator:
             raise
         await syncing
 
-    async def _sync_batch(self, batch: Batch) -> None:
-        """Take the batch's entries off their queues with their indices; move the synced size."""
-        by_project: dict[str, list[tuple[bytes, int]]] = {}
-        for offset, entry in enumerate(batch.entries):
-            by_project.setdefault(_project_id(entry), []).append((entry, batch.size + offset))
-        projects = list(by_project.items())
-        half = max(1, len(projects) // 2)
-        await asyncio.gather(*(self.store.log_ack(self.identity, pid, acks) for pid, acks in projects[:half]))
-        self._point("acked_half")
-        await asyncio.gather(*(self.store.log_ack(self.identity, pid, acks) for pid, acks in projects[half:]))
-        await self.store.log_mark_synced(self.identity, batch.size, batch.new_size)
-        self._point("synced")
-        emptied = await self.store.log_queue_lengths(self.identity, list(by_project))
-        now_ms = int(time.time() * 1000)
-        await self.store.log_tidy_dirty(self.identity, [pid for pid, length in emptied.items() if not length], now_ms)
-
-    async def _sync_with_tree(self, tree: TreeState, synced: int | None) -> None:
-        """Bring Redis in line with the tree: every queued entry that is in the tree after the
-        synced size (or anywhere, with none recorded) leaves its queue with its index, then
-        the synced size moves to the tree's. Only entries created no later than the newest
-        in the tree can be there, so usually nothing is read back from the store."""
+    async def _catch_up(self, tree: TreeState, synced: int | None) -> None:
+        """Redis's synced size is not the tree's: bring Redis in line (``catch_up``), or
+        refuse a store whose tree is behind what Redis knows."""
         if synced is not None and synced > tree.size:
             raise await refuse(
                 self.log,
@@ -363,40 +346,7 @@ class Integrator:
                 f"holds {tree.size}: the store lost entries (restored from an older copy?) or LOG_STORE names "
                 "another store. Nothing is signed until the store is the log's again",
             )
-        projects = await self.store.log_all_dirty_projects(self.identity)
-        queued = await self.store.log_queued(self.identity, dict.fromkeys(projects, -1))
-        wanted: dict[str, tuple[str, bytes]] = {}
-        for pid, entries in queued.items():
-            for entry in entries:
-                receipt_id = _receipt_id(entry)
-                if keys.receipt_created_ms(receipt_id) <= tree.newest_ms:
-                    wanted[receipt_id] = (pid, entry)
-        found: dict[str, list[tuple[bytes, int]]] = {}
-        start = synced or 0
-        if wanted and start < tree.size:
-            log.warning(
-                "the log's queues are behind its tree (synced %s, tree %d): looking for %d queued entries in the "
-                "tree from %d",
-                synced,
-                tree.size,
-                len(wanted),
-                start,
-            )
-            for index in range(start // tlog.TILE_WIDTH, (tree.size + tlog.TILE_WIDTH - 1) // tlog.TILE_WIDTH):
-                bundle = await self.reader.bundle(index, tlog.tile_width(tree.size, 0, index))
-                for offset, entry in enumerate(bundle):
-                    position = index * tlog.TILE_WIDTH + offset
-                    hit = wanted.get(_receipt_id(entry)) if position >= start else None
-                    if hit is not None and hit[1] == entry:
-                        found.setdefault(hit[0], []).append((entry, position))
-        for pid, acks in found.items():
-            await self.store.log_ack(self.identity, pid, acks)
-        if found:
-            log.warning(
-                "%d queued entries were in the log already: taken off their queues, indices recorded",
-                sum(len(acks) for acks in found.values()),
-            )
-        await self.store.log_mark_synced(self.identity, synced, tree.size)
+        await catch_up(self.store, self.identity, self.reader, tree, synced)
 
     async def _publish(self, tree: TreeState) -> None:
         """Sign the tree, collect cosignatures, publish; halt instead on evidence of a fork. A
@@ -475,7 +425,7 @@ class Integrator:
         await self.log.clear_staging(below=tree.size)
         synced = await self.store.log_synced(self.identity)
         if synced != tree.size:
-            await self._sync_with_tree(tree, synced)
+            await self._catch_up(tree, synced)
         if self._publish_due:
             await self._publish(tree)
 
@@ -601,11 +551,3 @@ class Integrator:
         self.tree = None
         metrics.LOG_HALTED.set(0)
         return False
-
-
-def _receipt_id(entry: bytes) -> str:
-    return entry.split(b"\n", 2)[1].decode()
-
-
-def _project_id(entry: bytes) -> str:
-    return entry.split(b"\n", 4)[3].decode()
