@@ -245,6 +245,34 @@ def loud_lines(text: str) -> list[str]:
     return loud
 
 
+def without_queue_outage(text: str, lines: list[str]) -> tuple[list[str], int]:
+    """``lines`` (``loud_lines`` of ``text``) less the job queue's own report of a Redis
+    restart (docs/observability.md, "One line per outage"): RQ's ``could not connect`` line,
+    and RQ's scheduler's exception (a process of its own: RQ logs it, and Python's
+    multiprocessing prints the same tracebacks again, raw, under ``Process Scheduler:``).
+    Returns what is left and how many lines of the report were taken out."""
+    scheduler = [line for line in lines if "Scheduler [PID" in line and "raised an exception" in line]
+    raw = [line for line in lines if line == "a traceback"]
+    reported = sum(text.count(TRACEBACK) for text in _scheduler_records(text))
+    left = [line for line in lines if RQ_RETRY_MESSAGE not in line and line not in scheduler]
+    if raw and len(raw) == reported and "Process Scheduler:" in text:
+        left = [line for line in left if line != "a traceback"]
+    return left, len(lines) - len(left)
+
+
+def _scheduler_records(text: str) -> list[str]:
+    """The messages (with their tracebacks) of RQ's scheduler's exception records."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("{") and '"rq.scheduler"' in line:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                record = orjson.loads(line)
+                message = f"{record.get('msg')}{record.get('exc', '')}"
+                if "raised an exception" in message:
+                    found.append(message)
+    return found
+
+
 # --------------------------------------------------------------------------- the judge (pure)
 
 
@@ -937,9 +965,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         fenced += text.count(FENCED)
         read_back += sum(int(n) for n in READ_BACK.findall(text))
         lines = loud_lines(text)
-        if tally.faults["restore"]:  # RQ's line while Redis restarts: the restore's, not a pause's
-            outage_lines += sum(RQ_RETRY_MESSAGE in line for line in lines)
-            lines = [line for line in lines if RQ_RETRY_MESSAGE not in line]
+        if tally.faults["restore"]:  # the job queue's own report of a Redis restart, not a pause's
+            lines, reported = without_queue_outage(text, lines)
+            outage_lines += reported
         if lines:
             loud[path.stem] = lines
             findings.append(f"{path.stem} logged: {lines[:3]}")

@@ -82,6 +82,34 @@ def test_fault_points_and_loud_lines_are_read_from_a_workers_log() -> None:
     ]
 
 
+def test_the_job_queues_own_report_of_a_redis_restart_is_not_a_finding() -> None:
+    """RQ's ``could not connect`` line and its scheduler's exception record (with the same
+    tracebacks printed raw under ``Process Scheduler:``) are the documented report of a
+    Redis restart; anything else, another traceback included, is still a finding."""
+    scheduler = (
+        '{"level": "error", "logger": "rq.scheduler", "msg": "Scheduler [PID 7] raised an exception.\\n'
+        'Traceback (most recent call last):\\n  x\\nTraceback (most recent call last):\\n  y"}'
+    )
+    report = [
+        '{"level": "error", "logger": "rq.worker", "msg": "Worker w: could not connect to Redis instance: x"}',
+        scheduler,
+        "Process Scheduler:",
+        "Traceback (most recent call last):",
+        "  x",
+        "Traceback (most recent call last):",
+        "  y",
+    ]
+    text = "\n".join(report)
+    left, taken = log_soak.without_queue_outage(text, log_soak.loud_lines(text))
+    assert (left, taken) == ([], 4)
+    text = "\n".join([*report, '{"level": "error", "logger": "eps.log", "msg": "the log failed"}'])
+    left, _ = log_soak.without_queue_outage(text, log_soak.loud_lines(text))
+    assert left == ["error: the log failed"]
+    text = "\n".join([*report, "Traceback (most recent call last):"])  # one more than RQ's
+    left, _ = log_soak.without_queue_outage(text, log_soak.loud_lines(text))
+    assert left.count("a traceback") == 3
+
+
 def test_only_the_exits_a_fault_or_the_harness_explains_pass() -> None:
     started = '{"level": "info", "msg": "Worker vm.1: started with PID 1"}\n'
     assert log_soak.exit_kind(0, started) is not None  # SIGTERM
