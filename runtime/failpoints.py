@@ -15,11 +15,13 @@ integrator holds no ``Failpoints`` at all.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 log = logging.getLogger("eps.log")
@@ -51,6 +53,38 @@ STEPS = (
 - ``signed``: the checkpoint signed (and cosigned), not yet published;
 - ``published``: the checkpoint published.
 """
+
+
+LOCK_WAIT_S = 10.0
+"""How long a ``stop`` waits for its process's store locks to be released before it stops
+anyway (and says so)."""
+
+_locks_held = 0
+_locks_changed = threading.Condition()
+
+
+@contextlib.contextmanager
+def store_lock() -> Iterator[None]:
+    """Around a store lock this process holds (``kv/logstore/files.py``): a ``stop`` waits
+    until none is held, so that it models a pause between steps, not one inside the lock that
+    blocks every other worker (docs/log.md, "Fencing")."""
+    global _locks_held
+    with _locks_changed:
+        _locks_held += 1
+    try:
+        yield
+    finally:
+        with _locks_changed:
+            _locks_held -= 1
+            _locks_changed.notify_all()
+
+
+def _reset_in_child() -> None:
+    global _locks_held, _locks_changed
+    _locks_held, _locks_changed = 0, threading.Condition()  # the parent's may be held by a thread that is not here
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 class FailpointsError(ValueError):
@@ -114,7 +148,13 @@ class Failpoints:
             # worker for as long as this one sleeps). Sent to this thread, the stop is taken
             # before the call returns. (SIGKILL needs nothing: the kernel ends every thread as
             # it is sent.)
-            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+            # Not inside a store lock another of its tasks holds (a publication running
+            # beside the sync): the condition's lock is kept while stopped, so no task of this
+            # process takes a store lock between the wait and the stop.
+            with _locks_changed:
+                if not _locks_changed.wait_for(lambda: _locks_held == 0, LOCK_WAIT_S):
+                    log.warning("LOG_FAILPOINTS %s=stop: a store lock still held after %.0f s", step, LOCK_WAIT_S)
+                signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         else:
             time.sleep(action.ms / 1000)
 

@@ -451,6 +451,12 @@ class Stack:
         with redis.Redis.from_url(self.redis_url) as conn:
             return int(conn.get(keys.log_pending_key(self.identity)) or 0)
 
+    def synced(self) -> int | None:
+        """Redis's synced size: up to where the queues are in line with the tree."""
+        with redis.Redis.from_url(self.redis_url) as conn:
+            value = conn.get(keys.log_synced_key(self.identity))
+            return None if value is None else int(value)
+
     def close(self) -> None:
         if self.observer is not None:
             self.observer.stop()

@@ -104,6 +104,9 @@ def run_crash(stack: Stack, point: str) -> CrashRun:
     doomed.stop()  # its RQ children, should any be left
     successor = stack.worker()
     final = stack.wait_for_size(306)
+    # Killed after publication (which runs beside the sync), the doomed worker may have left
+    # the checkpoint out and Redis behind it: the successor syncs once it has the lease.
+    wait_until(lambda: stack.synced() == 306, WAIT_S, "Redis's synced size to reach 306")
     successor.stop()
     observer.stop()
     return CrashRun(stack, receipts, before, crash_status, doomed.log(), final)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from execution_proof.kv.logstore.objects import Blob, LogStoreError, ObjectStore
+from execution_proof.runtime import failpoints
 
 TMP_DIR = ".state/tmp"
 LOCK_FILE = ".state/lock"
@@ -243,6 +244,11 @@ class FileObjects(ObjectStore):
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
+        with failpoints.store_lock(), self._flocked():
+            yield
+
+    @contextlib.contextmanager
+    def _flocked(self) -> Iterator[None]:
         path = self.root / LOCK_FILE
         _make_dirs(path.parent)
         with _lock_fds_guard:
