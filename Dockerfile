@@ -14,6 +14,7 @@ COPY runtime runtime
 COPY kv kv
 COPY jobs jobs
 COPY web web
+COPY client client
 COPY cli cli
 COPY static static
 RUN python -m venv /venv && /venv/bin/pip install '.[server]'

@@ -13,4 +13,4 @@ import sys
 from execution_proof.cli.main import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], default_verb="serve"))

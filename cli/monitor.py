@@ -40,9 +40,9 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from execution_proof.cli.http_client import Client, HttpError, Reply, Unreachable
 from execution_proof.cli.monitor_state import MonitorDb, Seen, StateError
-from execution_proof.cli.verify_log import LogInputError, env_skew
+from execution_proof.client.http import Client, HttpError, Reply, Unreachable
+from execution_proof.client.log_checks import LogInputError, env_skew
 from execution_proof.receipts import note, tlog
 from execution_proof.receipts.monitor import (
     Frontier,

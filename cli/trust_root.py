@@ -17,23 +17,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from execution_proof.cli.http_client import Client, HttpError, Reply
-from execution_proof.receipts.trust_root import (
-    TrustRootError,
-    build_trust_root,
-    encode_trust_root,
-    fingerprints,
-    parse_trust_root,
-    pem_roots,
-)
-
-FILE_MODE = 0o644
+from execution_proof.receipts.trust_root import fingerprints
 
 
 class CouldNotWrite(Exception):
@@ -59,37 +45,44 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def run_trust_root(args: argparse.Namespace) -> int:
+    from execution_proof.client.models import write_atomically
+    from execution_proof.client.service import Client
+    from execution_proof.receipts.errors import Error
+
     base_url = (args.base_url or os.environ.get("SERVICE_BASE_URL") or "").strip()
     if not base_url:
         print("error: give the service's address: --base-url URL (or SERVICE_BASE_URL)", file=sys.stderr)
         return 2
+    out = Path(args.out)
     try:
         tsa_pem = _read_pem(args.tsa_roots) if args.tsa_roots else None
-        if tsa_pem is not None:
-            pem_roots(tsa_pem)  # refused before anything is asked of the service
-        folder = Path(args.out).parent
-        if not folder.is_dir():
-            raise CouldNotWrite(f"cannot write {args.out}: the folder {folder} does not exist")
-        with Client() as client:
-            keys = _fetch_json(client, base_url.rstrip("/") + "/v1/public-key")
-            log = _fetch_log(client, base_url.rstrip("/") + "/v1/log")
-        document = build_trust_root(base_url, keys, log, tsa_pem)
-        data = encode_trust_root(document)
-        replaced = _write_atomically(Path(args.out), data)
-    except (CouldNotWrite, TrustRootError) as exc:
-        print(f"error: {exc}; no trust root written", file=sys.stderr)
+        if not out.parent.is_dir():
+            raise CouldNotWrite(f"cannot write {args.out}: the folder {out.parent} does not exist")
+        with Client(base_url) as client:
+            root = client.trust_root(tsa_roots=tsa_pem)
+            published_policy = (client.log_info() or {}).get("policy") if root.log_origin is not None else None
+        data = root.to_bytes()
+        previous = out.read_bytes() if out.is_file() else None
+        write_atomically(out, data)
+    except (CouldNotWrite, Error) as exc:
+        from execution_proof.cli.client import describe
+
+        print(f"error: {describe(exc)}; no trust root written", file=sys.stderr)
         return 2
-    root = parse_trust_root(data)
+    except OSError as exc:
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}; no trust root written", file=sys.stderr)
+        return 2
     if root.log_origin is None:
         print('note: the service runs no transparency log: the trust root pins no log ("log": null)', file=sys.stderr)
-    elif isinstance(log, dict) and root.policy_text != log.get("policy"):
+    elif root.policy_text != published_policy:
         print(
             "note: the service publishes no witness policy naming its log: the trust root's policy is "
             "its log key first (with quorum none when it names no witness)",
             file=sys.stderr,
         )
-    if replaced is not None:
-        print(f"note: replaced the existing {args.out} ({replaced})", file=sys.stderr)
+    if previous is not None:
+        what = "it was identical" if previous == data else "it differed: compare the fingerprints again"
+        print(f"note: replaced the existing {args.out} ({what})", file=sys.stderr)
     for label, value in fingerprints(root, data):
         print(f"{label}  {value}")
     print(f"wrote {args.out}: compare these fingerprints with the operator's over another channel", file=sys.stderr)
@@ -101,80 +94,3 @@ def _read_pem(path: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise CouldNotWrite(f"--tsa-roots: cannot read {path}: {exc.strerror or exc}") from exc
-
-
-def _get(client: Client, url: str) -> Reply:
-    try:
-        return client.get(url, headers={"Accept": "application/json"})
-    except HttpError as exc:
-        raise CouldNotWrite(f"cannot reach the service: {exc}") from exc
-
-
-def _json_body(reply: Reply, url: str) -> Any:
-    if reply.status != 200:
-        raise CouldNotWrite(f"GET {url} answered {reply.status}: {_error_message(reply.body)}")
-    try:
-        return reply.json()
-    except ValueError as exc:
-        raise CouldNotWrite(f"GET {url} did not answer JSON") from exc
-
-
-def _fetch_json(client: Client, url: str) -> Any:
-    return _json_body(_get(client, url), url)
-
-
-def _fetch_log(client: Client, url: str) -> Any | None:
-    """``GET /v1/log``'s body, or None when the service runs no log (404, or 503 ``log_unavailable``)."""
-    reply = _get(client, url)
-    if reply.status == 404 or (reply.status == 503 and _error_code(reply.body) == "log_unavailable"):
-        return None
-    return _json_body(reply, url)
-
-
-def _error(body: bytes) -> dict[str, Any]:
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return {}
-    error = parsed.get("error") if isinstance(parsed, dict) else None
-    return error if isinstance(error, dict) else {}
-
-
-def _error_code(body: bytes) -> str:
-    code = _error(body).get("code")
-    return code if isinstance(code, str) else ""
-
-
-def _error_message(body: bytes) -> str:
-    error = _error(body)
-    message = error.get("message")
-    if isinstance(message, str):
-        return f"{error.get('code', 'error')}: {message}"[:300]
-    return body[:200].decode("utf-8", "replace") or "(no body)"
-
-
-def _write_atomically(path: Path, data: bytes) -> str | None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename;
-    returns a note on the file it replaced (None: there was none)."""
-    try:
-        previous = path.read_bytes() if path.is_file() else None
-    except OSError:
-        previous = None
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise CouldNotWrite(f"cannot write in {folder}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, FILE_MODE)
-        os.replace(temporary, path)
-    except OSError as exc:
-        Path(temporary).unlink(missing_ok=True)
-        raise CouldNotWrite(f"cannot write {path}: {exc.strerror or exc}") from exc
-    if previous is None:
-        return None
-    return "it was identical" if previous == data else "it differed: compare the fingerprints again"

@@ -1,7 +1,89 @@
-"""Execution Proof Service: signed, chained execution receipts for client-computed hashes.
+"""Execution Proof Service: signed, chained execution receipts for hashes clients compute.
+
+The client library (CONTRACT 12, docs/python-api.md)::
+
+    from execution_proof import Client, hash_file, verify
+
+    with Client("https://proofs.example.com") as client:  # api_key: SERVICE_API_KEY
+        receipt = client.submit(input="data.csv", output="model.bin", tags={"stage": "train"})
+        receipt.save("model.bin.receipt.json")
+        bundle = client.bundle(receipt.receipt_id, wait=60)  # ProofPending if no proof by then
+    report = verify(bundle, trust_root="trust-root.json")
+    assert report.ok, report.verdict
+
+Every name is loaded when it is first used, so that ``import execution_proof`` costs almost
+nothing (bench/RESULTS.md, "The client"). Every exception the package raises on purpose is
+an ``execution_proof.Error``.
 
 The one import name the installed distribution puts into site-packages. In the repository
 its subpackages are the design card's top-level folders (``receipts/``, ``runtime/``,
-``kv/``, ``jobs/``, ``web/``, ``cli/``) and ``static/``, linked here; the wheel holds them
-under ``execution_proof/`` (README "Layout").
+``kv/``, ``jobs/``, ``web/``, ``client/``, ``cli/``) and ``static/``, linked here; the wheel
+holds them under ``execution_proof/`` (README "Layout").
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0"
+
+if TYPE_CHECKING:
+    from execution_proof.client.hashing import hash_file
+    from execution_proof.client.models import Bundle, Receipt
+    from execution_proof.client.service import Client
+    from execution_proof.client.verifying import Check, VerifyReport, verify
+    from execution_proof.receipts.errors import (
+        Error,
+        InvalidInput,
+        ServiceError,
+        Unreachable,
+    )
+    from execution_proof.receipts.errors import LogPending as ProofPending
+    from execution_proof.receipts.trust_root import TrustRoot
+
+_WHERE = {
+    "hash_file": ("execution_proof.client.hashing", "hash_file"),
+    "Client": ("execution_proof.client.service", "Client"),
+    "Receipt": ("execution_proof.client.models", "Receipt"),
+    "Bundle": ("execution_proof.client.models", "Bundle"),
+    "TrustRoot": ("execution_proof.receipts.trust_root", "TrustRoot"),
+    "verify": ("execution_proof.client.verifying", "verify"),
+    "VerifyReport": ("execution_proof.client.verifying", "VerifyReport"),
+    "Check": ("execution_proof.client.verifying", "Check"),
+    "Error": ("execution_proof.receipts.errors", "Error"),
+    "ServiceError": ("execution_proof.receipts.errors", "ServiceError"),
+    "Unreachable": ("execution_proof.receipts.errors", "Unreachable"),
+    "ProofPending": ("execution_proof.receipts.errors", "LogPending"),
+    "InvalidInput": ("execution_proof.receipts.errors", "InvalidInput"),
+}
+
+__all__ = [
+    "Bundle",
+    "Check",
+    "Client",
+    "Error",
+    "InvalidInput",
+    "ProofPending",
+    "Receipt",
+    "ServiceError",
+    "TrustRoot",
+    "Unreachable",
+    "VerifyReport",
+    "__version__",
+    "hash_file",
+    "verify",
+]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'execution_proof' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

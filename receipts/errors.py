@@ -1,7 +1,10 @@
-"""One root for every error the service reports, each with a stable code and status.
+"""One root for every error the package raises, ``Error`` (``execution_proof.Error``), and
+the errors the service reports, each with a stable code and status.
 
 The web layer renders any ``ServiceError`` as the JSON error body of docs/api.md; anything
-else becomes a 500 ``internal_error`` without details.
+else becomes a 500 ``internal_error`` without details. The client library (``client/``)
+raises the same classes for the service's replies (``from_reply``): a 409 ``log_pending`` is
+``LogPending`` (``execution_proof.ProofPending``) on both sides.
 """
 
 from __future__ import annotations
@@ -9,27 +12,57 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 
-class LogError(Exception):
+class Error(Exception):
+    """The root of every exception this package defines (CONTRACT 12): ``except
+    execution_proof.Error`` catches whatever the library raises on purpose."""
+
+
+class InvalidInput(Error, ValueError):
+    """An argument or a file given to the library is not what it must be (a hash that is not
+    ``sha256:<hex>``, a file that holds no receipt, an unreadable path); nothing was sent."""
+
+
+class Unreachable(Error):
+    """The service gave no usable reply: refused, reset or timed out, TLS failed, not an
+    http(s) URL, or a reply over the client's ceiling (client/http.py says which)."""
+
+
+class LogError(Error):
     """The one root of the transparency log's errors, for code that checks or keeps a log:
     a proof, note, policy or time-stamp that does not hold, a tile that cannot be read, a log
     store that fails or is refused. Subclasses say which; none carries a public HTTP code (the
     routes wrap what they meet in a ``ServiceError``)."""
 
 
-class ServiceError(Exception):
-    """Base of all errors with a public code. ``details`` must never hold secrets."""
+class ServiceError(Error):
+    """Base of all errors with a public code. ``details`` must never hold secrets.
 
-    code: ClassVar[str] = "internal_error"
-    status: ClassVar[int] = 500
+    ``code`` and ``status`` are the class's; an instance the client makes from a reply whose
+    code no class here has carries the reply's own (``from_reply``)."""
+
+    code: str = "internal_error"
+    status: int = 500
     headers: ClassVar[dict[str, str]] = {}
+    request: str | None = None
+    """On the client's side: the request the service refused (``GET URL``)."""
 
     def __init__(
-        self, message: str, details: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+        self,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        *,
+        code: str | None = None,
+        status: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
         self.response_headers = {**type(self).headers, **(headers or {})}
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
 
 
 class BadRequest(ServiceError):
@@ -206,3 +239,20 @@ ERROR_CODES: tuple[str, ...] = tuple(
 )
 """Every public error code, in the order of the classes above: the one list the API document
 (``web.openapi``), the error schema and the docs' table are made from."""
+
+
+def _classes(error: type[ServiceError]) -> list[type[ServiceError]]:
+    return [error, *(cls for sub in error.__subclasses__() for cls in _classes(sub))]
+
+
+def from_reply(status: int, code: str, message: str, details: dict[str, Any] | None = None) -> ServiceError:
+    """The error a reply of the service stands for: the class with its code and status
+    (``claim_pending`` is 404 ``ClaimUnknown`` or 409 ``ClaimPending``), else the first with
+    its code, carrying the reply's status, else a ``ServiceError`` with both of the reply's."""
+    classes = [cls for cls in _classes(ServiceError) if cls.code == code]
+    exact = [cls for cls in classes if cls.status == status]
+    if exact:
+        return exact[0](message, details)
+    if classes:
+        return classes[0](message, details, status=status)
+    return ServiceError(message, details, code=code, status=status)

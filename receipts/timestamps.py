@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import secrets
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -150,9 +151,14 @@ def new_request(checkpoint_text: str) -> StampRequest:
 
 
 def load_roots(pem: bytes) -> list[cryptography.x509.Certificate]:
-    """The certificates of a PEM file; StampError when there are none or one is malformed."""
+    """The certificates of a PEM file; StampError when there are none or one is malformed.
+    cryptography's deprecation warnings on a system bundle's old roots (a negative serial
+    number) are not shown: the user can do nothing about them, and they named a path in
+    site-packages."""
     try:
-        roots = cryptography.x509.load_pem_x509_certificates(pem)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            roots = cryptography.x509.load_pem_x509_certificates(pem)
     except ValueError as exc:
         raise StampError(f"not a PEM file of certificates: {exc}") from exc
     if not roots:

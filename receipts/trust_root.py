@@ -17,8 +17,10 @@ to import).
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -26,6 +28,7 @@ import orjson
 
 from execution_proof.receipts import note
 from execution_proof.receipts.encoding import b64url_decode
+from execution_proof.receipts.errors import InvalidInput
 from execution_proof.receipts.policy import Policy, PolicyError, parse_policy
 from execution_proof.receipts.signing import KID_RE, KeyRing, KeySetError, load_key_ring
 
@@ -44,7 +47,7 @@ PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
 PEM_END = "-----END CERTIFICATE-----"
 
 
-class TrustRootError(ValueError):
+class TrustRootError(InvalidInput):
     """A trust root (or what the service published for one) that is malformed; the message
     names the field."""
 
@@ -58,6 +61,23 @@ class TrustRoot:
     log_vkey: str | None
     policy_text: str | None
     tsa_roots_pem: tuple[str, ...]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TrustRoot:
+        """The trust root file at ``path`` (``trust-root --out`` wrote it); ``TrustRootError``
+        (an ``execution_proof.InvalidInput``) names what is wrong, or why it cannot be read."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise TrustRootError(f"cannot read the trust root {os.fspath(path)}: {exc.strerror or exc}") from exc
+        try:
+            return parse_trust_root(data)
+        except TrustRootError as exc:
+            raise TrustRootError(f"the trust root {os.fspath(path)} is malformed: {exc}") from exc
+
+    def to_bytes(self) -> bytes:
+        """The file ``trust-root`` writes."""
+        return encode_trust_root(self.to_json())
 
     def log_verifier(self) -> note.Verifier | None:
         """The log's key (None: the file pins no log)."""

@@ -15,9 +15,9 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from execution_proof.cli import http_client
-from execution_proof.cli.client import hash_file
-from execution_proof.cli.verify import VerifyOptions, run_verify
+from execution_proof.client import http as http_client
+from execution_proof.client.hashing import hash_file
+from execution_proof.client.verifying import VerifyOptions, run_verify
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.store import Store
 from execution_proof.receipts.limits import load_limits
@@ -215,7 +215,7 @@ async def saved_bundle(client: Any, api_key: dict[str, Any], tmp_path: Path) -> 
 
 
 def offline(path: Path, **options: Any) -> dict[str, Any]:
-    return run_verify(VerifyOptions(receipt_path=str(path), **options), hash_file)
+    return run_verify(VerifyOptions(receipt_path=str(path), **options))
 
 
 @pytest.fixture
@@ -365,7 +365,7 @@ async def test_tampered_bundles_fail(
     body, where = saved_bundle["body"], saved_bundle["dir"]
 
     def offline(path: Path) -> dict[str, Any]:
-        return run_verify(VerifyOptions(receipt_path=str(path), keys_path=pinned_keys), hash_file)
+        return run_verify(VerifyOptions(receipt_path=str(path), keys_path=pinned_keys))
 
     edited = orjson.loads(orjson.dumps(body))
     edited["chain"][1]["run_id"] = "rewritten"
@@ -391,7 +391,7 @@ async def test_tampered_bundles_fail(
 
     keyless = orjson.loads(orjson.dumps(body))
     keyless["keys"]["keys"] = []
-    report = run_verify(VerifyOptions(receipt_path=str(_write(where / "keyless.json", keyless))), hash_file)
+    report = run_verify(VerifyOptions(receipt_path=str(_write(where / "keyless.json", keyless))))
     assert report["ok"] is False and report["checks"]["signature"] is False and report["key"]["known"] is False
 
     forged_key = orjson.loads(orjson.dumps(body))

@@ -20,10 +20,10 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from execution_proof.cli import http_client
-from execution_proof.cli.client import hash_file
 from execution_proof.cli.main import main
-from execution_proof.cli.verify import VerifyOptions, run_verify
+from execution_proof.client import http as http_client
+from execution_proof.client.hashing import hash_file
+from execution_proof.client.verifying import VerifyOptions, run_verify
 from execution_proof.receipts import note
 from execution_proof.receipts.model import build_receipt, chain_object, parse_create_request, place_in_chain
 from execution_proof.receipts.signing import KeyRing, load_key_ring, new_key_set
@@ -238,7 +238,8 @@ def test_submit_reports_a_service_error_without_a_json_body(
 
     with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gateway)) as base:
         code, out = run(capsys, "submit", "--input", files["input"], "--base-url", base)
-    assert code == 1 and "502" in out and "not a JSON error body" in out
+    # A gateway's 502 is no answer of the service: it could not ask (2), and may try again.
+    assert code == 2 and "502" in out and "without an error body" in out
 
 
 # --- verify: which service, which keys, which files -------------------------------------------
@@ -415,7 +416,7 @@ def test_trust_root_verifies_a_bundle_offline_and_refutes_a_forged_one(
     root = str(trust_root_file(tmp_path, UNREACHABLE))
     path = tmp_path / "bundle.json"
     path.write_bytes(orjson.dumps(genuine))
-    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=root), hash_file)
+    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=root))
     assert report["error"] is None and report["ok"] is True, report
     assert report["checks"] == {"bundle_keys": True, "receipt_hash_recompute": True, "signature": True, "chain": True}
     assert report["notes"] == ["the trust root pins no transparency log: no log check"]
@@ -429,11 +430,11 @@ def test_trust_root_verifies_a_bundle_offline_and_refutes_a_forged_one(
     forged["chain"][0]["signature"] = stranger.sign(forged["chain"][0]["receipt_hash"])
     forged["keys"] = stranger.public_keys_json()
     path.write_bytes(orjson.dumps(forged))
-    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=root), hash_file)
+    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=root))
     assert report["error"] is None and report["ok"] is False
     assert report["checks"]["bundle_keys"] is False and report["checks"]["signature"] is False
     # The same forgery unpinned is self-consistent: only the pinned keys tell.
-    report = run_verify(VerifyOptions(receipt_path=str(path)), hash_file)
+    report = run_verify(VerifyOptions(receipt_path=str(path)))
     assert report["keys_pinned"] is False and all(report["checks"].values())
 
 
@@ -457,12 +458,12 @@ async def test_trust_root_checks_a_bundles_log_proof_and_quorum_offline(
     no_network(monkeypatch)
     public = load_key_ring(keyring.public_keys_json())
     root = trust_root_file(tmp_path, UNREACHABLE, public, log=pinned_log(signer))
-    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(root)), hash_file)
+    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(root)))
     assert report["error"] is None and report["ok"] is True, report
     assert report["checks"]["log_inclusion"] is True and report["checks"]["log_quorum"] is True
 
     other_log = trust_root_file(tmp_path, UNREACHABLE, public, log=pinned_log(note.Signer.generate(ORIGIN)))
-    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(other_log)), hash_file)
+    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(other_log)))
     assert report["error"] is None and report["ok"] is False
     assert report["checks"]["log_inclusion"] is False, "a checkpoint not signed by the pinned log key"
 
@@ -480,12 +481,16 @@ def imported(*argv: Any) -> set[str]:
     return names
 
 
-HEAVY = {"http.client", "ssl", "asn1crypto", "cryptography.x509", "execution_proof.cli.http_client"}
+HEAVY = {"http.client", "ssl", "asn1crypto", "cryptography.x509", "execution_proof.client.http"}
 
 
 def test_hash_and_offline_verify_load_only_what_they_use(tmp_path: Path) -> None:
     loaded = imported("hash", "README.md")
-    assert not loaded & {"execution_proof.cli.verify", "execution_proof.cli.submit", "execution_proof.receipts.model"}
+    assert not loaded & {
+        "execution_proof.client.verifying",
+        "execution_proof.client.service",
+        "execution_proof.receipts.model",
+    }
     assert not loaded & HEAVY
 
     service = FakeService()
@@ -493,8 +498,8 @@ def test_hash_and_offline_verify_load_only_what_they_use(tmp_path: Path) -> None
     saved = tmp_path / "receipt.json"
     saved.write_bytes(orjson.dumps({"receipt": receipt, "service_url": UNREACHABLE}))
     loaded = imported("verify", saved, "--keys", keys_file(tmp_path))
-    assert "execution_proof.cli.verify" in loaded
-    assert not loaded & (HEAVY | {"execution_proof.cli.verify_log"}), sorted(loaded & HEAVY)
+    assert "execution_proof.client.verifying" in loaded
+    assert not loaded & (HEAVY | {"execution_proof.client.log_checks"}), sorted(loaded & HEAVY)
     assert run_cli("verify", str(saved), "--keys", str(keys_file(tmp_path))).returncode == 0
 
 

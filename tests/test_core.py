@@ -169,7 +169,9 @@ def test_signature_encoding_is_not_malleable(keyring: object) -> None:
 @pytest.mark.parametrize(
     ("argv", "port"), [([], 8000), (["--port", "9123"], 9123), (["serve", "--port", "9124"], 9124)]
 )
-def test_bare_options_mean_serve(monkeypatch: pytest.MonkeyPatch, argv: list[str], port: int) -> None:
+def test_bare_options_mean_serve_from_service_py(monkeypatch: pytest.MonkeyPatch, argv: list[str], port: int) -> None:
+    """``python service.py`` (``default_verb="serve"``) serves with no verb; the installed
+    command prints its usage instead (tests/test_cli_client.py)."""
     from execution_proof.cli import main as cli
     from execution_proof.cli import serve
 
@@ -181,7 +183,7 @@ def test_bare_options_mean_serve(monkeypatch: pytest.MonkeyPatch, argv: list[str
         return 0
 
     monkeypatch.setattr(serve, "serve", fake_serve)
-    assert cli.main(argv) == 0
+    assert cli.main(argv, default_verb="serve") == 0
     assert seen == [port]
 
 

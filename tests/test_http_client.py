@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from execution_proof.cli.http_client import Client, HttpError, OfflineClient, OfflineRefused, Unreachable
+from execution_proof.client.http import Client, HttpError, OfflineClient, OfflineRefused, Unreachable
 from tests.conftest import free_port
 from tests.servers import serving
 

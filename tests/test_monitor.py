@@ -32,10 +32,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from bench.monitor import chain_entries, write_static_log
-from execution_proof.cli.http_client import Reply
 from execution_proof.cli.main import SERVER_MODULES
 from execution_proof.cli.monitor import Fetcher, Pass, Progress
 from execution_proof.cli.monitor_state import MonitorDb
+from execution_proof.client.http import Reply
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.store import Store
@@ -461,7 +461,7 @@ def test_the_monitor_imports_nothing_of_the_server_extra() -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     # (The verb's own module is imported by importlib.import_module, which -X importtime does
     # not list; what it imports is listed.)
-    assert {"execution_proof.cli.monitor_state", "execution_proof.cli.http_client", "http.client"} <= imported
+    assert {"execution_proof.cli.monitor_state", "execution_proof.client.http", "http.client"} <= imported
     extra = {*SERVER_MODULES, "httpcore", "anyio", "h11", "sniffio"}
     assert sorted(name for name in imported if name.split(".")[0] in extra) == []
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench.monitor import chain_entries, write_static_log
-from execution_proof.cli.http_client import HttpError, Reply, Unreachable
 from execution_proof.cli.monitor import Fetcher, Progress
-from execution_proof.cli.verify_log import LogInputError
+from execution_proof.client.http import HttpError, Reply, Unreachable
+from execution_proof.client.log_checks import LogInputError
 from execution_proof.receipts import note, tlog
 from execution_proof.receipts.monitor import (
     Frontier,

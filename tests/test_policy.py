@@ -206,7 +206,7 @@ def test_the_skew_is_read_from_the_environment() -> None:
 
 
 def test_verify_reads_the_same_skew_and_refuses_a_bad_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from execution_proof.cli import verify_log
+    from execution_proof.client import log_checks as verify_log
 
     monkeypatch.delenv("LOG_COSIGNATURE_SKEW_S", raising=False)
     assert verify_log.env_skew() == 300

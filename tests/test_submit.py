@@ -3,7 +3,6 @@ and the request examples of docs/templates.md (each accepted by ``POST /v1/recei
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import re
 from pathlib import Path
@@ -12,10 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from execution_proof.cli.client import DEFAULT_BASE_URL, hash_file
-from execution_proof.cli.http_client import Client, Reply
-from execution_proof.cli.main import _parser
-from execution_proof.cli.submit import submit_command
+from execution_proof import hash_file
+from execution_proof.cli.main import main
+from execution_proof.client import http
 from tests.conftest import REPO, auth
 from tests.servers import create_key_cli, run_cli, service_pool_fixture
 
@@ -25,20 +23,18 @@ INPUT_BYTES = b"confidential input: do not upload \x00\x01\x02"
 OUTPUT_BYTES = b"the output file bytes"
 
 
-def submit_args(*argv: str) -> argparse.Namespace:
-    return _parser(["client"]).parse_args(["submit", *argv])
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, bytes]]:
+    """Every request the client library sends (method, URL, body), sent on to the service."""
+    requests: list[tuple[str, str, bytes]] = []
+    send = http.Client.request
 
+    def request(self: http.Client, method: str, url: str, *, body: bytes | None = None, headers: Any = None) -> Any:
+        requests.append((method, url, body or b""))
+        return send(self, method, url, body=body, headers=headers)
 
-class Recording(Client):
-    """Records every request (method, URL, body), then sends it to the real service."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[tuple[str, str, bytes]] = []
-
-    def request(self, method: str, url: str, *, body: bytes | None = None, headers: Any = None) -> Reply:
-        self.requests.append((method, url, body or b""))
-        return super().request(method, url, body=body, headers=headers)
+    monkeypatch.setattr(http.Client, "request", request)
+    return requests
 
 
 @pytest.fixture
@@ -59,12 +55,13 @@ def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
     files: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    recorded: list[tuple[str, str, bytes]],
 ) -> None:
     service = service_factory.start(redis_url=redis_url, signing_keys=signing_keys_json)
     created = create_key_cli(redis_url)
     monkeypatch.setenv("SERVICE_API_KEY", created["api_key"])
-    recording = Recording()
-    args = submit_args(
+    args = [
+        "submit",
         "--input", str(files["input.tar"]),
         "--output", str(files["output.bin"]),
         "--params", str(files["params.json"]),
@@ -74,11 +71,11 @@ def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
         "--code-ref", "commit-abc123",
         "--run-id", "run-7",
         "--base-url", service.base_url,
-    )  # fmt: skip
-    assert submit_command(args, hash_file, DEFAULT_BASE_URL, recording) == 0
+    ]  # fmt: skip
+    assert main(args) == 0
     out = capsys.readouterr().out
 
-    [(method, url, content)] = recording.requests
+    [(method, url, content)] = recorded
     assert method == "POST" and url == service.base_url + "/v1/receipts"
     body = orjson.loads(content)
     assert body == {
@@ -112,14 +109,13 @@ def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
     assert "Verdict: VALID" in checked.stdout
 
     # The same submission again is a replay (200): the same receipt, saved in the same place.
-    again = Recording()
-    assert submit_command(args, hash_file, DEFAULT_BASE_URL, again) == 0
+    assert main(args) == 0
     assert "an earlier receipt for the same request" in capsys.readouterr().out
     assert orjson.loads(saved.read_bytes())["receipt"]["receipt_id"] == receipt_id
 
     # A different receipt for the same input never overwrites the saved one.
-    other = submit_args("--input", str(files["input.tar"]), "--run-id", "run-8", "--base-url", service.base_url)
-    assert submit_command(other, hash_file, DEFAULT_BASE_URL) == 0
+    other = ["submit", "--input", str(files["input.tar"]), "--run-id", "run-8", "--base-url", service.base_url]
+    assert main(other) == 0
     second_id = re.search(r"receipt: (rcpt_\w+)", capsys.readouterr().out).group(1)  # type: ignore[union-attr]
     assert orjson.loads(saved.read_bytes())["receipt"]["receipt_id"] == receipt_id
     assert Path(f"{files['input.tar']}.{second_id}.receipt.json").exists()

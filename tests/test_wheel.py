@@ -30,7 +30,7 @@ from tests.wheel_build import Venv, built_wheel, venv_sizes_mb
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 
-PACKAGES = ("cli", "web", "jobs", "kv", "runtime", "receipts")
+PACKAGES = ("cli", "client", "web", "jobs", "kv", "runtime", "receipts")
 SERVER_DISTRIBUTIONS = (
     "sanic", "redis", "rq", "fakeredis", "jinja2", "httpx", "prometheus-client", "obstore", "lupa", "hiredis",
 )  # fmt: skip

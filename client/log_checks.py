@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from execution_proof.cli.http_client import Client, HttpError, Reply
+from execution_proof.client.http import Client, HttpError, Reply
 from execution_proof.receipts import log_check, note, tlog
 from execution_proof.receipts.errors import LogError
 from execution_proof.receipts.policy import Policy, PolicyError, check_quorum, cosignature_skew, parse_policy

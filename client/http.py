@@ -1,4 +1,4 @@
-"""The client verbs' HTTP: the standard library's ``http.client``, kept alive per host.
+"""The client library's HTTP (and the monitor's): the standard library's ``http.client``, kept alive per host.
 
 The base install (the client) has no HTTP library of its own: httpx and what it brings would
 double the install and add ~0.1 s to every command's start (README "Install"). What a
@@ -24,6 +24,8 @@ from urllib.parse import urlencode, urljoin, urlsplit
 
 import orjson
 
+from execution_proof.receipts import errors
+
 if TYPE_CHECKING:
     import ssl
 
@@ -34,9 +36,10 @@ MAX_REDIRECTS = 5
 USER_AGENT = "execution-proof-client"
 
 
-class HttpError(Exception):
-    """The request got no usable reply: the host is unreachable, it timed out, TLS failed,
-    the URL is not http(s), or the reply was larger than the ceiling."""
+class HttpError(errors.Unreachable):
+    """The request got no usable reply (``execution_proof.Unreachable``): the host is
+    unreachable, it timed out, TLS failed, the URL is not http(s), or the reply was larger
+    than the ceiling."""
 
 
 class Unreachable(HttpError):
@@ -57,6 +60,7 @@ class Reply:
     body: bytes
     url: str
     """The URL that answered (after redirects)."""
+    method: str = "GET"
 
     @property
     def text(self) -> str:
@@ -139,7 +143,7 @@ class Client:
             if response.will_close:
                 self._drop(key)
             names = {name.lower(): value for name, value in response.getheaders()}
-            return Reply(response.status, names, data, url)
+            return Reply(response.status, names, data, url, method)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _read(self, response: http.client.HTTPResponse, url: str) -> bytes:

@@ -1,0 +1,217 @@
+"""The command line people script (CONTRACT 12): ``--version``, a bare call, ``bundle
+--wait``, ``--json``, several files and ``-``, a receipt id for ``verify``, exit codes
+0/1/2/130 with no traceback, each verb's help. Run as ``python -m execution_proof``
+subprocesses (the console script's code path, which has no default verb)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import execution_proof
+from tests.conftest import REPO
+from tests.servers import clean_env, run_cli
+
+pytestmark = pytest.mark.slow
+
+MODULE = (sys.executable, "-m", "execution_proof")
+
+
+def cli(
+    *args: str, env: dict[str, str | None] | None = None, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [*MODULE, *args], cwd=REPO, env=clean_env(env), capture_output=True, timeout=120, check=False,
+        input=stdin,
+    )  # fmt: skip
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
+    )
+
+
+def test_version_usage_and_typos() -> None:
+    version = cli("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"execution-proof {execution_proof.__version__}"
+    bare = cli()
+    assert bare.returncode == 2 and "usage: execution-proof" in bare.stderr and "name a verb" in bare.stderr
+    assert "listening" not in bare.stderr + bare.stdout, "a bare call never starts a server"
+    typo = cli("verfy", "x.json")
+    assert typo.returncode == 2 and "invalid choice: 'verfy'" in typo.stderr
+    port_first = cli("--port", "9")
+    assert port_first.returncode == 2 and "listening" not in port_first.stderr
+    for done in (bare, typo, port_first):
+        assert "Traceback" not in done.stderr
+
+
+def test_top_level_help_lists_client_verbs_apart() -> None:
+    done = cli("--help")
+    assert done.returncode == 0
+    assert (
+        "client verbs (the light install: pip install execution-proof):\n  hash, submit, bundle, verify" in done.stdout
+    )
+    assert "operator verbs (pip install 'execution-proof[server]'):\n  serve, worker" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("verb", "variables"),
+    [
+        ("hash", []),
+        ("submit", ["SERVICE_API_KEY", "SERVICE_BASE_URL"]),
+        ("bundle", ["SERVICE_BASE_URL"]),
+        ("verify", ["SERVICE_BASE_URL"]),
+    ],
+)
+def test_each_client_verbs_help_names_its_environment_and_exit_codes(verb: str, variables: list[str]) -> None:
+    done = cli(verb, "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for variable in variables:
+        assert variable in text, variable
+    assert "exit status: 0" in text and "130 interrupted" in text
+
+
+def test_hash_several_files_stdin_and_json(tmp_path: Path) -> None:
+    one, two = tmp_path / "one.txt", tmp_path / "two words.bin"
+    one.write_bytes(b"first\n")
+    two.write_bytes(b"\x00second")
+    digest = {p: "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in (one, two)}
+    single = cli("hash", str(one))
+    assert single.stdout == digest[one] + "\n"
+    several = cli("hash", str(one), str(two))
+    assert several.stdout.splitlines() == [f"{digest[one]}  {one}", f"{digest[two]}  {two}"]
+    piped = cli("hash", "-", stdin=b"from a pipe")
+    assert piped.stdout.strip() == "sha256:" + hashlib.sha256(b"from a pipe").hexdigest()
+    as_json = cli("hash", str(one), "-", "--json", stdin=b"x")
+    assert orjson.loads(as_json.stdout) == [
+        {"path": str(one), "hash": digest[one]},
+        {"path": "-", "hash": "sha256:" + hashlib.sha256(b"x").hexdigest()},
+    ]
+    salted = orjson.loads(cli("hash", str(one), "--salt", "--json").stdout)
+    assert salted["hash"] == "sha256:" + hashlib.sha256(bytes.fromhex(salted["salt"]) + b"first\n").hexdigest()
+    missing = cli("hash", str(one), str(tmp_path / "absent"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    """SIGINT while ``hash`` reads a named pipe: opening its write end returns once the
+    command has opened the read end, so the signal comes while it waits for data."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    process = subprocess.Popen(
+        [*MODULE, "hash", str(fifo)], cwd=REPO, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    writer = os.open(fifo, os.O_WRONLY)  # blocks until the command opened it to read
+    try:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        os.close(writer)
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err
+
+
+# --- against a service with a log ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory, redis_binary: str, signing_keys_json: str) -> Iterator[Any]:
+    from tests.log_stack import stack_maker
+
+    with stack_maker(tmp_path_factory.mktemp("cli-client"), redis_binary, signing_keys_json) as make:
+        stack = make("cli")
+        stack.start_redis()
+        stack.serve()
+        stack.api_key = stack.make_keys(1)[0]["api_key"]
+        yield stack
+
+
+def test_bundle_pending_saves_nothing_then_waits_for_the_proof(logged: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"bundled")
+    env: dict[str, str | None] = {"SERVICE_API_KEY": logged.api_key, "SERVICE_BASE_URL": logged.base_url}
+    submitted = cli("submit", "--input", str(data), "--json", env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    made = orjson.loads(submitted.stdout)
+    receipt_id, saved = made["receipt_id"], made["saved"]
+    assert made["receipt"]["input_hash"] == "sha256:" + hashlib.sha256(b"bundled").hexdigest()
+    assert Path(saved).is_file() and made["service_url"] == logged.base_url
+
+    out = tmp_path / "bundle.json"
+    started = time.monotonic()
+    pending = cli("bundle", saved, "--wait", "2", "--out", str(out))  # no worker: nothing integrates it
+    assert pending.returncode == 1, pending.stdout + pending.stderr
+    assert time.monotonic() - started >= 1.5, "it waited"
+    assert "no published checkpoint covers" in pending.stderr and "nothing saved" in pending.stderr
+    assert not out.exists(), "a bundle without its proof is never saved"
+    at_once = cli("bundle", receipt_id, "--out", str(out), env={"SERVICE_BASE_URL": logged.base_url})
+    assert at_once.returncode == 1 and not out.exists()
+
+    logged.worker()
+    done = cli("bundle", saved, "--wait", "60", "--out", str(out), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = orjson.loads(done.stdout)
+    assert summary == {"receipt_id": receipt_id, "saved": str(out), "log": True, "proof": True}
+    assert orjson.loads(out.read_bytes())["log"]["proof"].startswith("c2sp.org/tlog-proof@v1\n")
+    to_stdout = cli("bundle", receipt_id, env={"SERVICE_BASE_URL": logged.base_url})
+    assert to_stdout.returncode == 0 and orjson.loads(to_stdout.stdout)["receipt"]["receipt_id"] == receipt_id
+
+    unknown = cli("bundle", "rcpt_01M8D2AV7NHB8HP9811GDZDKQQ", env={"SERVICE_BASE_URL": logged.base_url})
+    assert unknown.returncode == 1 and "not found" in unknown.stderr
+    unreachable = cli("bundle", receipt_id, "--base-url", "http://127.0.0.1:9")
+    assert unreachable.returncode == 2 and "cannot reach" in unreachable.stderr
+    bad_wait = cli("bundle", receipt_id, "--wait", "-1")
+    assert bad_wait.returncode == 2 and "Traceback" not in bad_wait.stderr
+
+    # verify: a file, a receipt id, standard input; several at once; --json; the worst code.
+    root = tmp_path / "root.json"
+    assert cli("trust-root", "--base-url", logged.base_url, "--out", str(root)).returncode == 0
+    by_id = cli("verify", receipt_id, "--base-url", logged.base_url)
+    assert by_id.returncode == 0 and "Verdict: VALID" in by_id.stdout, by_id.stdout + by_id.stderr
+    piped = cli("verify", "-", "--trust-root", str(root), stdin=out.read_bytes())
+    assert piped.returncode == 0, piped.stdout + piped.stderr
+    tampered = tmp_path / "tampered.json"
+    document = orjson.loads(out.read_bytes())
+    document["receipt"]["input_hash"] = "sha256:" + "0" * 64
+    tampered.write_bytes(orjson.dumps(document))
+    several = cli("verify", str(out), saved, str(tampered), "--trust-root", str(root), "--json")
+    assert several.returncode == 1, several.stdout + several.stderr
+    reports = orjson.loads(several.stdout)
+    assert [r["verdict"] for r in reports] == ["VALID", "VALID", "INVALID"]
+    assert [r["item"] for r in reports] == [str(out), saved, str(tampered)]
+    with_error = cli("verify", str(out), str(tmp_path / "absent.json"), "--trust-root", str(root))
+    assert with_error.returncode == 2 and "cannot read" in with_error.stdout
+    one_only = cli("verify", str(out), saved, "--input", str(data))
+    assert one_only.returncode == 2 and "one receipt" in one_only.stderr
+
+    # A deleted receipt under --trust-root --online: exit 1 (the service no longer has it).
+    deleted = run_cli(
+        "receipts", "delete", receipt_id, "--reason", "test", env={"REDIS_URL": logged.redis_url, **logged.env}
+    )
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    online = cli("verify", saved, "--trust-root", str(root), "--online")
+    assert online.returncode == 1, online.stdout + online.stderr
+    assert "does NOT have it (404)" in online.stdout and "Traceback" not in online.stderr
+    gone = cli("verify", receipt_id, "--base-url", logged.base_url)
+    assert gone.returncode == 1 and "not found" in gone.stdout
+
+
+def test_verify_without_a_service_names_the_options_that_give_one(tmp_path: Path) -> None:
+    receipt = {"receipt_id": "rcpt_x", "receipt_hash": "sha256:" + "1" * 64, "sig_kid": "k"}
+    raw = tmp_path / "raw.json"
+    raw.write_bytes(orjson.dumps({"receipt": receipt}))
+    done = cli("verify", str(raw), env={"SERVICE_BASE_URL": None})  # the default URL: nothing listens here
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cannot reach http://127.0.0.1:8000/v1/public-key" in done.stdout
+    assert "--base-url" in done.stdout and "--keys" in done.stdout and "--trust-root" in done.stdout

@@ -1,0 +1,264 @@
+"""The client library (CONTRACT 12, docs/python-api.md): what ``execution_proof`` exports,
+its errors, its documents, and a user's script using it from the light install (the wheel
+installed by name in a fresh venv, no extras), ``mypy --strict`` included."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import execution_proof
+from execution_proof import (
+    Bundle,
+    Client,
+    Error,
+    InvalidInput,
+    ProofPending,
+    Receipt,
+    ServiceError,
+    TrustRoot,
+    Unreachable,
+    VerifyReport,
+    hash_file,
+    verify,
+)
+from execution_proof.receipts import errors
+from tests.conftest import REPO
+from tests.wheel_build import Venv, built_wheel
+
+EXAMPLE = re.search(r"```python\n(.*?)```", (REPO / "docs/python-api.md").read_text(), re.DOTALL)
+SERVER_MODULES = ("sanic", "redis", "rq", "jinja2", "prometheus_client", "httpx", "fakeredis", "obstore")
+
+
+def test_every_public_name_is_there_and_every_error_has_one_root() -> None:
+    assert set(execution_proof.__all__) <= set(dir(execution_proof))
+    for name in execution_proof.__all__:
+        assert getattr(execution_proof, name) is not None, name
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["dynamic"]["version"] == {"attr": "execution_proof.__version__"}, "one place for the version"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", execution_proof.__version__)
+    assert ProofPending is errors.LogPending and ProofPending.code == "log_pending" and ProofPending.status == 409
+    for error in (ServiceError, Unreachable, InvalidInput, ProofPending, errors.LogError, errors.NotFound):
+        assert issubclass(error, Error), error
+    assert issubclass(InvalidInput, ValueError)
+    with pytest.raises(AttributeError):
+        _ = execution_proof.Nothing  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "expected", "kept_status"),
+    [
+        (401, "unauthorized", errors.Unauthorized, 401),
+        (409, "log_pending", errors.LogPending, 409),
+        (404, "not_in_log", errors.NotInLog, 404),
+        (404, "claim_pending", errors.ClaimUnknown, 404),
+        (409, "claim_pending", errors.ClaimPending, 409),
+        (418, "bad_request", errors.BadRequest, 418),  # a known code at another status keeps the reply's
+        (451, "some_future_code", errors.ServiceError, 451),
+    ],
+)
+def test_a_reply_becomes_the_servers_own_error_class(
+    status: int, code: str, expected: type[ServiceError], kept_status: int
+) -> None:
+    made = errors.from_reply(status, code, "what the service said")
+    assert type(made) is expected
+    assert (made.status, made.code, made.message) == (kept_status, code, "what the service said")
+    assert str(made) == "what the service said"
+    assert type(made).status == expected.status, "an instance's status never changes its class's"
+
+
+def test_hash_file_and_its_salt(tmp_path: Path) -> None:
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"\x00data" * 100_000)
+    import hashlib
+
+    assert hash_file(path) == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert hash_file(str(path), salt=b"s") == "sha256:" + hashlib.sha256(b"s" + path.read_bytes()).hexdigest()
+    with pytest.raises(FileNotFoundError):
+        hash_file(tmp_path / "absent")
+
+
+def test_documents_load_what_they_save(tmp_path: Path) -> None:
+    body = {"ok": True, "receipt": {"receipt_id": "rcpt_1", "receipt_hash": "sha256:" + "1" * 64, "project_id": "p"}}
+    raw = orjson.dumps(body)
+    receipt = Receipt.from_reply(raw, "https://proofs.example", {"input": "00ff"})
+    path = tmp_path / "r.json"
+    receipt.save(path)
+    saved = path.read_bytes()
+    assert saved.startswith(raw[:-1]), "the reply's own bytes are kept"
+    loaded = Receipt.load(path)
+    assert loaded == receipt and loaded.receipt_id == "rcpt_1"
+    assert loaded.service_url == "https://proofs.example" and dict(loaded.salts) == {"input": "00ff"}
+    assert loaded.to_dict() == {**body, "service_url": "https://proofs.example", "salts": {"input": "00ff"}}
+    assert Receipt.from_dict(body["receipt"]).receipt_id == "rcpt_1", "a bare receipt"
+    for bad in ([], {"receipt": {"receipt_id": "x"}}, {"format": "eps-receipt-bundle", "receipt": {}}):
+        with pytest.raises(InvalidInput):
+            Receipt.from_dict(bad)
+    (tmp_path / "not.json").write_bytes(b"{")
+    with pytest.raises(InvalidInput, match="not valid JSON"):
+        Receipt.load(tmp_path / "not.json")
+    with pytest.raises(InvalidInput, match="cannot read"):
+        Receipt.load(tmp_path / "absent.json")
+
+    pending = Bundle.from_dict(
+        {"format": "eps-receipt-bundle", "version": 1, "receipt": body["receipt"], "log": {"proof": None}}
+    )
+    assert pending.pending and pending.has_log and pending.proof is None
+    pending.save(tmp_path / "b.json")
+    assert Bundle.load(tmp_path / "b.json") == pending
+    without_log = Bundle.from_dict({"format": "eps-receipt-bundle", "version": 1, "receipt": body["receipt"]})
+    assert not without_log.pending and not without_log.has_log
+    with pytest.raises(InvalidInput):
+        Bundle.from_dict(body)
+
+
+def test_bad_arguments_raise_invalid_input_before_anything_is_sent(tmp_path: Path) -> None:
+    with Client("http://127.0.0.1:9", api_key="eps_x") as client:
+        with pytest.raises(InvalidInput, match="64 lower-case hex"):
+            client.submit(input="sha256:ABC")
+        with pytest.raises(InvalidInput, match="cannot read"):
+            client.submit(input=tmp_path / "absent.bin")
+        with pytest.raises(InvalidInput):
+            client.bundle("rcpt_x", wait=-1)
+        with pytest.raises(Unreachable, match="cannot reach"):
+            client.get("rcpt_x")
+    with Client("http://127.0.0.1:9", api_key="") as keyless, pytest.raises(InvalidInput, match="SERVICE_API_KEY"):
+        keyless.submit(input=b"data")
+    assert "eps_secret" not in repr(Client(api_key="eps_secret"))
+    with pytest.raises(InvalidInput):
+        verify(42)
+    with pytest.raises(InvalidInput, match="cannot read"):
+        verify(tmp_path / "absent.json")
+
+
+# --- against a service with a log ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory, redis_binary: str, signing_keys_json: str) -> Iterator[Any]:
+    """A service with a transparency log, its worker and an API key (``stack.api_key``)."""
+    from tests.log_stack import stack_maker
+
+    with stack_maker(tmp_path_factory.mktemp("library"), redis_binary, signing_keys_json) as make:
+        stack = make("library")
+        stack.start_redis()
+        stack.serve()
+        stack.api_key = stack.make_keys(1)[0]["api_key"]
+        yield stack
+
+
+@pytest.mark.slow
+def test_the_library_against_a_service_with_a_log_and_no_worker_then_one(logged: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"data the service never sees")
+    with Client(logged.base_url, logged.api_key) as client:
+        receipt = client.submit(input=data, output=b"bytes hashed here", params="sha256:" + "a" * 64, salt=True)
+        assert receipt.receipt["input_hash"] != hash_file(data), "salted"
+        assert set(receipt.salts) == {"input", "output"}, "a given sha256: is used as it is, unsalted"
+        assert receipt.receipt["params_hash"] == "sha256:" + "a" * 64
+        assert client.get(receipt.receipt_id).receipt == receipt.receipt
+        with pytest.raises(ProofPending) as pending:
+            client.bundle(receipt.receipt_id, wait=1.5)  # no worker yet: nothing integrates it
+        assert pending.value.status == 409 and "no published checkpoint covers" in str(pending.value)
+        with pytest.raises(errors.NotFound) as missing:
+            client.get("rcpt_01M8D2AV7NHB8HP9811GDZDKQQ")
+        assert missing.value.status == 404 and missing.value.code == "not_found"
+
+        logged.worker()
+        waits: list[float] = []
+        bundle = client.bundle(receipt.receipt_id, wait=60, on_wait=lambda waited, _: waits.append(waited))
+        assert bundle.proof is not None and bundle.receipt_id == receipt.receipt_id
+        root = client.trust_root()
+        assert isinstance(root, TrustRoot) and root.log_origin is not None
+    report = verify(bundle, trust_root=root)
+    assert isinstance(report, VerifyReport)
+    assert report.ok and report.verdict == "VALID", report.to_dict()
+    names = {check.name for check in report.checks}
+    assert {"signature", "receipt_hash_recompute", "chain", "log_inclusion"} <= names, names
+    assert all(check.ok and check.detail for check in report.checks)
+    assert report.to_dict()["verdict"] == "VALID"
+
+    saved = tmp_path / "receipt.json"
+    receipt.save(saved)
+    with_salts = verify(saved, input=data, trust_root=root)
+    assert with_salts.ok, with_salts.to_dict()
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"another file")
+    refused = verify(Receipt.load(saved), input=other, trust_root=root)
+    assert not refused.ok and refused.verdict == "INVALID"
+    assert [c.name for c in refused.checks if not c.ok] == ["input_hash"]
+
+
+# --- the light install, as a user's script --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def light(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """``pip install execution-proof mypy`` (the wheel by name, no extras) in a fresh venv."""
+    wheel = built_wheel(tmp_path_factory)
+    venv = Venv(tmp_path_factory.mktemp("venv-library") / "venv", wheel.parent)
+    venv.pip_install("execution-proof", "mypy")
+    return venv
+
+
+@pytest.mark.slow
+def test_the_light_install_imports_no_server_module(light: Venv, tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "import execution_proof\n"
+        "assert 'execution_proof.client.service' not in sys.modules, 'import execution_proof loads nothing more'\n"
+        "from execution_proof import Client, verify, hash_file, Receipt, Bundle, TrustRoot, Error\n"
+        f"print(sorted(m for m in {list(SERVER_MODULES)!r} if m in sys.modules))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('execution_proof.') and m.split('.')[1] in "
+        "('web', 'jobs', 'kv', 'cli')))\n"
+    )
+    done = light.run(str(light.python), "-c", code, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "[]"]
+
+
+@pytest.mark.slow
+def test_a_users_script_passes_mypy_strict(light: Venv, tmp_path: Path) -> None:
+    assert EXAMPLE is not None
+    script = tmp_path / "pipeline.py"
+    script.write_text(EXAMPLE.group(1))
+    typed = light.run(str(light.bin / "mypy"), "--strict", "--no-incremental", str(script), cwd=tmp_path)
+    assert typed.returncode == 0, typed.stdout + typed.stderr
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(
+        "from execution_proof import Client, verify\n"
+        "report = verify(Client().get('rcpt_x'))\n"
+        "flag: str = report.ok\n"  # a bool: mypy must say so, or the types are not seen at all
+    )
+    refused = light.run(str(light.bin / "mypy"), "--strict", "--no-incremental", str(wrong), cwd=tmp_path)
+    assert refused.returncode == 1 and 'has type "bool"' in refused.stdout, refused.stdout
+
+
+@pytest.mark.slow
+def test_the_documented_example_runs_from_the_light_install(light: Venv, logged: Any, tmp_path: Path) -> None:
+    assert EXAMPLE is not None
+    if not logged.workers:
+        logged.worker()
+    script = tmp_path / "pipeline.py"
+    script.write_text(EXAMPLE.group(1))
+    env: dict[str, str | None] = {"SERVICE_BASE_URL": logged.base_url, "SERVICE_API_KEY": logged.api_key}
+    done = light.run(str(light.python), str(script), str(tmp_path), env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"library {execution_proof.__version__}"
+    assert lines[-1] == "VALID"
+    assert any(line.startswith("ok   log_inclusion") for line in lines), lines
+    assert Bundle.load(tmp_path / "artefact.bundle.json").proof is not None
+    assert Receipt.load(tmp_path / "artefact.receipt.json").service_url == logged.base_url
+
+
+def test_the_example_is_in_the_docs() -> None:
+    assert EXAMPLE is not None and "from execution_proof import" in EXAMPLE.group(1)
+    assert os.path.basename(__file__) in (REPO / "docs/python-api.md").read_text()
