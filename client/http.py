@@ -13,7 +13,6 @@ A ``Client`` is used by one thread at a time (the monitor gives each of its work
 
 from __future__ import annotations
 
-import http.client
 import socket
 import sys
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ import orjson
 from execution_proof.receipts import errors
 
 if TYPE_CHECKING:
+    import http.client
     import ssl
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -112,6 +112,8 @@ class Client:
     def request(
         self, method: str, url: str, *, body: bytes | None = None, headers: Mapping[str, str] | None = None
     ) -> Reply:
+        import http.client  # here: importing the library (Client made, no request yet) does not load it
+
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise HttpError(f"not an http(s) URL: {url!r}")
@@ -158,6 +160,8 @@ class Client:
         return data
 
     def _connection(self, key: tuple[str, str, int]) -> http.client.HTTPConnection:
+        import http.client
+
         connection = self._connections.get(key)
         if connection is None:
             scheme, host, port = key
