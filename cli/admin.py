@@ -77,7 +77,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         "new", help="print a LOG_SIGNING_KEY value, then the log's verifier key (what verifiers pin)"
     )
     log_new.add_argument(
-        "--origin", help="the log's origin (default: LOG_ORIGIN, else the host of PUBLIC_BASE_URL + /log)"
+        "--origin",
+        help="the log's origin (default: LOG_ORIGIN, else PUBLIC_BASE_URL without its scheme + /v1/log, else "
+        "localhost/v1/log)",
     )
     log_new.set_defaults(run=_log_key_new)
     for action, parser in keys.choices.items():

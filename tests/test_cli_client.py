@@ -215,3 +215,14 @@ def test_verify_without_a_service_names_the_options_that_give_one(tmp_path: Path
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot reach http://127.0.0.1:8000/v1/public-key" in done.stdout
     assert "--base-url" in done.stdout and "--keys" in done.stdout and "--trust-root" in done.stdout
+
+
+def test_log_key_new_help_names_the_origin_it_defaults_to() -> None:
+    from execution_proof.runtime.settings import DEFAULT_LOG_ORIGIN, default_log_origin
+
+    done = cli("log-key", "new", "--help")
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0 and DEFAULT_LOG_ORIGIN in text and "+ /v1/log" in text
+    assert default_log_origin({"PUBLIC_BASE_URL": "https://proofs.example/base"}) == "proofs.example/base/v1/log"
+    made = cli("log-key", "new", env={"PUBLIC_BASE_URL": "https://proofs.example"})
+    assert made.returncode == 0 and made.stdout.startswith("PRIVATE+KEY+proofs.example/v1/log+")
