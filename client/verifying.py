@@ -51,6 +51,7 @@ from execution_proof.receipts.verifier import (
 
 if TYPE_CHECKING:
     from execution_proof.client.http import Client
+    from execution_proof.client.models import Bundle, Receipt
     from execution_proof.receipts import note
     from execution_proof.receipts.policy import Policy
     from execution_proof.receipts.trust_root import TrustRoot
@@ -579,7 +580,7 @@ def _detail(name: str, report: dict[str, Any]) -> str:
 
 
 def verify(
-    item: Any,
+    item: Receipt | Bundle | str | os.PathLike[str],
     *,
     input: str | os.PathLike[str] | None = None,
     output: str | os.PathLike[str] | None = None,
@@ -602,14 +603,19 @@ def verify(
     keys are the ``trust_root``'s (offline unless ``online``), else those of ``keys``, else
     the service's. A check that fails is a report with ``ok`` False; an ``execution_proof.Error``
     means it could not check (``InvalidInput``, ``Unreachable``, ``ServiceError``)."""
-    from execution_proof.client.models import Bundle, Receipt
+    from execution_proof.client import models
 
-    document = item.to_dict() if isinstance(item, Receipt | Bundle) else None
-    if document is None and not isinstance(item, str | os.PathLike):
+    document: dict[str, Any] | None = None
+    path: str | None = None
+    if isinstance(item, models.Receipt | models.Bundle):
+        document = item.to_dict()
+    elif isinstance(item, str | os.PathLike):
+        path = os.fspath(item)
+    else:  # an untyped caller's mistake
         raise errors.InvalidInput("verify takes a Receipt, a Bundle or the path of a saved file")
     root = trust_root if not isinstance(trust_root, str | os.PathLike) else None
     options = VerifyOptions(
-        receipt_path=None if document is not None else os.fspath(item),
+        receipt_path=path,
         document=document,
         trust_root=root,
         trust_root_path=os.fspath(trust_root) if isinstance(trust_root, str | os.PathLike) else None,
