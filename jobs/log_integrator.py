@@ -337,8 +337,11 @@ class Integrator:
 
     async def _catch_up(self, tree: TreeState, synced: int | None) -> None:
         """Redis's synced size is not the tree's: bring Redis in line (``catch_up``), or
-        refuse a store whose tree is behind what Redis knows."""
+        refuse a store whose tree is behind what Redis knows. Ahead of a tree this integrator
+        read a while ago, it is first read again: another integrator may have moved both
+        meanwhile (this one paused while it finished a stopped one's batch, say)."""
         if synced is not None and synced > tree.size:
+            await self._check_current(tree, "synced")
             raise await refuse(
                 self.log,
                 f"Redis says {synced} entries of the log {self.origin} are in the tree, the log store {self.log.url} "

@@ -263,6 +263,35 @@ async def test_an_integrator_paused_at_any_step_changes_nothing_when_it_wakes(
     assert final.size >= before_wake.size + 5
 
 
+async def test_an_integrator_paused_while_finishing_a_stopped_ones_batch_wakes_behind_quietly(
+    site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the soak (bench.log_soak, seed 20261127): an integrator that starts, finds a
+    batch a killed one staged, finishes it and pauses at ``advanced``; another carries the log
+    on and syncs Redis past that tree. Woken, the first read Redis's synced size ahead of the
+    tree it had advanced and refused the store as one that lost entries, halting a healthy
+    log. It must read the tree state again and go back to standby instead."""
+    history = Published(site)
+    key = await create_project_key(site.store, project_name="finisher", plan="pro")
+    receipts = await grow(site, await integrator(site), key, [f"first-{n}" for n in range(5)])
+    receipts += await issue(site.app, key, [f"staged-{n}" for n in range(20)])
+    with pytest.raises(BaseException, match="staged"):
+        await (await integrator(site, CrashAt("staged"))).step(force=True)
+    paused = Paused(site, "advanced").start()  # it finished the staged batch up to its advance
+    successor = await integrator(site)
+    receipts += await grow(site, successor, key, [f"meanwhile-{n}" for n in range(30)])
+    await history.look()
+    with caplog.at_level(logging.INFO):
+        woke = paused.finish()
+    assert not isinstance(woke, BaseException), f"the paused integrator failed when it woke: {woke!r}"
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert await site.log_store.halted() is None
+    assert any("moved under this integrator" in r.getMessage() for r in caplog.records)
+    receipts += await grow(site, successor, key, ["after"])
+    final = await assert_whole(site, history, receipts)
+    assert final.size == 56
+
+
 @pytest.mark.parametrize("flushed", [False, True])
 async def test_a_tree_state_put_back_with_its_old_bytes_is_refused_by_the_anchor(site: Site, flushed: bool) -> None:
     """Content-derived versions repeat after a restore: the sleeper read ``.state/tree`` at
