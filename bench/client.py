@@ -14,6 +14,10 @@
    included, minus an empty venv's; and the whole site-packages as ``du`` counts it). The
    verbs are timed again from the light venv, where no server library is installed.
 
+Commands in the fresh venvs run without PYTHONPATH or PYTHONHOME (so they import what the
+venv installed, not this checkout) and from a scratch folder; every timed command runs without
+PYTHONDONTWRITEBYTECODE, so the warm-up leaves .pyc files as it does for a user.
+
 Prints a markdown section (bench/RESULTS.md holds it) and a JSON line. ``--no-install``
 skips part 2 (no registry needed); ``--no-sigstore`` skips only the sigstore venv.
 """
@@ -43,12 +47,18 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET_S = 0.15
 NOT_COUNTED = {"pip", "setuptools", "wheel"}
 CONFIG_PREFIXES = ("SERVICE_", "REDIS_", "SIGNING_KEYS", "LOG_")
+# What would make a fresh venv import this checkout instead of what it installed.
+NOT_A_USERS = ("PYTHONPATH", "PYTHONHOME")
 INSTALL_TIMEOUT_S = 900
 
 
-def client_env() -> dict[str, str]:
-    """The caller's environment without any service configuration: nothing reaches a network."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(CONFIG_PREFIXES)}
+def client_env(fresh_venv: bool = False) -> dict[str, str]:
+    """The caller's environment without any service configuration (nothing reaches a network)
+    and without PYTHONDONTWRITEBYTECODE; for a ``fresh_venv``, without PYTHONPATH and
+    PYTHONHOME either."""
+    # Without .pyc files written by the warm-up, every run would compile the checkout again.
+    dropped = ("PYTHONDONTWRITEBYTECODE", *(NOT_A_USERS if fresh_venv else ()))
+    return {k: v for k, v in os.environ.items() if not k.startswith(CONFIG_PREFIXES) and k not in dropped}
 
 
 def make_inputs(folder: Path) -> dict[str, Path]:
@@ -82,10 +92,11 @@ class Timed(NamedTuple):
     """user + system CPU of the process (and its children): less sensitive to a loaded machine."""
 
 
-def wall_times(command: list[str], runs: int, cwd: Path) -> Timed | str:
-    """One unrecorded run, then ``runs`` timed ones; each must exit 0. A command that fails
-    is not timed: its error (the last line it printed) is the result."""
-    env = client_env()
+def wall_times(command: list[str], runs: int, cwd: Path, env: dict[str, str] | None = None) -> Timed | str:
+    """One unrecorded run, then ``runs`` timed ones, in ``env`` (default: ``client_env()``);
+    each must exit 0. A command that fails is not timed: its error (the last line it printed)
+    is the result."""
+    env = client_env() if env is None else env
     timed = Timed([], [])
     for attempt in range(runs + 1):
         cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -106,7 +117,9 @@ def wall_times(command: list[str], runs: int, cwd: Path) -> Timed | str:
     return timed
 
 
-def time_verbs(exe: str, inputs: dict[str, Path], runs: int, with_checkout: bool) -> dict[str, Timed | str]:
+def time_verbs(
+    exe: str, inputs: dict[str, Path], runs: int, with_checkout: bool, cwd: Path, env: dict[str, str]
+) -> dict[str, Timed | str]:
     """The verbs through the console script ``exe``; with ``with_checkout``, through service.py too."""
     file, receipt, keys = str(inputs["file"]), str(inputs["receipt"]), str(inputs["keys"])
     commands = {
@@ -119,13 +132,18 @@ def time_verbs(exe: str, inputs: dict[str, Path], runs: int, with_checkout: bool
         commands["python service.py verify RECEIPT --keys KEYS.json"] = [
             sys.executable, "service.py", "verify", receipt, "--keys", keys,
         ]  # fmt: skip
-    return {label: wall_times(command, runs, REPO) for label, command in commands.items()}
+    return {label: wall_times(command, runs, cwd, env) for label, command in commands.items()}
 
 
-def run_quiet(command: list[str], cwd: Path | None = None) -> str:
+def run_quiet(command: list[str], cwd: Path) -> str:
+    """``command``'s output; SystemExit with its error if it fails. Run as in a fresh venv, from
+    ``cwd``: a checkout on sys.path (PYTHONPATH, or the working directory of ``python -m
+    pip``) holds the execution_proof.egg-info ``pip wheel`` leaves there, and pip would take
+    the light install for done."""
     done = subprocess.run(  # noqa: S603 - our own command line
-        command, cwd=cwd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
-    )
+        command, cwd=cwd, env=client_env(fresh_venv=True), capture_output=True, text=True,
+        timeout=INSTALL_TIMEOUT_S, check=False,
+    )  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     return done.stdout
@@ -134,12 +152,12 @@ def run_quiet(command: list[str], cwd: Path | None = None) -> str:
 def new_venv(path: Path) -> Path:
     """A fresh venv (the base interpreter's, not this one's packages); its python."""
     base = getattr(sys, "_base_executable", sys.executable)
-    run_quiet([base, "-m", "venv", str(path)])
+    run_quiet([base, "-m", "venv", str(path)], path.parent)
     return path / "bin" / "python"
 
 
 def site_packages(python: Path) -> Path:
-    out = run_quiet([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    out = run_quiet([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], python.parent)
     return Path(out.strip())
 
 
@@ -156,14 +174,14 @@ def tree_bytes(folder: Path, on_disk: bool = False) -> int:
 
 
 def distributions(python: Path) -> dict[str, str]:
-    listed = orjson.loads(run_quiet([str(python), "-m", "pip", "list", "--format", "json"]))
+    listed = orjson.loads(run_quiet([str(python), "-m", "pip", "list", "--format", "json"], python.parent))
     return {d["name"]: d["version"] for d in listed if d["name"].lower() not in NOT_COUNTED}
 
 
 def measure_install(folder: Path, name: str, requirement: list[str], empty_bytes: int) -> dict[str, Any]:
     python = new_venv(folder / name)
     started = time.monotonic()
-    run_quiet([str(python), "-m", "pip", "install", "-q", *requirement])
+    run_quiet([str(python), "-m", "pip", "install", "-q", *requirement], python.parent)
     took = time.monotonic() - started
     dists = distributions(python)
     folder_ = site_packages(python)
@@ -182,7 +200,7 @@ def light_installs(folder: Path, sigstore: bool) -> dict[str, Any]:
     empty = new_venv(folder / "empty")
     empty_bytes = tree_bytes(site_packages(empty))
     wheels = folder / "wheels"
-    run_quiet([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO)])
+    run_quiet([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO)], folder)
     (wheel,) = sorted(wheels.glob("execution_proof-*.whl"))
     out: dict[str, Any] = {"empty_mb": empty_bytes / 1e6, "wheel": wheel.name}
     out["light"] = measure_install(folder, "light", [str(wheel)], empty_bytes)
@@ -281,11 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="eps-bench-client-") as tmp:
         folder = Path(tmp)
         inputs = make_inputs(folder)
-        timings = {"checkout venv (server extra installed)": time_verbs(console_script(), inputs, args.runs, True)}
+        checkout = time_verbs(console_script(), inputs, args.runs, True, REPO, client_env())
+        timings = {"checkout venv (server extra installed)": checkout}
         if not args.no_install:
             installs = light_installs(folder, not args.no_sigstore)
             light_exe = str(Path(installs["light"]["python"]).parent / "execution-proof")
-            timings["light venv (no extras)"] = time_verbs(light_exe, inputs, args.runs, False)
+            light = time_verbs(light_exe, inputs, args.runs, False, folder, client_env(fresh_venv=True))
+            timings["light venv (no extras)"] = light
             result["installs"] = installs
         result["timings"] = timings
     result["load_after"] = loadavg()
