@@ -59,8 +59,24 @@ def is_bundle(document: Any) -> bool:
     return isinstance(document, dict) and document.get("format") == BUNDLE_FORMAT
 
 
+class _Document:
+    """What a receipt file and a bundle share: the signed receipt inside the document."""
+
+    document: Mapping[str, Any]
+
+    @property
+    def receipt(self) -> dict[str, Any]:
+        """The signed receipt object itself."""
+        receipt: dict[str, Any] = self.document["receipt"]
+        return receipt
+
+    @property
+    def receipt_id(self) -> str:
+        return str(self.receipt["receipt_id"])
+
+
 @dataclass(frozen=True)
-class Receipt:
+class Receipt(_Document):
     """A receipt: the service's reply to a create or a read (``{"receipt": {...}, ...}``),
     the service's URL and the salts of the files hashed with one (hex, by ``input``,
     ``output``, ``params``, ``env``; never sent)."""
@@ -73,16 +89,6 @@ class Receipt:
     """The reply's bytes, when this came from the service: ``save`` keeps them as they were."""
     replayed: bool = field(default=False, compare=False)
     """The service answered a create with the earlier receipt of the same request (200)."""
-
-    @property
-    def receipt(self) -> dict[str, Any]:
-        """The signed receipt object itself."""
-        receipt: dict[str, Any] = self.document["receipt"]
-        return receipt
-
-    @property
-    def receipt_id(self) -> str:
-        return str(self.receipt["receipt_id"])
 
     @property
     def project_id(self) -> str:
@@ -146,20 +152,11 @@ class Receipt:
 
 
 @dataclass(frozen=True)
-class Bundle:
+class Bundle(_Document):
     """An offline bundle (docs/bundles.md): the receipt, the keys, a chain segment and, from a
     service with a log, the log member whose ``proof`` is null until a checkpoint covers it."""
 
     document: Mapping[str, Any]
-
-    @property
-    def receipt(self) -> dict[str, Any]:
-        receipt: dict[str, Any] = self.document["receipt"]
-        return receipt
-
-    @property
-    def receipt_id(self) -> str:
-        return str(self.receipt["receipt_id"])
 
     @property
     def has_log(self) -> bool:

@@ -305,3 +305,18 @@ def tlogcheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.log_stack import go_checker
 
     return go_checker(tmp_path_factory.mktemp("tlogcheck"))
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory, redis_binary: str, signing_keys_json: str) -> Iterator[Any]:
+    """A service with a transparency log (``tests.log_stack.Stack``: its own redis-server and
+    store) and an API key (``.api_key``), no worker yet: the client's tests start one when
+    they want proofs."""
+    from tests.log_stack import stack_maker
+
+    with stack_maker(tmp_path_factory.mktemp("logged"), redis_binary, signing_keys_json) as make:
+        stack = make("logged")
+        stack.start_redis()
+        stack.serve()
+        stack.api_key = stack.make_keys(1)[0]["api_key"]
+        yield stack

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,18 +122,6 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
 
 
 # --- against a service with a log ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def logged(tmp_path_factory: pytest.TempPathFactory, redis_binary: str, signing_keys_json: str) -> Iterator[Any]:
-    from tests.log_stack import stack_maker
-
-    with stack_maker(tmp_path_factory.mktemp("cli-client"), redis_binary, signing_keys_json) as make:
-        stack = make("cli")
-        stack.start_redis()
-        stack.serve()
-        stack.api_key = stack.make_keys(1)[0]["api_key"]
-        yield stack
 
 
 def test_bundle_pending_saves_nothing_then_waits_for_the_proof(logged: Any, tmp_path: Path) -> None:

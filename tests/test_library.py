@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,19 +138,6 @@ def test_bad_arguments_raise_invalid_input_before_anything_is_sent(tmp_path: Pat
 
 
 # --- against a service with a log ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def logged(tmp_path_factory: pytest.TempPathFactory, redis_binary: str, signing_keys_json: str) -> Iterator[Any]:
-    """A service with a transparency log, its worker and an API key (``stack.api_key``)."""
-    from tests.log_stack import stack_maker
-
-    with stack_maker(tmp_path_factory.mktemp("library"), redis_binary, signing_keys_json) as make:
-        stack = make("library")
-        stack.start_redis()
-        stack.serve()
-        stack.api_key = stack.make_keys(1)[0]["api_key"]
-        yield stack
 
 
 @pytest.mark.slow
