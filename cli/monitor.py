@@ -13,6 +13,9 @@ library's http.client; retries with backoff and jitter, Retry-After honoured) wh
 bundles behind are hashed in order. Progress is saved as it goes
 (cli/monitor_state.py), so a killed monitor resumes where it stopped.
 
+The state follows one log, recorded when a checkpoint first verifies (receipts/monitor.py,
+"The log"): a key, URL or state of another log ends the run with exit 2, never a violation.
+
 Exit 0 when all holds (``--once``), 1 with a JSON report naming each violation (found now or
 on any earlier run), 2 when the log cannot be read (a resource the checkpoint needs is
 missing, the service does not answer). Without ``--once`` it follows: a pass every
@@ -48,8 +51,11 @@ from execution_proof.receipts.monitor import (
     Frontier,
     Project,
     Violation,
+    WrongLog,
     check_chains,
+    check_followed,
     completed_tiles,
+    open_followed,
     split_bundle,
     tile_name,
 )
@@ -120,6 +126,9 @@ def monitor_command(args: argparse.Namespace) -> int:
         while True:
             try:
                 report = asyncio.run(run_monitor(prefix, log_key, policy, db, skew_s))
+            except (WrongLog, StateError) as exc:  # no retry mends another log, or a state it cannot write
+                print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
+                return 2
             except LogInputError as exc:
                 print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
                 if args.once:
@@ -303,15 +312,15 @@ class Pass:
 
     async def run(self) -> dict[str, Any]:
         db = self.db
+        check_followed(db.log, db.origin, self.log_key, f"the state in {db.path.parent}")
         start = db.frontier.size
         raw = await self.fetcher.fetch("checkpoint")
         if raw is None:
             raise LogInputError(f"{self.fetcher.prefix}checkpoint answered HTTP 404")
-        text = raw.decode(errors="replace")
-        try:
-            checkpoint, _ = note.open_checkpoint(text, self.log_key)
-        except note.NoteError as exc:
-            return self._stop(None, Violation("signature", str(exc)))
+        opened = self._open(raw)
+        if isinstance(opened, Violation):
+            return self._stop(None, opened)
+        checkpoint, text = opened
         if self.policy is not None:
             quorum = check_quorum(text, self.policy, int(time.time()), self.skew_s)
             if not quorum.ok:
@@ -326,6 +335,28 @@ class Pass:
         if violation is not None:
             return self._stop(checkpoint, violation)
         return {**self._report(checkpoint), "new_entries": checkpoint.size - start}
+
+    def _open(self, raw: bytes) -> tuple[note.Checkpoint, str] | Violation:
+        """``open_followed``; the first checkpoint that verifies records the log in the state
+        (and clears what an older monitor recorded against a wrong key). Not a signed
+        checkpoint: ``LogInputError``."""
+        url, followed = self.fetcher.prefix + "checkpoint", self.db.log
+        try:
+            text = raw.decode()
+            opened = open_followed(text, self.log_key, followed=followed is not None, url=url)
+        except (UnicodeDecodeError, note.NoteError) as exc:
+            raise LogInputError(f"{url} is not a signed checkpoint: {exc}") from exc
+        if isinstance(opened, Violation):
+            return opened
+        if followed is None:
+            cleared = self.db.record_log(self.log_key)
+            if cleared:
+                print(
+                    f"monitor: the state now follows {self.log_key.name!r}; cleared {len(cleared)} signature "
+                    "violation(s) an older monitor recorded before it knew its log (a wrong key)",
+                    file=sys.stderr,
+                )
+        return opened, text
 
     def _compare(self, checkpoint: note.Checkpoint) -> Violation | None:
         """A checkpoint smaller than what was seen or read, or a second root for a size."""
@@ -369,7 +400,7 @@ class Pass:
                     else frontier.check_bundle(unit.index, unit.width, unit.tile0, unit.entries, unit.upper)
                 )
                 if violation is not None:
-                    self._save(checkpoint, text, pending, [*found, violation])
+                    self._save(text, pending, [*found, violation])
                     return violation
                 assert not isinstance(unit.entries, Violation)
                 chains = check_chains(frontier.size - unit.width + have, unit.entries[have:], db.projects, db.prevs)
@@ -378,23 +409,21 @@ class Pass:
                 found += chains.violations
                 since += 1
                 if since >= SAVE_EVERY or time.monotonic() - saved_at > SAVE_SECONDS:
-                    self._save(checkpoint, text, pending, found)
+                    self._save(text, pending, found)
                     pending, found, since, saved_at = {}, [], 0, time.monotonic()
                 self.progress.update(frontier.size, size)
         except LogInputError:
-            self._save(checkpoint, text, pending, found)  # what was checked stays checked
+            self._save(text, pending, found)  # what was checked stays checked
             raise
         finally:
             for task in ahead:
                 task.cancel()
-        self._save(checkpoint, text, pending, found)
+        self._save(text, pending, found)
         self.progress.update(frontier.size, size, final=True)
         return None
 
-    def _save(
-        self, checkpoint: note.Checkpoint, text: str, projects: dict[str, Project], found: list[Violation]
-    ) -> None:
-        self.db.save(origin=checkpoint.origin, target=text, projects=projects, violations=found)
+    def _save(self, text: str, projects: dict[str, Project], found: list[Violation]) -> None:
+        self.db.save(target=text, projects=projects, violations=found)
 
     async def _fetch_unit(self, index: int, width: int) -> Unit:
         upper_wanted = completed_tiles(index) if width == tlog.TILE_WIDTH else []
@@ -432,12 +461,12 @@ class Pass:
         datas = await asyncio.gather(*(self._resource(level, index, width) for level, index, width in wanted))
         violation = frontier.check_edge(dict(zip(wanted, datas, strict=True)), checkpoint.root)
         if violation is None:
-            self.db.save(origin=checkpoint.origin, target=text, seen=Seen(checkpoint.size, checkpoint.root, text))
+            self.db.save(target=text, seen=Seen(checkpoint.size, checkpoint.root, text))
         return violation
 
     def _stop(self, checkpoint: note.Checkpoint | None, violation: Violation) -> dict[str, Any]:
         """Record ``violation`` (kept, and reported on every later run) and report."""
-        self.db.save(origin=checkpoint.origin if checkpoint else self.db.origin or "", violations=[violation])
+        self.db.save(violations=[violation])
         return self._report(checkpoint)
 
     def _report(self, checkpoint: note.Checkpoint | None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from contextlib import redirect_stderr
 from pathlib import Path
 
@@ -19,8 +20,12 @@ from execution_proof.receipts.monitor import (
     Frontier,
     MemoryPrevs,
     Project,
+    Violation,
+    WrongLog,
     check_chains,
+    check_followed,
     completed_tiles,
+    open_followed,
     split_bundle,
     subtree_root,
 )
@@ -180,6 +185,37 @@ async def test_the_fetcher_retries_with_backoff_and_honours_retry_after() -> Non
     with pytest.raises(LogInputError, match="more than 5 redirects"):
         await fetcher.fetch("tile/0/005")
     assert slept == [] and len(answers) == 1
+
+
+def test_the_log_a_state_follows_is_checked_before_and_after_it_is_recorded() -> None:
+    log = note.Signer.generate("a.example/log")
+    impostor, other = note.Signer.generate("a.example/log"), note.Signer.generate("b.example/log")
+    where = "the state in DIR"
+    check_followed(None, None, log.verifier, where)
+    check_followed(log.verifier, "a.example/log", log.verifier, where)
+    with pytest.raises(
+        WrongLog, match=r"follows the log 'a\.example/log'; the key given is of the log 'b\.example/log'"
+    ):
+        check_followed(log.verifier, None, other.verifier, where)
+    with pytest.raises(WrongLog, match=f"with the key {re.escape(log.verifier.encode())}; the key given is"):
+        check_followed(log.verifier, None, impostor.verifier, where)
+    with pytest.raises(WrongLog, match=r"holds progress on the log 'b\.example/log'"):
+        check_followed(None, "b.example/log", log.verifier, where)
+
+    text = note.sign_note(note.Checkpoint("a.example/log", 3, bytes(32)).text(), log)
+    forged = note.sign_note(note.Checkpoint("a.example/log", 3, bytes(32)).text(), impostor)
+    for followed in (False, True):
+        opened = open_followed(text, log.verifier, followed=followed, url="URL")
+        assert opened == note.Checkpoint("a.example/log", 3, bytes(32))
+        with pytest.raises(WrongLog, match=r"URL is of the log 'a\.example/log'; .* the log 'b\.example/log'"):
+            open_followed(text, other.verifier, followed=followed, url="URL")
+        with pytest.raises(note.NoteError):
+            open_followed("<html>", log.verifier, followed=followed, url="URL")
+    with pytest.raises(WrongLog, match=r"not signed by the key given .*nothing was recorded"):
+        open_followed(forged, log.verifier, followed=False, url="URL")
+    violation = open_followed(forged, log.verifier, followed=True, url="URL")
+    assert isinstance(violation, Violation) and violation.kind == "signature"
+    assert "the checkpoint of size 3 is not signed by the log's key" in violation.detail
 
 
 def test_progress_is_shown_on_a_terminal_only() -> None:
