@@ -7,6 +7,7 @@ re-reading what it checked; a violation stays reported."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import http.server
@@ -19,6 +20,7 @@ import sqlite3
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -558,6 +560,41 @@ def test_signature_violations_an_older_monitor_recorded_before_it_knew_its_log_a
     code, report = monitor(url, signer, tmp_path / "other")
     assert code == 2, report
     assert f"progress on the log 'other.example/log'; the key given is of the log {ORIGIN!r}" in report["error"]
+
+
+# --------------------------------------------------------------------------- time
+
+
+@pytest.fixture
+def silent_log() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A loopback socket that accepts every connection and never answers: its URL, and the
+    connections it accepted."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # closed at the end of the test
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/", accepted
+    listener.close()
+    for connection in accepted:
+        connection.close()
+
+
+def test_once_against_a_log_that_does_not_answer_ends_within_a_minute(
+    silent_log: tuple[str, list[socket.socket]], signer: note.Signer, tmp_path: Path
+) -> None:
+    url, accepted = silent_log
+    started = time.monotonic()
+    done = subprocess.run(monitor_args(url, signer, tmp_path / "state"), cwd=REPO, capture_output=True, text=True,
+                          timeout=75, check=False)  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2 and elapsed < 60, (elapsed, done.stdout, done.stderr)
+    assert "the log has not answered for 30 s" in last_line(done)["error"]
+    assert accepted and "Traceback" not in done.stderr
 
 
 # --------------------------------------------------------------------------- command line
