@@ -1,7 +1,8 @@
 """``python service.py monitor``: follow a log and raise the alarm if its history forks, a tile
 or an old checkpoint is rewritten, or a project's main chain splits (docs/log.md, "Monitoring").
 
-    monitor [--base-url URL] [--tiles-url URL] (--log-key VKEY | --log-policy FILE) --state DIR [--once]
+    monitor [--base-url URL] [--tiles-url URL] (--log-key VKEY | --log-policy FILE) --state DIR
+            [--once] [--interval SECONDS]
 
 Each pass reads the checkpoint (``BASE/v1/log/checkpoint``, or ``TILES/checkpoint`` with
 ``--tiles-url``), checks its signature (and the witness quorum with a policy), then reads
@@ -14,19 +15,16 @@ bundles behind are hashed in order. Progress is saved as it goes
 (cli/monitor_state.py), so a killed monitor resumes where it stopped.
 
 The state follows one log, recorded when a checkpoint first verifies (receipts/monitor.py,
-"The log"): a key, URL or state of another log ends the run with exit 2, never a violation.
+"The log"): a key, URL or state of another log is exit 2, never a violation. Time:
+``REQUEST_TIMEOUT_S`` to connect and between two reads, ``REQUEST_DEADLINE_S`` for a request
+in all; a pass stops (the log cannot be read) once the log has not answered for ``SILENCE_S``
+(any reply is an answer, a ``Retry-After`` it asked for is not silence). A whole pass has no
+wall-clock limit: a large log takes as long as it takes to catch up, and what was checked is
+saved.
 
-Time: ``REQUEST_TIMEOUT_S`` to connect and between two reads, ``REQUEST_DEADLINE_S`` for a
-request in all; a pass stops (the log cannot be read) once the log has not answered for
-``SILENCE_S`` (any reply is an answer, and a ``Retry-After`` it asked for is not silence). A
-whole pass has no wall-clock limit: a large log takes as long as it takes to catch up, and
-what was checked is saved.
-
-Exit 0 when all holds (``--once``), 1 with a JSON report naming each violation (found now or
-on any earlier run), 2 when the log cannot be read (a resource the checkpoint needs is
-missing, the service does not answer). Without ``--once`` it follows: a pass every
-``--interval`` seconds until a violation (exit 1) or Ctrl-C; a read error is reported and
-retried.
+Exit codes and environment: ``EPILOG`` (``monitor --help``). Without ``--once`` it follows: a
+pass every ``--interval`` seconds until a violation, another log, or Ctrl-C; a read error is
+reported and retried.
 """
 
 from __future__ import annotations
@@ -79,14 +77,33 @@ BACKOFF_CAP_S = 20.0
 REQUEST_TIMEOUT_S = 10.0  # connect, and between two reads of a reply
 REQUEST_DEADLINE_S = 20.0  # one request in all (a reply that trickles in)
 SILENCE_S = 30.0  # without an answer from the log, a pass stops: --once ends well within a minute
+MIN_INTERVAL_S = 1.0  # asking more often gains nothing: a pass reads all that is new
+MAX_INTERVAL_S = 86_400.0
 MAX_RESOURCE_BYTES = 16 << 20  # a tile is 8 KiB, a bundle 256 entries of about 250 bytes
 
 Get = Callable[[str], Awaitable[Reply]]
 Sleep = Callable[[float], Awaitable[None]]
 
+EPILOG = f"""\
+exit status:
+  0    the log holds together (--once)
+  1    a violation (a JSON report on stdout), found now or by an earlier run on this --state
+  2    bad usage or configuration (a key, URL or --state of another log), or the log could
+       not be read (a resource missing, no answer for {SILENCE_S:g} s)
+  130  interrupted (Ctrl-C); what was checked is saved
+environment:
+  LOG_COSIGNATURE_SKEW_S       how far ahead a cosignature's time may be (default 300)
+  SSL_CERT_FILE, SSL_CERT_DIR  the CA certificates of https (default: the system's)
+"""
+
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    monitor = verbs.add_parser("monitor", help="follow a transparency log; exit 1 on a fork, rewrite or chain split")
+    monitor = verbs.add_parser(
+        "monitor",
+        help="follow a transparency log; exit 1 on a fork, rewrite or chain split",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     monitor.add_argument("--base-url", help="the service, e.g. https://example.com (optional with --tiles-url)")
     monitor.add_argument(
         "--tiles-url",
@@ -95,10 +112,33 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     keys = monitor.add_mutually_exclusive_group(required=True)
     keys.add_argument("--log-key", help="the log's verifier key to pin")
     keys.add_argument("--log-policy", metavar="FILE", help="a C2SP tlog-policy: the log key and the witness quorum")
-    monitor.add_argument("--state", required=True, metavar="DIR", help="where the monitor keeps what it saw")
+    monitor.add_argument(
+        "--state",
+        required=True,
+        metavar="DIR",
+        help="where the monitor keeps what it saw; it records the log it follows, one log per directory",
+    )
     monitor.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
-    monitor.add_argument("--interval", type=float, default=10.0, help="seconds between passes when following")
+    monitor.add_argument(
+        "--interval",
+        type=interval_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help=f"seconds between passes when following (default 10, at least {MIN_INTERVAL_S:g})",
+    )
     monitor.set_defaults(run=monitor_command)
+
+
+def interval_seconds(text: str) -> float:
+    """``--interval``: seconds, ``MIN_INTERVAL_S`` to ``MAX_INTERVAL_S``, else a usage error (exit 2);
+    0 is refused, not taken as "no pause": asking without pause loads the log, learning nothing."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} seconds, not {text}")
+    return value
 
 
 def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
@@ -116,50 +156,65 @@ def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
 
 
 def monitor_command(args: argparse.Namespace) -> int:
+    db: MonitorDb | None = None
     try:
-        policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
-        skew_s = env_skew()
-        if args.log_key:
-            log_key = note.Verifier.parse(args.log_key)
-        else:
-            assert policy is not None  # one of the two is required
-            log_key = policy.log_key()
-        prefix = log_prefix(args.base_url, args.tiles_url)
-        state_dir = Path(args.state)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        db = MonitorDb(state_dir / "monitor.sqlite3")
-    except (OSError, PolicyError, note.NoteError, LogInputError, StateError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        while True:
-            try:
-                report = asyncio.run(run_monitor(prefix, log_key, policy, db, skew_s))
-            except (WrongLog, StateError) as exc:  # no retry mends another log, or a state it cannot write
-                print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
+        try:
+            policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
+            skew_s = env_skew()
+            if args.log_key:
+                log_key = note.Verifier.parse(args.log_key)
+            else:
+                assert policy is not None  # one of the two is required
+                log_key = policy.log_key()
+            prefix = log_prefix(args.base_url, args.tiles_url)
+            state_dir = Path(args.state)
+            state_dir.mkdir(parents=True, exist_ok=True)
+            db = MonitorDb(state_dir / "monitor.sqlite3")
+        except (OSError, PolicyError, note.NoteError, LogInputError, StateError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        state = db
+        return follow(
+            lambda: asyncio.run(run_monitor(prefix, log_key, policy, state, skew_s)),
+            once=args.once,
+            interval=args.interval,
+        )
+    except KeyboardInterrupt:
+        print("monitor: interrupted (what was checked is saved)", file=sys.stderr)
+        return 130
+    finally:
+        if db is not None:
+            db.close()
+
+
+def follow(run: Callable[[], dict[str, Any]], *, once: bool, interval: float) -> int:
+    """Passes (``run``), one per ``interval`` (one with ``once``), each reported as a JSON line:
+    the exit code (a read error is retried when following; a violation or another log ends it)."""
+    while True:
+        try:
+            report = run()
+        except (WrongLog, StateError, LogInputError) as exc:
+            print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
+            if once or not isinstance(exc, LogInputError):
                 return 2
-            except LogInputError as exc:
-                print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
-                if args.once:
-                    return 2
-                time.sleep(args.interval)
-                continue
+        else:
             print(orjson.dumps(report).decode(), flush=True)
             if not report["ok"]:
                 return 1
-            if args.once:
+            if once:
                 return 0
-            time.sleep(args.interval)
-    finally:
-        db.close()
+        time.sleep(interval)
 
 
 async def run_monitor(
     prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
 ) -> dict[str, Any]:
+    progress = Progress(sys.stderr.isatty())
     with Workers(tls=prefix.startswith("https:")) as workers:
-        fetcher = Fetcher(workers.get, prefix)
-        return await Pass(fetcher, log_key, policy, db, Progress(sys.stderr.isatty()), skew_s).run()
+        try:
+            return await Pass(Fetcher(workers.get, prefix), log_key, policy, db, progress, skew_s).run()
+        finally:
+            progress.close()
 
 
 class Workers:
@@ -328,6 +383,7 @@ class Progress:
         self.shown = shown
         self.started = self.last = time.monotonic()
         self.first: int | None = None
+        self.open = False  # a line shown and not ended yet
 
     def update(self, done: int, total: int, *, final: bool = False) -> None:
         if not self.shown:
@@ -340,6 +396,13 @@ class Progress:
         self.last = now
         rate = (done - self.first) / max(now - self.started, 1e-6)
         print(f"\r monitor: {done:,}/{total:,} entries, {rate:,.0f}/s", end="\n" if final else "", file=sys.stderr)
+        self.open = not final
+
+    def close(self) -> None:
+        """End the line a pass that stopped early left open (what follows starts a line)."""
+        if self.open:
+            print(file=sys.stderr)
+            self.open = False
 
 
 @dataclass
@@ -472,7 +535,7 @@ class Pass:
                     self._save(text, pending, found)
                     pending, found, since, saved_at = {}, [], 0, time.monotonic()
                 self.progress.update(frontier.size, size)
-        except LogInputError:
+        except (LogInputError, asyncio.CancelledError):  # the log stopped answering, or Ctrl-C
             self._save(text, pending, found)  # what was checked stays checked
             raise
         finally:

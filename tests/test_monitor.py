@@ -562,7 +562,7 @@ def test_signature_violations_an_older_monitor_recorded_before_it_knew_its_log_a
     assert f"progress on the log 'other.example/log'; the key given is of the log {ORIGIN!r}" in report["error"]
 
 
-# --------------------------------------------------------------------------- time
+# --------------------------------------------------------------------------- time and Ctrl-C
 
 
 @pytest.fixture
@@ -597,7 +597,56 @@ def test_once_against_a_log_that_does_not_answer_ends_within_a_minute(
     assert accepted and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("interval", ["-1", "0", "nan", "inf", "soon"])
+def test_an_interval_below_a_second_or_not_a_number_is_a_usage_error(
+    interval: str, signer: note.Signer, tmp_path: Path
+) -> None:
+    done = run_monitor("--tiles-url", "http://127.0.0.1:9/", "--log-key", signer.verifier.encode(), "--state",
+                       str(tmp_path / "state"), "--interval", interval, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "argument --interval:" in done.stderr and done.stderr.startswith("usage:")
+    assert not (tmp_path / "state").exists()
+
+
+def interrupted(running: subprocess.Popen[str]) -> tuple[int, str]:
+    running.send_signal(signal.SIGINT)
+    _, stderr = running.communicate(timeout=30)
+    return running.returncode, stderr
+
+
+def test_ctrl_c_while_waiting_for_the_log_exits_130_in_one_line(
+    silent_log: tuple[str, list[socket.socket]], signer: note.Signer, tmp_path: Path
+) -> None:
+    url, accepted = silent_log
+    args = monitor_args(url, signer, tmp_path / "state")[:-1]  # following, not --once
+    running = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not accepted:  # the monitor is in its pass, waiting for an answer
+        assert running.poll() is None and time.monotonic() < deadline, "the monitor never asked"
+        time.sleep(0.02)
+    code, stderr = interrupted(running)
+    assert code == 130 and stderr.splitlines() == ["monitor: interrupted (what was checked is saved)"], stderr
+
+
+def test_ctrl_c_between_passes_exits_130_in_one_line(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    args = [*monitor_args(serve(small_log).url, signer, tmp_path / "state")[:-1], "--interval", "60"]
+    running = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert running.stdout is not None
+    assert orjson.loads(running.stdout.readline())["ok"] is True  # a pass done: now it sleeps
+    code, stderr = interrupted(running)
+    assert code == 130 and stderr.splitlines() == ["monitor: interrupted (what was checked is saved)"], stderr
+
+
 # --------------------------------------------------------------------------- command line
+
+
+def test_help_names_the_exit_codes_and_the_environment() -> None:
+    done = run_monitor("--help", timeout=60)
+    assert done.returncode == 0
+    for said in ("exit status:", "130", "interrupted", "LOG_COSIGNATURE_SKEW_S", "SSL_CERT_FILE", "--interval"):
+        assert said in done.stdout, said
 
 
 def test_tiles_url_or_base_url_is_needed(signer: note.Signer, tmp_path: Path) -> None:
