@@ -9,7 +9,7 @@ Each pass reads the checkpoint (``BASE/v1/log/checkpoint``, or ``TILES/checkpoin
 every entry bundle past what it checked, with its level-0 tile and every tile above that the
 bundle completes, and recomputes the tree (receipts/monitor.py): a leaf, tile or root that
 does not match what it computed is a violation, as is a chain rule broken. Fetches run ahead
-(16 fetch threads, each with its own keep-alive connection: cli/http_client.py, the standard
+(16 fetch threads, each with its own keep-alive connection: client/http.py, the standard
 library's http.client; retries with backoff and jitter, Retry-After honoured) while the
 bundles behind are hashed in order. Progress is saved as it goes
 (cli/monitor_state.py), so a killed monitor resumes where it stopped.
