@@ -1,29 +1,38 @@
 """``python service.py monitor``: follow a log and raise the alarm if its history forks, a tile
 or an old checkpoint is rewritten, or a project's main chain splits (docs/log.md, "Monitoring").
 
-    monitor [--base-url URL] [--tiles-url URL] (--log-key VKEY | --log-policy FILE) --state DIR [--once]
+    monitor [--base-url URL] [--tiles-url URL] (--log-key VKEY | --log-policy FILE) --state DIR
+            [--once] [--interval SECONDS]
 
 Each pass reads the checkpoint (``BASE/v1/log/checkpoint``, or ``TILES/checkpoint`` with
 ``--tiles-url``), checks its signature (and the witness quorum with a policy), then reads
 every entry bundle past what it checked, with its level-0 tile and every tile above that the
 bundle completes, and recomputes the tree (receipts/monitor.py): a leaf, tile or root that
 does not match what it computed is a violation, as is a chain rule broken. Fetches run ahead
-(16 fetch threads, each with its own keep-alive connection: cli/http_client.py, the standard
+(16 fetch threads, each with its own keep-alive connection: client/http.py, the standard
 library's http.client; retries with backoff and jitter, Retry-After honoured) while the
 bundles behind are hashed in order. Progress is saved as it goes
 (cli/monitor_state.py), so a killed monitor resumes where it stopped.
 
-Exit 0 when all holds (``--once``), 1 with a JSON report naming each violation (found now or
-on any earlier run), 2 when the log cannot be read (a resource the checkpoint needs is
-missing, the service does not answer). Without ``--once`` it follows: a pass every
-``--interval`` seconds until a violation (exit 1) or Ctrl-C; a read error is reported and
-retried.
+The state follows one log, recorded when a checkpoint first verifies (receipts/monitor.py,
+"The log"): a key, URL or state of another log is exit 2, never a violation. Time:
+``REQUEST_TIMEOUT_S`` to connect and between two reads, ``REQUEST_DEADLINE_S`` for a request
+in all; a pass stops (the log cannot be read) once the log has not answered for ``SILENCE_S``
+(any reply is an answer, a ``Retry-After`` it asked for is not silence). A whole pass has no
+wall-clock limit: a large log takes as long as it takes to catch up, and what was checked is
+saved.
+
+Exit codes and environment: ``EPILOG`` (``monitor --help``). Without ``--once`` it follows: a
+pass every ``--interval`` seconds until a violation, another log, or Ctrl-C; a read error is
+reported and retried.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import queue
 import random
 import ssl  # asyncio loads it anyway (unlike http_client, no start-up to save by deferring it)
 import sys
@@ -31,7 +40,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -48,8 +56,11 @@ from execution_proof.receipts.monitor import (
     Frontier,
     Project,
     Violation,
+    WrongLog,
     check_chains,
+    check_followed,
     completed_tiles,
+    open_followed,
     split_bundle,
     tile_name,
 )
@@ -63,15 +74,36 @@ ATTEMPTS = 6  # tries of a request that fails without the server saying when to 
 PATIENCE = 60  # 429s with Retry-After ridden out for one request before giving up
 BACKOFF_S = 0.25
 BACKOFF_CAP_S = 20.0
-TIMEOUT_S = 30.0  # connect, and between two reads of a reply
+REQUEST_TIMEOUT_S = 10.0  # connect, and between two reads of a reply
+REQUEST_DEADLINE_S = 20.0  # one request in all (a reply that trickles in)
+SILENCE_S = 30.0  # without an answer from the log, a pass stops: --once ends well within a minute
+MIN_INTERVAL_S = 1.0  # asking more often gains nothing: a pass reads all that is new
+MAX_INTERVAL_S = 86_400.0
 MAX_RESOURCE_BYTES = 16 << 20  # a tile is 8 KiB, a bundle 256 entries of about 250 bytes
 
 Get = Callable[[str], Awaitable[Reply]]
 Sleep = Callable[[float], Awaitable[None]]
 
+EPILOG = f"""\
+exit status:
+  0    the log holds together (--once)
+  1    a violation (a JSON report on stdout), found now or by an earlier run on this --state
+  2    bad usage or configuration (a key, URL or --state of another log), or the log could
+       not be read (a resource missing, no answer for {SILENCE_S:g} s)
+  130  interrupted (Ctrl-C); what was checked is saved
+environment:
+  LOG_COSIGNATURE_SKEW_S       how far ahead a cosignature's time may be (default 300)
+  SSL_CERT_FILE, SSL_CERT_DIR  the CA certificates of https (default: the system's)
+"""
+
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    monitor = verbs.add_parser("monitor", help="follow a transparency log; exit 1 on a fork, rewrite or chain split")
+    monitor = verbs.add_parser(
+        "monitor",
+        help="follow a transparency log; exit 1 on a fork, rewrite or chain split",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     monitor.add_argument("--base-url", help="the service, e.g. https://example.com (optional with --tiles-url)")
     monitor.add_argument(
         "--tiles-url",
@@ -80,10 +112,33 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     keys = monitor.add_mutually_exclusive_group(required=True)
     keys.add_argument("--log-key", help="the log's verifier key to pin")
     keys.add_argument("--log-policy", metavar="FILE", help="a C2SP tlog-policy: the log key and the witness quorum")
-    monitor.add_argument("--state", required=True, metavar="DIR", help="where the monitor keeps what it saw")
+    monitor.add_argument(
+        "--state",
+        required=True,
+        metavar="DIR",
+        help="where the monitor keeps what it saw; it records the log it follows, one log per directory",
+    )
     monitor.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
-    monitor.add_argument("--interval", type=float, default=10.0, help="seconds between passes when following")
+    monitor.add_argument(
+        "--interval",
+        type=interval_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help=f"seconds between passes when following (default 10, at least {MIN_INTERVAL_S:g})",
+    )
     monitor.set_defaults(run=monitor_command)
+
+
+def interval_seconds(text: str) -> float:
+    """``--interval``: seconds, ``MIN_INTERVAL_S`` to ``MAX_INTERVAL_S``, else a usage error (exit 2);
+    0 is refused, not taken as "no pause": asking without pause loads the log, learning nothing."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} seconds, not {text}")
+    return value
 
 
 def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
@@ -101,62 +156,83 @@ def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
 
 
 def monitor_command(args: argparse.Namespace) -> int:
+    db: MonitorDb | None = None
     try:
-        policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
-        skew_s = env_skew()
-        if args.log_key:
-            log_key = note.Verifier.parse(args.log_key)
+        try:
+            policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
+            skew_s = env_skew()
+            if args.log_key:
+                log_key = note.Verifier.parse(args.log_key)
+            else:
+                assert policy is not None  # one of the two is required
+                log_key = policy.log_key()
+            prefix = log_prefix(args.base_url, args.tiles_url)
+            state_dir = Path(args.state)
+            state_dir.mkdir(parents=True, exist_ok=True)
+            db = MonitorDb(state_dir / "monitor.sqlite3")
+        except (OSError, PolicyError, note.NoteError, LogInputError, StateError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        state = db
+        return follow(
+            lambda: asyncio.run(run_monitor(prefix, log_key, policy, state, skew_s)),
+            once=args.once,
+            interval=args.interval,
+        )
+    except KeyboardInterrupt:
+        print("monitor: interrupted (what was checked is saved)", file=sys.stderr)
+        return 130
+    finally:
+        if db is not None:
+            db.close()
+
+
+def follow(run: Callable[[], dict[str, Any]], *, once: bool, interval: float) -> int:
+    """Passes (``run``), one per ``interval`` (one with ``once``), each reported as a JSON line:
+    the exit code (a read error is retried when following; a violation or another log ends it)."""
+    while True:
+        try:
+            report = run()
+        except (WrongLog, StateError, LogInputError) as exc:
+            print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
+            if once or not isinstance(exc, LogInputError):
+                return 2
         else:
-            assert policy is not None  # one of the two is required
-            log_key = policy.log_key()
-        prefix = log_prefix(args.base_url, args.tiles_url)
-        state_dir = Path(args.state)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        db = MonitorDb(state_dir / "monitor.sqlite3")
-    except (OSError, PolicyError, note.NoteError, LogInputError, StateError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        while True:
-            try:
-                report = asyncio.run(run_monitor(prefix, log_key, policy, db, skew_s))
-            except LogInputError as exc:
-                print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
-                if args.once:
-                    return 2
-                time.sleep(args.interval)
-                continue
             print(orjson.dumps(report).decode(), flush=True)
             if not report["ok"]:
                 return 1
-            if args.once:
+            if once:
                 return 0
-            time.sleep(args.interval)
-    finally:
-        db.close()
+        time.sleep(interval)
 
 
 async def run_monitor(
     prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
 ) -> dict[str, Any]:
+    progress = Progress(sys.stderr.isatty())
     with Workers(tls=prefix.startswith("https:")) as workers:
-        fetcher = Fetcher(workers.get, prefix)
-        return await Pass(fetcher, log_key, policy, db, Progress(sys.stderr.isatty()), skew_s).run()
+        try:
+            return await Pass(Fetcher(workers.get, prefix), log_key, policy, db, progress, skew_s).run()
+        finally:
+            progress.close()
 
 
 class Workers:
-    """The fetch threads: ``CONCURRENCY`` threads, each with its own ``Client`` (one
-    keep-alive connection to the log's host, redirects followed, TLS verified), so a blocking
-    request never waits on another's connection; ``get`` runs one in a thread and awaits it.
+    """The fetch threads: ``size`` threads, each with its own ``Client`` (one keep-alive
+    connection to the log's host, redirects followed, TLS verified), so a blocking request
+    never waits on another's connection; ``get`` hands one request to them and awaits it.
 
-    One TLS context for them all (each ``Client`` would otherwise load the system's CA store
-    for its first https connection)."""
+    Daemon threads: a request the pass stopped waiting for (its deadline passed) finishes in
+    its thread, and neither the next pass nor the process's exit waits for it. One TLS
+    context for them all (each ``Client`` would otherwise load the system's CA store for its
+    first https connection)."""
 
     def __init__(self, size: int = CONCURRENCY, *, tls: bool = False) -> None:
-        self._pool = ThreadPoolExecutor(size, thread_name_prefix="monitor-fetch")
-        self._local = threading.local()
-        self._clients: list[Client] = []
+        self._jobs: queue.SimpleQueue[tuple[str, asyncio.Future[Reply]] | None] = queue.SimpleQueue()
         self._tls = ssl.create_default_context() if tls else None
+        self._threads = [threading.Thread(target=self._work, name="monitor-fetch", daemon=True) for _ in range(size)]
+        for thread in self._threads:
+            thread.start()
 
     def __enter__(self) -> Workers:
         return self
@@ -165,58 +241,102 @@ class Workers:
         self.close()
 
     def close(self) -> None:
-        """Wait for the requests in flight (each bounded by ``TIMEOUT_S``), then close every
-        connection."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        for client in self._clients:
-            client.close()
-        self._clients.clear()
+        """Each thread ends after the request it is in (bounded by ``REQUEST_TIMEOUT_S`` per
+        read), closing its connection; none is waited for."""
+        for _ in self._threads:
+            self._jobs.put(None)
 
     async def get(self, url: str) -> Reply:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._get, url)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._jobs.put((url, future))
+        return await future
 
-    def _get(self, url: str) -> Reply:
-        client: Client | None = getattr(self._local, "client", None)
-        if client is None:
-            client = Client(timeout=TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES, tls=self._tls)
-            self._local.client = client
-            self._clients.append(client)
-        return client.get(url)
+    def _work(self) -> None:
+        with Client(timeout=REQUEST_TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES, tls=self._tls) as client:
+            while (job := self._jobs.get()) is not None:
+                url, future = job
+                if future.cancelled():  # given up while it waited for a thread
+                    continue
+                try:
+                    outcome: Reply | Exception = client.get(url)
+                except Exception as exc:  # noqa: BLE001 - raised again by the coroutine that awaits it
+                    outcome = exc
+                _settle(future, outcome)
+
+
+def _settle(future: asyncio.Future[Reply], outcome: Reply | Exception) -> None:
+    """Hand a request's outcome to the coroutine awaiting ``future``, in its loop; nothing
+    when that coroutine gave up on it or its loop has ended."""
+
+    def resolve() -> None:
+        if future.done():
+            return
+        if isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the pass ended without this reply
+        future.get_loop().call_soon_threadsafe(resolve)
 
 
 @dataclass
 class Fetcher:
     """GETs under the log's prefix: 200 is the body, 404 None; connection errors (refused,
-    reset, timed out, TLS), 429 and 5xx are retried with exponential backoff and full jitter
-    (a 429's or 503's ``Retry-After`` is waited out as given); anything else (another status,
-    too many redirects, a reply over the size ceiling, a certificate that does not verify),
-    or retries exhausted, is ``LogInputError``."""
+    reset, timed out, TLS), a request past ``REQUEST_DEADLINE_S``, 429 and 5xx are retried
+    with exponential backoff and full jitter (a 429's or 503's ``Retry-After`` is waited out
+    as given); anything else (another status, too many redirects, a reply over the size
+    ceiling, a certificate that does not verify), retries exhausted, or no answer from the
+    log for ``silence_s`` (across every request of the pass), is ``LogInputError``."""
 
     get: Get
     prefix: str
     sleep: Sleep = asyncio.sleep
     concurrency: int = CONCURRENCY
+    silence_s: float = SILENCE_S
+    clock: Callable[[], float] = time.monotonic
     requests: int = 0
     retries: int = 0
     waits: list[float] = field(default_factory=list)
+    heard: float = field(init=False)
+    """When the log last answered (or the pass began, or a wait it asked for ended)."""
 
     def __post_init__(self) -> None:
         self._gate = asyncio.Semaphore(self.concurrency)
+        self.heard = self.clock()
+
+    def _time_left(self) -> float:
+        """Seconds left before the log's silence ends the pass."""
+        return self.heard + self.silence_s - self.clock()
 
     async def fetch(self, path: str) -> bytes | None:
         url = self.prefix + path
         failures = limited = 0
+        problem = f"{url}: no reply"
         while True:
-            try:
-                async with self._gate:
-                    self.requests += 1
-                    reply = await self.get(url)
-            except HttpError as exc:
-                if not transient(exc):
-                    raise LogInputError(str(exc)) from exc
-                problem = str(exc)
+            wait: float | None
+            async with self._gate:
+                left = self._time_left()
+                if left <= 0:
+                    raise LogInputError(f"the log has not answered for {self.silence_s:g} s ({problem})")
+                self.requests += 1
+                bound = min(REQUEST_DEADLINE_S, left)
+                timer = asyncio.timeout(bound)
+                try:
+                    async with timer:
+                        reply: Reply | None = await self.get(url)
+                except TimeoutError:
+                    if not timer.expired():
+                        raise
+                    reply, problem = None, f"{url}: no reply within {bound:.3g} s"
+                except HttpError as exc:
+                    if not transient(exc):
+                        raise LogInputError(str(exc)) from exc
+                    reply, problem = None, str(exc)
+            if reply is None:
                 wait = None
             else:
+                self.heard = self.clock()
                 status = reply.status
                 if status == 200:
                     return reply.body
@@ -228,14 +348,18 @@ class Fetcher:
                 wait = retry_after(reply) if status in (429, 503) else None
             if wait is not None and limited < PATIENCE:
                 limited += 1
+                asked = True
             else:
                 failures += 1
                 if failures >= ATTEMPTS:
                     raise LogInputError(f"{problem} ({failures} attempts)")
-                wait = random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * 2**failures))
+                wait = min(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * 2**failures)), max(self._time_left(), 0))
+                asked = False
             self.retries += 1
             self.waits.append(wait)
             await self.sleep(wait)
+            if asked:  # the log asked for this pause: it is not silence
+                self.heard = max(self.heard, self.clock())
 
 
 def transient(exc: HttpError) -> bool:
@@ -259,6 +383,7 @@ class Progress:
         self.shown = shown
         self.started = self.last = time.monotonic()
         self.first: int | None = None
+        self.open = False  # a line shown and not ended yet
 
     def update(self, done: int, total: int, *, final: bool = False) -> None:
         if not self.shown:
@@ -271,6 +396,13 @@ class Progress:
         self.last = now
         rate = (done - self.first) / max(now - self.started, 1e-6)
         print(f"\r monitor: {done:,}/{total:,} entries, {rate:,.0f}/s", end="\n" if final else "", file=sys.stderr)
+        self.open = not final
+
+    def close(self) -> None:
+        """End the line a pass that stopped early left open (what follows starts a line)."""
+        if self.open:
+            print(file=sys.stderr)
+            self.open = False
 
 
 @dataclass
@@ -303,15 +435,15 @@ class Pass:
 
     async def run(self) -> dict[str, Any]:
         db = self.db
+        check_followed(db.log, db.origin, self.log_key, f"the state in {db.path.parent}")
         start = db.frontier.size
         raw = await self.fetcher.fetch("checkpoint")
         if raw is None:
             raise LogInputError(f"{self.fetcher.prefix}checkpoint answered HTTP 404")
-        text = raw.decode(errors="replace")
-        try:
-            checkpoint, _ = note.open_checkpoint(text, self.log_key)
-        except note.NoteError as exc:
-            return self._stop(None, Violation("signature", str(exc)))
+        opened = self._open(raw)
+        if isinstance(opened, Violation):
+            return self._stop(None, opened)
+        checkpoint, text = opened
         if self.policy is not None:
             quorum = check_quorum(text, self.policy, int(time.time()), self.skew_s)
             if not quorum.ok:
@@ -326,6 +458,28 @@ class Pass:
         if violation is not None:
             return self._stop(checkpoint, violation)
         return {**self._report(checkpoint), "new_entries": checkpoint.size - start}
+
+    def _open(self, raw: bytes) -> tuple[note.Checkpoint, str] | Violation:
+        """``open_followed``; the first checkpoint that verifies records the log in the state
+        (and clears what an older monitor recorded against a wrong key). Not a signed
+        checkpoint: ``LogInputError``."""
+        url, followed = self.fetcher.prefix + "checkpoint", self.db.log
+        try:
+            text = raw.decode()
+            opened = open_followed(text, self.log_key, followed=followed is not None, url=url)
+        except (UnicodeDecodeError, note.NoteError) as exc:
+            raise LogInputError(f"{url} is not a signed checkpoint: {exc}") from exc
+        if isinstance(opened, Violation):
+            return opened
+        if followed is None:
+            cleared = self.db.record_log(self.log_key)
+            if cleared:
+                print(
+                    f"monitor: the state now follows {self.log_key.name!r}; cleared {len(cleared)} signature "
+                    "violation(s) an older monitor recorded before it knew its log (a wrong key)",
+                    file=sys.stderr,
+                )
+        return opened, text
 
     def _compare(self, checkpoint: note.Checkpoint) -> Violation | None:
         """A checkpoint smaller than what was seen or read, or a second root for a size."""
@@ -369,7 +523,7 @@ class Pass:
                     else frontier.check_bundle(unit.index, unit.width, unit.tile0, unit.entries, unit.upper)
                 )
                 if violation is not None:
-                    self._save(checkpoint, text, pending, [*found, violation])
+                    self._save(text, pending, [*found, violation])
                     return violation
                 assert not isinstance(unit.entries, Violation)
                 chains = check_chains(frontier.size - unit.width + have, unit.entries[have:], db.projects, db.prevs)
@@ -378,23 +532,21 @@ class Pass:
                 found += chains.violations
                 since += 1
                 if since >= SAVE_EVERY or time.monotonic() - saved_at > SAVE_SECONDS:
-                    self._save(checkpoint, text, pending, found)
+                    self._save(text, pending, found)
                     pending, found, since, saved_at = {}, [], 0, time.monotonic()
                 self.progress.update(frontier.size, size)
-        except LogInputError:
-            self._save(checkpoint, text, pending, found)  # what was checked stays checked
+        except (LogInputError, asyncio.CancelledError):  # the log stopped answering, or Ctrl-C
+            self._save(text, pending, found)  # what was checked stays checked
             raise
         finally:
             for task in ahead:
                 task.cancel()
-        self._save(checkpoint, text, pending, found)
+        self._save(text, pending, found)
         self.progress.update(frontier.size, size, final=True)
         return None
 
-    def _save(
-        self, checkpoint: note.Checkpoint, text: str, projects: dict[str, Project], found: list[Violation]
-    ) -> None:
-        self.db.save(origin=checkpoint.origin, target=text, projects=projects, violations=found)
+    def _save(self, text: str, projects: dict[str, Project], found: list[Violation]) -> None:
+        self.db.save(target=text, projects=projects, violations=found)
 
     async def _fetch_unit(self, index: int, width: int) -> Unit:
         upper_wanted = completed_tiles(index) if width == tlog.TILE_WIDTH else []
@@ -432,12 +584,12 @@ class Pass:
         datas = await asyncio.gather(*(self._resource(level, index, width) for level, index, width in wanted))
         violation = frontier.check_edge(dict(zip(wanted, datas, strict=True)), checkpoint.root)
         if violation is None:
-            self.db.save(origin=checkpoint.origin, target=text, seen=Seen(checkpoint.size, checkpoint.root, text))
+            self.db.save(target=text, seen=Seen(checkpoint.size, checkpoint.root, text))
         return violation
 
     def _stop(self, checkpoint: note.Checkpoint | None, violation: Violation) -> dict[str, Any]:
         """Record ``violation`` (kept, and reported on every later run) and report."""
-        self.db.save(origin=checkpoint.origin if checkpoint else self.db.origin or "", violations=[violation])
+        self.db.save(violations=[violation])
         return self._report(checkpoint)
 
     def _report(self, checkpoint: note.Checkpoint | None) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """What ``monitor`` keeps between runs: DIR/monitor.sqlite3 (stdlib sqlite3, WAL).
 
-- ``meta``: the size checked so far and the frontier of the tree of that size (the hashes
-  the monitor computed, receipts.monitor.Frontier), the last checkpoint whose root the
-  frontier matched (its text, size and root), and the checkpoint being caught up to.
+- ``meta``: the log the state follows (``log_origin``, ``log_vkey``: recorded by the first
+  checkpoint whose signature verified, never changed after), the size checked so far and the
+  frontier of the tree of that size (the hashes the monitor computed,
+  receipts.monitor.Frontier), the last checkpoint whose root the frontier matched (its text,
+  size and root), and the checkpoint being caught up to.
 - ``projects``: per project, the main chain's tip and the previous hash of its last main
   entry. Memory grows with the number of projects, never with the entries.
 - ``violations``: every violation found, each once; reported on every later run.
@@ -25,12 +27,13 @@ import hashlib
 import mmap
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
+from execution_proof.receipts import note
 from execution_proof.receipts.monitor import Frontier, Project, Violation
 
 SCHEMA = """
@@ -130,7 +133,13 @@ class MonitorDb:
             }
         except sqlite3.Error as exc:
             raise StateError(f"cannot use the state in {path}: {exc}") from exc
-        self.origin: str | None = meta["origin"].decode() if "origin" in meta else None
+        self.path = path
+        self.log = _followed_log(path, meta)
+        """The log this state follows (its key's name is the log's origin); None until a
+        checkpoint's signature has verified."""
+        self.origin: str | None = self.log.name if self.log else (meta.get("origin", b"").decode() or None)
+        """The log's origin: the recorded log's, else the one an older monitor saved progress for
+        (it recorded the origin only, on every save; an empty one when it had verified nothing)."""
         try:
             self.frontier = Frontier.decode(int(meta.get("size", b"0")), meta.get("frontier", b""))
         except ValueError as exc:
@@ -151,19 +160,37 @@ class MonitorDb:
         rows = self._db.execute("SELECT record FROM violations ORDER BY id").fetchall()
         return [Violation(**orjson.loads(record)) for (record,) in rows]
 
+    def record_log(self, log_key: note.Verifier) -> list[Violation]:
+        """Record ``log_key`` as the log this state follows (its name is the origin), once a
+        checkpoint has verified against it; the ``signature`` violations an older monitor
+        recorded before any log was (with a wrong key: nothing was deployed that tells them
+        from a log's bad signature) are removed in the same transaction, and returned.
+        ``StateError`` when the state cannot be written."""
+        assert self.log is None, "a state's log is recorded once"
+        rows = self._db.execute("SELECT id, record FROM violations ORDER BY id").fetchall()
+        cleared = [(id_, v) for id_, record in rows if (v := Violation(**orjson.loads(record))).kind == "signature"]
+        meta = {"log_origin": log_key.name.encode(), "log_vkey": log_key.encode().encode()}
+        self._write(
+            ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items()),
+            ("DELETE FROM meta WHERE key = ?", [("origin",)]),  # an older monitor's; log_origin now
+            ("DELETE FROM violations WHERE id = ?", [(id_,) for id_, _ in cleared]),
+        )
+        self.log, self.origin = log_key, log_key.name
+        return [v for _, v in cleared]
+
     def save(
         self,
         *,
-        origin: str,
         target: str | None = None,
         projects: Mapping[str, Project] | None = None,
         violations: Iterable[Violation] = (),
         seen: Seen | None = None,
     ) -> None:
         """One transaction: the frontier and size as they are now, the projects that moved,
-        new violations, and (``seen``) a checkpoint the frontier now matches."""
+        new violations, and (``seen``) a checkpoint the frontier now matches. ``StateError``
+        (nothing written) when the state cannot be written: a full disk, a read-only
+        directory."""
         meta: dict[str, bytes] = {
-            "origin": origin.encode(),
             "size": str(self.frontier.size).encode(),
             "frontier": self.frontier.encode(),
             "prevs_length": str(self.prevs.flush()).encode(),
@@ -172,24 +199,42 @@ class MonitorDb:
             meta["target"] = target.encode()
         if seen is not None:
             meta.update(seen_size=str(seen.size).encode(), seen_root=seen.root, seen_text=seen.text.encode())
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items())
-            if projects:
-                db.executemany(
-                    "INSERT OR REPLACE INTO projects(project_id, tip, last_prev) VALUES (?, ?, ?)",
-                    [(project_id, p.tip, p.last_prev) for project_id, p in projects.items()],
-                )
-            db.executemany(
-                "INSERT OR IGNORE INTO violations(record) VALUES (?)", [(orjson.dumps(v.json()),) for v in violations]
-            )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        self.origin = origin
+        records = [(orjson.dumps(v.json()),) for v in violations]
+        rows = [(project_id, p.tip, p.last_prev) for project_id, p in (projects or {}).items()]
+        self._write(
+            ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items()),
+            ("INSERT OR REPLACE INTO projects(project_id, tip, last_prev) VALUES (?, ?, ?)", rows),
+            ("INSERT OR IGNORE INTO violations(record) VALUES (?)", records),
+        )
         if seen is not None:
             self.seen = seen
         if target is not None:
             self.target = target
+
+    def _write(self, *steps: tuple[str, Iterable[Sequence[object]]]) -> None:
+        """Each statement over its rows, in one transaction (all or nothing, even when
+        interrupted); ``StateError`` when the state cannot be written."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement, rows in steps:
+                    db.executemany(statement, rows)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot write the state in {self.path}: {exc}") from exc
+
+
+def _followed_log(path: Path, meta: Mapping[str, bytes]) -> note.Verifier | None:
+    if "log_vkey" not in meta:
+        return None
+    try:
+        log_key = note.Verifier.parse(bytes(meta["log_vkey"]).decode())
+    except (note.NoteError, UnicodeDecodeError) as exc:
+        raise StateError(f"{path}: the log key the state records is unreadable: {exc}") from exc
+    if log_key.name.encode() != meta.get("log_origin"):
+        raise StateError(f"{path}: the log origin the state records is not its key's name")
+    return log_key

@@ -22,6 +22,13 @@ previous hash is null (history that expired, or a new start), may start anywhere
 two hashes per project (the tip and the last previous hash, which decide every honest entry);
 the previous hashes used before are asked of ``UsedPrevs`` only for an entry that does not
 follow the tip, which an honest log never has.
+
+The log. A monitor's state follows one log, recorded (origin and key) when a checkpoint
+first verifies (``open_followed``). A key or a checkpoint of another origin is never a
+violation but ``WrongLog`` (a configuration error naming both), as is, before a log is
+recorded, a checkpoint the key given did not sign (a wrong key must not leave a violation
+behind); once it is recorded, a checkpoint of its origin not signed by its key is a
+``signature`` violation.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from execution_proof.receipts import tlog
+from execution_proof.receipts import note, tlog
+from execution_proof.receipts.errors import LogError
 
 HASH = tlog.HASH_SIZE
 WIDTH = tlog.TILE_WIDTH
@@ -50,6 +58,59 @@ class Violation:
 
     def json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+class WrongLog(LogError):
+    """The key given, the log served and the state are not one log's: a configuration error
+    (the monitor exits 2, also when following: no retry mends it), never a violation."""
+
+
+def check_followed(followed: note.Verifier | None, older_origin: str | None, key: note.Verifier, where: str) -> None:
+    """The key given against the log a state (``where``) follows: ``WrongLog``, naming both,
+    when it records another log, or another key for its origin, or (``older_origin``: an older
+    monitor recorded the origin only) progress on another origin."""
+    if followed is not None and followed.name != key.name:
+        raise WrongLog(
+            f"{where} follows the log {followed.name!r}; the key given is of the log {key.name!r}: "
+            "give each log its own --state directory"
+        )
+    if followed is not None and followed != key:
+        raise WrongLog(
+            f"{where} follows the log {followed.name!r} with the key {followed.encode()}; the key given is "
+            f"{key.encode()}: a log keeps its key (to follow one that changed it, use a new --state directory)"
+        )
+    if followed is None and older_origin is not None and older_origin != key.name:
+        raise WrongLog(
+            f"{where} holds progress on the log {older_origin!r}; the key given is of the log {key.name!r}: "
+            "give each log its own --state directory"
+        )
+
+
+def open_followed(text: str, key: note.Verifier, *, followed: bool, url: str) -> note.Checkpoint | Violation:
+    """The checkpoint ``text`` (served at ``url``) verified against ``key``, the key of the log
+    the state follows (``followed``: recorded) or is given. Not a signed checkpoint:
+    ``note.NoteError``. Of another origin, or, before a log is recorded, not signed by ``key``:
+    ``WrongLog``. Of the recorded log's origin, not signed by its key: a ``signature``
+    violation."""
+    claimed = note.parse_checkpoint(note.parse_note(text).text)
+    if claimed.origin != key.name:
+        whose = "this state directory follows" if followed else "the key given is of"
+        raise WrongLog(
+            f"{url} is of the log {claimed.origin!r}; {whose} the log {key.name!r}: "
+            "check the URL and the key, and give each log its own --state directory"
+        )
+    try:
+        checkpoint, _ = note.open_checkpoint(text, key)
+    except note.NoteError as exc:
+        if not followed:
+            raise WrongLog(
+                f"{url}: the checkpoint of {claimed.origin!r} is not signed by the key given ({exc}): "
+                f"check --log-key or --log-policy ({key.encode()}); nothing was recorded"
+            ) from exc
+        return Violation(
+            "signature", f"the checkpoint of size {claimed.size} is not signed by the log's key {key.encode()}: {exc}"
+        )
+    return checkpoint
 
 
 def tile_name(level: int | str, index: int, width: int = WIDTH) -> str:

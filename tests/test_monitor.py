@@ -7,6 +7,7 @@ re-reading what it checked; a violation stays reported."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import http.server
@@ -19,6 +20,7 @@ import sqlite3
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from bench.monitor import chain_entries, write_static_log
 from execution_proof.cli.main import SERVER_MODULES
 from execution_proof.cli.monitor import Fetcher, Pass, Progress
-from execution_proof.cli.monitor_state import MonitorDb
+from execution_proof.cli.monitor_state import SCHEMA, MonitorDb
 from execution_proof.client.http import Reply
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore
@@ -435,7 +437,216 @@ def test_a_killed_run_resumes_without_rereading(big_log: Path, signer: note.Sign
     assert sorted(bundles) == list(range(checked // 256, -(-66_000 // 256)))
 
 
+# --------------------------------------------------------------------------- the log the state follows
+
+
+def run_monitor(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "service.py", "monitor", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )  # fmt: skip
+
+
+def last_line(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return orjson.loads(done.stdout.splitlines()[-1]) if done.stdout else {}
+
+
+def followed(state: Path) -> dict[str, str]:
+    """The log the state records (empty when none)."""
+    with sqlite3.connect(f"file:{state / 'monitor.sqlite3'}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT key, value FROM meta WHERE key IN ('log_origin', 'log_vkey')").fetchall()
+    return {key: bytes(value).decode() for key, value in rows}
+
+
+def test_a_wrong_key_records_nothing_and_the_right_key_then_passes(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """Another log's key, then a key of the same name that did not sign: each exits 2 (not the
+    1 that pages someone), records nothing, and the next run with the right key passes."""
+    url, state = serve(small_log).url, tmp_path / "state"
+    another_log = note.Signer.generate("other.example/log")
+    done = run_monitor("--tiles-url", url, "--log-key", another_log.verifier.encode(), "--state", str(state), "--once")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"is of the log {ORIGIN!r}; the key given is of the log 'other.example/log'" in last_line(done)["error"]
+    impostor = note.Signer.generate(ORIGIN)
+    done = run_monitor("--tiles-url", url, "--log-key", impostor.verifier.encode(), "--state", str(state), "--once")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "not signed by the key given" in last_line(done)["error"] and "nothing was recorded" in done.stdout
+    assert followed(state) == {}
+    assert "Traceback" not in done.stderr
+    assert monitor(url, signer, state) == (
+        0,
+        {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 600}, "new_entries": 600},
+    )
+    assert followed(state) == {"log_origin": ORIGIN, "log_vkey": signer.verifier.encode()}
+
+
+def test_a_state_that_follows_one_log_refuses_another_naming_both(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """A state recorded for log A, run against log B (B's key and URL, or A's key at B's URL):
+    exit 2 naming both origins, no violation; A's next run passes."""
+    state = tmp_path / "state"
+    a_url = serve(small_log).url
+    assert monitor(a_url, signer, state)[0] == 0
+    b_signer = note.Signer.generate("b.example/log")
+    write_static_log(tmp_path / "b", chain("prj_B", 300), b_signer)
+    b_url = serve(tmp_path / "b").url
+    done = run_monitor("--tiles-url", b_url, "--log-key", b_signer.verifier.encode(), "--state", str(state), "--once")
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = last_line(done)["error"]
+    assert f"follows the log {ORIGIN!r}; the key given is of the log 'b.example/log'" in error, error
+    done = run_monitor("--tiles-url", b_url, "--log-key", signer.verifier.encode(), "--state", str(state), "--once")
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = last_line(done)["error"]
+    assert f"is of the log 'b.example/log'; this state directory follows the log {ORIGIN!r}" in error, error
+    assert monitor(a_url, signer, state) == (
+        0,
+        {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 600}, "new_entries": 0},
+    )
+
+
+def test_a_recorded_log_signed_by_another_key_is_a_violation(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """Once the log is recorded, a checkpoint of its origin signed by another key is a
+    ``signature`` violation (exit 1), kept after the right checkpoint is back; the other key
+    given for that origin is refused (exit 2), not taken."""
+    served, state = serve(small_log), tmp_path / "state"
+    assert monitor(served.url, signer, state)[0] == 0
+    good = (small_log / "checkpoint").read_bytes()
+    impostor = note.Signer.generate(ORIGIN)
+    checkpoint = note.parse_checkpoint(note.parse_note(good).text)
+    sign_checkpoint(small_log, impostor, checkpoint.size, checkpoint.root)
+    code, report = monitor(served.url, signer, state)
+    assert code == 1 and kinds(report) == ["signature"], report
+    assert "no known key signed the note" in report["violations"][0]["detail"]
+    (small_log / "checkpoint").write_bytes(good)
+    code, again = monitor(served.url, signer, state)
+    assert code == 1 and again["violations"] == report["violations"]
+    done = run_monitor("--tiles-url", served.url, "--log-key", impostor.verifier.encode(), "--state", str(state),
+                       "--once")  # fmt: skip
+    assert done.returncode == 2 and f"with the key {signer.verifier.encode()}" in last_line(done)["error"]
+
+
+def legacy_state(state: Path, origin: str, violations: list[dict[str, Any]]) -> None:
+    """A state as an older monitor left it: the origin alone in ``meta``, and violations."""
+    state.mkdir()
+    with sqlite3.connect(state / "monitor.sqlite3") as db:
+        db.executescript(SCHEMA)
+        db.execute("INSERT INTO meta(key, value) VALUES ('origin', ?)", (origin.encode(),))
+        db.executemany("INSERT INTO violations(record) VALUES (?)", [(orjson.dumps(v),) for v in violations])
+
+
+def test_signature_violations_an_older_monitor_recorded_before_it_knew_its_log_are_cleared(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """Before the state recorded its log, an older monitor run with a wrong key recorded a
+    ``signature`` violation: the first checkpoint that verifies clears it (and says so); a
+    violation of another kind stays. An older state with progress on another origin is
+    refused, naming both."""
+    url = serve(small_log).url
+    wrong_key = {"kind": "signature", "detail": "no known key signed the note"}
+    legacy_state(tmp_path / "wrong-key", "", [wrong_key])
+    done = subprocess.run(monitor_args(url, signer, tmp_path / "wrong-key"), cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert (done.returncode, last_line(done)["violations"]) == (0, []), done.stdout + done.stderr
+    assert "cleared 1 signature violation" in done.stderr
+    fork = {"kind": "chain_fork", "detail": "a second main receipt", "index": 5, "project_id": "prj_A"}
+    legacy_state(tmp_path / "fork", ORIGIN, [wrong_key, fork])
+    code, report = monitor(url, signer, tmp_path / "fork")
+    assert code == 1 and report["violations"] == [fork]
+    legacy_state(tmp_path / "other", "other.example/log", [])
+    code, report = monitor(url, signer, tmp_path / "other")
+    assert code == 2, report
+    assert f"progress on the log 'other.example/log'; the key given is of the log {ORIGIN!r}" in report["error"]
+
+
+# --------------------------------------------------------------------------- time and Ctrl-C
+
+
+@pytest.fixture
+def silent_log() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A loopback socket that accepts every connection and never answers: its URL, and the
+    connections it accepted."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # closed at the end of the test
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/", accepted
+    listener.close()
+    for connection in accepted:
+        connection.close()
+
+
+def test_once_against_a_log_that_does_not_answer_ends_within_a_minute(
+    silent_log: tuple[str, list[socket.socket]], signer: note.Signer, tmp_path: Path
+) -> None:
+    url, accepted = silent_log
+    started = time.monotonic()
+    done = subprocess.run(monitor_args(url, signer, tmp_path / "state"), cwd=REPO, capture_output=True, text=True,
+                          timeout=75, check=False)  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2 and elapsed < 60, (elapsed, done.stdout, done.stderr)
+    assert "the log has not answered for 30 s" in last_line(done)["error"]
+    assert accepted and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("interval", ["-1", "0", "nan", "inf", "soon"])
+def test_an_interval_below_a_second_or_not_a_number_is_a_usage_error(
+    interval: str, signer: note.Signer, tmp_path: Path
+) -> None:
+    done = run_monitor("--tiles-url", "http://127.0.0.1:9/", "--log-key", signer.verifier.encode(), "--state",
+                       str(tmp_path / "state"), "--interval", interval, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "argument --interval:" in done.stderr and done.stderr.startswith("usage:")
+    assert not (tmp_path / "state").exists()
+
+
+def interrupted(running: subprocess.Popen[str]) -> tuple[int, str]:
+    running.send_signal(signal.SIGINT)
+    _, stderr = running.communicate(timeout=30)
+    return running.returncode, stderr
+
+
+def test_ctrl_c_while_waiting_for_the_log_exits_130_in_one_line(
+    silent_log: tuple[str, list[socket.socket]], signer: note.Signer, tmp_path: Path
+) -> None:
+    url, accepted = silent_log
+    args = monitor_args(url, signer, tmp_path / "state")[:-1]  # following, not --once
+    running = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not accepted:  # the monitor is in its pass, waiting for an answer
+        assert running.poll() is None and time.monotonic() < deadline, "the monitor never asked"
+        time.sleep(0.02)
+    code, stderr = interrupted(running)
+    assert code == 130 and stderr.splitlines() == ["monitor: interrupted (what was checked is saved)"], stderr
+
+
+def test_ctrl_c_between_passes_exits_130_in_one_line(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    args = [*monitor_args(serve(small_log).url, signer, tmp_path / "state")[:-1], "--interval", "60"]
+    running = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert running.stdout is not None
+    assert orjson.loads(running.stdout.readline())["ok"] is True  # a pass done: now it sleeps
+    code, stderr = interrupted(running)
+    assert code == 130 and stderr.splitlines() == ["monitor: interrupted (what was checked is saved)"], stderr
+
+
 # --------------------------------------------------------------------------- command line
+
+
+def test_help_names_the_exit_codes_and_the_environment() -> None:
+    done = run_monitor("--help", timeout=60)
+    assert done.returncode == 0
+    for said in ("exit status:", "130", "interrupted", "LOG_COSIGNATURE_SKEW_S", "SSL_CERT_FILE", "--interval"):
+        assert said in done.stdout, said
 
 
 def test_tiles_url_or_base_url_is_needed(signer: note.Signer, tmp_path: Path) -> None:
@@ -450,14 +661,18 @@ def test_tiles_url_or_base_url_is_needed(signer: note.Signer, tmp_path: Path) ->
 # --------------------------------------------------------------------------- the client install's HTTP
 
 
-def test_the_monitor_imports_nothing_of_the_server_extra() -> None:
-    """``monitor`` runs on the client-only install, which has no httpx: its import set (as
-    ``-X importtime`` lists it) holds the standard library's HTTP client, none of the extra's."""
+def test_the_monitor_imports_nothing_of_the_server_extra(
+    small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
+) -> None:
+    """``monitor`` runs on the client-only install, which has no httpx: the import set of a
+    whole pass (as ``-X importtime`` lists it) holds the standard library's HTTP client (loaded
+    at the first request, so ``--help`` would not show it), none of the extra's."""
+    args = monitor_args(serve(small_log).url, signer, tmp_path / "state")
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "execution_proof", "monitor", "--help"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        [sys.executable, "-X", "importtime", "-m", "execution_proof", *args[2:]],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert done.returncode == 0 and "--tiles-url" in done.stdout, done.stderr[-2000:]
+    assert done.returncode == 0 and orjson.loads(done.stdout)["new_entries"] == 600, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     # (The verb's own module is imported by importlib.import_module, which -X importtime does
     # not list; what it imports is listed.)

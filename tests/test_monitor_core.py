@@ -3,14 +3,17 @@ chain rules) and its fetcher's retries (cli/monitor.py), without processes."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
+import re
 from contextlib import redirect_stderr
 from pathlib import Path
 
 import pytest
 
 from bench.monitor import chain_entries, write_static_log
+from execution_proof.cli import monitor
 from execution_proof.cli.monitor import Fetcher, Progress
 from execution_proof.client.http import HttpError, Reply, Unreachable
 from execution_proof.client.log_checks import LogInputError
@@ -19,8 +22,12 @@ from execution_proof.receipts.monitor import (
     Frontier,
     MemoryPrevs,
     Project,
+    Violation,
+    WrongLog,
     check_chains,
+    check_followed,
     completed_tiles,
+    open_followed,
     split_bundle,
     subtree_root,
 )
@@ -180,6 +187,83 @@ async def test_the_fetcher_retries_with_backoff_and_honours_retry_after() -> Non
     with pytest.raises(LogInputError, match="more than 5 redirects"):
         await fetcher.fetch("tile/0/005")
     assert slept == [] and len(answers) == 1
+
+
+async def test_a_log_silent_for_the_silence_limit_ends_the_fetch() -> None:
+    """Every request times out after 10 s of the (fake) clock: the fetcher stops at 30 s of
+    silence, long before its 6 attempts; a ``Retry-After`` longer than that, asked for by a
+    log that answered, is not silence."""
+    now = [0.0]
+
+    async def silent(url: str) -> Reply:
+        now[0] += 10
+        raise Unreachable(f"cannot reach {url}: timed out")
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    fetcher = Fetcher(silent, "http://log/", sleep=sleep, clock=lambda: now[0])
+    with pytest.raises(LogInputError, match=r"has not answered for 30 s \(cannot reach http://log/checkpoint"):
+        await fetcher.fetch("checkpoint")
+    assert 30 <= now[0] <= 31.5 and fetcher.requests == 3  # the third request began before 30 s: 0-1.5 s of backoff
+    answers = [response(429, {"retry-after": "45"}), response(200, body=b"tile")]
+
+    async def slow_down(url: str) -> Reply:
+        now[0] += 1
+        return answers.pop(0)
+
+    fetcher = Fetcher(slow_down, "http://log/", sleep=sleep, clock=lambda: now[0])
+    assert await fetcher.fetch("tile/0/000") == b"tile"
+    assert fetcher.waits == [45.0]
+
+
+async def test_a_request_without_a_reply_is_given_up_on_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply that never comes (real time, a deadline of 50 ms) is a failure retried like a
+    refused connection, and the silence limit ends the fetch."""
+    monkeypatch.setattr(monitor, "REQUEST_DEADLINE_S", 0.05)
+
+    async def never(url: str) -> Reply:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def no_pause(seconds: float) -> None:
+        pass
+
+    fetcher = Fetcher(never, "http://log/", sleep=no_pause, silence_s=0.2)
+    with pytest.raises(LogInputError, match=r"has not answered for 0.2 s \(http://log/checkpoint: no reply within"):
+        await fetcher.fetch("checkpoint")
+    assert fetcher.requests >= 2  # given up on, then tried again
+
+
+def test_the_log_a_state_follows_is_checked_before_and_after_it_is_recorded() -> None:
+    log = note.Signer.generate("a.example/log")
+    impostor, other = note.Signer.generate("a.example/log"), note.Signer.generate("b.example/log")
+    where = "the state in DIR"
+    check_followed(None, None, log.verifier, where)
+    check_followed(log.verifier, "a.example/log", log.verifier, where)
+    with pytest.raises(
+        WrongLog, match=r"follows the log 'a\.example/log'; the key given is of the log 'b\.example/log'"
+    ):
+        check_followed(log.verifier, None, other.verifier, where)
+    with pytest.raises(WrongLog, match=f"with the key {re.escape(log.verifier.encode())}; the key given is"):
+        check_followed(log.verifier, None, impostor.verifier, where)
+    with pytest.raises(WrongLog, match=r"holds progress on the log 'b\.example/log'"):
+        check_followed(None, "b.example/log", log.verifier, where)
+
+    text = note.sign_note(note.Checkpoint("a.example/log", 3, bytes(32)).text(), log)
+    forged = note.sign_note(note.Checkpoint("a.example/log", 3, bytes(32)).text(), impostor)
+    for followed in (False, True):
+        opened = open_followed(text, log.verifier, followed=followed, url="URL")
+        assert opened == note.Checkpoint("a.example/log", 3, bytes(32))
+        with pytest.raises(WrongLog, match=r"URL is of the log 'a\.example/log'; .* the log 'b\.example/log'"):
+            open_followed(text, other.verifier, followed=followed, url="URL")
+        with pytest.raises(note.NoteError):
+            open_followed("<html>", log.verifier, followed=followed, url="URL")
+    with pytest.raises(WrongLog, match=r"not signed by the key given .*nothing was recorded"):
+        open_followed(forged, log.verifier, followed=False, url="URL")
+    violation = open_followed(forged, log.verifier, followed=True, url="URL")
+    assert isinstance(violation, Violation) and violation.kind == "signature"
+    assert "the checkpoint of size 3 is not signed by the log's key" in violation.detail
 
 
 def test_progress_is_shown_on_a_terminal_only() -> None:
