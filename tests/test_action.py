@@ -263,6 +263,7 @@ def workspace(tmp_path: Path) -> Path:
     (path / "dist" / "lib" / "core.so").write_bytes(b"a library")
     (path / "dist" / "notes with spaces.txt").write_text("a name with spaces\n")
     (path / "SBOM.json").write_text('{"packages": []}\n')
+    (path / "-release.sig").write_bytes(b"a name the command line would read as an option")
     return path
 
 
@@ -304,7 +305,8 @@ def test_action_submits_several_files_as_one_manifest_and_saves_the_bundle_with_
 ) -> None:
     env = runner_env()
     inputs = {
-        "files": "dist/**\n  SBOM.json  \n\ndist/app.tar.gz\n",  # blank lines, spaces, a file named twice
+        # Blank lines, spaces around a line, a file named twice, a name starting with '-'.
+        "files": "dist/**\n  SBOM.json  \n\ndist/app.tar.gz\n-*.sig",
         "service-url": service.process.base_url,
         "api-key": service.api_key,
     }
@@ -318,7 +320,7 @@ def test_action_submits_several_files_as_one_manifest_and_saves_the_bundle_with_
     manifest = Path(outputs["manifest-path"])
     assert manifest.name == "SHA256SUMS" and manifest.is_file()
     listed = [line.split("  ", 1) for line in manifest.read_text().splitlines()]
-    expected = sorted(["SBOM.json", "dist/app.tar.gz", "dist/lib/core.so", "dist/notes with spaces.txt"])
+    expected = ["./-release.sig", "SBOM.json", "dist/app.tar.gz", "dist/lib/core.so", "dist/notes with spaces.txt"]
     assert [path for _, path in listed] == expected, "each file once, sorted by path"
     for digest, path in listed:
         assert "sha256:" + digest == sha256_file(workspace / path), path
