@@ -49,6 +49,8 @@ CI_DOC = REPO / "docs" / "ci.md"
 STEP_TIMEOUT_S = 600.0
 LOG_ORIGIN = "ci-recipe.example/log"
 RECIPE_TIMEOUT_S = 60.0
+# Every recipe fetches the bundle so: with its log proof, or nothing saved (exit 1).
+BUNDLE_WITH_PROOF = "execution-proof bundle receipt/receipt.json --wait 120 --out receipt/bundle.json"
 
 module_services = service_pool_fixture("module")
 service_factory = service_pool_fixture()
@@ -97,7 +99,8 @@ def test_workflow_is_complete_and_its_run_steps_are_plain_bash() -> None:
         assert "${{" not in script, f"a run step needs GitHub to expand it: {script}"
         assert script.lstrip().startswith("set -euo pipefail"), script
     assert any("execution-proof hash" in script for script in scripts)
-    assert any("/bundle" in script and "/log-proof" in script for script in scripts)
+    assert any(BUNDLE_WITH_PROOF in script for script in scripts), "the bundle is fetched with its proof"
+    assert not any("curl" in script for script in scripts), "no polling loop: `bundle --wait` waits"
     upload = step_using(job, "actions/upload-artifact")
     paths = upload["with"]["path"].split()
     assert {"receipt/receipt.json", "receipt/bundle.json"} <= set(paths)
@@ -125,14 +128,14 @@ def test_gitlab_and_shell_recipes_do_what_the_workflow_does() -> None:
     assert hash_loop(script) == loop
     assert '--tag "commit=$CI_COMMIT_SHA"' in script
     assert '--code-ref "git:$CI_COMMIT_SHA" --run-id "$CI_PIPELINE_ID"' in script
-    assert "/bundle" in script and "/log-proof" in script
+    assert BUNDLE_WITH_PROOF in script and "curl" not in script
     assert set(build["artifacts"]["paths"]) == upload
 
     shell = doc_block("shell-script")
     assert hash_loop(shell) == loop
     assert "python -m pip install execution-proof" in shell
     assert '--tag "commit=$COMMIT"' in shell
-    assert "/log-proof" in shell
+    assert BUNDLE_WITH_PROOF in shell and "curl" not in shell
 
 
 # --- the run steps, end to end ----------------------------------------------------------
@@ -145,12 +148,6 @@ def log_settings(store: Path) -> dict[str, str]:
         "LOG_ORIGIN": LOG_ORIGIN,
         "LOG_STORE": f"file://{store}",
     }
-
-
-@pytest.fixture(scope="module")
-def curl() -> None:
-    if shutil.which("curl") is None:
-        missing_binary("curl", "the CI recipe fetches the offline bundle with curl")
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +176,6 @@ def api_key(service: ServiceProcess, redis_server: RedisServer) -> str:
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-@pytest.mark.usefixtures("curl")
 def test_workflow_run_steps_work_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory,
     tmp_path: Path,
@@ -187,8 +183,9 @@ def test_workflow_run_steps_work_against_a_running_service(
     signing_keys_json: str,
     service_factory: ServicePool,
 ) -> None:
-    """The steps in order; the log's worker starts only once the bundle step has been told 409
-    ``log_pending``, so the step must wait for the inclusion proof to fetch a bundle holding it."""
+    """The steps in order; the log's worker starts only once the bundle step has asked the
+    service about the receipt (pending then: no worker has integrated it), so the step must
+    wait for the inclusion proof to save a bundle holding it."""
     redis_url = redis_server.url.rsplit("/", 1)[0] + "/1"  # a database of its own: no other test's state
     redis.Redis.from_url(redis_url).flushdb()
     log_env = log_settings(tmp_path / "log")
@@ -218,11 +215,11 @@ def test_workflow_run_steps_work_against_a_running_service(
                 ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
                 cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
-            if "/log-proof" in step["run"]:
+            if BUNDLE_WITH_PROOF in step["run"]:
                 receipt_id = orjson.loads((workspace / "receipt" / "receipt.json").read_bytes())["receipt"][
                     "receipt_id"
                 ]
-                service.wait_for_output(rf"/v1/receipts/{receipt_id}/log-proof\W+status\W+409", timeout=60)
+                service.wait_for_output(rf"/v1/receipts/{receipt_id}/(?:log-proof|bundle)\b", timeout=60)
                 workers.append(
                     WorkerProcess(tmp_path, {"REDIS_URL": redis_url, "SIGNING_KEYS": signing_keys_json, **log_env})
                 )
@@ -291,7 +288,6 @@ def test_workflow_run_steps_work_against_a_running_service(
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-@pytest.mark.usefixtures("curl")
 def test_shell_script_recipe_works_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
 ) -> None:
@@ -317,7 +313,6 @@ def test_shell_script_recipe_works_against_a_running_service(
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-@pytest.mark.usefixtures("curl")
 def test_gitlab_script_works_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
 ) -> None:
@@ -391,6 +386,33 @@ def run_recipe(tmp_path: Path, base_url: str, receipt_id: str, input_file: Path 
     return subprocess.run(
         ["bash", str(script)], env=clean_env(env), capture_output=True, text=True, timeout=RECIPE_TIMEOUT_S, check=False
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"SERVICE_BASE_URL": None}, "CANNOT CHECK: set SERVICE_BASE_URL"),
+        ({"SERVICE_BASE_URL": ""}, "CANNOT CHECK: set SERVICE_BASE_URL"),
+        ({"RECEIPT_ID": None}, "CANNOT CHECK: set RECEIPT_ID"),
+        ({"TMPDIR": "/nonexistent/eps-recipe"}, "CANNOT CHECK: line "),
+    ],
+    ids=["no-service-url", "empty-service-url", "no-receipt-id", "a-command-fails"],
+)
+def test_recipe_that_cannot_start_exits_2(tmp_path: Path, env: dict[str, str | None], why: str) -> None:
+    """Its own contract: 2 is "could not check"; bash's ``${VAR:?}`` and ``set -e`` exit 1."""
+    script = tmp_path / "verify-receipt.sh"
+    script.write_text(recipe())
+    given: dict[str, str | None] = {"SERVICE_BASE_URL": "http://127.0.0.1:9", "RECEIPT_ID": "rcpt_x", **env}
+    done = subprocess.run(
+        ["bash", str(script)],
+        env=clean_env(given),
+        capture_output=True,
+        text=True,
+        timeout=RECIPE_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert why in done.stderr
 
 
 class Stub(BaseHTTPRequestHandler):

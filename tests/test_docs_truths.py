@@ -55,3 +55,30 @@ def test_the_limits_doc_shows_every_default() -> None:
     section = text[text.index("## Configuration: `LIMITS`") :]
     block = section[section.index("```json\n") + len("```json\n") : section.index("\n```", section.index("```json\n"))]
     assert json.loads(block) == DEFAULT_LIMITS
+
+
+def nginx_levels(config: str) -> list[str]:
+    """The directives each block of an nginx configuration holds itself (its nested blocks left out)."""
+    levels: list[list[str]] = [[]]
+    done: list[str] = []
+    for char in re.sub(r"#[^\n]*", "", config):
+        if char == "{":
+            levels.append([])
+        elif char == "}":
+            done.append("".join(levels.pop()))
+        else:
+            levels[-1].append(char)
+    return [*done, "".join(levels[0])]
+
+
+def test_log_doc_nginx_block_sends_cors_from_every_location() -> None:
+    """An nginx location with an add_header of its own inherits none from above: the block in
+    docs/log.md must repeat the CORS header wherever it sets one (a page reads checkpoints and
+    partial tiles too)."""
+    text = (REPO / "docs" / "log.md").read_text()
+    block = re.search(r"```nginx\n(.*?)```", text, re.DOTALL)
+    assert block is not None, "docs/log.md has no nginx block"
+    with_headers = [" ".join(level.split()) for level in nginx_levels(block.group(1)) if "add_header" in level]
+    assert len(with_headers) == 3, with_headers
+    for level in with_headers:
+        assert 'add_header Access-Control-Allow-Origin "*" always;' in level, level

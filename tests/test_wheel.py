@@ -10,6 +10,7 @@ service and a server verb names the extra to install; one with ``[server]``, whe
 from __future__ import annotations
 
 import contextlib
+import email.parser
 import hashlib
 import os
 import re
@@ -92,6 +93,29 @@ def test_wheel_holds_every_module_page_and_script_under_one_import_name(wheel: P
     (info,) = dist_info
     entry_points = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
     assert re.search(r"^execution-proof\s*=\s*execution_proof\.cli\.main:run$", entry_points, re.MULTILINE)
+
+
+def test_wheel_metadata_names_its_license_urls_and_python(wheel: Path) -> None:
+    """What an index page, ``pip show`` and a license scanner read: the license (PEP 639: an
+    SPDX expression, and the file itself inside the dist-info), the project's URLs, the
+    Python it needs."""
+    archive = zipfile.ZipFile(wheel)
+    (info,) = {name.split("/")[0] for name in archive.namelist() if name.split("/")[0].endswith(".dist-info")}
+    metadata = email.parser.Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+    assert metadata["License-Expression"] == "Apache-2.0" or metadata["License"] == "Apache-2.0", metadata.items()
+    assert metadata["Requires-Python"] == ">=3.11"
+    urls = dict(url.split(", ", 1) for url in metadata.get_all("Project-URL", []))
+    assert set(urls) >= {"Homepage", "Documentation", "Source", "Issues", "Changelog"}, urls
+    assert all(url.startswith("https://github.com/execution-proof/execution-proof") for url in urls.values()), urls
+    classifiers = set(metadata.get_all("Classifier", []))
+    for version in ("3.11", "3.12", "3.13"):
+        assert f"Programming Language :: Python :: {version}" in classifiers
+    assert not any(c.startswith("License ::") for c in classifiers), "PEP 639: the expression, not a classifier"
+    licenses = [name for name in archive.namelist() if name.startswith(f"{info}/") and name.endswith("/LICENSE")]
+    assert licenses, f"no LICENSE in {info}"
+    (license_file,) = licenses
+    assert archive.read(license_file) == (REPO / "LICENSE").read_bytes()
+    assert "LICENSE" in metadata.get_all("License-File", []), metadata.items()
 
 
 def test_base_install_is_the_client_alone(base_venv: Venv, tmp_path: Path) -> None:

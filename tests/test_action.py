@@ -1,0 +1,400 @@
+"""The composite GitHub Action (action.yml at the repository root), run as the runner runs it.
+
+``run_action`` plays the runner's part for a composite action: each step in order, as
+``bash --noprofile --norc -eo pipefail FILE`` (what ``shell: bash`` runs), with its ``env:``,
+a ``GITHUB_OUTPUT`` file of its own read back into ``steps.<id>.outputs``, and the ``${{ }}``
+expressions the action uses (``inputs.NAME``, ``github.action_path``,
+``steps.ID.outputs.NAME``) substituted textually, as the runner does before a step starts
+(``INPUT_*`` variables are not set for composite actions). The first failing step ends the
+run; the action's outputs are then resolved from the step outputs.
+
+``GITHUB_ACTION_PATH`` is a copy of this checkout (``pip install`` of a directory writes
+``build/`` beside its sources). The install step is the action's own: ``pip install
+"$GITHUB_ACTION_PATH"`` (no extra) into a virtual environment under ``RUNNER_TEMP``, which the
+module shares, so the first run installs and the others reuse it, as a second use of the
+action in one job does. The service has a transparency log (``LOG_SIGNING_KEY``,
+``LOG_STORE``) on a real ``redis-server``, with ``python service.py worker`` integrating it;
+the pending case runs against a second service with a log and no worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+import yaml
+
+from tests.conftest import REPO, RedisServer
+from tests.servers import ServicePool, ServiceProcess, WorkerProcess, clean_env, create_key_cli, service_pool_fixture
+from tests.test_ci_recipe import log_settings
+from tests.wheel_build import COPY_IGNORED
+
+ACTION = REPO / "action.yml"
+INPUTS = {"files", "service-url", "api-key", "wait"}
+STEP_TIMEOUT_S = 600.0
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+module_services = service_pool_fixture("module")
+
+
+def load_action() -> dict[str, Any]:
+    action: dict[str, Any] = yaml.safe_load(ACTION.read_text())
+    return action
+
+
+# --- the file ---------------------------------------------------------------------------
+
+
+def test_action_is_composite_with_plain_bash_steps() -> None:
+    action = load_action()
+    assert set(action["inputs"]) == INPUTS
+    for name in ("files", "service-url", "api-key"):
+        assert action["inputs"][name]["required"] is True, name
+    assert float(action["inputs"]["wait"]["default"]) > 0
+    assert {"receipt-id", "bundle-path", "manifest-path"} <= set(action["outputs"])
+    runs = action["runs"]
+    assert runs["using"] == "composite"
+    steps = runs["steps"]
+    for step in steps:
+        assert step["shell"] == "bash", step["name"]
+        assert "uses" not in step, "every step is plain bash"
+        assert "${{" not in step["run"], f"an expression inside a script could inject code: {step['name']}"
+        assert step["run"].lstrip().startswith("set -euo pipefail"), step["name"]
+        assert "curl" not in step["run"], "the bundle comes from `execution-proof bundle --wait`, not a polling loop"
+    scripts = "\n".join(step["run"] for step in steps)
+    assert re.search(r'-m pip install [^\n]*"\$GITHUB_ACTION_PATH"\s*$', scripts, re.MULTILINE), "the light install"
+    assert "[server]" not in scripts
+    assert re.search(r'execution-proof bundle [^\n]*--wait "\$EP_WAIT"', scripts)
+    # The key: masked by the first step, given as SERVICE_API_KEY to the submit step alone.
+    uses_key = [step["name"] for step in steps if "${{ inputs.api-key }}" in str(step.get("env", {}))]
+    assert uses_key == [steps[0]["name"], "Submit a receipt"], uses_key
+    assert "::add-mask::$EP_API_KEY" in steps[0]["run"]
+    (submit,) = [step for step in steps if "execution-proof submit" in step["run"]]
+    assert submit["env"]["SERVICE_API_KEY"] == "${{ inputs.api-key }}"
+
+
+# --- the runner's part ------------------------------------------------------------------
+
+
+@dataclass
+class ActionRun:
+    """What a run of the action left: each step's exit code and output, their outputs, the
+    action's outputs (empty strings for steps that did not run)."""
+
+    returncodes: list[int] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    step_outputs: dict[str, dict[str, str]] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(code == 0 for code in self.returncodes)
+
+    def failure(self) -> str:
+        return "\n".join(self.logs)[-6000:]
+
+
+def read_github_output(path: Path) -> dict[str, str]:
+    """``name=value`` lines and ``name<<DELIMITER`` blocks, as the runner reads them."""
+    found: dict[str, str] = {}
+    lines = iter(path.read_text().splitlines())
+    for line in lines:
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delimiter = line.split("<<", 1)
+            value = []
+            for inner in lines:
+                if inner == delimiter:
+                    break
+                value.append(inner)
+            found[name] = "\n".join(value)
+        elif line:
+            name, value_text = line.split("=", 1)
+            found[name] = value_text
+    return found
+
+
+def substitute(text: str, context: Mapping[str, str], step_outputs: Mapping[str, Mapping[str, str]]) -> str:
+    """The action's ``${{ }}`` expressions replaced by their values (an output not set is empty)."""
+
+    def value(match: re.Match[str]) -> str:
+        expression = match.group(1)
+        if expression in context:
+            return context[expression]
+        step = re.fullmatch(r"steps\.([\w-]+)\.outputs\.([\w-]+)", expression)
+        assert step is not None, f"the test's runner does not know the expression {expression!r}"
+        return step_outputs.get(step.group(1), {}).get(step.group(2), "")
+
+    return EXPRESSION.sub(value, text)
+
+
+def run_action(
+    inputs: Mapping[str, str], *, action_path: Path, runner_temp: Path, workspace: Path, env: Mapping[str, str]
+) -> ActionRun:
+    """The action's steps in order in ``workspace``, until one fails."""
+    action = load_action()
+    context = {"github.action_path": str(action_path)}
+    for name, spec in action["inputs"].items():
+        context[f"inputs.{name}"] = inputs.get(name, str(spec.get("default", "")))
+    run = ActionRun()
+    with_steps = runner_temp / f"steps-{secrets.token_hex(4)}"
+    with_steps.mkdir()
+    for number, step in enumerate(action["runs"]["steps"]):
+        script = with_steps / f"{number}.sh"
+        script.write_text(substitute(step["run"], context, run.step_outputs))
+        output = with_steps / f"{number}.output"
+        output.touch()
+        step_env = clean_env(
+            {
+                **env,
+                "GITHUB_ACTION_PATH": str(action_path),
+                "GITHUB_OUTPUT": str(output),
+                "RUNNER_TEMP": str(runner_temp),
+                # The client must come from the action's own install, not this checkout.
+                "PYTHONPATH": None,
+                "PYTHONHOME": None,
+            }
+        )
+        step_env.update(
+            {name: substitute(str(v), context, run.step_outputs) for name, v in step.get("env", {}).items()}
+        )
+        done = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            cwd=workspace, env=step_env, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        run.returncodes.append(done.returncode)
+        run.logs.append(f"--- {step['name']} (exit {done.returncode})\n{done.stdout}{done.stderr}")
+        if "id" in step:
+            run.step_outputs[step["id"]] = read_github_output(output)
+        if done.returncode != 0:
+            break
+    run.outputs = {
+        name: substitute(str(spec["value"]), context, run.step_outputs) for name, spec in action["outputs"].items()
+    }
+    return run
+
+
+def assert_key_only_masked(run: ActionRun, api_key: str) -> None:
+    """The key appears in the output only in the runner's ``::add-mask::`` command."""
+    for log in run.logs:
+        for line in log.splitlines():
+            assert api_key not in line or line == f"::add-mask::{api_key}", f"a step printed the API key: {line}"
+
+
+# --- against running services -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def action_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This checkout, copied as the runner downloads an action (no .git, venv or build output)."""
+    path = tmp_path_factory.mktemp("action") / "execution-proof"
+    shutil.copytree(REPO, path, symlinks=True, ignore=COPY_IGNORED)
+    return path
+
+
+@pytest.fixture(scope="module")
+def runner_temp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("runner-temp")
+
+
+@dataclass
+class Service:
+    process: ServiceProcess
+    api_key: str
+
+
+def start_service(
+    pool: ServicePool, redis_server: RedisServer, signing_keys_json: str, folder: Path, database: int
+) -> tuple[Service, str, dict[str, str]]:
+    """A service with a log of its own in its own Redis database: the service, the database's
+    URL and the log's settings (for a worker)."""
+    redis_url = redis_server.url.rsplit("/", 1)[0] + f"/{database}"
+    redis.Redis.from_url(redis_url).flushdb()
+    log_env = log_settings(folder / "log")
+    process = pool.start(redis_url=redis_url, signing_keys=signing_keys_json, env=log_env)
+    api_key = str(create_key_cli(redis_url, project=f"action-{database}")["api_key"])
+    return Service(process, api_key), redis_url, log_env
+
+
+@pytest.fixture(scope="module")
+def service(
+    module_services: ServicePool,
+    redis_server: RedisServer,
+    signing_keys_json: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Service]:
+    """With a log and a worker integrating it."""
+    folder = tmp_path_factory.mktemp("action-service")
+    started, redis_url, log_env = start_service(module_services, redis_server, signing_keys_json, folder, 2)
+    worker = WorkerProcess(folder, {"REDIS_URL": redis_url, "SIGNING_KEYS": signing_keys_json, **log_env})
+    try:
+        yield started
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def service_without_worker(
+    module_services: ServicePool,
+    redis_server: RedisServer,
+    signing_keys_json: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Service:
+    """With a log and no worker: no receipt is ever integrated, every proof stays pending."""
+    folder = tmp_path_factory.mktemp("action-service-pending")
+    return start_service(module_services, redis_server, signing_keys_json, folder, 3)[0]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    (path / "dist" / "lib").mkdir(parents=True)
+    (path / "dist" / "app.tar.gz").write_bytes(b"the application\x00" + secrets.token_bytes(16))
+    (path / "dist" / "lib" / "core.so").write_bytes(b"a library")
+    (path / "dist" / "notes with spaces.txt").write_text("a name with spaces\n")
+    (path / "SBOM.json").write_text('{"packages": []}\n')
+    (path / "-release.sig").write_bytes(b"a name the command line would read as an option")
+    return path
+
+
+def runner_env() -> dict[str, str]:
+    return {"GITHUB_SHA": secrets.token_hex(20), "GITHUB_RUN_ID": str(secrets.randbelow(10**10))}
+
+
+def sha256_file(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def client_tool(run: ActionRun, name: str) -> str:
+    """A program of the client the action installed."""
+    return str(Path(run.step_outputs["client"]["bin"]) / name)
+
+
+def check_offline(run: ActionRun, service: Service, workspace: Path) -> None:
+    """``trust-root`` from the service, then ``verify`` of the bundle against it, with no
+    service to ask (signature, log inclusion against the pinned log key)."""
+    client = client_tool(run, "execution-proof")
+    env = clean_env({"PYTHONPATH": None})
+    made = subprocess.run(
+        [client, "trust-root", "--base-url", service.process.base_url, "--out", "trust-root.json"],
+        cwd=workspace, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    offline = subprocess.run(
+        [client, "verify", run.outputs["bundle-path"], "--trust-root", "trust-root.json"],
+        cwd=workspace, env={**env, "SERVICE_BASE_URL": "http://127.0.0.1:9"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_action_submits_several_files_as_one_manifest_and_saves_the_bundle_with_its_proof(
+    service: Service, action_path: Path, runner_temp: Path, workspace: Path
+) -> None:
+    env = runner_env()
+    inputs = {
+        # Blank lines, spaces around a line, a file named twice, a name starting with '-'.
+        "files": "dist/**\n  SBOM.json  \n\ndist/app.tar.gz\n-*.sig",
+        "service-url": service.process.base_url,
+        "api-key": service.api_key,
+    }
+    run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=env)
+    assert run.ok, run.failure()
+    assert_key_only_masked(run, service.api_key)
+    assert [path.name for path in runner_temp.glob("execution-proof-client-*")] != [], "the client's venv"
+
+    outputs = run.outputs
+    assert re.fullmatch(r"rcpt_[0-9A-Z]{26}", outputs["receipt-id"]), outputs
+    manifest = Path(outputs["manifest-path"])
+    assert manifest.name == "SHA256SUMS" and manifest.is_file()
+    listed = [line.split("  ", 1) for line in manifest.read_text().splitlines()]
+    expected = ["./-release.sig", "SBOM.json", "dist/app.tar.gz", "dist/lib/core.so", "dist/notes with spaces.txt"]
+    assert [path for _, path in listed] == expected, "each file once, sorted by path"
+    for digest, path in listed:
+        assert "sha256:" + digest == sha256_file(workspace / path), path
+    sha256sum = shutil.which("sha256sum")
+    if sha256sum is not None:
+        checked = subprocess.run([sha256sum, "-c", str(manifest)], cwd=workspace, capture_output=True, check=False)
+        assert checked.returncode == 0, checked.stdout
+
+    receipt = orjson.loads(Path(outputs["receipt-path"]).read_bytes())["receipt"]
+    assert receipt["receipt_id"] == outputs["receipt-id"]
+    assert receipt["input_hash"] == sha256_file(manifest)
+    assert receipt["tags"] == {"template": "release.v1", "commit": env["GITHUB_SHA"]}
+    assert receipt["code_ref"] == f"git:{env['GITHUB_SHA']}"
+    assert receipt["run_id"] == env["GITHUB_RUN_ID"]
+
+    bundle = orjson.loads(Path(outputs["bundle-path"]).read_bytes())
+    assert bundle["receipt"] == receipt
+    assert bundle["log"]["proof"] is not None, "the bundle was saved without its log proof"
+    check_offline(run, service, workspace)
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_action_submits_one_file_itself(
+    service: Service, action_path: Path, runner_temp: Path, workspace: Path
+) -> None:
+    inputs = {"files": "dist/*.tar.gz", "service-url": service.process.base_url, "api-key": service.api_key}
+    run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=runner_env())
+    assert run.ok, run.failure()
+    assert run.outputs["manifest-path"] == ""
+    bundle = orjson.loads(Path(run.outputs["bundle-path"]).read_bytes())
+    assert bundle["receipt"]["receipt_id"] == run.outputs["receipt-id"]
+    assert bundle["receipt"]["input_hash"] == sha256_file(workspace / "dist" / "app.tar.gz")
+    assert bundle["log"]["proof"] is not None
+    check_offline(run, service, workspace)
+    installed = list(runner_temp.glob("execution-proof-client-*"))
+    assert len(installed) == 1, f"a second use of the action installs nothing: {installed}"
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_action_fails_and_saves_no_bundle_while_the_proof_is_pending(
+    service_without_worker: Service, action_path: Path, runner_temp: Path, workspace: Path
+) -> None:
+    service = service_without_worker
+    inputs = {
+        "files": "dist/**",
+        "service-url": service.process.base_url,
+        "api-key": service.api_key,
+        "wait": "2",
+    }
+    started = time.monotonic()
+    run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=runner_env())
+    elapsed = time.monotonic() - started
+    assert not run.ok, run.failure()
+    steps = load_action()["runs"]["steps"]
+    failed = steps[len(run.returncodes) - 1]
+    assert failed["id"] == "bundle", run.failure()
+    assert run.returncodes[-1] == 1, run.failure()
+    assert "no log proof" in run.logs[-1]
+    assert run.outputs["receipt-id"], "the receipt was issued; only its proof is pending"
+    assert run.outputs["bundle-path"] == ""
+    folder = Path(run.step_outputs["files"]["dir"])
+    assert not list(folder.glob("*bundle*")), f"a bundle was saved without its proof: {list(folder.iterdir())}"
+    assert elapsed < 120, f"the action took {elapsed:.0f} s for a wait of 2 s"
+    assert_key_only_masked(run, service.api_key)
+
+
+@pytest.mark.slow
+def test_action_fails_on_a_pattern_that_matches_no_file(action_path: Path, runner_temp: Path, workspace: Path) -> None:
+    """Before anything is submitted: a build output missing from the receipt is an error."""
+    inputs = {"files": "dist/**\nbuild/*.whl", "service-url": "http://127.0.0.1:9", "api-key": "not-used"}
+    run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=runner_env())
+    assert not run.ok
+    assert load_action()["runs"]["steps"][len(run.returncodes) - 1]["id"] == "files"
+    assert "no file matches 'build/*.whl'" in run.logs[-1]
+    assert run.outputs["receipt-id"] == ""
