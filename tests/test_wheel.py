@@ -108,8 +108,10 @@ def test_wheel_metadata_names_its_license_urls_and_python(wheel: Path) -> None:
     assert set(urls) >= {"Homepage", "Documentation", "Source", "Issues", "Changelog"}, urls
     assert all(url.startswith("https://github.com/execution-proof/execution-proof") for url in urls.values()), urls
     classifiers = set(metadata.get_all("Classifier", []))
-    for version in ("3.11", "3.12", "3.13"):
-        assert f"Programming Language :: Python :: {version}" in classifiers
+    assert "Programming Language :: Python :: 3.11" in classifiers and "Typing :: Typed" in classifiers
+    tested = {c for c in classifiers if c.startswith("Programming Language :: Python :: 3.")}
+    assert tested == {"Programming Language :: Python :: 3.11"}, "claim only the Python the tests run on"
+    assert "execution_proof/py.typed" in archive.namelist()
     assert not any(c.startswith("License ::") for c in classifiers), "PEP 639: the expression, not a classifier"
     licenses = [name for name in archive.namelist() if name.startswith(f"{info}/") and name.endswith("/LICENSE")]
     assert licenses, f"no LICENSE in {info}"
