@@ -29,7 +29,9 @@ EXIT_CODES = "exit status: 0 {ok}; 1 {one}; 2 {two}; 130 interrupted (Ctrl-C). N
 SERVICE_ENV = (
     "environment: SERVICE_BASE_URL (the service, when --base-url is not given; default " + DEFAULT_BASE_URL + ")"
 )
-HASH_EPILOG = EXIT_CODES.format(ok="hashed", one="(not used)", two="a file cannot be read, or bad usage")
+HASH_EPILOG = "environment: none (it works offline). " + EXIT_CODES.format(
+    ok="hashed", one="(not used)", two="a file cannot be read, or bad usage"
+)
 SUBMIT_EPILOG = (
     "environment: SERVICE_API_KEY (your API key: required, never accepted on the command line), "
     "SERVICE_BASE_URL (the service, when --base-url is not given; default "

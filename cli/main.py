@@ -61,6 +61,27 @@ no such receipt; 2 could not check or bad usage; 130 interrupted (Ctrl-C).
 """
 
 
+ENVIRONMENT = {
+    "serve": "REDIS_URL, SIGNING_KEYS, PORT, WEB_WORKERS, PUBLIC_BASE_URL, LOG_SIGNING_KEY, LOG_STORE and the rest "
+    'of README "Configuration"',
+    "worker": 'REDIS_URL, SIGNING_KEYS, LOG_SIGNING_KEY, LOG_STORE and the rest of README "Configuration"',
+    "expire": "REDIS_URL",
+    "keys": "REDIS_URL",
+    "receipts": "REDIS_URL",
+    "log": "LOG_STORE, LOG_SIGNING_KEY, LOG_ORIGIN (and the s3:// store's AWS_* variables: docs/s3.md)",
+    "log-key": "LOG_ORIGIN, PUBLIC_BASE_URL (the default origin)",
+    "signing-key": "none",
+    "witness": "none (its options say everything)",
+    "trust-root": "SERVICE_BASE_URL (the service, when --base-url is not given)",
+}
+"""What each verb reads from the environment, for the help of those that do not say it
+themselves (the client verbs do)."""
+DEFAULT_EXIT_CODES = (
+    "exit status: 0 done; 1 refused, or no such thing; 2 usage, configuration or I/O error; 130 interrupted "
+    "(Ctrl-C). No traceback in any of them."
+)
+
+
 def _group(name: str) -> ModuleType:
     return importlib.import_module(f"execution_proof.cli.{name}")
 
@@ -82,7 +103,20 @@ def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     for name in groups:
         _group(name).add_parsers(verbs)
+    for verb, sub in verbs.choices.items():
+        _name_environment_and_exit_codes(sub, ENVIRONMENT.get(verb))
     return parser
+
+
+def _name_environment_and_exit_codes(parser: argparse.ArgumentParser, environment: str | None) -> None:
+    """Give every verb's help (nested actions too) its environment variables and exit codes,
+    where its module did not write them."""
+    if parser.epilog is None:
+        parser.epilog = (f"environment: {environment}. " if environment else "") + DEFAULT_EXIT_CODES
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for nested in action.choices.values():
+                _name_environment_and_exit_codes(nested, environment)
 
 
 def needs_server_extra(argv: Sequence[str]) -> bool:

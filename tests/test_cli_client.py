@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,26 @@ def test_log_key_new_help_names_the_origin_it_defaults_to() -> None:
     assert default_log_origin({"PUBLIC_BASE_URL": "https://proofs.example/base"}) == "proofs.example/base/v1/log"
     made = cli("log-key", "new", env={"PUBLIC_BASE_URL": "https://proofs.example"})
     assert made.returncode == 0 and made.stdout.startswith("PRIVATE+KEY+proofs.example/v1/log+")
+
+
+def test_every_verbs_help_names_its_environment_and_exit_codes() -> None:
+    """Every verb and sub-verb, operator verbs included, read from the parser itself."""
+    import argparse
+
+    from execution_proof.cli.main import GROUPS, _parser
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> Iterator[tuple[str, str]]:
+        yield name, parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for verb, nested in action.choices.items():
+                    yield from walk(nested, f"{name} {verb}".strip())
+
+    helps = dict(walk(_parser(GROUPS), ""))
+    assert len(helps) > 20, sorted(helps)
+    for name, text in helps.items():
+        flat = " ".join(text.split()).lower()
+        if not name:
+            continue
+        assert "environment" in flat, name
+        assert "exit status" in flat or "exit codes" in flat or "exits 0" in flat, name
