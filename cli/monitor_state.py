@@ -34,6 +34,7 @@ from pathlib import Path
 import orjson
 
 from execution_proof.receipts import note
+from execution_proof.receipts.errors import Error
 from execution_proof.receipts.monitor import Frontier, Project, Violation
 
 SCHEMA = """
@@ -47,7 +48,7 @@ CREATE TABLE IF NOT EXISTS violations (
 """
 
 
-class StateError(Exception):
+class StateError(Error):
     """The state directory holds something this monitor cannot use (the verb exits 2)."""
 
 

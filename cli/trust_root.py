@@ -19,10 +19,11 @@ import os
 import sys
 from pathlib import Path
 
+from execution_proof.receipts.errors import Error
 from execution_proof.receipts.trust_root import fingerprints
 
 
-class CouldNotWrite(Exception):
+class CouldNotWrite(Error):
     """The trust root cannot be made; the message says why (exit 2)."""
 
 

@@ -53,7 +53,7 @@ from execution_proof.kv.logstore import LogStore, LogStoreConflict, LogStoreErro
 from execution_proof.kv.logstore.log import Batch, CheckpointUnreadable, Identity, TileMismatch, TreeState
 from execution_proof.kv.store import Store
 from execution_proof.receipts import note, tlog
-from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts.errors import Error, StoreUnavailable
 from execution_proof.receipts.tiles import TileMissing, TileReader
 from execution_proof.runtime import metrics
 from execution_proof.runtime.outage import Outage
@@ -72,7 +72,7 @@ however often an integrator finds it again (a lease taken back, a second integra
 process); forgotten when the log is resumed."""
 
 
-class Overtaken(Exception):
+class Overtaken(Error):
     """The tree state moved under this integrator (it paused, or lost its lease): what it was
     doing is given up without a trace, and it reads the tree state again."""
 

@@ -40,6 +40,7 @@ import httpx
 
 from execution_proof.kv.logstore import LogStore, LogStoreError
 from execution_proof.receipts import cosignature, note, tlog
+from execution_proof.receipts.errors import Error
 from execution_proof.receipts.policy import Policy, Witness
 from execution_proof.receipts.tiles import TileMissing, TileReader
 from execution_proof.runtime import metrics
@@ -61,7 +62,7 @@ class Cosigned:
     """What a witness answered that shows a fork (its name, the status, what it holds)."""
 
 
-class ForkEvidence(Exception):
+class ForkEvidence(Error):
     def __init__(self, witness: str, status: int, detail: str, size: int | None = None) -> None:
         super().__init__(f"witness {witness} answered {status}: {detail}")
         self.record: dict[str, Any] = {"witness": witness, "status": status, "detail": detail}

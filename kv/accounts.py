@@ -10,13 +10,13 @@ from typing import Any
 from execution_proof.kv.records import KeyRecord
 from execution_proof.kv.store import Store
 from execution_proof.receipts.apikeys import hash_api_key, new_api_key
-from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts.errors import Error, StoreUnavailable
 from execution_proof.receipts.ids import is_project_id, new_actor_id, new_project_id
 from execution_proof.receipts.limits import PLANS
 from execution_proof.receipts.model import format_created_at
 
 
-class ProjectNameTaken(Exception):
+class ProjectNameTaken(Error):
     """``keys create`` was asked for a name another project already has."""
 
     def __init__(self, name: str, project_id: str) -> None:
@@ -25,7 +25,7 @@ class ProjectNameTaken(Exception):
         self.project_id = project_id
 
 
-class UnknownProject(Exception):
+class UnknownProject(Error):
     """A ``--project`` that names no project (by id or by name); the message says which."""
 
 

@@ -10,8 +10,10 @@ kept byte for byte (a certificate, a signed attribute value: signed as written).
 
 from __future__ import annotations
 
+from execution_proof.receipts.errors import Error
 
-class BerError(ValueError):
+
+class BerError(Error, ValueError):
     """Not a BER element (the message says what is wrong)."""
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from execution_proof.receipts.errors import Error
 from execution_proof.receipts.ids import ulid_from_bytes, ulid_time_ms, ulid_to_bytes
 from execution_proof.receipts.model import RECEIPT_FIELDS, RECEIPT_KINDS, format_created_at
 
@@ -55,7 +56,7 @@ _FIXED = 3 + 26 + 16 + 16 + 32 + 32 + 64 + 1
 """Bytes every version-1 record has: head, ids, input hash, receipt hash, signature, kid length."""
 
 
-class NotCompactable(ValueError):
+class NotCompactable(Error, ValueError):
     """The receipt has a value the compact form cannot hold exactly (it is stored as JSON)."""
 
 

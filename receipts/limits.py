@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from execution_proof.receipts.errors import Error
 from execution_proof.receipts.model import format_created_at
 
 PLANS = ("free", "basic", "pro")
@@ -39,7 +40,7 @@ DEFAULT_LIMITS: dict[str, Any] = {
 MINUTE_MS = 60_000
 
 
-class LimitsError(ValueError):
+class LimitsError(Error, ValueError):
     """``LIMITS`` is malformed; the message names the offending path."""
 
 

@@ -16,11 +16,12 @@ from nacl.exceptions import ValueError as NaclValueError
 from nacl.signing import SigningKey, VerifyKey
 
 from execution_proof.receipts.encoding import b64url_decode, b64url_encode
+from execution_proof.receipts.errors import Error
 
 KID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-class KeySetError(ValueError):
+class KeySetError(Error, ValueError):
     """The key set is malformed; the message says which entry and why (never the key)."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from execution_proof.receipts.canonical import compute_receipt_hash
 from execution_proof.receipts.encoding import HashStr, b64url_decode
+from execution_proof.receipts.errors import Error
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 
 BUNDLE_FORMAT = "eps-receipt-bundle"
@@ -29,7 +30,7 @@ BUNDLE_VERSIONS = (BUNDLE_VERSION,)
 """Every bundle version this verifier reads; the service writes ``BUNDLE_VERSION``."""
 
 
-class BundleError(ValueError):
+class BundleError(Error, ValueError):
     """A bundle that cannot be checked at all (unsupported version, malformed members or key
     set); the message says why."""
 

@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
+from execution_proof.receipts.errors import Error
 from execution_proof.receipts.limits import PAID_PLANS
 
 TOLERANCE_S = 300
@@ -35,7 +36,7 @@ _PROVIDER_ID = re.compile(r"[A-Za-z0-9_-]{1,255}")
 COMPLETED = "checkout.session.completed"
 
 
-class SignatureError(ValueError):
+class SignatureError(Error, ValueError):
     """The delivery is not authentic or not fresh; the message says why (never a secret)."""
 
 
@@ -112,7 +113,7 @@ def verify_signature(
     return parsed.timestamp
 
 
-class EventError(ValueError):
+class EventError(Error, ValueError):
     """The (authentic) event body is malformed; the message names the field."""
 
 

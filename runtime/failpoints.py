@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from execution_proof.receipts.errors import Error
+
 log = logging.getLogger("eps.log")
 
 STEPS = (
@@ -87,7 +89,7 @@ def _reset_in_child() -> None:
 os.register_at_fork(after_in_child=_reset_in_child)
 
 
-class FailpointsError(ValueError):
+class FailpointsError(Error, ValueError):
     """``LOG_FAILPOINTS`` names a step or an action there is none of."""
 
 

@@ -14,8 +14,10 @@ from typing import Any
 
 import httpx
 
+from execution_proof.receipts.errors import Error
 
-class ReplyTooLarge(Exception):
+
+class ReplyTooLarge(Error):
     """The reply's body is larger than the caller's limit (nothing more of it was read)."""
 
     def __init__(self, limit: int, seen: int | None = None) -> None:

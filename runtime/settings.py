@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from execution_proof.receipts.errors import Error
 from execution_proof.receipts.limits import Limits, LimitsError, load_limits
 from execution_proof.receipts.note import NoteError, Signer
 from execution_proof.receipts.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, cosignature_skew, parse_policy
@@ -40,7 +41,7 @@ class ClientIpConfig:
     proxies_count: int = 0
 
 
-class ConfigError(ValueError):
+class ConfigError(Error, ValueError):
     """A setting is malformed; the message names the variable (never a secret value)."""
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from execution_proof.receipts.errors import Error
+
 ACK_DEFAULT_TIMEOUT_MS = 1000
 ACK_MAX_TIMEOUT_MS = 4000
 """Below the 5 s command timeout (kv/connect.py), so a WAIT never looks like a dead server."""
 
 
-class StoreAckError(ValueError):
+class StoreAckError(Error, ValueError):
     """``STORE_ACK`` is malformed, or the server cannot give the acknowledgement it asks for."""
 
 

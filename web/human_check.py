@@ -18,6 +18,7 @@ import httpx
 import orjson
 from sanic import Request
 
+from execution_proof.receipts.errors import Error
 from execution_proof.runtime.http import ReplyTooLarge, post_bounded
 from execution_proof.runtime.settings import ClientIpConfig
 
@@ -29,7 +30,7 @@ HEADERS = {"Accept": "application/json"}
 _ERROR_CODE = re.compile(r"[a-z0-9-]{1,64}")
 
 
-class HumanCheckUnavailable(Exception):
+class HumanCheckUnavailable(Error):
     """The provider could not give a usable answer; the message is safe to log."""
 
 

@@ -50,6 +50,7 @@ from sanic.response import HTTPResponse
 
 from execution_proof.receipts import note, tlog
 from execution_proof.receipts.cosignature import Cosigner
+from execution_proof.receipts.errors import Error
 
 MAX_BODY = 16 * 1024
 """The request body limit (omniwitness's, 16 KiB): 63 proof lines and a checkpoint with a few
@@ -65,7 +66,7 @@ _OLD = re.compile(r"old (0|[1-9][0-9]{0,19})")
 T = TypeVar("T")
 
 
-class StateError(Exception):
+class StateError(Error):
     """The state file cannot be read as a witness's state."""
 
 
