@@ -1,4 +1,4 @@
-"""Which checkpoint a bundle's log proof is against (contract section 10, "Bundles"): the
+"""Which checkpoint a bundle's log proof is against (docs/bundles.md, the log member): the
 earliest time-stamped checkpoint that covers the receipt and meets the witness quorum;
 failing that, the newest covering one that meets it; failing that, the newest covering one.
 Cosignatures count up to LOG_COSIGNATURE_SKEW_S ahead of the service's clock."""

@@ -1,4 +1,4 @@
-"""The faults the transparency log must survive (docs/log.md, CONTRACT 10.1), with real
+"""The faults the transparency log must survive (docs/log.md, "Never fork: what each fault does"), with real
 processes: each test starts its own ``redis-server``, a real directory as ``LOG_STORE``,
 ``python service.py serve`` and ``python service.py worker`` processes, and looks at the log
 from outside, as a monitor would: the checkpoints the service serves and the store's files.

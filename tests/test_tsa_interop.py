@@ -1,4 +1,4 @@
-"""Time-stamps as real TSAs send them (CONTRACT section 10, "Interoperability"): the local
+"""Time-stamps as real TSAs send them (docs/log.md, "Time evidence": we accept what OpenSSL accepts): the local
 OpenSSL TSA (tests/local_tsa.py) in every configuration a TSA may use, its tokens also
 re-encoded in BER and re-signed with faults (tests/tsa_tokens.py); for every token our
 verdict (receipts/timestamps.py) is OpenSSL's (``openssl ts -verify``), accepted or refused,
