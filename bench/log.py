@@ -713,9 +713,8 @@ async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, 
         took = time.monotonic() - started
         wrong = 0
         for index, entry in sampled:
-            fields = tlog.parse_entry(entry)
-            found = await kv.log_index(IDENTITY, str(fields["project_id"]), str(fields["receipt_id"]),
-                                       str(fields["receipt_hash"]))  # fmt: skip
+            fields = tlog.LogEntry.parse(entry)
+            found = await kv.log_index(IDENTITY, fields.project_id, fields.receipt_id, fields.receipt_hash)
             wrong += found != index
         return {
             "checked_size": checkpoint.size,

@@ -330,7 +330,7 @@ def judge(store_dir: Path, verifier: note.Verifier, observed: Sequence[bytes], a
         findings.append(f"check_tree over the final tree of {final.size}: {exc}")
         return verdict
     verdict.entries = entries
-    ids = Counter(str(tlog.parse_entry(entry)["receipt_id"]) for entry in entries)
+    ids = Counter(tlog.LogEntry.parse(entry).receipt_id for entry in entries)
     twice = sorted(receipt_id for receipt_id, count in ids.items() if count > 1)
     if twice:
         findings.append(f"{len(twice)} receipt ids are in the log more than once: {twice[:5]}")
@@ -975,7 +975,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     unreachable = tally.details[f"exits: {exit_kind(2, UNREACHABLE)}"]
     if unreachable and not tally.faults["restore"]:
         findings.append(f"{unreachable} workers found Redis unreachable at their start, and no restore restarted it")
-    ids = {str(tlog.parse_entry(entry)["receipt_id"]) for entry in verdict.entries}
+    ids = {tlog.LogEntry.parse(entry).receipt_id for entry in verdict.entries}
     if findings:  # for whoever looks into them: what the load was told
         answered = {"answered_201": load.ids, "acknowledged_with_proof": [a.receipt for a in load.acked]}
         (tmp / "answered.json").write_bytes(orjson.dumps(answered))

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, refuse
-from execution_proof.jobs.log_sync import ack_batch, catch_up, receipt_of
+from execution_proof.jobs.log_sync import ack_batch, catch_up
 from execution_proof.jobs.log_timestamps import Stamper
 from execution_proof.jobs.log_witnesses import WitnessClient
 from execution_proof.kv import keys
@@ -260,7 +260,7 @@ class Integrator:
             return 0
         edge = await self._edge_of(tree)
         extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in entries])
-        newest = max(keys.receipt_created_ms(receipt_of(entry)) for entry in entries)
+        newest = max(keys.receipt_created_ms(tlog.LogEntry.receipt_id_of(entry)) for entry in entries)
         batch = Batch(tree.size, tree.root, extension.size, extension.root, newest, entries)
         await self._check_anchor(tree, "stage")
         staged = await self.log.stage(tree, batch)

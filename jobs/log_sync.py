@@ -16,6 +16,7 @@ from execution_proof.kv.logstore.log import Batch, TreeState
 from execution_proof.kv.store import Store
 from execution_proof.receipts import tlog
 from execution_proof.receipts.tiles import TileReader
+from execution_proof.receipts.tlog import LogEntry
 
 log = logging.getLogger("eps.log")
 
@@ -26,7 +27,7 @@ async def ack_batch(store: Store, identity: keys.LogIdentity, batch: Batch, poin
     ``point``: the fault points ``acked_half`` and ``synced``."""
     by_project: dict[str, list[tuple[bytes, int]]] = {}
     for offset, entry in enumerate(batch.entries):
-        by_project.setdefault(project_of(entry), []).append((entry, batch.size + offset))
+        by_project.setdefault(LogEntry.project_id_of(entry), []).append((entry, batch.size + offset))
     projects = list(by_project.items())
     half = max(1, len(projects) // 2)
     await asyncio.gather(*(store.log_ack(identity, pid, acks) for pid, acks in projects[:half]))
@@ -51,7 +52,7 @@ async def catch_up(
     wanted: dict[str, tuple[str, bytes]] = {}
     for pid, entries in queued.items():
         for entry in entries:
-            receipt_id = receipt_of(entry)
+            receipt_id = LogEntry.receipt_id_of(entry)
             if keys.receipt_created_ms(receipt_id) <= tree.newest_ms:
                 wanted[receipt_id] = (pid, entry)
     found: dict[str, list[tuple[bytes, int]]] = {}
@@ -69,7 +70,7 @@ async def catch_up(
             bundle = await reader.bundle(index, tlog.tile_width(tree.size, 0, index))
             for offset, entry in enumerate(bundle):
                 position = index * tlog.TILE_WIDTH + offset
-                hit = wanted.get(receipt_of(entry)) if position >= start else None
+                hit = wanted.get(LogEntry.receipt_id_of(entry)) if position >= start else None
                 if hit is not None and hit[1] == entry:
                     found.setdefault(hit[0], []).append((entry, position))
     for pid, acks in found.items():
@@ -80,13 +81,3 @@ async def catch_up(
             sum(len(acks) for acks in found.values()),
         )
     await store.log_mark_synced(identity, synced, tree.size)
-
-
-def receipt_of(entry: bytes) -> str:
-    """The receipt id of a log entry (its second line)."""
-    return entry.split(b"\n", 2)[1].decode()
-
-
-def project_of(entry: bytes) -> str:
-    """The project id of a log entry (its fourth line)."""
-    return entry.split(b"\n", 4)[3].decode()

@@ -23,6 +23,7 @@ from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.records import _lenient_text, _unavailable_as_503
 from execution_proof.receipts.errors import NotInLog
+from execution_proof.receipts.tlog import LogEntry
 
 
 class LogQueueStore:
@@ -118,11 +119,11 @@ class LogQueueStore:
         queue; a repeat takes none and records the same indices."""
         args: list[Any] = ["0" if self.is_cluster else "1", log.tag]
         for entry, index in acks:
-            _, receipt_id, receipt_hash, _ = entry.split(b"\n", 3)
+            fields = LogEntry.parse(entry)
             args += [
                 entry,
-                keys.receipt_id_bytes(receipt_id.decode()),
-                keys.hash_index_field(receipt_hash.decode()),
+                keys.receipt_id_bytes(fields.receipt_id),
+                keys.hash_index_field(fields.receipt_hash),
                 index.to_bytes(keys.LOG_INDEX_BYTES, "big"),
             ]
         queue = keys.log_queue_key(log, project_id)

@@ -93,7 +93,7 @@ def log_entries(store_dir: Path, checkpoint: note.Checkpoint) -> list[bytes]:
 
 
 def entry_ids(entries: list[bytes]) -> list[str]:
-    return [str(tlog.parse_entry(entry)["receipt_id"]) for entry in entries]
+    return [tlog.LogEntry.parse(entry).receipt_id for entry in entries]
 
 
 def assert_extends(store_dir: Path, old: note.Checkpoint, new: note.Checkpoint) -> None:

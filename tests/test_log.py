@@ -270,7 +270,7 @@ async def test_the_published_directory_is_a_log_tlog_scales_reads(
         assert reader.get_entry(index) in {tlog.entry_bytes(r) for r in receipts}
         proof = reader.get_inclusion_proof(index, 556)
         _, response = await client.get(
-            f"/v1/receipts/{tlog.parse_entry(reader.get_entry(index))['receipt_id']}/log-proof"
+            f"/v1/receipts/{tlog.LogEntry.parse(reader.get_entry(index)).receipt_id}/log-proof"
         )
         ours = note.parse_tlog_proof(response.text)
         assert ours.index == index and list(ours.path) == proof.node_hashes
@@ -469,7 +469,7 @@ async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
     assert await queued(store) == 0
     assert await store.log_pending(IDENTITY) == 0
     entries = await log_entries(log_store, 306)
-    assert len({tlog.parse_entry(e)["receipt_id"] for e in entries}) == 306
+    assert len({tlog.LogEntry.parse(e).receipt_id for e in entries}) == 306
     assert await log_store.staging_names() == []
 
 
@@ -556,7 +556,7 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
     assert final.size == 300
     await assert_extends(log_store, at_200, final)
     entries = await log_entries(log_store, final.size)
-    ids = [tlog.parse_entry(e)["receipt_id"] for e in entries]
+    ids = [tlog.LogEntry.parse(e).receipt_id for e in entries]
     assert len(ids) == len(set(ids)) == 300
     # Receipts Redis still holds (the first 100, restored; the last 100) prove their place.
     for receipt in first + third:
@@ -585,7 +585,7 @@ async def test_a_flushed_redis_loses_nothing_the_log_holds(
     final = await published(log_store, signer)
     assert final.size == 70
     await assert_extends(log_store, at_50, final)
-    ids = [tlog.parse_entry(e)["receipt_id"] for e in await log_entries(log_store, 70)]
+    ids = [tlog.LogEntry.parse(e).receipt_id for e in await log_entries(log_store, 70)]
     assert ids == [r["receipt_id"] for r in before] + [r["receipt_id"] for r in after]
 
 

@@ -800,7 +800,7 @@ def test_tlog_scales_reads_the_store_served_by_a_plain_web_server(site: dict[str
     by_id = {receipt["receipt_id"]: receipt for receipt in site["receipts"]}
     for index in (0, 255, 256, 299, 300, 301, 511, 512, ours.size - 1):
         entry = reader.get_entry(index)
-        receipt = by_id[str(tlog.parse_entry(entry)["receipt_id"])]
+        receipt = by_id[tlog.LogEntry.parse(entry).receipt_id]
         assert entry == tlog.entry_bytes(receipt)
         proof = reader.get_inclusion_proof(index, ours.size)
         proof.check(tlog.leaf_hash(entry), ours.root)

@@ -181,7 +181,7 @@ async def assert_whole(site: Site, history: Published, receipts: list[dict[str, 
         await assert_extends(site.log_store, checkpoint, final)
     entries: list[bytes] = []
     await check_tree(TileReader(site.log_store.fetch), final.size, final.root, lambda _, batch: entries.extend(batch))
-    ids = [tlog.parse_entry(entry)["receipt_id"] for entry in entries]
+    ids = [tlog.LogEntry.parse(entry).receipt_id for entry in entries]
     assert len(ids) == len(set(ids)), "a receipt id is in the log twice"
     service = site.app.ctx.log
     service._read_at = -1e9  # read the checkpoint afresh

@@ -234,7 +234,7 @@ def test_entries_round_trip_and_bundle() -> None:
         "main",
         "",
     ]
-    assert tlog.parse_entry(entry) == receipt
+    assert tlog.LogEntry.parse(entry).to_dict() == receipt
     assert tlog.leaf_hash(entry) == hashlib.sha256(b"\x00" + entry).digest()
     bundle = tlog.bundle_entry(entry) + tlog.bundle_entry(b"x")
     assert tlog.split_bundle(bundle) == [entry, b"x"]

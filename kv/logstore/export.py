@@ -137,4 +137,4 @@ def _exported_state(name: str, size: int) -> bool:
 
 
 def _created_ms(entry: bytes) -> int:
-    return keys.receipt_created_ms(entry.split(b"\n", 2)[1].decode())
+    return keys.receipt_created_ms(tlog.LogEntry.receipt_id_of(entry))
