@@ -46,9 +46,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def run_trust_root(args: argparse.Namespace) -> int:
-    from execution_proof.client.models import write_atomically
     from execution_proof.client.service import Client
     from execution_proof.receipts.errors import Error
+    from execution_proof.runtime.files import write_atomically
 
     base_url = (args.base_url or os.environ.get("SERVICE_BASE_URL") or "").strip()
     if not base_url:

@@ -6,7 +6,6 @@ what ``save`` wrote, and also the bare documents the service serves."""
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import orjson
 
 from execution_proof.receipts.errors import InvalidInput
+from execution_proof.runtime.files import write_atomically
 
 BUNDLE_FORMAT = "eps-receipt-bundle"  # receipts.verifier.BUNDLE_FORMAT, without loading the verifier
 SALTED = ("input", "output", "params", "env")
@@ -35,24 +35,6 @@ def parse_json(data: bytes, where: str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise InvalidInput(f"{where} is not valid JSON") from exc
-
-
-def write_atomically(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
-    """``data`` at ``path``, whole or not at all: a temporary file in the same folder, fsynced,
-    then renamed over it. ``OSError`` if it cannot be written."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def is_bundle(document: Any) -> bool:

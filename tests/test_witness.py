@@ -212,7 +212,7 @@ async def test_a_failing_write_leaves_no_partial_file_and_cosigns_nothing(
     def disk_full(source: Any, target: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("execution_proof.web.witness.os.replace", disk_full)
+    monkeypatch.setattr("execution_proof.runtime.files.os.replace", disk_full)
     four = grown(4)
     failed = await post(client, body(3, four.hashes().consistency_proof(3), checkpoint(log_key, four)))
     assert (failed.status, failed.text) == (500, "the witness could not read or write its state\n")

@@ -30,10 +30,8 @@ import base64
 import binascii
 import contextlib
 import fcntl
-import os
 import re
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +49,7 @@ from sanic.response import HTTPResponse
 from execution_proof.receipts import note, tlog
 from execution_proof.receipts.cosignature import Cosigner
 from execution_proof.receipts.errors import Error
+from execution_proof.runtime.files import write_atomically
 
 MAX_BODY = 16 * 1024
 """The request body limit (omniwitness's, 16 KiB): 63 proof lines and a checkpoint with a few
@@ -154,28 +153,13 @@ class WitnessState:
         return state
 
     def write(self, state: dict[str, tuple[int, bytes]]) -> None:
-        """Atomically: a temporary file of a unique name in the same directory, fsync, rename,
-        fsync of the directory. The temporary file is removed on every failure."""
+        """Atomically (``runtime.files.write_atomically``: a temporary file, fsync, rename,
+        fsync of the directory; the temporary file removed on every failure)."""
         payload = orjson.dumps(
             {origin: {"size": size, "root": base64.b64encode(root).decode()} for origin, (size, root) in state.items()},
             option=orjson.OPT_SORT_KEYS,
         )
-        descriptor, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(payload)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-            raise
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_atomically(self.path, payload, mode=0o600)
 
     def commit(
         self, ticket: _Ticket, old: int, checkpoint: note.Checkpoint, proof: list[bytes], sign: Callable[[], str]
