@@ -557,19 +557,13 @@ def _document_of(item: str, args: argparse.Namespace) -> tuple[Any, Error | None
             return None, exc
     if os.path.exists(item):
         return None, None
-    from execution_proof.client.hashing import HASH_PATTERN
-    from execution_proof.receipts.errors import InvalidInput
-    from execution_proof.receipts.ids import is_receipt_id
-
-    if not is_receipt_id(item) and not HASH_PATTERN.fullmatch(item):
-        return None, InvalidInput(f"cannot read {item}: no such file, and it is not a receipt id")
-    from execution_proof.client.service import Client
+    from execution_proof.client.service import Client  # not a file: a receipt id (CONTRACT 12)
 
     try:
         with Client(args.base_url) as client:
             receipt: Receipt | Bundle = client.get(item)
     except NotFound as exc:
-        missing = NotFound(f"{item} is not a file, and {exc.message}")
+        missing = NotFound(f"{item} is no file here, and as a receipt id: {exc.message}")
         missing.request = exc.request
         return None, missing
     except Error as exc:

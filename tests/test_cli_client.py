@@ -20,11 +20,13 @@ import pytest
 
 import execution_proof
 from tests.conftest import REPO
-from tests.servers import clean_env, run_cli
+from tests.servers import clean_env, create_key_cli, run_cli, service_pool_fixture
 
 pytestmark = pytest.mark.slow
 
 MODULE = (sys.executable, "-m", "execution_proof")
+
+service_factory = service_pool_fixture()
 
 
 def cli(
@@ -178,8 +180,13 @@ def test_bundle_pending_saves_nothing_then_waits_for_the_proof(logged: Any, tmp_
     reports = orjson.loads(several.stdout)
     assert [r["verdict"] for r in reports] == ["VALID", "VALID", "INVALID"]
     assert [r["item"] for r in reports] == [str(out), saved, str(tampered)]
-    with_error = cli("verify", str(out), str(tmp_path / "absent.json"), "--trust-root", str(root))
-    assert with_error.returncode == 2 and "cannot read" in with_error.stdout
+    # Not a file: a receipt id. The service has none by that name: 1, and the worst code wins.
+    absent = str(tmp_path / "absent.json")
+    with_missing = cli("verify", str(out), absent, "--trust-root", str(root), "--base-url", logged.base_url)
+    assert with_missing.returncode == 1, with_missing.stdout + with_missing.stderr
+    assert f"{absent} is no file here, and as a receipt id" in with_missing.stdout
+    unreachable_too = cli("verify", str(out), absent, "--trust-root", str(root), "--base-url", "http://127.0.0.1:9")
+    assert unreachable_too.returncode == 2 and "cannot reach" in unreachable_too.stdout
     one_only = cli("verify", str(out), saved, "--input", str(data))
     assert one_only.returncode == 2 and "one receipt" in one_only.stderr
 
@@ -237,3 +244,30 @@ def test_every_verbs_help_names_its_environment_and_exit_codes() -> None:
             continue
         assert "environment" in flat, name
         assert "exit status" in flat or "exit codes" in flat or "exits 0" in flat, name
+
+
+def test_bundle_from_a_service_without_a_log_is_saved_at_once(
+    redis_url: str, signing_keys_json: str, service_factory: Any, tmp_path: Path
+) -> None:
+    """No log: the bundle carries no proof and none will come; `bundle --wait` does not wait
+    for one (exit 0), and `verify` of it checks what it carries."""
+    service = service_factory.start(redis_url=redis_url, signing_keys=signing_keys_json)
+    key = create_key_cli(redis_url, project="cli-no-log")["api_key"]
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"no log here")
+    env: dict[str, str | None] = {"SERVICE_API_KEY": key, "SERVICE_BASE_URL": service.base_url}
+    made = orjson.loads(cli("submit", "--input", str(data), "--json", env=env).stdout)
+    out = tmp_path / "bundle.json"
+    started = time.monotonic()
+    done = cli("bundle", made["saved"], "--wait", "30", "--out", str(out), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started < 20, "it did not wait for a proof that never comes"
+    assert orjson.loads(done.stdout) == {
+        "receipt_id": made["receipt_id"],
+        "saved": str(out),
+        "log": False,
+        "proof": False,
+    }
+    assert "log" not in orjson.loads(out.read_bytes())
+    checked = cli("verify", str(out), "--input", str(data), "--base-url", service.base_url)
+    assert checked.returncode == 0 and "Verdict: VALID" in checked.stdout, checked.stdout + checked.stderr
