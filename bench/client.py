@@ -16,7 +16,7 @@
    included, minus an empty venv's; and the whole site-packages as ``du`` counts it). The
    verbs are timed again from the light venv, where no server library is installed, and
    sigstore's ``--version``, ``--help``, ``verify --help`` and ``sign --help`` from its venv.
-3. **Import time** (CONTRACT 12, "Public API"), in each fresh venv: whole process minus
+3. **Import time** (docs/python-api.md), in each fresh venv: whole process minus
    ``python -c pass`` of the same interpreter, medians of ``--runs`` after a warm-up, of
    ``import execution_proof`` (target 60 ms) and ``from execution_proof import Client,
    verify, hash_file`` (target 100 ms), beside ``import sigstore`` and ``from sigstore import

@@ -9,7 +9,7 @@ serve`` with the log (``LOG_SIGNING_KEY``, ``LOG_ORIGIN``, ``LOG_STORE``) and ``
 
 - **Load**: creates over HTTP at ``--rate`` a second (open loop, a bounded number in flight)
   across a few projects; a share of them with ``Prefer: wait=10``: each 201 that carries its
-  log proof is kept with that proof (its index and text: CONTRACT 10.2, "Durability").
+  log proof is kept with that proof (its index and text: docs/log.md, "What a 201 survives").
 - **Faults**, drawn from ``--seed`` for the whole run (``make_plan``: the same seed, the same
   draws): every worker is (re)started with a random ``LOG_FAILPOINTS`` (one or two steps of a
   batch, each ``stop``, ``kill`` or ``sleep:MS`` with MS below or beyond the 5-s lease); a

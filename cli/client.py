@@ -1,5 +1,5 @@
 """Client verbs a user runs on a laptop or in CI: ``hash``, ``submit``, ``bundle`` and
-``verify``, each a thin shell over the library (``execution_proof.client``, CONTRACT 12):
+``verify``, each a thin shell over the library (``execution_proof.client``, docs/python-api.md):
 arguments in, the library's typed results rendered out, as text or ``--json``.
 
 They need no server code (the layer contract in pyproject.toml checks it). The work is
@@ -557,7 +557,7 @@ def _document_of(item: str, args: argparse.Namespace) -> tuple[Any, Error | None
             return None, exc
     if os.path.exists(item):
         return None, None
-    from execution_proof.client.service import Client  # not a file: a receipt id (CONTRACT 12)
+    from execution_proof.client.service import Client  # not a file: a receipt id (README "Command line")
 
     try:
         with Client(args.base_url) as client:

@@ -1,5 +1,5 @@
 """``execution-proof VERB ...`` (or ``python service.py VERB ...`` in a clone): the command line
-(docs: README "Command line", CONTRACT 12).
+(docs: README "Command line").
 
 Each verb group lives in its own module and registers its parsers there. Only the module that
 owns the verb asked for is imported (every group for ``--help``), so a client verb starts

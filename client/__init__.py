@@ -1,4 +1,4 @@
-"""The client library (CONTRACT 12): what ``execution_proof`` exports to a Python program,
+"""The client library (docs/python-api.md): what ``execution_proof`` exports to a Python program,
 and what the command line (``cli/``) is built on. A layer of its own between ``cli/`` and
 the rest: it imports the pure core (``receipts/``) and nothing of the server (the layer
 contract in pyproject.toml). Modules load what they need when it is first used, so that

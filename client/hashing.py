@@ -1,4 +1,4 @@
-"""Hashes computed where the data is (CONTRACT 12, ``hash_file``): ``sha256:<hex>`` of a
+"""Hashes computed where the data is (docs/python-api.md, ``hash_file``): ``sha256:<hex>`` of a
 file, of standard input or of bytes, optionally after a salt (sha256(salt || data), as
 ``hash --salt``), and the one rule for what a hash argument of ``Client.submit`` means."""
 

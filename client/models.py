@@ -1,4 +1,4 @@
-"""The documents a client keeps (CONTRACT 12): a ``Receipt`` as ``submit`` saves it and a
+"""The documents a client keeps (docs/python-api.md): a ``Receipt`` as ``submit`` saves it and a
 ``Bundle`` as ``bundle`` saves it. Each wraps the JSON document the service sent, unchanged,
 plus what only the client knows (the service's URL, the salts it never sent); ``load`` reads
 what ``save`` wrote, and also the bare documents the service serves."""

@@ -1,4 +1,4 @@
-"""``Client``: the service's API as a Python program uses it (CONTRACT 12): submit hashes,
+"""``Client``: the service's API as a Python program uses it (docs/python-api.md): submit hashes,
 read a receipt, fetch its offline bundle (waiting for the log proof), fetch the trust root.
 
 Replies that are not a success raise the server's own error class for their code

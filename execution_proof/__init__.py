@@ -1,6 +1,6 @@
 """Execution Proof Service: signed, chained execution receipts for hashes clients compute.
 
-The client library (CONTRACT 12, docs/python-api.md)::
+The client library (docs/python-api.md)::
 
     from execution_proof import Client, hash_file, verify
 

@@ -6,7 +6,7 @@ a new log, or refuses another's, a lost one or a mistyped ``LOG_STORE`` (jobs/lo
 
 One integrator is active at a time, behind a lease in the store that it renews; any number
 wait. The lease saves work; correctness rests on the tree state's compare-and-swap, whose
-version is the fencing token (CONTRACT 10.2). From the tree state as read (size S, root R,
+version is the fencing token (docs/log.md, "Fencing"). From the tree state as read (size S, root R,
 version V), a batch goes:
 
 1. **anchor**: the published checkpoint (before each staging, and once a second while idle)
@@ -438,7 +438,7 @@ class Integrator:
             raise Overtaken(step)
 
     async def _check_anchor(self, tree: TreeState, step: str) -> bool:
-        """The published checkpoint is the anchor (CONTRACT 10.2): the tree state must be at
+        """The published checkpoint is the anchor (docs/log.md, "Fencing"): the tree state must be at
         least as large, and the checkpoint a prefix of it (the same root at the same size,
         else a root the tiles under the tree give for its size). A checkpoint ahead of the
         tree state, or another history, means ``.state/`` went back (an older copy put back):

@@ -228,7 +228,7 @@ def checkout_session_key(project_id: str, ref: str) -> str:
 # the tree, then records each receipt's index in its hash-index field (so it expires with
 # the receipt). Every key and every index carries the log's tag, made of its whole identity
 # (origin and key): two logs never share a queue, and a receipt indexed in one log is never
-# taken for an entry of another (CONTRACT 10.2, "Identity everywhere").
+# taken for an entry of another (docs/log.md, "What is in Redis").
 
 LOG_TAG_BYTES = 4
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 
 class Error(Exception):
-    """The root of every exception this package defines (CONTRACT 12): ``except
+    """The root of every exception this package defines (docs/python-api.md, "Errors"): ``except
     execution_proof.Error`` catches whatever the library raises on purpose."""
 
 
@@ -178,7 +178,7 @@ class LogPending(ServiceError):
 class NotInLog(NotFound):
     """The receipt exists but is not in this service's log: it was issued without a log, or
     for another log (another origin or key on the same Redis), and is never queued again
-    (CONTRACT 10.2, "Identity everywhere")."""
+    (docs/log.md, "What is in Redis")."""
 
     code = "not_in_log"
 

@@ -1,4 +1,4 @@
-"""Fault points of the log's integrator (CONTRACT 10.2, docs/log.md "Fault points"), after
+"""Fault points of the log's integrator (docs/log.md, "Fault points"), after
 etcd's gofail and TiKV's fail-rs: ``LOG_FAILPOINTS=STEP=ACTION[,STEP=ACTION...]`` in the
 environment of ``python service.py worker`` (or of the embedded server) makes the
 integrator act the first time it reaches STEP:

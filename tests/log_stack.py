@@ -338,7 +338,7 @@ class Stack:
 
     def create_waiting(self, api_keys: list[dict[str, Any]], count: int, wait_s: int = 10) -> list[dict[str, Any]]:
         """``count`` creates over HTTP with ``Prefer: wait``, one after another: each receipt
-        whose 201 carried its log proof (acknowledged with it: CONTRACT 10.2, "Durability"),
+        whose 201 carried its log proof (acknowledged with it: docs/log.md, "What a 201 survives"),
         with that proof text added as ``"_proof"``. A 201 without its proof fails the test."""
         made = []
         for n in range(count):

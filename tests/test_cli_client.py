@@ -1,4 +1,4 @@
-"""The command line people script (CONTRACT 12): ``--version``, a bare call, ``bundle
+"""The command line people script (README "Command line"): ``--version``, a bare call, ``bundle
 --wait``, ``--json``, several files and ``-``, a receipt id for ``verify``, exit codes
 0/1/2/130 with no traceback, each verb's help. Run as ``python -m execution_proof``
 subprocesses (the console script's code path, which has no default verb)."""

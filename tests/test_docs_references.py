@@ -19,7 +19,7 @@ SKIPPED_DIRS = {".git", "tests", ".venv", "node_modules", "__pycache__", ".mypy_
 # Built from parts so that this file does not itself read as such a reference.
 OUTSIDE_FILES = ("CONTRACT" + r"\.md", "service" + "-spec")
 EXTERNAL_REFERENCE = re.compile(
-    r"([Ss]pec|[Cc]ontract|[Ii]ssue)( section)? ?[0-9§]|" + "|".join(OUTSIDE_FILES) + r"|section [0-9]"
+    r"([Ss]pec|[Cc]ontract|CONTRACT|[Ii]ssue)( section)? ?[0-9§]|" + "|".join(OUTSIDE_FILES) + r"|section [0-9]"
 )
 
 
@@ -46,7 +46,7 @@ def test_no_references_to_documents_outside_the_repository() -> None:
 
 def test_the_pattern_catches_each_form(tmp_path: Path) -> None:
     forms = ["{word} {n}.3", "{word} section {n}", "({word} {n}.5, 5.7)"]
-    words = ("spec", "Spec", "contract", "Contract")
+    words = ("spec", "Spec", "contract", "Contract", "CONTRACT")
     samples = [form.format(word=word, n=4) for word in words for form in forms]
     samples += [f"{word} {8}" for word in ("issue", "Issue")] + [f"Issue {8}'s benchmark"]
     samples += ["see " + "CONTRACT" + ".md", "service" + "-spec.md", "section" + f" {8} steps 2-5"]

@@ -1,4 +1,4 @@
-"""One exception root (CONTRACT 12; issue 34's "one error root"): every exception class the
+"""One exception root (docs/python-api.md, "Errors"): every exception class the
 package defines derives from ``execution_proof.Error``, whatever builtin it also is (a
 ``ValueError``, a ``LookupError``); only control-flow classes that derive from
 ``BaseException`` and not ``Exception`` are exempt."""

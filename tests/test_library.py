@@ -1,4 +1,4 @@
-"""The client library (CONTRACT 12, docs/python-api.md): what ``execution_proof`` exports,
+"""The client library (docs/python-api.md): what ``execution_proof`` exports,
 its errors, its documents, and a user's script using it from the light install (the wheel
 installed by name in a fresh venv, no extras), ``mypy --strict`` included."""
 

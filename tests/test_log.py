@@ -49,7 +49,7 @@ UNLIMITED = PlanLimits(per_minute=10**9, monthly=10**9)
 
 SIGNER = note.Signer.generate(ORIGIN)
 IDENTITY = Identity(ORIGIN, SIGNER.verifier.encode())
-"""The log's identity: its records in Redis carry it (CONTRACT 10.2)."""
+"""The log's identity: its records in Redis carry it (docs/log.md, "What is in Redis")."""
 
 
 @pytest.fixture(scope="module")
@@ -876,7 +876,7 @@ async def test_a_deleted_receipt_takes_its_log_index_with_it(
 async def test_head_answers_every_log_route_like_get_without_a_body_and_counts_alike(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
-    """CONTRACT 10.2: HEAD on every route of the log's table answers as GET (status and
+    """docs/log.md, "Routes": HEAD on every route of the log's table answers as GET (status and
     headers), with no body, and takes one from the same limit. (Content-Length over real HTTP:
     tests/test_log_operator_faults.py.)"""
     client = log_app(store, log_store, keyring, signer).asgi_client

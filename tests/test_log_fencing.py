@@ -1,4 +1,4 @@
-"""Fencing (CONTRACT 10.2), in process: an integrator paused at any step of a batch — its own
+"""Fencing (docs/log.md, "Fencing"), in process: an integrator paused at any step of a batch — its own
 thread blocked inside the fault point, as a GC pause or a frozen VM blocks it — while
 another integrator carries the log on, with Redis left alone, flushed or restored from an
 older snapshot meanwhile. When it wakes up it changes no byte of anything a published

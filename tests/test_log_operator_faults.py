@@ -1,4 +1,4 @@
-"""Faults that are operator actions (CONTRACT 10.2, docs/log.md "Never fork: what each fault
+"""Faults that are operator actions (docs/log.md, "Never fork: what each fault
 does"), reproduced by those actions against real processes: ``.state/`` copied aside and put
 back with Redis flushed, a new ``LOG_ORIGIN`` on the old Redis, a Redis restored from another
 deployment's snapshot, a worker killed inside store creation, a truncated ``checkpoint`` (and a

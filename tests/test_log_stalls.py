@@ -1,4 +1,4 @@
-"""Stalls (CONTRACT 10.2, "Fencing"; docs/log.md, "Fencing: why a stale writer writes nothing
+"""Stalls (docs/log.md, "Fencing: why a stale writer writes nothing
 wrong"), with real processes: a ``python service.py worker`` stops itself at a step of a batch
 (``LOG_FAILPOINTS=STEP=stop``: SIGSTOP, as a frozen VM or a long GC pause stops it), Redis is
 left alone, flushed, or restarted on an older ``dump.rdb`` while it sleeps, another worker

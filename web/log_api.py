@@ -35,7 +35,7 @@ from execution_proof.receipts.tiles import TileMissing, TileReader, tile_name
 bp = Blueprint("log")
 log = logging.getLogger("eps.log")
 GET_HEAD = ["GET", "HEAD"]
-"""Every route of the log answers HEAD like GET, without a body, counted alike (CONTRACT 10.2)."""
+"""Every route of the log answers HEAD like GET, without a body, counted alike (docs/log.md, "Routes")."""
 
 TEXT = "text/plain; charset=utf-8"
 OCTETS = "application/octet-stream"

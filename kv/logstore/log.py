@@ -9,7 +9,7 @@ exists, as tlog-tiles allows. Private, under ``.state/`` (Tessera's convention):
 - ``identity``: the log's origin and verifier key, written once, when the store is created;
 - ``tree``: the tree state (size, root, and the batch staged on it, if any), changed only by
   compare-and-swap from the state as read: staging a batch is one (the fencing token of
-  CONTRACT 10.2), advancing the tree past it, once every tile and bundle it covers is
+  docs/log.md "Fencing"), advancing the tree past it, once every tile and bundle it covers is
   durable, is the next. Every write carries a fresh nonce, so a state never repeats a
   version (SHA-256 of the content on ``file://``, the ETag on ``s3://``) unless a copy of an
   older one is put back, which the published checkpoint catches (jobs/log_integrator.py);

@@ -34,7 +34,7 @@ def _get(
     operation_id: str, summary: str, description: str, ok: dict[str, Any], scope: str = "public_key", **more: Any
 ) -> dict[str, Any]:
     """The GET operation and its HEAD twin: the same answer without a body, counted alike
-    (CONTRACT 10.2), as a static server in front of the store answers."""
+    (docs/log.md, "Routes"), as a static server in front of the store answers."""
     responses = {"200": ok, **more.pop("responses", {}), "429": E429, "503": E503_LOG}
     limited = f" Public; limited per address (`{scope}`), CORS `*`."
     get = {
