@@ -512,7 +512,8 @@ def _verify(args: argparse.Namespace) -> int:
 def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
     """(exit code, the ``--json`` document, the text) of one receipt, bundle or id."""
     from execution_proof.cli.verify import render_report
-    from execution_proof.client.verifying import VerifyOptions, run_verify, verdict_of
+    from execution_proof.client.reports import verdict_of
+    from execution_proof.client.verifying import VerifyOptions, run_verify
 
     options = VerifyOptions(
         input_path=args.input,

@@ -31,8 +31,8 @@ __version__ = "0.2.0"
 if TYPE_CHECKING:
     from execution_proof.client.hashing import hash_file
     from execution_proof.client.models import Bundle, Receipt
+    from execution_proof.client.reports import Check, VerifyReport, verify
     from execution_proof.client.service import Client
-    from execution_proof.client.verifying import Check, VerifyReport, verify
     from execution_proof.receipts.errors import (
         Error,
         InvalidInput,
@@ -48,9 +48,9 @@ _WHERE = {
     "Receipt": ("execution_proof.client.models", "Receipt"),
     "Bundle": ("execution_proof.client.models", "Bundle"),
     "TrustRoot": ("execution_proof.receipts.trust_root", "TrustRoot"),
-    "verify": ("execution_proof.client.verifying", "verify"),
-    "VerifyReport": ("execution_proof.client.verifying", "VerifyReport"),
-    "Check": ("execution_proof.client.verifying", "Check"),
+    "verify": ("execution_proof.client.reports", "verify"),
+    "VerifyReport": ("execution_proof.client.reports", "VerifyReport"),
+    "Check": ("execution_proof.client.reports", "Check"),
     "Error": ("execution_proof.receipts.errors", "Error"),
     "ServiceError": ("execution_proof.receipts.errors", "ServiceError"),
     "Unreachable": ("execution_proof.receipts.errors", "Unreachable"),
