@@ -178,10 +178,10 @@ def _run(argv: list[str]) -> int:
     except Exception as exc:
         if not _is_known_error(exc):
             raise
-        from execution_proof.cli.client import describe
+        from execution_proof.cli.client import describe, exit_code
 
         print(f"error: {describe(exc)}", file=sys.stderr)
-        return _code_of(exc)
+        return exit_code(exc)
     return code
 
 
@@ -193,12 +193,6 @@ def _is_known_error(exc: Exception) -> bool:
     from execution_proof.runtime.settings import ConfigError
 
     return isinstance(exc, Error | ConfigError | KeySetError)
-
-
-def _code_of(exc: Exception) -> int:
-    from execution_proof.receipts.errors import ServiceError
-
-    return 1 if isinstance(exc, ServiceError) and exc.code != "http_error" else 2
 
 
 def run() -> None:

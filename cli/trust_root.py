@@ -60,8 +60,8 @@ def run_trust_root(args: argparse.Namespace) -> int:
         if not out.parent.is_dir():
             raise CouldNotWrite(f"cannot write {args.out}: the folder {out.parent} does not exist")
         with Client(base_url) as client:
-            root = client.trust_root(tsa_roots=tsa_pem)
-            published_policy = (client.log_info() or {}).get("policy") if root.log_origin is not None else None
+            root, log = client.trust_root_and_log(tsa_roots=tsa_pem)
+        published_policy = log.get("policy") if isinstance(log, dict) else None
         data = root.to_bytes()
         previous = out.read_bytes() if out.is_file() else None
         write_atomically(out, data)

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 
 from execution_proof.receipts.errors import InvalidInput
+from execution_proof.receipts.verifier import BUNDLE_FORMAT, is_bundle
 from execution_proof.runtime.files import write_atomically
 
-BUNDLE_FORMAT = "eps-receipt-bundle"  # receipts.verifier.BUNDLE_FORMAT, without loading the verifier
 SALTED = ("input", "output", "params", "env")
 """The files a receipt hashes, as ``salts`` names them."""
 
@@ -35,10 +35,6 @@ def parse_json(data: bytes, where: str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise InvalidInput(f"{where} is not valid JSON") from exc
-
-
-def is_bundle(document: Any) -> bool:
-    return isinstance(document, dict) and document.get("format") == BUNDLE_FORMAT
 
 
 class _Document:

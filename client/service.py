@@ -162,14 +162,20 @@ class Client:
         """The service's trust root (docs/trust-root.md): its receipt keys, its log's key and
         witness policy, and the TSA roots given (PEM). Compare its fingerprints out of band
         before pinning it."""
+        return self.trust_root_and_log(tsa_roots=tsa_roots)[0]
+
+    def trust_root_and_log(self, *, tsa_roots: bytes | None = None) -> tuple[TrustRoot, Any | None]:
+        """``trust_root``, and the ``GET /v1/log`` body it was made from (None: no log), for a
+        caller that says how the two differ (``trust-root``'s notes)."""
         from execution_proof.receipts.trust_root import build_trust_root, encode_trust_root, parse_trust_root
 
         if tsa_roots is not None:
             from execution_proof.receipts.trust_root import pem_roots
 
             pem_roots(tsa_roots)  # refused before anything is asked of the service
-        document = build_trust_root(self.base_url, self.public_keys(), self.log_info(), tsa_roots)
-        return parse_trust_root(encode_trust_root(document))
+        log = self.log_info()
+        document = build_trust_root(self.base_url, self.public_keys(), log, tsa_roots)
+        return parse_trust_root(encode_trust_root(document)), log
 
     # -- replies
 
