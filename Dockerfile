@@ -9,14 +9,6 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /build
 COPY pyproject.toml README.md ./
 COPY execution_proof execution_proof
-COPY receipts receipts
-COPY runtime runtime
-COPY kv kv
-COPY jobs jobs
-COPY web web
-COPY client client
-COPY cli cli
-COPY static static
 RUN python -m venv /venv && /venv/bin/pip install '.[server]'
 
 FROM python:3.11-slim

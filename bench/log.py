@@ -94,8 +94,8 @@ from bench.run import (
     run_load,
 )
 from execution_proof.kv.keys import LogIdentity
-from execution_proof.receipts import cosignature, note
-from execution_proof.receipts.note import Signer
+from execution_proof.transparency import cosignature, note
+from execution_proof.transparency.note import Signer
 
 ORIGIN = "bench.example/log"
 SIGNER = Signer.generate(ORIGIN)
@@ -691,8 +691,8 @@ async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, 
     included); one entry in ``INDEX_SAMPLE`` looked up at its index in Redis."""
     from execution_proof.kv.connect import open_store
     from execution_proof.kv.logstore import open_log_store
-    from execution_proof.receipts import tlog
-    from execution_proof.receipts.tiles import TileReader, check_tree
+    from execution_proof.transparency import tlog
+    from execution_proof.transparency.tiles import TileReader, check_tree
 
     log_store = open_log_store(store_url(store))
     kv = open_store(redis_url)

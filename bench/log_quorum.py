@@ -34,8 +34,8 @@ from bench.procs import HarnessError, Proc, log
 from bench.production import ServiceSpec, fly_workers
 from bench.redis_kinds import start_kind
 from bench.run import RAISED_LIMITS, create_projects, loadavg, machine_info, new_signing_keys
-from execution_proof.receipts import cosignature, note
-from execution_proof.receipts.note import Signer
+from execution_proof.transparency import cosignature, note
+from execution_proof.transparency.note import Signer
 
 TARGET_P99_S = 1.0
 

@@ -71,9 +71,9 @@ from bench.production import ServiceSpec
 from bench.redis_kinds import RedisKind, persistence
 from bench.run import RAISED_LIMITS, cpu_busy_share, create_projects, loadavg, machine_info, new_signing_keys
 from execution_proof.jobs.worker import RQ_RETRY_MESSAGE
-from execution_proof.receipts import note, tlog
-from execution_proof.receipts.tiles import TileMissing, TileReader, check_tree
 from execution_proof.runtime.failpoints import STEPS
+from execution_proof.transparency import note, tlog
+from execution_proof.transparency.tiles import TileMissing, TileReader, check_tree
 
 LEASE_S = 5.0
 """The integrator's lease (docs/log.md): the sleeps and stops are drawn below and beyond it."""

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from execution_proof.receipts import note, tlog
+from execution_proof.transparency import note, tlog
 
 REPO = Path(__file__).resolve().parent.parent
 ORIGIN = "bench.example/v1/log"

@@ -15,10 +15,8 @@ Every name is loaded when it is first used, so that ``import execution_proof`` c
 nothing (bench/RESULTS.md, "The client"). Every exception the package raises on purpose is
 an ``execution_proof.Error``.
 
-The one import name the installed distribution puts into site-packages. In the repository
-its subpackages are the design card's top-level folders (``receipts/``, ``runtime/``,
-``kv/``, ``jobs/``, ``web/``, ``client/``, ``cli/``) and ``static/``, linked here; the wheel
-holds them under ``execution_proof/`` (README "Layout").
+The one import name the installed distribution puts into site-packages. Its subpackages are
+the layers, each a folder here (README "Layout").
 """
 
 from __future__ import annotations
@@ -33,12 +31,8 @@ if TYPE_CHECKING:
     from execution_proof.client.models import Bundle, Receipt
     from execution_proof.client.reports import Check, VerifyReport, verify
     from execution_proof.client.service import Client
-    from execution_proof.receipts.errors import (
-        Error,
-        InvalidInput,
-        ServiceError,
-        Unreachable,
-    )
+    from execution_proof.errors import Error
+    from execution_proof.receipts.errors import InvalidInput, ServiceError, Unreachable
     from execution_proof.receipts.errors import LogPending as ProofPending
     from execution_proof.receipts.trust_root import TrustRoot
 
@@ -51,7 +45,7 @@ _WHERE = {
     "verify": ("execution_proof.client.reports", "verify"),
     "VerifyReport": ("execution_proof.client.reports", "VerifyReport"),
     "Check": ("execution_proof.client.reports", "Check"),
-    "Error": ("execution_proof.receipts.errors", "Error"),
+    "Error": ("execution_proof.errors", "Error"),
     "ServiceError": ("execution_proof.receipts.errors", "ServiceError"),
     "Unreachable": ("execution_proof.receipts.errors", "Unreachable"),
     "ProofPending": ("execution_proof.receipts.errors", "LogPending"),

@@ -40,11 +40,11 @@ from execution_proof.kv import keys
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.records import KeyRecord, LogQueue
 from execution_proof.kv.store import Store
-from execution_proof.receipts import note, tlog
 from execution_proof.receipts.limits import PlanLimits
 from execution_proof.receipts.model import parse_create_request
 from execution_proof.receipts.signing import load_key_ring
-from execution_proof.receipts.tiles import TileReader, check_tree
+from execution_proof.transparency import note, tlog
+from execution_proof.transparency.tiles import TileReader, check_tree
 from tests.conftest import REPO, RedisServer, hash_of, missing_binary
 from tests.servers import ServiceProcess, WorkerProcess, clean_env, wait_until
 

@@ -13,9 +13,9 @@ import pytest
 
 from bench import log_soak
 from bench.log_soak import Acked, Observer, judge, make_plan, parse_args
-from execution_proof.receipts import note, tlog
-from execution_proof.receipts.tiles import TileReader, tile_name
 from execution_proof.runtime.failpoints import STEPS, Failpoints
+from execution_proof.transparency import note, tlog
+from execution_proof.transparency.tiles import TileReader, tile_name
 
 ORIGIN = "soak.example/log"
 SIGNER = note.Signer.generate(ORIGIN)

@@ -30,8 +30,8 @@ import redis
 import yaml
 from nacl.signing import SigningKey
 
-from execution_proof.receipts import note
 from execution_proof.receipts.canonical import compute_receipt_hash
+from execution_proof.transparency import note
 from tests.conftest import REPO, RedisServer, auth, hash_of, missing_binary
 from tests.servers import (
     ServicePool,

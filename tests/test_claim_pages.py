@@ -20,7 +20,7 @@ from execution_proof.runtime.settings import Settings
 from execution_proof.web.app import create_app
 from tests.conftest import missing_binary
 
-STATIC = Path(__file__).resolve().parent.parent / "static"
+STATIC = Path(__file__).resolve().parent.parent / "execution_proof" / "static"
 WIDGET = "https://widget.example.test/v0/api.js"
 CONTACT = "keys@example.test"
 WARNING = "Store it now: it is shown only once."

@@ -24,10 +24,10 @@ from execution_proof.cli.main import main
 from execution_proof.client import http as http_client
 from execution_proof.client.hashing import hash_file
 from execution_proof.client.verifying import VerifyOptions, run_verify
-from execution_proof.receipts import note
 from execution_proof.receipts.model import build_receipt, chain_object, parse_create_request, place_in_chain
 from execution_proof.receipts.signing import KeyRing, load_key_ring, new_key_set
 from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION, recompute_hash_or_none
+from execution_proof.transparency import note
 from tests.conftest import REPO
 from tests.servers import run_cli, serving
 

@@ -29,6 +29,7 @@ from execution_proof import (
     verify,
 )
 from execution_proof.receipts import errors
+from execution_proof.transparency.errors import LogError
 from tests.conftest import REPO
 from tests.wheel_build import Venv, built_wheel
 
@@ -44,7 +45,7 @@ def test_every_public_name_is_there_and_every_error_has_one_root() -> None:
     assert setuptools["dynamic"]["version"] == {"attr": "execution_proof.__version__"}, "one place for the version"
     assert re.fullmatch(r"\d+\.\d+\.\d+", execution_proof.__version__)
     assert ProofPending is errors.LogPending and ProofPending.code == "log_pending" and ProofPending.status == 409
-    for error in (ServiceError, Unreachable, InvalidInput, ProofPending, errors.LogError, errors.NotFound):
+    for error in (ServiceError, Unreachable, InvalidInput, ProofPending, LogError, errors.NotFound):
         assert issubclass(error, Error), error
     assert issubclass(InvalidInput, ValueError)
     with pytest.raises(AttributeError):

@@ -33,11 +33,11 @@ from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.logstore.log import Identity
 from execution_proof.kv.records import KeyRecord
 from execution_proof.kv.store import Store
-from execution_proof.receipts import note, tlog
 from execution_proof.receipts.limits import PlanLimits, load_limits
 from execution_proof.receipts.model import parse_create_request
 from execution_proof.runtime.failpoints import STEPS
 from execution_proof.runtime.settings import Settings
+from execution_proof.transparency import note, tlog
 from execution_proof.web.app import create_app
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
 from tests.servers import RAISED_LIMITS
@@ -151,7 +151,7 @@ async def check_proof(client: Any, signer: note.Signer, receipt: dict[str, Any])
 
 async def log_entries(log_store: LogStore, size: int) -> list[bytes]:
     """Every entry of the store's tree of ``size``, read from its bundles."""
-    from execution_proof.receipts.tiles import TileReader
+    from execution_proof.transparency.tiles import TileReader
 
     reader = TileReader(log_store.fetch)
     entries: list[bytes] = []
@@ -161,7 +161,7 @@ async def log_entries(log_store: LogStore, size: int) -> list[bytes]:
 
 
 async def assert_extends(log_store: LogStore, old: note.Checkpoint, new: note.Checkpoint) -> None:
-    from execution_proof.receipts.tiles import TileReader
+    from execution_proof.transparency.tiles import TileReader
 
     proof = await TileReader(log_store.fetch).compute(new.size, lambda v: v.consistency_proof(old.size))
     tlog.verify_consistency(old.size, old.root, new.size, new.root, proof)
@@ -685,8 +685,8 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
     so, and ``log resume`` lifts it."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from execution_proof.receipts.cosignature import Cosigner
-    from execution_proof.receipts.policy import parse_policy
+    from execution_proof.transparency.cosignature import Cosigner
+    from execution_proof.transparency.policy import parse_policy
     from tests.servers import serving
 
     answers: list[tuple[int, bytes, str]] = [(422, b"inconsistent with what I cosigned\n", "text/plain")]

@@ -14,9 +14,9 @@ import pytest
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.store import Store
-from execution_proof.receipts import note, tlog
-from execution_proof.receipts.cosignature import Cosigner
-from execution_proof.receipts.policy import parse_policy
+from execution_proof.transparency import note, tlog
+from execution_proof.transparency.cosignature import Cosigner
+from execution_proof.transparency.policy import parse_policy
 from tests.test_log import ORIGIN, integrator, issue, log_app
 
 

@@ -17,9 +17,9 @@ from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.connect import open_store
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.store import Store
-from execution_proof.receipts import note, timestamps, tlog
 from execution_proof.receipts.limits import load_limits
 from execution_proof.runtime.settings import Settings
+from execution_proof.transparency import note, timestamps, tlog
 from execution_proof.web.app import create_app
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
 from tests.conftest import auth, hash_of

@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from execution_proof.receipts import cosignature, note, policy, timestamps
+from execution_proof.transparency import cosignature, note, policy, timestamps
 from tests.conftest import RedisServer
 from tests.local_tsa import LocalTsa
 from tests.servers import ServicePool, WorkerProcess, create_key_cli, verify_cli, wait_until

@@ -35,8 +35,8 @@ import pytest
 import redis
 
 from execution_proof.kv import keys
-from execution_proof.receipts import cosignature, note, tlog
 from execution_proof.runtime.failpoints import STEPS
+from execution_proof.transparency import cosignature, note, tlog
 from tests.conftest import free_port, hash_of
 from tests.log_stack import (
     ORIGIN,

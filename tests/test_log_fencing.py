@@ -35,8 +35,8 @@ from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore, LogStoreError, files
 from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.store import Store
-from execution_proof.receipts import note, tlog
-from execution_proof.receipts.tiles import TileReader, check_tree
+from execution_proof.transparency import note, tlog
+from execution_proof.transparency.tiles import TileReader, check_tree
 from tests.test_log import ORIGIN, SIGNER, CrashAt, assert_extends, issue, log_app, published
 
 BATCH_STEPS = ["batch", "staged", "tiles_half", "tiles", "advanced", "unstaged", "acked_half", "synced", "signed"]

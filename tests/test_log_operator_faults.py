@@ -36,7 +36,7 @@ import pytest
 import redis
 
 from execution_proof.kv import keys
-from execution_proof.receipts import note, tlog
+from execution_proof.transparency import note, tlog
 from execution_proof.web.log_api import STATE_TTL_S
 from tests.log_stack import (
     WAIT_S,

@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from execution_proof.receipts import note, timestamps
+from execution_proof.transparency import note, timestamps
 from tests.conftest import REPO, RedisServer, hash_of
 from tests.local_tsa import LocalTsa
 from tests.servers import ServicePool, WorkerProcess, create_key_cli, verify_cli, wait_until

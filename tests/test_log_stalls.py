@@ -61,8 +61,8 @@ import redis.asyncio as aioredis
 
 from execution_proof.jobs.worker import RQ_RETRY_MESSAGE
 from execution_proof.kv.store import Store
-from execution_proof.receipts import note, tlog
 from execution_proof.runtime.failpoints import STEPS
+from execution_proof.transparency import note, tlog
 from tests.log_stack import (
     WAIT_S,
     Observer,

@@ -30,7 +30,7 @@ from execution_proof.kv.logstore.log import (
 )
 from execution_proof.kv.logstore.memory import MemoryObjects
 from execution_proof.kv.logstore.objects import ObjectStore
-from execution_proof.receipts import note, tlog
+from execution_proof.transparency import note, tlog
 
 
 class ObjectStoreContract:

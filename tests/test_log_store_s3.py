@@ -33,7 +33,7 @@ import pytest
 from execution_proof.kv.logstore import LogStore, LogStoreError, open_objects
 from execution_proof.kv.logstore.log import Identity
 from execution_proof.kv.logstore.objects import ObjectStore
-from execution_proof.receipts import note, tlog
+from execution_proof.transparency import note, tlog
 from tests.conftest import free_port, missing_binary
 from tests.test_log_store import ObjectStoreContract
 

@@ -21,8 +21,8 @@ from execution_proof.kv import keys
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.store import Store
-from execution_proof.receipts import note, timestamps, tlog
 from execution_proof.runtime import metrics
+from execution_proof.transparency import note, timestamps, tlog
 from tests import tsa_tokens
 from tests.conftest import free_port
 from tests.local_tsa import LocalTsa, openssl_binary
@@ -69,7 +69,7 @@ def roots_of(tsa: LocalTsa) -> list[Any]:
     return timestamps.load_roots(tsa.roots_pem.read_bytes())
 
 
-# -- the checks (receipts/timestamps.py) against a real TSA
+# -- the checks (transparency/timestamps.py) against a real TSA
 
 
 def test_a_good_answer_is_kept_and_verifies_against_its_root(tsa: LocalTsa) -> None:

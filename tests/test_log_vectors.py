@@ -12,7 +12,7 @@ from tlog_scales.signing import Vkey
 from tlog_scales.tlog import Checkpoint as TheirCheckpoint
 from tlog_scales.tlog import InclusionProof
 
-from execution_proof.receipts import note, tlog
+from execution_proof.transparency import note, tlog
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "log-vectors.md"
 

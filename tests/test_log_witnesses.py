@@ -18,7 +18,7 @@ from execution_proof.jobs.log_integrator import Integrator
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.store import Store
-from execution_proof.receipts import cosignature, note, policy
+from execution_proof.transparency import cosignature, note, policy
 from tests.conftest import free_port
 from tests.servers import verify_cli
 from tests.test_log import ORIGIN, issue, log_app, published

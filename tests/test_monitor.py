@@ -41,9 +41,9 @@ from execution_proof.client.http import Reply
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.store import Store
-from execution_proof.receipts import note, tlog
-from execution_proof.receipts.cosignature import Cosigner
 from execution_proof.receipts.limits import load_limits
+from execution_proof.transparency import note, tlog
+from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, free_port
 from tests.servers import serving
 from tests.test_log import ORIGIN, integrator, issue, log_app

@@ -1,4 +1,4 @@
-"""The monitor's pure core (receipts/monitor.py: the frontier it extends bundle by bundle, the
+"""The monitor's pure core (transparency/monitor.py: the frontier it extends bundle by bundle, the
 chain rules) and its fetcher's retries (cli/monitor.py), without processes."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from execution_proof.cli import monitor
 from execution_proof.cli.monitor import Fetcher, Progress
 from execution_proof.client.http import HttpError, Reply, Unreachable
 from execution_proof.client.log_checks import LogInputError
-from execution_proof.receipts import note, tlog
-from execution_proof.receipts.monitor import (
+from execution_proof.transparency import note, tlog
+from execution_proof.transparency.monitor import (
     Frontier,
     MemoryPrevs,
     Project,

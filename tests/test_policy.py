@@ -1,4 +1,4 @@
-"""receipts/policy.py against C2SP tlog-policy, rule by rule, with the specification's own
+"""transparency/policy.py against C2SP tlog-policy, rule by rule, with the specification's own
 example; and the cosignature clock skew the quorum allows (LOG_COSIGNATURE_SKEW_S)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from execution_proof.receipts import note
-from execution_proof.receipts.cosignature import Cosigner
-from execution_proof.receipts.policy import (
+from execution_proof.transparency import note
+from execution_proof.transparency.cosignature import Cosigner
+from execution_proof.transparency.policy import (
     COSIGNATURE_SKEW_S,
     MAX_GROUPS,
     MAX_LOGS,

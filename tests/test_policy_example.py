@@ -21,8 +21,8 @@ import httpx
 import orjson
 import pytest
 
-from execution_proof.receipts import note, policy
-from execution_proof.receipts.cosignature import Cosigner
+from execution_proof.transparency import note, policy
+from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, hash_of
 from tests.servers import ServicePool, verify_cli, wait_until
 from tests.test_witness import start_witness, stop_witness

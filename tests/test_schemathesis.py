@@ -35,7 +35,7 @@ import orjson
 import pytest
 
 from execution_proof.receipts.limits import DEFAULT_LIMITS, load_limits
-from execution_proof.receipts.note import Signer
+from execution_proof.transparency.note import Signer
 from execution_proof.web.openapi import DOCUMENT
 from tests.conftest import REPO
 from tests.fake_providers import FakeHumanCheck

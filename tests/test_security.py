@@ -178,7 +178,7 @@ SECRET_WORDS = ("secret", "signature", "digest", "token", "api_key", "candidate"
 )
 def test_no_equality_comparison_on_secrets(path: str) -> None:
     """No ``==``/``!=`` whose operands name a secret (signatures, tokens, keys, digests)."""
-    tree = ast.parse((REPO / path).read_text())
+    tree = ast.parse((REPO / "execution_proof" / path).read_text())
     offenders = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq | ast.NotEq) for op in node.ops):
@@ -189,9 +189,9 @@ def test_no_equality_comparison_on_secrets(path: str) -> None:
 
 
 def test_webhook_uses_compare_digest_and_keys_are_looked_up_by_hash() -> None:
-    webhook = (REPO / "receipts/webhook_signature.py").read_text()
+    webhook = (REPO / "execution_proof/receipts/webhook_signature.py").read_text()
     assert "hmac.compare_digest(" in webhook
-    auth_source = (REPO / "web/auth.py").read_text()
+    auth_source = (REPO / "execution_proof/web/auth.py").read_text()
     # The raw key is hashed at once; the store is asked for the hash (a Redis key lookup),
     # so no secret-dependent byte comparison runs in the service.
     assert "store.find_api_key(hash_api_key(token))" in auth_source

@@ -16,7 +16,7 @@ from execution_proof.kv.store import Store
 from execution_proof.receipts.ids import new_project_id, new_receipt_id, receipt_slot_tag, slot_tag
 from tests.conftest import hash_of
 
-LUA = Path(__file__).resolve().parent.parent / "kv" / "lua"
+LUA = Path(__file__).resolve().parent.parent / "execution_proof" / "kv" / "lua"
 
 
 LOG = keys.LogIdentity("example.com/v1/log", "example.com/v1/log+00000000+AQ==")

@@ -1,4 +1,4 @@
-"""receipts/tlog.py and receipts/note.py: the Merkle tree, tiles, proofs and signed notes,
+"""transparency/tlog.py and transparency/note.py: the Merkle tree, tiles, proofs and signed notes,
 checked against a brute-force tree, the transparency-dev/merkle vectors and tlog-scales (an
 implementation nobody here wrote)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from execution_proof.receipts import note, tlog
+from execution_proof.transparency import note, tlog
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "merkle_vectors.json").read_text())
 

@@ -35,10 +35,11 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 from nacl.signing import SigningKey
 
-from execution_proof.receipts import note, policy, trust_root
-from execution_proof.receipts.cosignature import Cosigner
+from execution_proof.receipts import trust_root
 from execution_proof.receipts.encoding import b64url_decode, b64url_encode
 from execution_proof.receipts.trust_root import TrustRootError, build_trust_root, parse_trust_root
+from execution_proof.transparency import note, policy
+from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, RedisServer, free_port
 from tests.servers import ServicePool, run_cli, serving
 from tests.test_layers import SERVER_LIBRARIES, _loaded_modules
@@ -373,7 +374,7 @@ def test_the_module_imports_no_x509_library() -> None:
     )  # fmt: skip
     loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "execution_proof.receipts.trust_root" in loaded
-    assert not {"cryptography.x509", "asn1crypto", "execution_proof.receipts.timestamps"} & loaded
+    assert not {"cryptography.x509", "asn1crypto", "execution_proof.transparency.timestamps"} & loaded
 
 
 def test_the_verb_loads_no_server_library() -> None:

@@ -1,7 +1,7 @@
 """Time-stamps as real TSAs send them (docs/log.md, "Time evidence": we accept what OpenSSL accepts): the local
 OpenSSL TSA (tests/local_tsa.py) in every configuration a TSA may use, its tokens also
 re-encoded in BER and re-signed with faults (tests/tsa_tokens.py); for every token our
-verdict (receipts/timestamps.py) is OpenSSL's (``openssl ts -verify``), accepted or refused,
+verdict (transparency/timestamps.py) is OpenSSL's (``openssl ts -verify``), accepted or refused,
 but for the four differences docs/log.md names, each tested here."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from asn1crypto import tsp
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from execution_proof.receipts import timestamps
-from execution_proof.receipts.timestamps import _TimeStampResp
+from execution_proof.transparency import timestamps
+from execution_proof.transparency.timestamps import _TimeStampResp
 from tests import tsa_tokens
 from tests.local_tsa import LocalTsa
 

@@ -66,7 +66,7 @@ class _Tags(HTMLParser):
 
 def page_tags() -> list[tuple[str, dict[str, str | None]]]:
     parser = _Tags()
-    parser.feed((REPO / "static" / "verify.html").read_text())
+    parser.feed((REPO / "execution_proof" / "static" / "verify.html").read_text())
     return parser.tags
 
 

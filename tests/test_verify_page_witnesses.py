@@ -1,7 +1,7 @@
 """The verification page's witness checks, in a real Chromium.
 
 First, the page's own module (static/verify-log.js) against the Python it mirrors: cosignatures
-made by receipts/cosignature.py (valid, forged, future-dated, by unknown keys, repeated,
+made by transparency/cosignature.py (valid, forged, future-dated, by unknown keys, repeated,
 beyond 2^63 - 1), checkpoints with a good, forged or missing log signature, and policies with
 k-of-n and nested groups, each pair run through ``policy.check_quorum`` and the page's
 ``checkQuorum``; malformed policies must fail with the same message in both.
@@ -27,8 +27,8 @@ import httpx
 import orjson
 import pytest
 
-from execution_proof.receipts import cosignature, note, policy
-from execution_proof.receipts.cosignature import Cosigner
+from execution_proof.transparency import cosignature, note, policy
+from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, hash_of
 from tests.servers import ServicePool, serving
 from tests.test_verify_page import Page, browser  # noqa: F401  (the module fixture)
@@ -94,7 +94,9 @@ class _Quiet(SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def static_site() -> Iterator[str]:
     """static/ over http://127.0.0.1 (a secure context, so WebCrypto has Ed25519)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(REPO / "static")))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(REPO / "execution_proof" / "static"))
+    )
     with serving(server) as url:
         yield url
 

@@ -260,7 +260,7 @@ def test_server_extra_serves_the_verify_page_from_the_wheel(
     for name in ("verify.js", "verify.css", "verify-core.js"):
         static = httpx.get(f"{base}/static/{name}", timeout=10)
         assert static.status_code == 200, name
-        assert static.content == (REPO / "static" / name).read_bytes(), name
+        assert static.content == (REPO / "execution_proof" / "static" / name).read_bytes(), name
 
 
 def wait_listening(out: Path, process: subprocess.Popen[bytes], timeout: float = 60.0) -> str:

@@ -24,7 +24,7 @@ import httpx
 import orjson
 import pytest
 
-from execution_proof.receipts import cosignature, note, tlog
+from execution_proof.transparency import cosignature, note, tlog
 from execution_proof.web.witness import StateError, WitnessState, witness_app
 from tests.conftest import REPO, free_port
 from tests.test_tlog import TileStore, leaves

@@ -2,7 +2,7 @@
 a BER re-encoding (``to_ber``), a token re-signed under another certificate with a proper
 ESS signingCertificateV2 (``resign``: what ``openssl ts -reply`` refuses to sign with), a
 flipped signature bit (``tampered``); and OpenSSL's verdict on any of them (``openssl_ok``),
-the reference every verdict of receipts/timestamps.py is compared with."""
+the reference every verdict of transparency/timestamps.py is compared with."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from execution_proof.receipts import ber
-from execution_proof.receipts.timestamps import _TimeStampResp
+from execution_proof.transparency import ber
+from execution_proof.transparency.timestamps import _TimeStampResp
 from tests.local_tsa import openssl_binary
 
 # -- BER, by hand: only DER lengths are read, indefinite ones written
@@ -109,7 +109,7 @@ def _signer_info_ber(signer_info: bytes, reverse: bool) -> bytes:
 def token_of(response: bytes) -> bytes:
     """The TimeStampToken (CMS ContentInfo) of a response, as encoded there (BER kept:
     asn1crypto's ``dump`` would re-encode an indefinite length, and its parser stops at ten
-    nested ones; receipts/ber.py measures each element)."""
+    nested ones; transparency/ber.py measures each element)."""
     first = response[1]
     body = response[2 + (first & 0x7F if first > 0x80 else 0) :]
     status_length = ber.definite(body)[1]

@@ -1,0 +1,574 @@
+"""Client verbs a user runs on a laptop or in CI: ``hash``, ``submit``, ``bundle`` and
+``verify``, each a thin shell over the library (``execution_proof.client``, docs/python-api.md):
+arguments in, the library's typed results rendered out, as text or ``--json``.
+
+They need no server code (the layer contract in pyproject.toml checks it). The work is
+imported by the run function of the verb asked for, so ``hash`` loads neither HTTP nor the
+verifier, and an offline ``verify`` no HTTP code.
+
+Exit status, everywhere: 0 ok or valid; 1 invalid, not verified, refused by the service, or
+no such receipt; 2 could not check (a file, an option, the service unreachable); 130 on
+Ctrl-C (cli/main.py). Several items: the worst of their codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from execution_proof.client.models import Bundle, Receipt
+    from execution_proof.errors import Error
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+EXIT_CODES = "exit status: 0 {ok}; 1 {one}; 2 {two}; 130 interrupted (Ctrl-C). No traceback in any of them."
+SERVICE_ENV = (
+    "environment: SERVICE_BASE_URL (the service, when --base-url is not given; default " + DEFAULT_BASE_URL + ")"
+)
+HASH_EPILOG = "environment: none (it works offline). " + EXIT_CODES.format(
+    ok="hashed", one="(not used)", two="a file cannot be read, or bad usage"
+)
+SUBMIT_EPILOG = (
+    "environment: SERVICE_API_KEY (your API key: required, never accepted on the command line), "
+    "SERVICE_BASE_URL (the service, when --base-url is not given; default "
+    + DEFAULT_BASE_URL
+    + "). "
+    + EXIT_CODES.format(
+        ok="issued (201) or the earlier receipt of the same request (200)",
+        one="the service refused it (its error code and message are printed)",
+        two="bad usage, no SERVICE_API_KEY, a file that cannot be read, the service unreachable, or the receipt "
+        "could not be saved",
+    )
+)
+BUNDLE_EPILOG = (
+    SERVICE_ENV
+    + ". "
+    + EXIT_CODES.format(
+        ok="the bundle with its log proof (or from a service without a log, whose bundles carry none)",
+        one="still pending when --wait ends (nothing is saved), no such receipt, or refused by the service",
+        two="could not ask (the service unreachable, bad usage, the file cannot be written)",
+    )
+)
+VERIFY_EPILOG = (
+    SERVICE_ENV
+    + ". "
+    + EXIT_CODES.format(
+        ok="valid (every check asked for passed, against keys pinned with --keys or --trust-root, or fetched "
+        "from the service)",
+        one="invalid or not verified (a check failed, or a bundle's keys were not pinned), or no such receipt",
+        two="could not check (an unreadable or malformed file, trust root or key set, or the service "
+        "unreachable where it was needed)",
+    )
+)
+
+
+class _ReceiptKinds:
+    """The ``--kind`` choices, read from the receipt model only when ``--kind`` is given or
+    help is printed (``hash`` does not load the model)."""
+
+    def _kinds(self) -> tuple[str, ...]:
+        from execution_proof.receipts.model import RECEIPT_KINDS
+
+        return RECEIPT_KINDS
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._kinds()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kinds())
+
+
+def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    digest = verbs.add_parser(
+        "hash",
+        help="print sha256:<hex> of files (or - for standard input), computed locally",
+        description="Hash files locally. One file: the bare sha256:<hex>; several: sha256:<hex>  <path> per line "
+        "(sha256sum's layout).",
+        epilog=HASH_EPILOG,
+    )
+    digest.add_argument("files", nargs="+", metavar="FILE", help="a file, or - for standard input")
+    salt = digest.add_mutually_exclusive_group()
+    salt.add_argument("--salt", action="store_true", help="hash a fresh random salt + each file; prints the salt")
+    salt.add_argument("--salt-hex", help="reuse a kept salt (hex) to reproduce a salted hash")
+    digest.add_argument("--json", action="store_true", help="one JSON document (a list for several files)")
+    digest.set_defaults(run=_hash)
+
+    submit = verbs.add_parser(
+        "submit",
+        help="hash files locally and ask the service for a receipt",
+        description="Hash the files locally, send only their hashes, save the receipt.",
+        epilog=SUBMIT_EPILOG,
+    )
+    add_submit_arguments(submit)
+    submit.add_argument("--json", action="store_true", help="print one JSON document (the saved receipt and where)")
+    submit.set_defaults(run=_submit)
+
+    bundle = verbs.add_parser(
+        "bundle",
+        help="fetch a receipt's offline bundle, waiting for its log proof",
+        description="Fetch GET /v1/receipts/{id}/bundle: the receipt, its keys, its chain and, from a service with a "
+        "transparency log, the log proof, which comes once a published checkpoint covers the receipt (seconds). "
+        "With --wait it asks again every second until the proof comes; a bundle without its proof is never saved.",
+        epilog=BUNDLE_EPILOG,
+    )
+    bundle.add_argument(
+        "receipt",
+        metavar="RECEIPT_ID|FILE",
+        help="a receipt id, or a receipt file `submit` saved (its service is used)",
+    )
+    bundle.add_argument(
+        "--wait", type=_seconds, default=0.0, metavar="SECONDS", help="wait up to this long for the log proof"
+    )
+    bundle.add_argument("--out", metavar="FILE", help="write the bundle here (atomically); default: standard output")
+    bundle.add_argument("--base-url", metavar="URL", help="the service (default: the file's, else $SERVICE_BASE_URL)")
+    bundle.add_argument("--json", action="store_true", help="with --out: print a JSON summary of what was saved")
+    bundle.set_defaults(run=_bundle)
+
+    verify = verbs.add_parser(
+        "verify",
+        help="verify receipts or bundles without trusting the service",
+        description="Verify receipt or bundle files, receipt ids (fetched from the service) or - (standard input).",
+        epilog=VERIFY_EPILOG,
+    )
+    verify.add_argument(
+        "receipts",
+        nargs="+",
+        metavar="RECEIPT",
+        help="a file (a receipt, a create/read response body, the file submit saved, or an offline bundle), - for "
+        "standard input, or a receipt id (rcpt_..., or its receipt_hash) read from the service",
+    )
+    for name, field in (("input", "input_hash"), ("output", "output_hash"), ("params", "params_hash")):
+        verify.add_argument(
+            f"--{name}", metavar="FILE", help=f"local {name} file; its hash must equal {field} (one receipt only)"
+        )
+    verify.add_argument("--env", metavar="FILE", help="local environment file; its hash must equal env_hash")
+    verify.add_argument(
+        "--salt",
+        metavar="HEX",
+        help="the salt of a blinded input hash: input_hash = sha256(salt || input file); overrides the "
+        "input's salt that `submit --salt` saved in the file (the saved salts are used automatically)",
+    )
+    verify.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the service to fetch public keys (unless pinned), the chain, the log proof and receipt ids from; "
+        "without it, the service_url the file was saved with, else the default $SERVICE_BASE_URL, else "
+        f"{DEFAULT_BASE_URL}. A bundle is checked offline against keys pinned with --keys or --trust-root, "
+        "else against the keys of --base-url or SERVICE_BASE_URL (the only request made); a bundle with none "
+        "of them is NOT VERIFIED (exit 1)",
+    )
+    pin = verify.add_mutually_exclusive_group()
+    pin.add_argument(
+        "--keys",
+        metavar="KEYS.json",
+        help="saved key set (GET /v1/public-key body) to pin; with --base-url the service is still used "
+        "for the chain and the log proof",
+    )
+    pin.add_argument(
+        "--trust-root",
+        metavar="FILE",
+        help="a trust root (`trust-root` writes it): verify against it alone, offline: the signature with its "
+        "receipt keys and, for a bundle, the log inclusion, witness quorum and time-stamps",
+    )
+    verify.add_argument(
+        "--online",
+        action="store_true",
+        help="with --trust-root: also ask the service (its service_url, or --base-url) that the receipt still "
+        "exists, walk --chain and check a plain receipt's log proof; the pinned keys stay",
+    )
+    verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
+    verify.add_argument(
+        "--max-links", type=_count, default=1000, help="stop the chain walk after this many links (default 1000)"
+    )
+    verify.add_argument("--json", action="store_true", help="one JSON document (a list for several receipts)")
+    verify.add_argument(
+        "--log-key", help="the transparency log's verifier key (GET /v1/log's log_vkey) to pin: check inclusion"
+    )
+    verify.add_argument(
+        "--since-checkpoint", metavar="FILE", help="an older checkpoint you kept: check the log still extends it"
+    )
+    verify.add_argument(
+        "--log-policy", metavar="FILE", help="a C2SP tlog-policy: its log key, and the witness quorum to meet"
+    )
+    verify.add_argument(
+        "--tsa-roots",
+        metavar="PEM",
+        help="root certificates of the time-stamp authorities you trust: check the RFC 3161 time-stamps of the "
+        "proof's checkpoint and report the latest time the receipt provably existed (needs --log-key or --log-policy)",
+    )
+    verify.set_defaults(run=_verify)
+
+
+def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input", metavar="FILE", required=True, help="input file (hashed locally; its bytes are never sent)"
+    )
+    parser.add_argument("--output", metavar="FILE", help="output file, hashed locally into output_hash")
+    parser.add_argument("--params", metavar="FILE", help="parameters file, hashed locally into params_hash")
+    parser.add_argument("--env", metavar="FILE", help="environment file, hashed locally into env_hash")
+    parser.add_argument(
+        "--salt",
+        action="store_true",
+        help="hash each file with a fresh random salt (sha256(salt || file)); the salts are saved in the "
+        "receipt file, never sent",
+    )
+    parser.add_argument(
+        "--kind",
+        choices=_ReceiptKinds(),
+        metavar="KIND",
+        help="receipt_kind, one of %(choices)s (a template label, docs/templates.md)",
+    )
+    parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag (repeatable)")
+    parser.add_argument("--code-ref", help="code_ref, e.g. a commit id")
+    parser.add_argument("--run-id", help="run_id of the job that produced the files")
+    parser.add_argument(
+        "--base-url", metavar="URL", help=f"the service; default $SERVICE_BASE_URL, else {DEFAULT_BASE_URL}"
+    )
+    parser.add_argument(
+        "--save",
+        metavar="FILE",
+        help="where to save the response with the service's URL and any salts (default: <input>.receipt.json; "
+        "if that holds another receipt, <input>.<receipt_id>.receipt.json)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 to 86400 seconds")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
+# -- output
+
+
+def _print_json(value: Any) -> None:
+    import orjson
+
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _fail(error: Error) -> int:
+    """Print an error the library raised; its exit code (1: the service refused, 2: could not)."""
+    print(f"error: {describe(error)}", file=sys.stderr)
+    return exit_code(error)
+
+
+def describe(error: BaseException) -> str:
+    """An error's one line: a refusal names the request, the status and the service's code."""
+    from execution_proof.receipts.errors import ServiceError
+
+    if isinstance(error, ServiceError) and error.code != "http_error":
+        return f"{error.request or 'the service'} answered {error.status} {error.code}: {error.message}"
+    return str(error)
+
+
+def exit_code(error: BaseException) -> int:
+    """1 for a refusal of the service (an error reply with its code), 2 for everything else
+    (no reply, a reply without an error body, bad input)."""
+    from execution_proof.receipts.errors import ServiceError
+
+    return 1 if isinstance(error, ServiceError) and error.code != "http_error" else 2
+
+
+# -- hash
+
+
+def _hash(args: argparse.Namespace) -> int:
+    from execution_proof.client.hashing import fresh_salt, hash_file, hash_stream
+
+    try:
+        given = bytes.fromhex(args.salt_hex) if args.salt_hex else None
+    except ValueError:
+        print("error: --salt-hex must be hexadecimal", file=sys.stderr)
+        return 2
+    results: list[dict[str, str]] = []
+    for path in args.files:
+        salt = fresh_salt() if args.salt else given
+        try:
+            digest = hash_stream(sys.stdin.buffer, salt=salt) if path == "-" else hash_file(path, salt=salt)
+        except OSError as exc:
+            print(f"error: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        results.append({"path": path, "hash": digest, **({"salt": salt.hex()} if salt else {})})
+    if args.json:
+        _print_json(results[0] if len(results) == 1 else results)
+    elif len(results) == 1:
+        print(results[0]["hash"])
+        if "salt" in results[0]:
+            salt_hex = results[0]["salt"]
+            print(f"salt: {salt_hex}  (keep it: the hash is SHA-256 of these salt bytes followed by the file)")
+    else:
+        for result in results:
+            print(f"{result['hash']}  {result['path']}" + (f"  salt:{result['salt']}" if "salt" in result else ""))
+    return 0
+
+
+# -- submit
+
+
+def parse_tags(items: list[str]) -> dict[str, str] | None:
+    """``KEY=VALUE`` items (split at the first ``=``); both parts non-empty, keys unique."""
+    from execution_proof.receipts.errors import InvalidInput
+
+    tags: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise InvalidInput(f"--tag must be KEY=VALUE with both parts non-empty (got {item!r})")
+        if key in tags:
+            raise InvalidInput(f"--tag {key} is given twice")
+        tags[key] = value
+    return tags or None
+
+
+def default_save_path(input_path: str, receipt_id: str) -> str:
+    """``<input>.receipt.json``; if that already holds another receipt, it is kept and this
+    one goes to ``<input>.<receipt_id>.receipt.json`` (a receipt file is never lost)."""
+    from execution_proof.client.models import Receipt
+    from execution_proof.errors import Error
+
+    path = input_path + ".receipt.json"
+    if os.path.exists(path):
+        try:
+            held: str | None = Receipt.load(path).receipt_id
+        except Error:
+            held = None
+        if held != receipt_id:
+            return f"{input_path}.{receipt_id}.receipt.json"
+    return path
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from execution_proof.client.service import Client
+    from execution_proof.errors import Error
+
+    if not os.environ.get("SERVICE_API_KEY", "").strip():
+        print("error: set SERVICE_API_KEY to your API key (it is never accepted on the command line)", file=sys.stderr)
+        return 2
+    if args.input == "-":
+        print("error: submit hashes files: save standard input to a file first", file=sys.stderr)
+        return 2
+    try:
+        tags = parse_tags(args.tag)
+        with Client(args.base_url) as client:
+            receipt = client.submit(
+                input=args.input,
+                output=args.output,
+                params=args.params,
+                env=args.env,
+                tags=tags,
+                code_ref=args.code_ref,
+                run_id=args.run_id,
+                receipt_kind=args.kind,
+                salt=args.salt,
+            )
+    except Error as exc:
+        return _fail(exc)
+    save = args.save or default_save_path(args.input, receipt.receipt_id)
+    try:
+        receipt.save(save)
+    except OSError as exc:
+        print(
+            f"error: receipt {receipt.receipt_id} was issued but cannot be saved to {save}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        sys.stdout.write(receipt.to_bytes().decode("utf-8", "replace"))
+        return 2
+    verify_url = f"{receipt.service_url}/verify?receipt_id={receipt.receipt_id}"
+    if args.json:
+        _print_json(
+            {
+                "receipt_id": receipt.receipt_id,
+                "replayed": receipt.replayed,
+                "saved": save,
+                "service_url": receipt.service_url,
+                "salted": sorted(receipt.salts),
+                "verify_url": verify_url,
+                "receipt": receipt.receipt,
+            }
+        )
+        return 0
+    replay = " (an earlier receipt for the same request)" if receipt.replayed else ""
+    print(f"receipt: {receipt.receipt_id}{replay}")
+    print(f"saved:   {save}")
+    if receipt.salts:
+        print(
+            f"salts:   kept in {save} for {', '.join(receipt.salts)} (never sent; `verify` uses them). "
+            "Keep that file: without a salt the receipt can no longer be tied to its file"
+        )
+    print(f"verify:  {verify_url}")
+    return 0
+
+
+# -- bundle
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from execution_proof.client.models import Bundle, Receipt, read_json
+    from execution_proof.client.service import Client
+    from execution_proof.errors import Error
+    from execution_proof.receipts.errors import LogPending
+
+    try:
+        receipt_id, service_url = args.receipt, None
+        if os.path.exists(args.receipt):
+            document = read_json(args.receipt)
+            held = Bundle.from_dict(document) if isinstance(document, dict) and "format" in document else None
+            if held is not None:
+                receipt_id = held.receipt_id
+            else:
+                saved = Receipt.from_dict(document, where=args.receipt)
+                receipt_id, service_url = saved.receipt_id, saved.service_url
+        with Client(args.base_url or service_url) as client:
+            bundle = client.bundle(receipt_id, wait=args.wait, on_wait=_progress() if sys.stderr.isatty() else None)
+    except LogPending as exc:
+        _end_progress()
+        print(f"error: {exc}; nothing saved", file=sys.stderr)
+        return 1
+    except Error as exc:
+        _end_progress()
+        return _fail(exc)
+    _end_progress()
+    if args.out is None:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(bundle.to_dict()).decode() + "\n")
+        return 0
+    try:
+        bundle.save(args.out)
+    except OSError as exc:
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    summary = {"receipt_id": bundle.receipt_id, "saved": args.out, "log": bundle.has_log, "proof": bundle.proof}
+    if args.json:
+        _print_json({**summary, "proof": bundle.proof is not None})
+    elif bundle.has_log:
+        print(f"saved {args.out}: receipt {bundle.receipt_id} with its log proof")
+    else:
+        print(f"saved {args.out}: receipt {bundle.receipt_id} (the service keeps no transparency log: no log proof)")
+    return 0
+
+
+_progress_shown = False
+
+
+def _progress() -> Callable[[float, float], None]:
+    def show(waited: float, wait: float) -> None:
+        global _progress_shown
+        _progress_shown = True
+        sys.stderr.write(f"\rwaiting for the log proof: {waited:.0f} s of {wait:.0f} s ")
+        sys.stderr.flush()
+
+    return show
+
+
+def _end_progress() -> None:
+    global _progress_shown
+    if _progress_shown:
+        sys.stderr.write("\n")
+        _progress_shown = False
+
+
+# -- verify
+
+
+def _verify(args: argparse.Namespace) -> int:
+    per_receipt = (args.input, args.output, args.params, args.env, args.salt)
+    if len(args.receipts) > 1 and any(option is not None for option in per_receipt):
+        print(
+            "error: --input, --output, --params, --env and --salt go with one receipt: verify it alone",
+            file=sys.stderr,
+        )
+        return 2
+    if args.receipts.count("-") > 1:
+        print("error: standard input (-) can be read once", file=sys.stderr)
+        return 2
+    codes, documents, texts = [], [], []
+    for item in args.receipts:
+        code, document, text = _verify_one(item, args)
+        codes.append(code)
+        documents.append(document)
+        texts.append(text)
+    if args.json:
+        _print_json(documents[0] if len(documents) == 1 else documents)
+    else:
+        print("\n\n".join(texts))
+    return 2 if 2 in codes else max(codes)
+
+
+def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+    """(exit code, the ``--json`` document, the text) of one receipt, bundle or id."""
+    from execution_proof.cli.verify import render_report
+    from execution_proof.client.reports import verdict_of
+    from execution_proof.client.verifying import VerifyOptions, run_verify
+
+    options = VerifyOptions(
+        input_path=args.input,
+        output_path=args.output,
+        params_path=args.params,
+        env_path=args.env,
+        base_url=args.base_url or None,
+        env_base_url=os.environ.get("SERVICE_BASE_URL") or None,
+        keys_path=args.keys,
+        trust_root_path=args.trust_root,
+        online=args.online,
+        chain=args.chain,
+        max_links=args.max_links,
+        salt_hex=args.salt,
+        log_key=args.log_key,
+        since_checkpoint=args.since_checkpoint,
+        log_policy=args.log_policy,
+        tsa_roots=args.tsa_roots,
+    )
+    found, failure = _document_of(item, args)
+    if failure is not None:
+        code = exit_code(failure)
+        text = describe(failure)
+        return code, {"item": item, "ok": False, "error": text, "verdict": "ERROR"}, f"error: {text}"
+    report = run_verify(dataclasses.replace(options, receipt_path=item, document=found))
+    report["item"] = item
+    if report.get("error"):
+        return 2, {**report, "verdict": "ERROR"}, render_report(report)
+    return (0 if report["ok"] else 1), {**report, "verdict": verdict_of(report)}, render_report(report)
+
+
+def _document_of(item: str, args: argparse.Namespace) -> tuple[Any, Error | None]:
+    """The document to verify for ``-`` (standard input) or a receipt id (read from the
+    service); None for a file (the verifier reads it)."""
+    from execution_proof.client.models import parse_json
+    from execution_proof.errors import Error
+    from execution_proof.receipts.errors import NotFound
+
+    if item == "-":
+        try:
+            return parse_json(sys.stdin.buffer.read(), "standard input"), None
+        except Error as exc:
+            return None, exc
+    if os.path.exists(item):
+        return None, None
+    from execution_proof.client.service import Client  # not a file: a receipt id (README "Command line")
+
+    try:
+        with Client(args.base_url) as client:
+            receipt: Receipt | Bundle = client.get(item)
+    except NotFound as exc:
+        missing = NotFound(f"{item} is no file here, and as a receipt id: {exc.message}")
+        missing.request = exc.request
+        return None, missing
+    except Error as exc:
+        return None, exc
+    return receipt.to_dict(), None

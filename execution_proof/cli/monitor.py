@@ -1,0 +1,600 @@
+"""``python service.py monitor``: follow a log and raise the alarm if its history forks, a tile
+or an old checkpoint is rewritten, or a project's main chain splits (docs/log.md, "Monitoring").
+
+    monitor [--base-url URL] [--tiles-url URL] (--log-key VKEY | --log-policy FILE) --state DIR
+            [--once] [--interval SECONDS]
+
+Each pass reads the checkpoint (``BASE/v1/log/checkpoint``, or ``TILES/checkpoint`` with
+``--tiles-url``), checks its signature (and the witness quorum with a policy), then reads
+every entry bundle past what it checked, with its level-0 tile and every tile above that the
+bundle completes, and recomputes the tree (transparency/monitor.py): a leaf, tile or root that
+does not match what it computed is a violation, as is a chain rule broken. Fetches run ahead
+(16 fetch threads, each with its own keep-alive connection: client/http.py, the standard
+library's http.client; retries with backoff and jitter, Retry-After honoured) while the
+bundles behind are hashed in order. Progress is saved as it goes
+(cli/monitor_state.py), so a killed monitor resumes where it stopped.
+
+The state follows one log, recorded when a checkpoint first verifies (transparency/monitor.py,
+"The log"): a key, URL or state of another log is exit 2, never a violation. Time:
+``REQUEST_TIMEOUT_S`` to connect and between two reads, ``REQUEST_DEADLINE_S`` for a request
+in all; a pass stops (the log cannot be read) once the log has not answered for ``SILENCE_S``
+(any reply is an answer, a ``Retry-After`` it asked for is not silence). A whole pass has no
+wall-clock limit: a large log takes as long as it takes to catch up, and what was checked is
+saved.
+
+Exit codes and environment: ``EPILOG`` (``monitor --help``). Without ``--once`` it follows: a
+pass every ``--interval`` seconds until a violation, another log, or Ctrl-C; a read error is
+reported and retried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import queue
+import random
+import ssl  # asyncio loads it anyway (unlike http_client, no start-up to save by deferring it)
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from execution_proof.cli.monitor_state import MonitorDb, Seen, StateError
+from execution_proof.client.http import Client, HttpError, Reply, Unreachable
+from execution_proof.client.log_checks import LogInputError, env_skew
+from execution_proof.transparency import note, tlog
+from execution_proof.transparency.monitor import (
+    Frontier,
+    Project,
+    Violation,
+    WrongLog,
+    check_chains,
+    check_followed,
+    completed_tiles,
+    open_followed,
+    split_bundle,
+    tile_name,
+)
+from execution_proof.transparency.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, check_quorum, parse_policy
+
+CONCURRENCY = 16  # requests in flight
+AHEAD = 64  # bundles fetched ahead of the one being hashed
+SAVE_EVERY = 16  # bundles between two saves of the progress (or SAVE_SECONDS, whichever first)
+SAVE_SECONDS = 1.0
+ATTEMPTS = 6  # tries of a request that fails without the server saying when to come back
+PATIENCE = 60  # 429s with Retry-After ridden out for one request before giving up
+BACKOFF_S = 0.25
+BACKOFF_CAP_S = 20.0
+REQUEST_TIMEOUT_S = 10.0  # connect, and between two reads of a reply
+REQUEST_DEADLINE_S = 20.0  # one request in all (a reply that trickles in)
+SILENCE_S = 30.0  # without an answer from the log, a pass stops: --once ends well within a minute
+MIN_INTERVAL_S = 1.0  # asking more often gains nothing: a pass reads all that is new
+MAX_INTERVAL_S = 86_400.0
+MAX_RESOURCE_BYTES = 16 << 20  # a tile is 8 KiB, a bundle 256 entries of about 250 bytes
+
+Get = Callable[[str], Awaitable[Reply]]
+Sleep = Callable[[float], Awaitable[None]]
+
+EPILOG = f"""\
+exit status:
+  0    the log holds together (--once)
+  1    a violation (a JSON report on stdout), found now or by an earlier run on this --state
+  2    bad usage or configuration (a key, URL or --state of another log), or the log could
+       not be read (a resource missing, no answer for {SILENCE_S:g} s)
+  130  interrupted (Ctrl-C); what was checked is saved
+environment:
+  LOG_COSIGNATURE_SKEW_S       how far ahead a cosignature's time may be (default 300)
+  SSL_CERT_FILE, SSL_CERT_DIR  the CA certificates of https (default: the system's)
+"""
+
+
+def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    monitor = verbs.add_parser(
+        "monitor",
+        help="follow a transparency log; exit 1 on a fork, rewrite or chain split",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    monitor.add_argument("--base-url", help="the service, e.g. https://example.com (optional with --tiles-url)")
+    monitor.add_argument(
+        "--tiles-url",
+        help="read the checkpoint and tiles from this static copy of the log (URL/checkpoint, URL/tile/...)",
+    )
+    keys = monitor.add_mutually_exclusive_group(required=True)
+    keys.add_argument("--log-key", help="the log's verifier key to pin")
+    keys.add_argument("--log-policy", metavar="FILE", help="a C2SP tlog-policy: the log key and the witness quorum")
+    monitor.add_argument(
+        "--state",
+        required=True,
+        metavar="DIR",
+        help="where the monitor keeps what it saw; it records the log it follows, one log per directory",
+    )
+    monitor.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+    monitor.add_argument(
+        "--interval",
+        type=interval_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help=f"seconds between passes when following (default 10, at least {MIN_INTERVAL_S:g})",
+    )
+    monitor.set_defaults(run=monitor_command)
+
+
+def interval_seconds(text: str) -> float:
+    """``--interval``: seconds, ``MIN_INTERVAL_S`` to ``MAX_INTERVAL_S``, else a usage error (exit 2);
+    0 is refused, not taken as "no pause": asking without pause loads the log, learning nothing."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g} seconds, not {text}")
+    return value
+
+
+def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
+    """Where the log's resources are: ``--tiles-url``, else the service's ``/v1/log/``."""
+    if tiles_url:
+        prefix, option = tiles_url.rstrip("/") + "/", "--tiles-url"
+    elif base_url:
+        prefix, option = base_url.rstrip("/") + "/v1/log/", "--base-url"
+    else:
+        raise LogInputError("give --base-url (the service) or --tiles-url (a static copy of the log)")
+    parts = urlsplit(prefix)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LogInputError(f"{option}: not an http(s) URL: {tiles_url or base_url!r}")
+    return prefix
+
+
+def monitor_command(args: argparse.Namespace) -> int:
+    db: MonitorDb | None = None
+    try:
+        try:
+            policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
+            skew_s = env_skew()
+            if args.log_key:
+                log_key = note.Verifier.parse(args.log_key)
+            else:
+                assert policy is not None  # one of the two is required
+                log_key = policy.log_key()
+            prefix = log_prefix(args.base_url, args.tiles_url)
+            state_dir = Path(args.state)
+            state_dir.mkdir(parents=True, exist_ok=True)
+            db = MonitorDb(state_dir / "monitor.sqlite3")
+        except (OSError, PolicyError, note.NoteError, LogInputError, StateError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        state = db
+        return follow(
+            lambda: asyncio.run(run_monitor(prefix, log_key, policy, state, skew_s)),
+            once=args.once,
+            interval=args.interval,
+        )
+    except KeyboardInterrupt:
+        print("monitor: interrupted (what was checked is saved)", file=sys.stderr)
+        return 130
+    finally:
+        if db is not None:
+            db.close()
+
+
+def follow(run: Callable[[], dict[str, Any]], *, once: bool, interval: float) -> int:
+    """Passes (``run``), one per ``interval`` (one with ``once``), each reported as a JSON line:
+    the exit code (a read error is retried when following; a violation or another log ends it)."""
+    while True:
+        try:
+            report = run()
+        except (WrongLog, StateError, LogInputError) as exc:
+            print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
+            if once or not isinstance(exc, LogInputError):
+                return 2
+        else:
+            print(orjson.dumps(report).decode(), flush=True)
+            if not report["ok"]:
+                return 1
+            if once:
+                return 0
+        time.sleep(interval)
+
+
+async def run_monitor(
+    prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
+) -> dict[str, Any]:
+    progress = Progress(sys.stderr.isatty())
+    with Workers(tls=prefix.startswith("https:")) as workers:
+        try:
+            return await Pass(Fetcher(workers.get, prefix), log_key, policy, db, progress, skew_s).run()
+        finally:
+            progress.close()
+
+
+class Workers:
+    """The fetch threads: ``size`` threads, each with its own ``Client`` (one keep-alive
+    connection to the log's host, redirects followed, TLS verified), so a blocking request
+    never waits on another's connection; ``get`` hands one request to them and awaits it.
+
+    Daemon threads: a request the pass stopped waiting for (its deadline passed) finishes in
+    its thread, and neither the next pass nor the process's exit waits for it. One TLS
+    context for them all (each ``Client`` would otherwise load the system's CA store for its
+    first https connection)."""
+
+    def __init__(self, size: int = CONCURRENCY, *, tls: bool = False) -> None:
+        self._jobs: queue.SimpleQueue[tuple[str, asyncio.Future[Reply]] | None] = queue.SimpleQueue()
+        self._tls = ssl.create_default_context() if tls else None
+        self._threads = [threading.Thread(target=self._work, name="monitor-fetch", daemon=True) for _ in range(size)]
+        for thread in self._threads:
+            thread.start()
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Each thread ends after the request it is in (bounded by ``REQUEST_TIMEOUT_S`` per
+        read), closing its connection; none is waited for."""
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    async def get(self, url: str) -> Reply:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._jobs.put((url, future))
+        return await future
+
+    def _work(self) -> None:
+        with Client(timeout=REQUEST_TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES, tls=self._tls) as client:
+            while (job := self._jobs.get()) is not None:
+                url, future = job
+                if future.cancelled():  # given up while it waited for a thread
+                    continue
+                try:
+                    outcome: Reply | Exception = client.get(url)
+                except Exception as exc:  # noqa: BLE001 - raised again by the coroutine that awaits it
+                    outcome = exc
+                _settle(future, outcome)
+
+
+def _settle(future: asyncio.Future[Reply], outcome: Reply | Exception) -> None:
+    """Hand a request's outcome to the coroutine awaiting ``future``, in its loop; nothing
+    when that coroutine gave up on it or its loop has ended."""
+
+    def resolve() -> None:
+        if future.done():
+            return
+        if isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the pass ended without this reply
+        future.get_loop().call_soon_threadsafe(resolve)
+
+
+@dataclass
+class Fetcher:
+    """GETs under the log's prefix: 200 is the body, 404 None; connection errors (refused,
+    reset, timed out, TLS), a request past ``REQUEST_DEADLINE_S``, 429 and 5xx are retried
+    with exponential backoff and full jitter (a 429's or 503's ``Retry-After`` is waited out
+    as given); anything else (another status, too many redirects, a reply over the size
+    ceiling, a certificate that does not verify), retries exhausted, or no answer from the
+    log for ``silence_s`` (across every request of the pass), is ``LogInputError``."""
+
+    get: Get
+    prefix: str
+    sleep: Sleep = asyncio.sleep
+    concurrency: int = CONCURRENCY
+    silence_s: float = SILENCE_S
+    clock: Callable[[], float] = time.monotonic
+    requests: int = 0
+    retries: int = 0
+    waits: list[float] = field(default_factory=list)
+    heard: float = field(init=False)
+    """When the log last answered (or the pass began, or a wait it asked for ended)."""
+
+    def __post_init__(self) -> None:
+        self._gate = asyncio.Semaphore(self.concurrency)
+        self.heard = self.clock()
+
+    def _time_left(self) -> float:
+        """Seconds left before the log's silence ends the pass."""
+        return self.heard + self.silence_s - self.clock()
+
+    async def fetch(self, path: str) -> bytes | None:
+        url = self.prefix + path
+        failures = limited = 0
+        problem = f"{url}: no reply"
+        while True:
+            wait: float | None
+            async with self._gate:
+                left = self._time_left()
+                if left <= 0:
+                    raise LogInputError(f"the log has not answered for {self.silence_s:g} s ({problem})")
+                self.requests += 1
+                bound = min(REQUEST_DEADLINE_S, left)
+                timer = asyncio.timeout(bound)
+                try:
+                    async with timer:
+                        reply: Reply | None = await self.get(url)
+                except TimeoutError:
+                    if not timer.expired():
+                        raise
+                    reply, problem = None, f"{url}: no reply within {bound:.3g} s"
+                except HttpError as exc:
+                    if not transient(exc):
+                        raise LogInputError(str(exc)) from exc
+                    reply, problem = None, str(exc)
+            if reply is None:
+                wait = None
+            else:
+                self.heard = self.clock()
+                status = reply.status
+                if status == 200:
+                    return reply.body
+                if status == 404:
+                    return None
+                if status != 429 and status < 500:
+                    raise LogInputError(f"{url} answered HTTP {status}")
+                problem = f"{url} answered HTTP {status}"
+                wait = retry_after(reply) if status in (429, 503) else None
+            if wait is not None and limited < PATIENCE:
+                limited += 1
+                asked = True
+            else:
+                failures += 1
+                if failures >= ATTEMPTS:
+                    raise LogInputError(f"{problem} ({failures} attempts)")
+                wait = min(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * 2**failures)), max(self._time_left(), 0))
+                asked = False
+            self.retries += 1
+            self.waits.append(wait)
+            await self.sleep(wait)
+            if asked:  # the log asked for this pause: it is not silence
+                self.heard = max(self.heard, self.clock())
+
+
+def transient(exc: HttpError) -> bool:
+    """Whether a failed request may succeed if tried again: the connection failed (refused,
+    reset, timed out, a TLS error), not the reply (too many redirects, too large), the URL or
+    the server's certificate (not trusted, or not for this host: no retry mends that)."""
+    return isinstance(exc, Unreachable)
+
+
+def retry_after(reply: Reply) -> float | None:
+    """Seconds from a ``Retry-After`` header in seconds (None when absent or a date)."""
+    value = reply.headers.get("retry-after", "")
+    return float(value) if value.strip().isdigit() else None
+
+
+class Progress:
+    """``monitor: 120,000/1,000,000 entries, 25,000/s`` on stderr while catching up, when it
+    is a terminal."""
+
+    def __init__(self, shown: bool) -> None:
+        self.shown = shown
+        self.started = self.last = time.monotonic()
+        self.first: int | None = None
+        self.open = False  # a line shown and not ended yet
+
+    def update(self, done: int, total: int, *, final: bool = False) -> None:
+        if not self.shown:
+            return
+        if self.first is None:
+            self.first = done
+        now = time.monotonic()
+        if not final and now - self.last < 0.5:
+            return
+        self.last = now
+        rate = (done - self.first) / max(now - self.started, 1e-6)
+        print(f"\r monitor: {done:,}/{total:,} entries, {rate:,.0f}/s", end="\n" if final else "", file=sys.stderr)
+        self.open = not final
+
+    def close(self) -> None:
+        """End the line a pass that stopped early left open (what follows starts a line)."""
+        if self.open:
+            print(file=sys.stderr)
+            self.open = False
+
+
+@dataclass
+class Unit:
+    """What one bundle's check needs: its level-0 tile, its entries and the tiles it completes."""
+
+    index: int
+    width: int
+    tile0: bytes
+    entries: list[bytes] | Violation
+    upper: dict[tuple[int, int], bytes]
+
+
+class Pass:
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        log_key: note.Verifier,
+        policy: Policy | None,
+        db: MonitorDb,
+        progress: Progress,
+        skew_s: int = COSIGNATURE_SKEW_S,
+    ) -> None:
+        self.skew_s = skew_s
+        self.fetcher = fetcher
+        self.log_key = log_key
+        self.policy = policy
+        self.db = db
+        self.progress = progress
+
+    async def run(self) -> dict[str, Any]:
+        db = self.db
+        check_followed(db.log, db.origin, self.log_key, f"the state in {db.path.parent}")
+        start = db.frontier.size
+        raw = await self.fetcher.fetch("checkpoint")
+        if raw is None:
+            raise LogInputError(f"{self.fetcher.prefix}checkpoint answered HTTP 404")
+        opened = self._open(raw)
+        if isinstance(opened, Violation):
+            return self._stop(None, opened)
+        checkpoint, text = opened
+        if self.policy is not None:
+            quorum = check_quorum(text, self.policy, int(time.time()), self.skew_s)
+            if not quorum.ok:
+                return self._stop(checkpoint, Violation("quorum", quorum.reason))
+        db.frontier.verified = db.seen.size if db.seen else 0
+        problem = self._compare(checkpoint)
+        if problem is not None:
+            return self._stop(checkpoint, problem)
+        violation = await self._catch_up(checkpoint, text)
+        if violation is None:
+            violation = await self._check_edge(checkpoint, text)
+        if violation is not None:
+            return self._stop(checkpoint, violation)
+        return {**self._report(checkpoint), "new_entries": checkpoint.size - start}
+
+    def _open(self, raw: bytes) -> tuple[note.Checkpoint, str] | Violation:
+        """``open_followed``; the first checkpoint that verifies records the log in the state
+        (and clears what an older monitor recorded against a wrong key). Not a signed
+        checkpoint: ``LogInputError``."""
+        url, followed = self.fetcher.prefix + "checkpoint", self.db.log
+        try:
+            text = raw.decode()
+            opened = open_followed(text, self.log_key, followed=followed is not None, url=url)
+        except (UnicodeDecodeError, note.NoteError) as exc:
+            raise LogInputError(f"{url} is not a signed checkpoint: {exc}") from exc
+        if isinstance(opened, Violation):
+            return opened
+        if followed is None:
+            cleared = self.db.record_log(self.log_key)
+            if cleared:
+                print(
+                    f"monitor: the state now follows {self.log_key.name!r}; cleared {len(cleared)} signature "
+                    "violation(s) an older monitor recorded before it knew its log (a wrong key)",
+                    file=sys.stderr,
+                )
+        return opened, text
+
+    def _compare(self, checkpoint: note.Checkpoint) -> Violation | None:
+        """A checkpoint smaller than what was seen or read, or a second root for a size."""
+        seen, size = self.db.seen, self.db.frontier.size
+        if seen is not None and checkpoint.size < seen.size:
+            return Violation(
+                "inconsistent",
+                f"the checkpoint has {checkpoint.size} entries; a checkpoint of {seen.size} was seen before",
+            )
+        if checkpoint.size < size:
+            return Violation(
+                "inconsistent",
+                f"the checkpoint has {checkpoint.size} entries; the log served {size} of a larger checkpoint before",
+            )
+        if seen is not None and checkpoint.size == seen.size and checkpoint.root != seen.root:
+            return Violation("inconsistent", f"a second root for size {seen.size}: history was rewritten")
+        return None
+
+    async def _catch_up(self, checkpoint: note.Checkpoint, text: str) -> Violation | None:
+        """Check every bundle from the frontier to the checkpoint's size, fetching ahead."""
+        db, frontier = self.db, self.db.frontier
+        size = checkpoint.size
+        first, end = frontier.size // tlog.TILE_WIDTH, -(-size // tlog.TILE_WIDTH)
+        if frontier.size == size:
+            return None
+        ahead: deque[asyncio.Task[Unit]] = deque()
+        pending: dict[str, Project] = {}
+        found: list[Violation] = []
+        since, saved_at = 0, time.monotonic()
+        following = first
+        try:
+            while ahead or following < end:
+                while following < end and len(ahead) < AHEAD:
+                    ahead.append(asyncio.create_task(self._fetch_unit(following, tlog.tile_width(size, 0, following))))
+                    following += 1
+                unit = await ahead.popleft()
+                have = frontier.size - unit.index * tlog.TILE_WIDTH
+                violation = (
+                    unit.entries
+                    if isinstance(unit.entries, Violation)
+                    else frontier.check_bundle(unit.index, unit.width, unit.tile0, unit.entries, unit.upper)
+                )
+                if violation is not None:
+                    self._save(text, pending, [*found, violation])
+                    return violation
+                assert not isinstance(unit.entries, Violation)
+                chains = check_chains(frontier.size - unit.width + have, unit.entries[have:], db.projects, db.prevs)
+                db.projects.update(chains.changed)
+                pending.update(chains.changed)
+                found += chains.violations
+                since += 1
+                if since >= SAVE_EVERY or time.monotonic() - saved_at > SAVE_SECONDS:
+                    self._save(text, pending, found)
+                    pending, found, since, saved_at = {}, [], 0, time.monotonic()
+                self.progress.update(frontier.size, size)
+        except (LogInputError, asyncio.CancelledError):  # the log stopped answering, or Ctrl-C
+            self._save(text, pending, found)  # what was checked stays checked
+            raise
+        finally:
+            for task in ahead:
+                task.cancel()
+        self._save(text, pending, found)
+        self.progress.update(frontier.size, size, final=True)
+        return None
+
+    def _save(self, text: str, projects: dict[str, Project], found: list[Violation]) -> None:
+        self.db.save(target=text, projects=projects, violations=found)
+
+    async def _fetch_unit(self, index: int, width: int) -> Unit:
+        upper_wanted = completed_tiles(index) if width == tlog.TILE_WIDTH else []
+        tile0, bundle, *uppers = await asyncio.gather(
+            self._resource(0, index, width),
+            self._resource("entries", index, width),
+            *(self._resource(level, i, tlog.TILE_WIDTH) for level, i in upper_wanted),
+        )
+        entries: list[bytes] | Violation
+        try:
+            entries = split_bundle(bundle)
+        except tlog.ProofError as exc:
+            entries = Violation("tile", f"{tile_name('entries', index, width)}: {exc}", index * tlog.TILE_WIDTH)
+        else:
+            if len(entries) == tlog.TILE_WIDTH and width < tlog.TILE_WIDTH:
+                entries = entries[:width]  # the full bundle stood in for a partial one
+        return Unit(index, width, tile0, entries, dict(zip(upper_wanted, uppers, strict=True)))
+
+    async def _resource(self, level: int | str, index: int, width: int) -> bytes:
+        """A tile or bundle the checkpoint needs; a partial one that is gone is read from the
+        full one (tlog-tiles lets a log delete partial tiles once full). Missing:
+        ``LogInputError`` (the log cannot be read)."""
+        data = await self.fetcher.fetch(tile_name(level, index, width))
+        if data is None and width < tlog.TILE_WIDTH:
+            data = await self.fetcher.fetch(tile_name(level, index))
+            if data is not None and level != "entries" and len(data) == tlog.TILE_WIDTH * tlog.HASH_SIZE:
+                data = data[: width * tlog.HASH_SIZE]
+        if data is None:
+            raise LogInputError(f"{self.fetcher.prefix}{tile_name(level, index, width)} is missing")
+        return data
+
+    async def _check_edge(self, checkpoint: note.Checkpoint, text: str) -> Violation | None:
+        frontier: Frontier = self.db.frontier
+        wanted = frontier.edge()
+        datas = await asyncio.gather(*(self._resource(level, index, width) for level, index, width in wanted))
+        violation = frontier.check_edge(dict(zip(wanted, datas, strict=True)), checkpoint.root)
+        if violation is None:
+            self.db.save(target=text, seen=Seen(checkpoint.size, checkpoint.root, text))
+        return violation
+
+    def _stop(self, checkpoint: note.Checkpoint | None, violation: Violation) -> dict[str, Any]:
+        """Record ``violation`` (kept, and reported on every later run) and report."""
+        self.db.save(violations=[violation])
+        return self._report(checkpoint)
+
+    def _report(self, checkpoint: note.Checkpoint | None) -> dict[str, Any]:
+        violations = self.db.violations()
+        report: dict[str, Any] = {"ok": not violations, "violations": [v.json() for v in violations]}
+        if checkpoint is not None:
+            report["checkpoint"] = {"origin": checkpoint.origin, "size": checkpoint.size}
+        return report

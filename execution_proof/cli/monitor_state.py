@@ -1,0 +1,241 @@
+"""What ``monitor`` keeps between runs: DIR/monitor.sqlite3 (stdlib sqlite3, WAL).
+
+- ``meta``: the log the state follows (``log_origin``, ``log_vkey``: recorded by the first
+  checkpoint whose signature verified, never changed after), the size checked so far and the
+  frontier of the tree of that size (the hashes the monitor computed,
+  receipts.monitor.Frontier), the last checkpoint whose root the frontier matched (its text,
+  size and root), and the checkpoint being caught up to.
+- ``projects``: per project, the main chain's tip and the previous hash of its last main
+  entry. Memory grows with the number of projects, never with the entries.
+- ``violations``: every violation found, each once; reported on every later run.
+- DIR/prevs.bin (``PrevFile``): every (project, previous hash) a main entry used, 16 bytes
+  each, appended as the monitor goes and read only when an entry does not follow its
+  project's tip (to tell a fork from a split): disk grows 16 bytes per main entry, memory
+  does not. Its committed length is in ``meta``, written after the file is fsynced: a longer
+  file (a run killed between the two) is cut back to it on start.
+
+Progress (frontier, size, the projects that moved, violations) is written in one
+transaction, so a monitor killed at any point (kill -9) finds on its next run a state in
+which everything up to ``size`` was checked, and nothing past it was counted. WAL with
+``synchronous=NORMAL``: a commit survives the process being killed; after a power loss the
+last commits may be lost, and the monitor re-reads those entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from execution_proof.errors import Error
+from execution_proof.transparency import note
+from execution_proof.transparency.monitor import Frontier, Project, Violation
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS projects (
+    project_id TEXT PRIMARY KEY, tip TEXT NOT NULL, last_prev TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS violations (
+    id INTEGER PRIMARY KEY, record BLOB NOT NULL UNIQUE
+);
+"""
+
+
+class StateError(Error):
+    """The state directory holds something this monitor cannot use (the verb exits 2)."""
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The last checkpoint whose root the monitor's own hashes matched."""
+
+    size: int
+    root: bytes
+    text: str
+
+
+class PrevFile:
+    """``receipts.monitor.UsedPrevs`` on disk: the first 16 bytes of SHA-256(project id, a
+    newline, the previous hash) per use (collisions: about 2^-64 for a million uses)."""
+
+    KEY = 16
+
+    def __init__(self, path: Path, length: int) -> None:
+        self.path = path
+        try:
+            self._file = open(path, "a+b")  # noqa: SIM115 - held open for the monitor's life
+            held = self._file.seek(0, os.SEEK_END)
+            if held < length:
+                raise StateError(f"{path} holds {held} bytes; the state says {length} were written")
+            self._file.truncate(length)
+        except OSError as exc:
+            raise StateError(f"cannot use {path}: {exc}") from exc
+        self.length = length
+        self._pending = bytearray()
+
+    @classmethod
+    def key(cls, project_id: str, prev: str) -> bytes:
+        return hashlib.sha256(f"{project_id}\n{prev}".encode()).digest()[: cls.KEY]
+
+    def add(self, project_id: str, prev: str) -> None:
+        self._pending += self.key(project_id, prev)
+
+    def seen(self, project_id: str, prev: str) -> bool:
+        key = self.key(project_id, prev)
+        if _aligned(self._pending, key):
+            return True
+        if not self.length:
+            return False
+        with mmap.mmap(self._file.fileno(), self.length, access=mmap.ACCESS_READ) as held:
+            return _aligned(held, key)
+
+    def flush(self) -> int:
+        """Append what was added, fsync: the length to commit."""
+        if self._pending:
+            self._file.seek(0, os.SEEK_END)
+            self._file.write(self._pending)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self.length += len(self._pending)
+            self._pending.clear()
+        return self.length
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _aligned(data: bytes | bytearray | mmap.mmap, key: bytes) -> bool:
+    at = data.find(key)
+    while at != -1:
+        if at % PrevFile.KEY == 0:
+            return True
+        at = data.find(key, at + 1)
+    return False
+
+
+class MonitorDb:
+    def __init__(self, path: Path) -> None:
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+            self.projects: dict[str, Project] = {
+                project_id: Project(tip, last_prev)
+                for project_id, tip, last_prev in self._db.execute("SELECT project_id, tip, last_prev FROM projects")
+            }
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot use the state in {path}: {exc}") from exc
+        self.path = path
+        self.log = _followed_log(path, meta)
+        """The log this state follows (its key's name is the log's origin); None until a
+        checkpoint's signature has verified."""
+        self.origin: str | None = self.log.name if self.log else (meta.get("origin", b"").decode() or None)
+        """The log's origin: the recorded log's, else the one an older monitor saved progress for
+        (it recorded the origin only, on every save; an empty one when it had verified nothing)."""
+        try:
+            self.frontier = Frontier.decode(int(meta.get("size", b"0")), meta.get("frontier", b""))
+        except ValueError as exc:
+            raise StateError(f"{path}: {exc}") from exc
+        self.seen = (
+            Seen(int(meta["seen_size"]), bytes(meta["seen_root"]), meta["seen_text"].decode())
+            if "seen_size" in meta
+            else None
+        )
+        self.target: str | None = meta["target"].decode() if "target" in meta else None
+        self.prevs = PrevFile(path.with_name("prevs.bin"), int(meta.get("prevs_length", b"0")))
+
+    def close(self) -> None:
+        self.prevs.close()
+        self._db.close()
+
+    def violations(self) -> list[Violation]:
+        rows = self._db.execute("SELECT record FROM violations ORDER BY id").fetchall()
+        return [Violation(**orjson.loads(record)) for (record,) in rows]
+
+    def record_log(self, log_key: note.Verifier) -> list[Violation]:
+        """Record ``log_key`` as the log this state follows (its name is the origin), once a
+        checkpoint has verified against it; the ``signature`` violations an older monitor
+        recorded before any log was (with a wrong key: nothing was deployed that tells them
+        from a log's bad signature) are removed in the same transaction, and returned.
+        ``StateError`` when the state cannot be written."""
+        assert self.log is None, "a state's log is recorded once"
+        rows = self._db.execute("SELECT id, record FROM violations ORDER BY id").fetchall()
+        cleared = [(id_, v) for id_, record in rows if (v := Violation(**orjson.loads(record))).kind == "signature"]
+        meta = {"log_origin": log_key.name.encode(), "log_vkey": log_key.encode().encode()}
+        self._write(
+            ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items()),
+            ("DELETE FROM meta WHERE key = ?", [("origin",)]),  # an older monitor's; log_origin now
+            ("DELETE FROM violations WHERE id = ?", [(id_,) for id_, _ in cleared]),
+        )
+        self.log, self.origin = log_key, log_key.name
+        return [v for _, v in cleared]
+
+    def save(
+        self,
+        *,
+        target: str | None = None,
+        projects: Mapping[str, Project] | None = None,
+        violations: Iterable[Violation] = (),
+        seen: Seen | None = None,
+    ) -> None:
+        """One transaction: the frontier and size as they are now, the projects that moved,
+        new violations, and (``seen``) a checkpoint the frontier now matches. ``StateError``
+        (nothing written) when the state cannot be written: a full disk, a read-only
+        directory."""
+        meta: dict[str, bytes] = {
+            "size": str(self.frontier.size).encode(),
+            "frontier": self.frontier.encode(),
+            "prevs_length": str(self.prevs.flush()).encode(),
+        }
+        if target is not None:
+            meta["target"] = target.encode()
+        if seen is not None:
+            meta.update(seen_size=str(seen.size).encode(), seen_root=seen.root, seen_text=seen.text.encode())
+        records = [(orjson.dumps(v.json()),) for v in violations]
+        rows = [(project_id, p.tip, p.last_prev) for project_id, p in (projects or {}).items()]
+        self._write(
+            ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items()),
+            ("INSERT OR REPLACE INTO projects(project_id, tip, last_prev) VALUES (?, ?, ?)", rows),
+            ("INSERT OR IGNORE INTO violations(record) VALUES (?)", records),
+        )
+        if seen is not None:
+            self.seen = seen
+        if target is not None:
+            self.target = target
+
+    def _write(self, *steps: tuple[str, Iterable[Sequence[object]]]) -> None:
+        """Each statement over its rows, in one transaction (all or nothing, even when
+        interrupted); ``StateError`` when the state cannot be written."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement, rows in steps:
+                    db.executemany(statement, rows)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StateError(f"cannot write the state in {self.path}: {exc}") from exc
+
+
+def _followed_log(path: Path, meta: Mapping[str, bytes]) -> note.Verifier | None:
+    if "log_vkey" not in meta:
+        return None
+    try:
+        log_key = note.Verifier.parse(bytes(meta["log_vkey"]).decode())
+    except (note.NoteError, UnicodeDecodeError) as exc:
+        raise StateError(f"{path}: the log key the state records is unreadable: {exc}") from exc
+    if log_key.name.encode() != meta.get("log_origin"):
+        raise StateError(f"{path}: the log origin the state records is not its key's name")
+    return log_key

@@ -1,0 +1,97 @@
+"""``trust-root``: write the file a verifier pins (docs/trust-root.md) and print its fingerprints.
+
+It asks the service for its receipt keys (``GET /v1/public-key``: every key, active and
+retired) and its log (``GET /v1/log``: origin, verifier key, witness policy; a service without
+a log answers 404 or 503 ``log_unavailable`` and the file says ``"log": null``), adds the TSA
+roots of ``--tsa-roots``, checks the whole by reading it back (receipts/trust_root.py), writes
+it atomically (a temporary file in the same folder, then a rename; mode 0644; an existing file
+is replaced, with a note) and prints one fingerprint a line, ``<label>  sha256:<hex>``, to
+compare with the operator's over another channel.
+
+A client verb: no server library (the base install has none). Exit 0 written, 2 not written
+(usage, the service unreachable or its answers malformed, a PEM file unreadable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from execution_proof.errors import Error
+from execution_proof.receipts.trust_root import fingerprints
+
+
+class CouldNotWrite(Error):
+    """The trust root cannot be made; the message says why (exit 2)."""
+
+
+def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = verbs.add_parser(
+        "trust-root",
+        help="write the service's keys, log key, witness policy and TSA roots to one file to pin; print fingerprints",
+        description="Fetch GET /v1/public-key and GET /v1/log, write them (with --tsa-roots) to --out as a trust "
+        "root for verify --trust-root, and print the SHA-256 fingerprint of each key to compare out of band. "
+        "Exit 0 written, 2 not written.",
+    )
+    parser.add_argument("--base-url", help="the service (default $SERVICE_BASE_URL; one of the two is needed)")
+    parser.add_argument(
+        "--out", required=True, metavar="FILE", help="where to write the trust root (replaced if it exists)"
+    )
+    parser.add_argument(
+        "--tsa-roots", metavar="PEM", help="root certificates of the time-stamp authorities to pin (one or several)"
+    )
+    parser.set_defaults(run=run_trust_root)
+
+
+def run_trust_root(args: argparse.Namespace) -> int:
+    from execution_proof.client.service import Client
+    from execution_proof.errors import Error
+    from execution_proof.runtime.files import write_atomically
+
+    base_url = (args.base_url or os.environ.get("SERVICE_BASE_URL") or "").strip()
+    if not base_url:
+        print("error: give the service's address: --base-url URL (or SERVICE_BASE_URL)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    try:
+        tsa_pem = _read_pem(args.tsa_roots) if args.tsa_roots else None
+        if not out.parent.is_dir():
+            raise CouldNotWrite(f"cannot write {args.out}: the folder {out.parent} does not exist")
+        with Client(base_url) as client:
+            root, log = client.trust_root_and_log(tsa_roots=tsa_pem)
+        published_policy = log.get("policy") if isinstance(log, dict) else None
+        data = root.to_bytes()
+        previous = out.read_bytes() if out.is_file() else None
+        write_atomically(out, data)
+    except (CouldNotWrite, Error) as exc:
+        from execution_proof.cli.client import describe
+
+        print(f"error: {describe(exc)}; no trust root written", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}; no trust root written", file=sys.stderr)
+        return 2
+    if root.log_origin is None:
+        print('note: the service runs no transparency log: the trust root pins no log ("log": null)', file=sys.stderr)
+    elif root.policy_text != published_policy:
+        print(
+            "note: the service publishes no witness policy naming its log: the trust root's policy is "
+            "its log key first (with quorum none when it names no witness)",
+            file=sys.stderr,
+        )
+    if previous is not None:
+        what = "it was identical" if previous == data else "it differed: compare the fingerprints again"
+        print(f"note: replaced the existing {args.out} ({what})", file=sys.stderr)
+    for label, value in fingerprints(root, data):
+        print(f"{label}  {value}")
+    print(f"wrote {args.out}: compare these fingerprints with the operator's over another channel", file=sys.stderr)
+    return 0
+
+
+def _read_pem(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CouldNotWrite(f"--tsa-roots: cannot read {path}: {exc.strerror or exc}") from exc

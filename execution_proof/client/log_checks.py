@@ -1,0 +1,285 @@
+"""The log part of ``verify``: find the receipt's tlog-proof (in the bundle, or from the
+service), check it against the pinned log key, and, given an older checkpoint, check the
+log's consistency with it from the service's tiles (transparency/log_check.py decides); given
+TSA roots, check the RFC 3161 time-stamps of the proof's checkpoint (transparency/timestamps.py)
+and report the latest time by which the receipt provably existed.
+
+Requests go through the caller's ``http_client.Client`` (an ``OfflineClient`` when the check
+promised no network). The time-stamp code (asn1crypto, cryptography's x509) is loaded only
+when time-stamps are checked."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import datetime
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from execution_proof.client.http import Client, HttpError, Reply
+from execution_proof.transparency import log_check, note, tlog
+from execution_proof.transparency.errors import LogError
+from execution_proof.transparency.policy import Policy, PolicyError, check_quorum, cosignature_skew, parse_policy
+from execution_proof.transparency.tiles import Fetch, TileMissing, TileReader
+
+if TYPE_CHECKING:
+    import cryptography.x509
+
+
+class LogInputError(LogError):
+    """The log key, a checkpoint, the policy or the log's resources could not be read (the
+    verb then exits 2: it could not check)."""
+
+
+def parse_log_key(vkey: str) -> note.Verifier:
+    try:
+        return note.Verifier.parse(vkey)
+    except note.NoteError as exc:
+        raise LogInputError(f"--log-key: {exc}") from exc
+
+
+def proof_text(receipt: dict[str, Any], bundle_log: Any, base: str | None, client: Client) -> str | None:
+    """The tlog-proof: the bundle's (None when it was pending), else the service's (None
+    while pending: 409 ``log_pending``)."""
+    if bundle_log is not None:
+        proof = bundle_log.get("proof") if isinstance(bundle_log, dict) else None
+        return proof if isinstance(proof, str) else None
+    if base is None:
+        raise LogInputError("the receipt carries no log proof: give --base-url to fetch it")
+    url = f"{base}/v1/receipts/{receipt.get('receipt_id')}/log-proof"
+    response = _get(client, url)
+    if response.status == 409:
+        return None
+    if response.status != 200:
+        raise LogInputError(f"{url} answered HTTP {response.status}")
+    return response.text
+
+
+def _get(client: Client, url: str, params: dict[str, str] | None = None) -> Reply:
+    try:
+        return client.get(url, params=params)
+    except HttpError as exc:
+        raise LogInputError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class Stamps:
+    """The time-stamps to check (a bundle's ``timestamps``) and the roots trusted for them."""
+
+    items: list[Any]
+    roots: list[cryptography.x509.Certificate]
+
+
+def load_tsa_roots(path: str) -> list[cryptography.x509.Certificate]:
+    from execution_proof.transparency import timestamps
+
+    try:
+        return timestamps.load_roots(Path(path).read_bytes())
+    except OSError as exc:
+        raise LogInputError(f"cannot read {path}: {exc.strerror}") from exc
+    except timestamps.StampError as exc:
+        raise LogInputError(f"--tsa-roots: {exc}") from exc
+
+
+def service_bundle_log(receipt: dict[str, Any], base: str | None, client: Client) -> tuple[Any, Any]:
+    """(``log``, ``timestamps``) of the service's bundle of the receipt: its proof is against
+    the earliest time-stamped checkpoint covering the receipt that meets the quorum, else
+    the newest that meets it, else the newest (checked here like any proof)."""
+    if base is None:
+        raise LogInputError("give --base-url to fetch the receipt's log proof and time-stamps")
+    url = f"{base}/v1/receipts/{receipt.get('receipt_id')}/bundle"
+    response = _get(client, url, params={"depth": "0"})
+    if response.status != 200:
+        raise LogInputError(f"{url} answered HTTP {response.status}")
+    try:
+        document = orjson.loads(response.body)
+    except orjson.JSONDecodeError as exc:
+        raise LogInputError(f"{url} did not answer JSON") from exc
+    log = document.get("log") if isinstance(document, dict) else None
+    if not isinstance(log, dict):
+        raise LogInputError(f"{url} carries no log member: the service runs without a transparency log")
+    return log, document.get("timestamps")
+
+
+def check_stamps(stamps: Stamps, checkpoint_text: str, created_at: Any) -> dict[str, Any]:
+    """The report's ``time`` member: each time-stamp checked against the trusted roots over
+    the checkpoint's text; ``existed_by`` is the earliest genTime plus accuracy among those
+    that verify. A time-stamp that does not verify is reported and not relied on (like a
+    cosignature by an unknown key); ``ok`` needs one that does."""
+    from execution_proof.transparency import timestamps
+
+    checked: list[dict[str, Any]] = []
+    bounds: list[datetime.datetime] = []
+    for item in stamps.items:
+        tsa = item.get("tsa") if isinstance(item, dict) else None
+        entry: dict[str, Any] = {"tsa": tsa if isinstance(tsa, str) else None, "ok": False}
+        try:
+            raw = item.get("response_base64") if isinstance(item, dict) else None
+            if not isinstance(raw, str):
+                raise timestamps.StampError("no response_base64")
+            der = base64.b64decode(raw, validate=True)
+            stamp = timestamps.verify_token(der, checkpoint_text, stamps.roots)
+        except (binascii.Error, timestamps.StampError) as exc:
+            entry["reason"] = str(exc)
+        else:
+            bounds.append(stamp.existed_by)
+            entry.update(
+                ok=True,
+                gen_time=_iso(stamp.gen_time),
+                accuracy_s=stamp.accuracy_s,
+                tsa_name=stamp.tsa_name,
+                reason=f"time-stamped by {stamp.tsa_name} at {_iso(stamp.gen_time)} (accuracy {stamp.accuracy_s:g} s)",
+            )
+        checked.append(entry)
+    if not bounds:
+        reason = (
+            "no time-stamp of the proof's checkpoint verifies against --tsa-roots"
+            if checked
+            else "the proof's checkpoint has no time-stamps yet (the service stamps every LOG_TSA_INTERVAL_S): "
+            "fetch the bundle again later"
+        )
+        return {"ok": False, "reason": reason, "existed_by": None, "stamps": checked}
+    existed_by = min(bounds)
+    reason = f"the receipt existed by {_iso(existed_by)} (RFC 3161, the checkpoint that holds it)"
+    issued = _parse_time(created_at)
+    if issued is not None and issued > existed_by:
+        reason += f"; its created_at {created_at} is LATER than that: the service's clock was ahead"
+    return {"ok": True, "reason": reason, "existed_by": _iso(existed_by), "stamps": checked}
+
+
+def _iso(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_time(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+
+
+def env_skew() -> int:
+    """``LOG_COSIGNATURE_SKEW_S`` as the service reads it (the same quorum everywhere)."""
+    try:
+        return cosignature_skew(os.environ)
+    except PolicyError as exc:
+        raise LogInputError(str(exc)) from exc
+
+
+def load_policy(path: str) -> Policy:
+    try:
+        return parse_policy(Path(path).read_bytes())  # octets: tlog-policy's names are opaque
+    except OSError as exc:
+        raise LogInputError(f"cannot read {path}: {exc}") from exc
+    except PolicyError as exc:
+        raise LogInputError(f"--log-policy: {exc}") from exc
+
+
+def check(
+    receipt: dict[str, Any],
+    bundle_log: Any,
+    log_key: note.Verifier,
+    since_path: str | None,
+    base: str | None,
+    client: Client,
+    policy: Policy | None = None,
+    stamps: Stamps | None = None,
+) -> tuple[dict[str, Any], dict[str, bool]]:
+    """(the report's ``log`` member, the checks it adds)."""
+    text = proof_text(receipt, bundle_log, base, client)
+    if text is None:
+        report = {"ok": False, "reason": "pending: no published checkpoint covers the receipt yet"}
+        return report, {"log_inclusion": False}
+    inclusion = log_check.check_inclusion(receipt, text, log_key)
+    report = inclusion.report()
+    checks = {"log_inclusion": inclusion.ok}
+    if stamps is not None:
+        moment: dict[str, Any] = {"ok": False, "reason": "no checkpoint to time: the log proof did not check"}
+        if inclusion.checkpoint is not None:
+            moment = check_stamps(stamps, inclusion.checkpoint_text, receipt.get("created_at"))
+        report["time"] = moment
+        checks["log_time"] = moment["ok"]
+    if policy is not None:
+        quorum = check_quorum(inclusion.checkpoint_note, policy, int(time.time()), env_skew())
+        report["quorum"] = {"ok": quorum.ok, "reason": quorum.reason, "cosigned": quorum.cosigned}
+        checks["log_quorum"] = quorum.ok
+    if since_path is not None:
+        older_text = _read(since_path)
+        try:
+            older, _ = note.open_checkpoint(older_text, log_key)
+        except note.NoteError as exc:
+            raise LogInputError(f"--since-checkpoint: {exc}") from exc
+        newer = inclusion.checkpoint
+        if newer is None or base is None:
+            raise LogInputError("--since-checkpoint needs a log proof and --base-url (the tiles are read from it)")
+        kept_size = older.size
+        if older.size > newer.size:  # a bundle's proof may be against an older, time-stamped checkpoint
+            older, newer = newer, older
+        proof = consistency_proof(base, older.size, newer.size, client)
+        ok, reason = log_check.check_consistency(older, newer, proof)
+        report["consistency"] = {"ok": ok, "reason": reason, "since_size": kept_size}
+        checks["log_consistency"] = ok
+    return report, checks
+
+
+def http_fetch(client: Client, prefix: str) -> Fetch:
+    """Reads a log's resources (``checkpoint``, tiles, bundles) over HTTP under ``prefix``:
+    the service's ``/v1/log/``, or a static copy of the log store behind any web server.
+    A 404 is "not there" (None); any other failure is ``LogInputError``. The request is made
+    synchronously: the reader's concurrent reads then run one after another on the one
+    client (a ``Client`` is used by one thread at a time)."""
+
+    async def fetch(path: str) -> bytes | None:
+        url = prefix + path
+        response = _get(client, url)
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise LogInputError(f"{url} answered HTTP {response.status}")
+        return response.body
+
+    return fetch
+
+
+def consistency_proof(base: str, old_size: int, size: int, client: Client) -> list[bytes]:
+    """The consistency proof from ``old_size`` to ``size``, computed here from the tiles the
+    service serves (the service is not asked for a proof, and not trusted for one)."""
+    if old_size == 0 or old_size >= size:
+        return []
+    reader = TileReader(http_fetch(client, f"{base}/v1/log/"))
+    try:
+        return asyncio.run(reader.compute(size, lambda view: view.consistency_proof(old_size)))
+    except (TileMissing, tlog.ProofError) as exc:
+        raise LogInputError(f"the log's tiles are unusable: {exc}") from exc
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LogInputError(f"cannot read {path}: {exc}") from exc
+
+
+def render(report: dict[str, Any], mark: Any) -> list[str]:
+    lines = [f"  {mark(report['ok'])} transparency log: {report['reason']}"]
+    quorum = report.get("quorum")
+    if quorum:
+        lines.append(f"  {mark(quorum['ok'])} witnesses: {quorum['reason']}")
+    consistency = report.get("consistency")
+    if consistency:
+        lines.append(f"  {mark(consistency['ok'])} {consistency['reason']}")
+    moment = report.get("time")
+    if moment:
+        lines.append(f"  {mark(moment['ok'])} time: {moment['reason']}")
+        for stamp in moment.get("stamps", []):
+            lines.append(f"      {mark(stamp['ok'])} {stamp.get('tsa')}: {stamp.get('reason')}")
+    return lines

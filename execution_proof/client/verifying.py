@@ -1,0 +1,503 @@
+"""Third-party verification (``execution_proof.verify``, and the ``verify`` command on it):
+the I/O around receipts.verifier.
+
+Every check is decided by the pure verifier (receipts/verifier.py); this module reads saved
+files, hashes local files, fetches public keys and chain links over HTTP, and renders the
+report. Nothing here trusts the service's own verdict.
+
+Where the keys come from decides what a VALID verdict means. Keys pinned by the user, a
+saved key set (``--keys``) or a trust root (``--trust-root``), are the user's word; keys
+fetched from a service (``--base-url``, the ``service_url`` that ``submit`` saved,
+``SERVICE_BASE_URL``, the default) are the service's word, which is what a receipt checked
+online has always relied on. An offline bundle (docs/bundles.md) carries keys and a chain
+segment itself; the keys it carries prove nothing (anyone can make a key and sign a bundle
+with it), so a bundle verifies only against keys pinned or fetched as above, and its carried
+keys must be those; otherwise ``ok`` is false and the verdict is NOT VERIFIED.
+
+``--trust-root FILE`` verifies against that file alone with no network at all (an
+``OfflineClient`` makes any request fail loudly): the signature against its receipt keys, and
+for a bundle the log inclusion against its log key, the witness quorum against its policy and
+the time-stamps against its TSA roots. ``--online`` adds what only the service can say (the
+receipt still exists, the chain, the log proof of a plain receipt); the pinned keys stay.
+
+The HTTP client (and ``http.client``, ``ssl``) is loaded on the first request, and the log
+code (verify_log, x509, asn1crypto) only for a log or time-stamp check: an offline
+``verify --keys`` starts as fast as ``hash``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from execution_proof.client.hashing import hash_file
+from execution_proof.errors import Error
+from execution_proof.receipts import errors
+from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
+from execution_proof.receipts.verifier import (
+    BundleError,
+    BundleParts,
+    bundle_parts,
+    carried_key_ring,
+    carried_keys_match,
+    check_bundle_chain,
+    check_receipt,
+    is_bundle,
+    walk_step,
+)
+
+if TYPE_CHECKING:
+    from execution_proof.client.http import Client
+    from execution_proof.receipts.trust_root import TrustRoot
+    from execution_proof.transparency import note
+    from execution_proof.transparency.policy import Policy
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+HTTP_TIMEOUT_S = 10.0
+FILES = (("input", "input_hash"), ("output", "output_hash"), ("params", "params_hash"), ("env", "env_hash"))
+"""The local files ``verify`` hashes: (name, as in ``--NAME`` and ``salts``; receipt field)."""
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    receipt_path: str | None = None
+    """The file to verify, unless ``document`` is given (``-``: what was read from stdin)."""
+    document: Any = None
+    """The receipt or bundle document itself (a ``Receipt``'s or ``Bundle``'s ``to_dict()``)."""
+    trust_root: TrustRoot | None = None
+    """A trust root already loaded (else ``trust_root_path`` is read)."""
+    input_path: str | None = None
+    output_path: str | None = None
+    params_path: str | None = None
+    env_path: str | None = None
+    base_url: str | None = None
+    """``--base-url``: the service for every network check, and for keys when none are pinned."""
+    env_base_url: str | None = None
+    """``SERVICE_BASE_URL``: after ``--base-url`` and the file's ``service_url``; it also
+    names the service whose keys a bundle is checked against when no keys are pinned."""
+    keys_path: str | None = None
+    trust_root_path: str | None = None
+    online: bool = False
+    """With ``trust_root_path``: add the network checks (existence, chain, a receipt's log proof)."""
+    chain: bool = False
+    max_links: int = 1000
+    salt_hex: str | None = None
+    """Salt (hex) of a blinded input hash: the input is hashed as sha256(salt || file); it
+    overrides the input's salt saved in the file's ``salts``."""
+    log_key: str | None = None
+    """The transparency log's verifier key to pin: check the receipt's inclusion (docs/log.md)."""
+    since_checkpoint: str | None = None
+    """An older checkpoint (signed note) the log must be consistent with (needs ``log_key``)."""
+    log_policy: str | None = None
+    """A C2SP tlog-policy file: its log key, and the witness quorum the checkpoint must meet."""
+    tsa_roots: str | None = None
+    """A PEM file of trusted TSA roots: check the proof's checkpoint's RFC 3161 time-stamps."""
+
+    def path_of(self, name: str) -> str | None:
+        path: str | None = getattr(self, f"{name}_path")
+        return path
+
+
+class VerifyInputError(errors.InvalidInput):
+    """A file or the service could not be read; the report carries the message (exit 2)."""
+
+
+class _Network:
+    """The HTTP client, made (and its module loaded) on the first request; with ``offline``
+    set, an ``OfflineClient`` that refuses every request with that reason."""
+
+    def __init__(self, offline: str | None = None) -> None:
+        self.offline = offline
+        self._client: Client | None = None
+
+    def client(self) -> Client:
+        if self._client is None:
+            from execution_proof.client.http import Client, OfflineClient
+
+            self._client = OfflineClient(self.offline) if self.offline else Client(timeout=HTTP_TIMEOUT_S)
+        return self._client
+
+    def get_json(self, url: str, params: dict[str, str] | None = None) -> Any | None:
+        """GET a JSON document; None for 404; ``VerifyInputError`` for anything else."""
+        response = self.client().get(url, params=params)  # no reply: an ``errors.Unreachable``
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise errors.ServiceError(
+                f"{url} answered HTTP {response.status}", code="http_error", status=response.status
+            )
+        try:
+            return response.json()
+        except orjson.JSONDecodeError as exc:
+            raise errors.ServiceError(f"{url} did not answer JSON", code="http_error", status=200) from exc
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def extract_receipt(document: Any) -> dict[str, Any]:
+    """The receipt inside a saved document: a bare receipt or a create/read response body."""
+    if isinstance(document, dict) and isinstance(document.get("receipt"), dict):
+        document = document["receipt"]
+    if not isinstance(document, dict) or "receipt_hash" not in document:
+        raise VerifyInputError("the file holds no receipt (expected a receipt object or a response body)")
+    return document
+
+
+def _bundle_parts(document: dict[str, Any]) -> BundleParts:
+    try:
+        return bundle_parts(document)
+    except BundleError as exc:
+        raise VerifyInputError(str(exc)) from exc
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _load_json_file(path: str) -> Any:
+    try:
+        return orjson.loads(_read(path))
+    except orjson.JSONDecodeError as exc:
+        raise VerifyInputError(f"{path} is not valid JSON") from exc
+
+
+def _key_ring(document: Any, source: str) -> KeyRing:
+    try:
+        return load_key_ring(document)
+    except KeySetError as exc:
+        raise VerifyInputError(f"key set from {source} is malformed: {exc}") from exc
+
+
+def _fetch_keys(net: _Network, base: str, hint: str | None = None) -> tuple[KeyRing, str]:
+    """The service's keys; ``hint``: what to say when it cannot be reached (it was no URL the
+    user gave)."""
+    source = base + "/v1/public-key"
+    try:
+        document = net.get_json(source)
+    except errors.Unreachable as exc:
+        if hint is None:
+            raise
+        raise type(exc)(f"{exc}. {hint}") from exc
+    if document is None:
+        raise VerifyInputError(f"{source} not found")
+    return _key_ring(document, source), source
+
+
+def load_trust_root(path: str) -> TrustRoot:
+    from execution_proof.receipts.trust_root import TrustRootError, parse_trust_root
+
+    data = _read(path)
+    try:
+        return parse_trust_root(data)
+    except TrustRootError as exc:
+        raise VerifyInputError(f"trust root {path} is malformed: {exc}") from exc
+
+
+def service_url(options: VerifyOptions, document: Any, trust: TrustRoot | None) -> str:
+    """The service of the network checks: ``--base-url``, else the trust root's, else the
+    ``service_url`` that ``submit`` saved in the file, else ``SERVICE_BASE_URL``, else the default."""
+    saved = document.get("service_url") if isinstance(document, dict) else None
+    for url in (options.base_url, trust.service_url if trust else None, saved, options.env_base_url):
+        if isinstance(url, str) and url.strip():
+            return url.strip().rstrip("/")
+    return DEFAULT_BASE_URL
+
+
+def _salts(document: Any, options: VerifyOptions) -> dict[str, bytes]:
+    """The salt of each salted file: the file's ``salts`` (saved by ``submit --salt``), and
+    ``--salt`` for the input."""
+    found: dict[str, bytes] = {}
+    saved = document.get("salts") if isinstance(document, dict) else None
+    if saved is not None:
+        if not isinstance(saved, dict):
+            raise VerifyInputError("the file's salts member is not an object")
+        for name, value in saved.items():
+            if name not in dict(FILES) or not isinstance(value, str):
+                raise VerifyInputError(f"the file's salts member has an unknown or malformed entry {name!r}")
+            try:
+                found[name] = bytes.fromhex(value)
+            except ValueError as exc:
+                raise VerifyInputError(f"the file's salt for {name} is not hexadecimal") from exc
+    if options.salt_hex is not None:
+        if options.input_path is None:
+            raise VerifyInputError("--salt applies to the input: give --input FILE too")
+        try:
+            found["input"] = bytes.fromhex(options.salt_hex)
+        except ValueError as exc:
+            raise VerifyInputError("--salt must be hexadecimal (as `hash --salt` printed it)") from exc
+    return found
+
+
+def _walk_chain(
+    receipt: dict[str, Any], keyring: KeyRing, net: _Network, base: str, max_links: int
+) -> tuple[list[dict[str, Any]], bool, bool]:
+    """(links, all links good, stopped at max_links)."""
+    links: list[dict[str, Any]] = []
+    current = receipt
+    while isinstance(current.get("prev_receipt_hash"), str):
+        if len(links) >= max_links:
+            return links, all(link["ok"] for link in links), True
+        prev_hash = current["prev_receipt_hash"]
+        document = net.get_json(
+            f"{base}/v1/receipts/{prev_hash}", params={"project_id": str(current.get("project_id"))}
+        )
+        if document is None:
+            links.append(walk_step(receipt, prev_hash, None, keyring))
+            break
+        prev = extract_receipt(document)
+        links.append(walk_step(receipt, prev_hash, prev, keyring))
+        current = prev
+    return links, all(link["ok"] for link in links), False
+
+
+def _keys(
+    options: VerifyOptions,
+    bundle: BundleParts | None,
+    trust: TrustRoot | None,
+    net: _Network,
+    base: str,
+    hint: str | None = None,
+) -> tuple[KeyRing, str, str]:
+    """(key ring, where it came from, whose word it is: ``pinned``, ``service`` or ``bundle``)."""
+    if trust is not None:
+        return trust.keys, f"the trust root {options.trust_root_path or trust.service_url}", "pinned"
+    if options.keys_path:
+        return _key_ring(_load_json_file(options.keys_path), options.keys_path), options.keys_path, "pinned"
+    if bundle is None:
+        return (*_fetch_keys(net, base, hint), "service")
+    chosen = options.base_url or options.env_base_url  # never a URL the bundle names itself
+    if chosen:
+        return (*_fetch_keys(net, chosen.strip().rstrip("/")), "service")
+    try:
+        return carried_key_ring(bundle.keys), "the bundle", "bundle"
+    except BundleError as exc:
+        raise VerifyInputError(str(exc)) from exc
+
+
+NO_SERVICE_HINT = (
+    "No service URL was given: give --base-url URL (or set SERVICE_BASE_URL, or verify a file `submit` saved, "
+    "which names its service), or pin the keys offline with --keys KEYS.json or --trust-root FILE"
+)
+
+
+def run_verify(options: VerifyOptions) -> dict[str, Any]:
+    """Verify one receipt or bundle; the report says every check, ``ok`` and, when it could
+    not check, ``error`` (the command line's form)."""
+    report: dict[str, Any] = {"ok": False, "checks": {}, "error": None, "notes": []}
+    try:
+        check(options, report)
+    except Error as exc:
+        report["error"] = str(exc)
+    return report
+
+
+def check(options: VerifyOptions, report: dict[str, Any]) -> None:
+    """Fill ``report`` with every check of one receipt or bundle; an ``Error`` when it
+    could not check (a file, an option, the service)."""
+    net = _Network()
+    try:
+        if options.online and options.trust_root_path is None and options.trust_root is None:
+            raise VerifyInputError("--online adds network checks to --trust-root: give --trust-root FILE")
+        if (options.trust_root_path or options.trust_root) and options.keys_path:
+            raise VerifyInputError("--trust-root and --keys both pin keys: give one of them")
+        if options.document is not None:
+            document = options.document
+        elif options.receipt_path is not None:
+            document = _load_json_file(options.receipt_path)
+        else:
+            raise VerifyInputError("nothing to verify: give a receipt or bundle")
+        bundle = _bundle_parts(document) if is_bundle(document) else None
+        receipt = bundle.receipt if bundle else extract_receipt(document)
+        salts = _salts(document if bundle is None else None, options)
+        trust = options.trust_root or (load_trust_root(options.trust_root_path) if options.trust_root_path else None)
+        if trust is not None and not options.online:
+            net = _Network("--trust-root without --online verifies offline")
+        base = service_url(options, document if bundle is None else None, trust)
+        report["bundle"] = bundle is not None
+        report.update(
+            receipt_id=receipt.get("receipt_id"),
+            project_id=receipt.get("project_id"),
+            created_at=receipt.get("created_at"),
+            receipt_hash=receipt.get("receipt_hash"),
+            sig_kid=receipt.get("sig_kid"),
+        )
+        named = base != DEFAULT_BASE_URL or options.base_url or options.env_base_url
+        keyring, source, origin = _keys(options, bundle, trust, net, base, None if named else NO_SERVICE_HINT)
+        report["keys_pinned"] = origin != "bundle"
+        check = check_receipt(receipt, keyring)
+        report["key"] = {
+            "source": source,
+            "origin": origin,
+            "kid": check.kid,
+            "known": check.key_known,
+            "active": check.key_active,
+        }
+        checks = report["checks"]
+        if bundle is not None and origin != "bundle":
+            checks["bundle_keys"], report["key"]["differing_kids"] = carried_keys_match(bundle.keys, keyring)
+        report["recomputed_receipt_hash"] = check.recomputed_receipt_hash
+        checks["receipt_hash_recompute"] = check.receipt_hash_recompute
+        checks["signature"] = check.signature
+        _check_files(receipt, options, salts, report)
+        if trust is not None and options.online:
+            _check_exists(receipt, net, base, report)
+        if bundle:
+            report["chain"], checks["chain"] = check_bundle_chain(
+                receipt, bundle.chain, keyring, bundle.claimed_complete
+            )
+        elif options.chain:
+            if net.offline:
+                raise VerifyInputError(
+                    "--chain walks the chain on the service: add --online (a bundle carries its chain)"
+                )
+            links, chain_ok, truncated = _walk_chain(receipt, keyring, net, base, options.max_links)
+            report["chain"] = {"links": links, "truncated": truncated}
+            checks["chain"] = chain_ok
+        _log_checks(receipt, bundle, options, trust, net, base, report)
+        report["ok"] = all(checks.values()) and report["keys_pinned"]
+    finally:
+        net.close()
+
+
+def _check_files(
+    receipt: dict[str, Any],
+    options: VerifyOptions,
+    salts: dict[str, bytes],
+    report: dict[str, Any],
+) -> None:
+    for name, field in FILES:
+        path = options.path_of(name)
+        if path is None:
+            continue
+        salt = salts.get(name, b"")
+        try:
+            local = hash_file(path, salt=salt or None)
+        except OSError as exc:
+            raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
+        report[f"local_{field}"] = local
+        report["checks"][field] = local == receipt.get(field)
+        if salt:
+            report.setdefault("salted", []).append(field)
+
+
+def _check_exists(receipt: dict[str, Any], net: _Network, base: str, report: dict[str, Any]) -> None:
+    """``--online``: the service still answers the receipt, and with the same receipt_hash."""
+    url = f"{base}/v1/receipts/{receipt.get('receipt_id')}"
+    document = net.get_json(url)
+    held = extract_receipt(document) if document is not None else None
+    same = held is not None and held.get("receipt_hash") == receipt.get("receipt_hash")
+    report["online"] = {"url": url, "found": held is not None, "same": same}
+    report["checks"]["service_has_receipt"] = same
+
+
+def _log_checks(
+    receipt: dict[str, Any],
+    bundle: BundleParts | None,
+    options: VerifyOptions,
+    trust: TrustRoot | None,
+    net: _Network,
+    base: str,
+    report: dict[str, Any],
+) -> None:
+    """The log checks asked for by the log options, or implied by a trust root that pins a log."""
+    if bundle is None and report.get("online", {}).get("found") is False:
+        # Deleted or past retention: the failed existence check is the verdict (exit 1).
+        report["notes"].append("the service no longer has the receipt: its log proof was not asked for")
+        return
+    explicit = (options.log_key, options.since_checkpoint, options.log_policy, options.tsa_roots)
+    asked = any(option is not None for option in explicit)
+    pins_log = trust is not None and trust.log_vkey is not None
+    if not asked and not pins_log:
+        if trust is not None:
+            report["notes"].append("the trust root pins no transparency log: no log check")
+        return
+    if not asked and bundle is None and net.offline:
+        report["notes"].append(
+            "log checks need a bundle (it carries the log proof) or --online (the service's proof): not checked"
+        )
+        return
+    from execution_proof.client import log_checks as verify_log
+
+    try:
+        report["log"] = _check_log(receipt, bundle, options, trust, net, base, report["checks"])
+    except verify_log.LogInputError as exc:
+        raise VerifyInputError(str(exc)) from exc
+
+
+def _log_inputs(
+    options: VerifyOptions, trust: TrustRoot | None
+) -> tuple[note.Verifier, Policy | None, list[Any] | None]:
+    """(the log key, the witness policy, the TSA roots): each option given, else the trust root's."""
+    from execution_proof.client import log_checks as verify_log
+    from execution_proof.transparency.policy import PolicyError
+
+    policy = verify_log.load_policy(options.log_policy) if options.log_policy else None
+    roots = verify_log.load_tsa_roots(options.tsa_roots) if options.tsa_roots else None
+    trusted_key = None
+    if trust is not None:
+        try:  # parse_trust_root has checked these; a failure here is still a malformed file
+            policy = policy if options.log_policy else trust.policy()
+            roots = roots if options.tsa_roots else (trust.tsa_roots() or None)
+            trusted_key = trust.log_verifier()
+        except ValueError as exc:
+            raise VerifyInputError(f"the trust root {options.trust_root_path}: {exc}") from exc
+    if options.log_key is not None:
+        return verify_log.parse_log_key(options.log_key), policy, roots
+    if options.log_policy and policy is not None:
+        try:
+            return policy.log_key(), policy, roots
+        except PolicyError as exc:
+            raise VerifyInputError(f"--log-policy: {exc}") from exc
+    if trusted_key is None:
+        raise VerifyInputError(
+            "--since-checkpoint and --tsa-roots need --log-key or --log-policy (the log's key to pin)"
+        )
+    return trusted_key, policy, roots
+
+
+def _check_log(
+    receipt: dict[str, Any],
+    bundle: BundleParts | None,
+    options: VerifyOptions,
+    trust: TrustRoot | None,
+    net: _Network,
+    base: str,
+    checks: dict[str, bool],
+) -> Any:
+    """The log checks: the bundle's proof offline (the tiles of ``--since-checkpoint`` are
+    the one thing fetched), else the service's proof (with TSA roots, the service's bundle:
+    its proof is against a time-stamped checkpoint, and comes with the stamps)."""
+    from execution_proof.client import log_checks as verify_log
+    from execution_proof.client.http import OfflineClient
+
+    log_key, policy, roots = _log_inputs(options, trust)
+    log_base: str | None = base
+    if bundle is not None and trust is None:
+        chosen = options.base_url or options.env_base_url
+        log_base = chosen.strip().rstrip("/") if chosen else None
+    online = bundle is None or options.since_checkpoint is not None
+    client = net.client() if online else OfflineClient("a bundle's log proof is checked offline")
+    bundle_log: Any = (bundle.log or {"proof": None}) if bundle else None
+    stamps: Any = bundle.timestamps if bundle else None
+    if bundle is None and roots is not None:
+        bundle_log, stamps = verify_log.service_bundle_log(receipt, log_base, client)
+    report, more = verify_log.check(
+        receipt,
+        bundle_log,
+        log_key,
+        options.since_checkpoint,
+        log_base,
+        client,
+        policy,
+        verify_log.Stamps(stamps or [], roots) if roots is not None else None,
+    )
+    checks.update(more)
+    return report

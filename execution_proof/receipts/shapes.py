@@ -1,0 +1,38 @@
+"""The JSON shapes that cross the layers, typed: any JSON value, a JSON object, a receipt.
+
+A value parsed from JSON whose shape is not known yet is a ``JSONValue`` and is narrowed where
+it is read; a shape that is known gets a ``TypedDict``. ``Receipt`` is the receipt object of
+docs/receipt-format.md, "The receipt object": every key present, an absent optional value
+``None``. A stored record or a receipt read back from a peer is checked before it is called one.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias, TypedDict
+
+JSONValue: TypeAlias = "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
+JSONObject: TypeAlias = "dict[str, JSONValue]"
+
+
+class Receipt(TypedDict):
+    """The signed receipt, in the order of docs/receipt-format.md's table."""
+
+    receipt_id: str
+    project_id: str
+    actor_id: str
+    created_at: str
+    input_hash: str
+    output_hash: str | None
+    params_hash: str | None
+    env_hash: str | None
+    code_ref: str | None
+    run_id: str | None
+    tags: dict[str, str] | None
+    receipt_kind: str | None
+    status: str
+    prev_receipt_hash: str | None
+    receipt_hash: str
+    signature: str
+    sig_kid: str
+    chain_status: str | None
+    expected_prev_receipt_hash: str | None

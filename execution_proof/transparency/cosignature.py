@@ -1,0 +1,125 @@
+"""C2SP tlog-cosignature, Ed25519 (``cosignature/v1``), pure.
+
+A cosignature is a signed-note signature line on a checkpoint by a witness: key id =
+SHA-256(name || 0x0A || 0x04 || public key)[:4]; the signature is an 8-byte big-endian
+POSIX timestamp followed by the Ed25519 signature of
+
+    cosignature/v1
+    time <timestamp>
+    <the checkpoint's note text>
+
+Witness keys are written like log keys (transparency/note.py) with type byte 0x04:
+``<name>+<key id>+<base64(0x04 || public key)>`` and ``PRIVATE+KEY+<name>+<key id>+<base64(0x04 || seed)>``.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+
+import nacl.exceptions
+import nacl.signing
+
+from execution_proof.transparency.note import (
+    SIGNATURE_PREFIX,
+    Note,
+    NoteError,
+    check_name,
+    encode_skey,
+    encode_vkey,
+    key_id,
+    parse_skey,
+    parse_vkey,
+)
+
+COSIGNATURE_V1 = 0x04
+MAX_TIMESTAMP = (1 << 63) - 1
+
+
+def _key_id(name: str, public_key: bytes) -> bytes:
+    return key_id(name, COSIGNATURE_V1, public_key)
+
+
+def signed_message(checkpoint_text: str, timestamp: int) -> bytes:
+    return f"cosignature/v1\ntime {timestamp}\n".encode() + checkpoint_text.encode()
+
+
+@dataclass(frozen=True)
+class CosignerKey:
+    """A witness's public key (what a log policy pins)."""
+
+    name: str
+    key_id: bytes
+    public_key: bytes
+
+    @classmethod
+    def parse(cls, vkey: str) -> CosignerKey:
+        return cls(*parse_vkey(vkey, COSIGNATURE_V1, "witness key"))
+
+    def encode(self) -> str:
+        return encode_vkey(self.name, self.key_id, COSIGNATURE_V1, self.public_key)
+
+    def verify(self, checkpoint_text: str, line_signature: bytes) -> int | None:
+        """The timestamp of a valid cosignature (the bytes after the key id), else None."""
+        if len(line_signature) != 8 + 64:
+            return None
+        timestamp = int.from_bytes(line_signature[:8], "big")
+        if timestamp > MAX_TIMESTAMP:
+            return None
+        try:
+            nacl.signing.VerifyKey(self.public_key).verify(
+                signed_message(checkpoint_text, timestamp), line_signature[8:]
+            )
+        except (nacl.exceptions.BadSignatureError, ValueError):
+            return None
+        return timestamp
+
+
+@dataclass(frozen=True)
+class Cosigner:
+    """A witness's signing key (a secret)."""
+
+    name: str
+    seed: bytes = field(repr=False)
+
+    @classmethod
+    def generate(cls, name: str) -> Cosigner:
+        return cls(check_name(name), bytes(nacl.signing.SigningKey.generate()))
+
+    @classmethod
+    def parse(cls, skey: str) -> Cosigner:
+        name, hex_id, seed = parse_skey(skey, COSIGNATURE_V1, "witness signer key")
+        cosigner = cls(name, seed)
+        if hex_id != cosigner.key.key_id.hex():
+            raise NoteError("the witness signer key's id does not match its name and key")
+        return cosigner
+
+    @property
+    def key(self) -> CosignerKey:
+        public = bytes(nacl.signing.SigningKey(self.seed).verify_key)
+        return CosignerKey(self.name, _key_id(self.name, public), public)
+
+    def encode(self) -> str:
+        return encode_skey(self.name, self.key.key_id, COSIGNATURE_V1, self.seed)
+
+    def cosign(self, checkpoint_text: str, timestamp: int) -> str:
+        """The signature line (with its newline) cosigning the checkpoint at ``timestamp``."""
+        signature = nacl.signing.SigningKey(self.seed).sign(signed_message(checkpoint_text, timestamp)).signature
+        blob = self.key.key_id + timestamp.to_bytes(8, "big") + signature
+        return f"{SIGNATURE_PREFIX}{self.name} {base64.b64encode(blob).decode()}\n"
+
+
+def cosignatures(note: Note, keys: list[CosignerKey]) -> dict[CosignerKey, int]:
+    """Key -> timestamp of each valid cosignature by one of ``keys`` (others ignored; one
+    whose signature fails is not counted). Keyed by the key, not its name: two witnesses may
+    use keys of the same name."""
+    known = {(k.name, k.key_id): k for k in keys}
+    found: dict[CosignerKey, int] = {}
+    for signature in note.signatures:
+        key = known.get((signature.name, signature.key_id))
+        if key is None:
+            continue
+        timestamp = key.verify(note.text, signature.signature)
+        if timestamp is not None:
+            found[key] = timestamp
+    return found

@@ -1,0 +1,1 @@
+"""The service's use cases on plain values: what the HTTP layer asks and the stores answer."""
