@@ -10,8 +10,8 @@ import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const core = await import(path.join(here, '..', '..', 'static', 'verify-core.js'));
-const { Sha256 } = await import(path.join(here, '..', '..', 'static', 'sha256.js'));
+const core = await import(path.join(here, '..', '..', 'execution_proof', 'static', 'verify-core.js'));
+const { Sha256 } = await import(path.join(here, '..', '..', 'execution_proof', 'static', 'sha256.js'));
 
 const vectors = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const keys = vectors.public_keys;
