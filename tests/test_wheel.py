@@ -31,7 +31,7 @@ from tests.wheel_build import Venv, built_wheel, venv_sizes_mb
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 
-PACKAGES = ("cli", "client", "web", "jobs", "kv", "runtime", "receipts")
+PACKAGES = ("cli", "client", "web", "usecases", "jobs", "kv", "runtime", "receipts", "transparency")
 SERVER_DISTRIBUTIONS = (
     "sanic", "redis", "rq", "fakeredis", "jinja2", "httpx", "prometheus-client", "obstore", "lupa", "hiredis",
 )  # fmt: skip
@@ -67,13 +67,16 @@ def api_key(service: ServiceProcess, redis_server: RedisServer) -> str:
 
 def expected_members() -> set[str]:
     """What the wheel must hold, read from the checkout: every module, page, template, script."""
-    members = {"execution_proof/__init__.py", "execution_proof/__main__.py"}
-    for package in PACKAGES:
-        for path in (REPO / package).rglob("*.py"):
+    package = REPO / "execution_proof"
+    members = {f"execution_proof/{path.relative_to(package).as_posix()}" for path in package.glob("*.py")}
+    for directory in PACKAGES:
+        for path in (package / directory).rglob("*.py"):
             if "__pycache__" not in path.parts:
-                members.add(f"execution_proof/{path.relative_to(REPO).as_posix()}")
+                members.add(f"execution_proof/{path.relative_to(package).as_posix()}")
     for pattern in ("static/*", "web/templates/*.html", "kv/lua/*.lua", "jobs/lua/*.lua"):
-        members |= {f"execution_proof/{p.relative_to(REPO).as_posix()}" for p in REPO.glob(pattern) if p.is_file()}
+        members |= {
+            f"execution_proof/{p.relative_to(package).as_posix()}" for p in package.glob(pattern) if p.is_file()
+        }
     return members
 
 
