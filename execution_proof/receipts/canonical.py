@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import rfc8785
 
 from execution_proof.receipts.encoding import HashStr, sha256_tag
+from execution_proof.receipts.shapes import ReceiptLike
 
 UNSIGNED_FIELDS = frozenset({"receipt_hash", "signature", "sig_kid", "receipt_kind"})
+V = TypeVar("V")
 
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -68,11 +70,12 @@ def _fast_path_applies(value: Any, depth: int) -> bool:
     return False
 
 
-def signed_payload(receipt: Mapping[str, Any]) -> dict[str, Any]:
-    """The receipt minus the four keys that are not signed; nothing else is removed."""
+def signed_payload(receipt: Mapping[str, V]) -> dict[str, V]:
+    """The receipt minus the four keys that are not signed; nothing else is removed (whatever
+    the object holds: the format says to drop the four keys, not to keep a list of fields)."""
     return {k: v for k, v in receipt.items() if k not in UNSIGNED_FIELDS}
 
 
-def compute_receipt_hash(receipt: Mapping[str, Any]) -> HashStr:
+def compute_receipt_hash(receipt: ReceiptLike) -> HashStr:
     """``sha256:<hex>`` of the canonical bytes of the signed payload."""
     return sha256_tag(canonical_bytes(signed_payload(receipt)))

@@ -29,13 +29,14 @@ import functools
 import struct
 from binascii import b2a_base64, hexlify
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from execution_proof.errors import Error
 from execution_proof.receipts.ids import ulid_from_bytes, ulid_time_ms, ulid_to_bytes
 from execution_proof.receipts.model import RECEIPT_FIELDS, RECEIPT_KINDS, format_created_at
+from execution_proof.receipts.shapes import Receipt
 
 VERSION_1 = 0x01
 """First byte of a version-1 record. JSON records start with ``{`` (0x7B)."""
@@ -50,7 +51,11 @@ _CODE_REF, _RUN_ID, _TAGS = 1 << 3, 1 << 4, 1 << 5
 _PREV, _EXPECTED, _EXPECTED_IS_PREV = 1 << 6, 1 << 7, 1 << 8
 _KIND_SHIFT, _CHAIN_SHIFT = 9, 11  # two bits each: index into _KINDS / _CHAINS
 _PENDING, _OWN_TIME = 1 << 13, 1 << 14
-_OPTIONAL_HASHES = (("output_hash", _OUTPUT), ("params_hash", _PARAMS), ("env_hash", _ENV))
+_OPTIONAL_HASHES: tuple[tuple[Literal["output_hash", "params_hash", "env_hash"], int], ...] = (
+    ("output_hash", _OUTPUT),
+    ("params_hash", _PARAMS),
+    ("env_hash", _ENV),
+)
 _HEAD = struct.Struct(">BH")
 _FIXED = 3 + 26 + 16 + 16 + 32 + 32 + 64 + 1
 """Bytes every version-1 record has: head, ids, input hash, receipt hash, signature, kid length."""
@@ -60,7 +65,7 @@ class NotCompactable(Error, ValueError):
     """The receipt has a value the compact form cannot hold exactly (it is stored as JSON)."""
 
 
-def encode(receipt: dict[str, Any], receipt_json: bytes) -> bytes:
+def encode(receipt: Receipt, receipt_json: bytes) -> bytes:
     """The value to store for ``receipt`` (whose serialisation is ``receipt_json``): its
     compact form when that decodes to exactly ``receipt_json``, else ``receipt_json``."""
     try:
@@ -150,7 +155,7 @@ def _text(value: Any) -> bytes:
     raise NotCompactable("text too long")
 
 
-def _pack(r: dict[str, Any]) -> bytes:
+def _pack(r: Receipt) -> bytes:
     """The version-1 record of ``r``. Only checks what it needs to write something; whether
     that reads back exactly is ``encode``'s round trip."""
     if tuple(r) != RECEIPT_FIELDS:

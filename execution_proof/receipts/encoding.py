@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from typing import NewType
+from typing import NewType, TypeGuard
 
 HashStr = NewType("HashStr", str)
 """A ``sha256:<64 lowercase hex>`` string."""
@@ -19,7 +19,7 @@ def sha256_tag(data: bytes) -> HashStr:
     return HashStr(HASH_PREFIX + hashlib.sha256(data).hexdigest())
 
 
-def is_hash_str(value: object) -> bool:
+def is_hash_str(value: object) -> TypeGuard[str]:
     """True for ``sha256:`` followed by exactly 64 hex characters (either case)."""
     return isinstance(value, str) and HASH_RE.fullmatch(value) is not None
 

@@ -1,7 +1,8 @@
 """Receipts: request validation, chain placement, building and signing.
 
-Pure functions over plain dicts; the web layer parses HTTP, the store persists bytes.
-Checking a receipt is receipts/verifier.py's.
+Pure functions: a request body comes in as a ``JSONObject`` and is narrowed field by field
+into a ``CreateRequest``; what goes out is a ``Receipt`` (receipts/shapes.py). The web layer
+parses HTTP, the store persists bytes. Checking a receipt is receipts/verifier.py's.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 
 import orjson
 
@@ -19,7 +20,8 @@ from execution_proof.receipts.canonical import canonical_bytes, compute_receipt_
 from execution_proof.receipts.content_scan import find_forbidden
 from execution_proof.receipts.encoding import HashStr, b64url_encode, is_hash_str
 from execution_proof.receipts.errors import BadRequest, ForbiddenContent
-from execution_proof.receipts.signing import KeyRing
+from execution_proof.receipts.shapes import JSONObject, JSONValue, Receipt, ReceiptLike
+from execution_proof.receipts.signing import KeyRing, KeySetError
 
 RECEIPT_KINDS = ("release", "document", "audit_pack")
 HASH_FIELDS = ("input_hash", "output_hash", "params_hash", "env_hash")
@@ -58,6 +60,26 @@ RECEIPT_FIELDS = (
 )
 
 
+class ClientFields(TypedDict):
+    """The values of a receipt the client chose, in receipt field order."""
+
+    input_hash: str
+    output_hash: str | None
+    params_hash: str | None
+    env_hash: str | None
+    code_ref: str | None
+    run_id: str | None
+    tags: dict[str, str] | None
+
+
+class ChainObject(TypedDict):
+    """The ``chain`` object of a creation response, as the receipt holds it."""
+
+    status: JSONValue
+    expected_prev_receipt_hash: JSONValue
+    prev_receipt_hash: JSONValue
+
+
 @dataclass(frozen=True)
 class CreateRequest:
     """A validated ``POST /v1/receipts`` body. Hashes are lowercase; tags have no nulls."""
@@ -74,7 +96,7 @@ class CreateRequest:
     claimed_project_id: str | None
     claimed_actor_id: str | None
 
-    def client_fields(self) -> dict[str, Any]:
+    def client_fields(self) -> ClientFields:
         """The client-supplied values a receipt carries, in receipt field order."""
         return {
             "input_hash": self.input_hash,
@@ -102,7 +124,7 @@ class ChainPlacement:
     advances_tip: bool
 
 
-def parse_json_object(body: bytes) -> dict[str, Any]:
+def parse_json_object(body: bytes) -> JSONObject:
     """Decode a request body that must be one JSON object. Raises ``BadRequest``."""
     try:
         value = orjson.loads(body)
@@ -113,7 +135,7 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     return value
 
 
-def _reject_unknown(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
+def _reject_unknown(body: Mapping[str, JSONValue], allowed: frozenset[str]) -> None:
     unknown = sorted(k for k in body if k not in allowed)
     if unknown:
         raise BadRequest(
@@ -122,7 +144,7 @@ def _reject_unknown(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
         )
 
 
-def _hash_field(body: Mapping[str, Any], name: str, *, required: bool) -> HashStr | None:
+def _hash_field(body: Mapping[str, JSONValue], name: str, *, required: bool) -> HashStr | None:
     value = body.get(name)
     if value is None:
         if required:
@@ -146,7 +168,7 @@ def _scan(field: str, text: str) -> None:
         )
 
 
-def _text_field(body: Mapping[str, Any], name: str) -> str | None:
+def _text_field(body: Mapping[str, JSONValue], name: str) -> str | None:
     value = body.get(name)
     if value is None:
         return None
@@ -158,7 +180,7 @@ def _text_field(body: Mapping[str, Any], name: str) -> str | None:
     return value
 
 
-def parse_tags(value: Any) -> dict[str, str] | None:
+def parse_tags(value: JSONValue) -> dict[str, str] | None:
     """The tag rules of docs/api.md, "Tags"; null values are dropped and an empty result is ``None``."""
     if value is None:
         return None
@@ -193,16 +215,16 @@ def parse_tags(value: Any) -> dict[str, str] | None:
     return tags or None
 
 
-def parse_create_request(body: Mapping[str, Any]) -> CreateRequest:
+def parse_create_request(body: Mapping[str, JSONValue]) -> CreateRequest:
     """Validate every field of a create body. Raises ``BadRequest`` / ``ForbiddenContent``."""
     _reject_unknown(body, CREATE_FIELDS)
     kind = body.get("receipt_kind")
-    if kind is not None and kind not in RECEIPT_KINDS:
+    if kind is not None and (not isinstance(kind, str) or kind not in RECEIPT_KINDS):
         raise BadRequest(
             "receipt_kind must be one of release, document, audit_pack (or null)",
             {"field": "receipt_kind", "allowed": list(RECEIPT_KINDS)},
         )
-    claimed = {}
+    claimed: dict[str, str | None] = {}
     for name in ("project_id", "actor_id"):
         value = body.get(name)
         if value is not None and not isinstance(value, str):
@@ -225,7 +247,7 @@ def parse_create_request(body: Mapping[str, Any]) -> CreateRequest:
     )
 
 
-def parse_verify_request(body: Mapping[str, Any]) -> VerifyRequest:
+def parse_verify_request(body: Mapping[str, JSONValue]) -> VerifyRequest:
     """Validate a verify body. Raises ``BadRequest``."""
     _reject_unknown(body, VERIFY_FIELDS)
     receipt_id = body.get("receipt_id")
@@ -295,9 +317,14 @@ def build_receipt(
     created_at: str,
     placement: ChainPlacement,
     keyring: KeyRing,
-) -> dict[str, Any]:
-    """The complete signed receipt, fields in the order of docs/receipt-format.md, "The receipt object"."""
-    receipt: dict[str, Any] = {
+) -> Receipt:
+    """The complete signed receipt, fields in the order of docs/receipt-format.md, "The receipt object".
+
+    Raises ``KeySetError`` when the ring has no active key."""
+    kid = keyring.active_kid
+    if kid is None:
+        raise KeySetError("no active signing key")
+    receipt: Receipt = {
         "receipt_id": receipt_id,
         "project_id": project_id,
         "actor_id": actor_id,
@@ -306,9 +333,9 @@ def build_receipt(
         "receipt_kind": req.receipt_kind,
         "status": "issued",
         "prev_receipt_hash": placement.prev_receipt_hash,
-        "receipt_hash": None,
-        "signature": None,
-        "sig_kid": keyring.active_kid,
+        "receipt_hash": "",  # neither is signed: both are set below, once the hash is known
+        "signature": "",
+        "sig_kid": kid,
         "chain_status": placement.chain_status,
         "expected_prev_receipt_hash": placement.expected_prev_receipt_hash,
     }
@@ -318,7 +345,7 @@ def build_receipt(
     return receipt
 
 
-def chain_object(receipt: Mapping[str, Any]) -> dict[str, Any]:
+def chain_object(receipt: ReceiptLike) -> ChainObject:
     """The ``chain`` object of a creation response (docs/api.md)."""
     return {
         "status": receipt.get("chain_status"),

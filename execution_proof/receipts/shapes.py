@@ -8,10 +8,14 @@ docs/receipt-format.md, "The receipt object": every key present, an absent optio
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TypeAlias, TypedDict
 
 JSONValue: TypeAlias = "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
+JSONOut: TypeAlias = "str | int | float | bool | Sequence[JSONOut] | Mapping[str, JSONOut] | None"
+"""A value that is only written out as JSON (an error's ``details``): read-only containers, so
+a ``list[str]`` is one (``list`` is invariant, so it is not a ``list[JSONValue]``)."""
 
 
 class Receipt(TypedDict):
@@ -36,3 +40,9 @@ class Receipt(TypedDict):
     sig_kid: str
     chain_status: str | None
     expected_prev_receipt_hash: str | None
+
+
+ReceiptLike: TypeAlias = "Receipt | Mapping[str, JSONValue]"
+"""What hashing and the log entry read: a receipt this code built, or a receipt-shaped JSON
+object read from outside and not checked yet (a ``Receipt`` is not a ``Mapping[str, JSONValue]``
+to a type checker, although every value of one is JSON)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import orjson
 from nacl.exceptions import BadSignatureError
@@ -17,8 +17,17 @@ from nacl.signing import SigningKey, VerifyKey
 
 from execution_proof.errors import Error
 from execution_proof.receipts.encoding import b64url_decode, b64url_encode
+from execution_proof.receipts.shapes import JSONValue
 
 KID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class KeySet(TypedDict):
+    """A key set document: ``SIGNING_KEYS`` (entries with ``private_key_base64url``) or the
+    ``GET /v1/public-key`` body (entries with ``alg`` and ``public_key_base64url``)."""
+
+    keys: list[dict[str, str]]
+    active_kid: str | None
 
 
 class KeySetError(Error, ValueError):
@@ -50,7 +59,7 @@ class KeyRing:
     def can_sign(self) -> bool:
         return self.active_signer is not None
 
-    def public_keys_json(self) -> dict[str, Any]:
+    def public_keys_json(self) -> KeySet:
         """The ``GET /v1/public-key`` body."""
         return {
             "keys": [k.to_json() for k in self.keys.values()],
@@ -81,7 +90,7 @@ def verify_signature(key: VerifyKey, receipt_hash: str, signature: str) -> bool:
     return True
 
 
-def new_key_set(kid: str) -> dict[str, Any]:
+def new_key_set(kid: str) -> KeySet:
     """A fresh ``SIGNING_KEYS`` document holding one active key named ``kid``."""
     if not KID_RE.fullmatch(kid):
         raise KeySetError("kid must be 1-64 characters of A-Z a-z 0-9 . _ -")
@@ -98,8 +107,9 @@ def new_key_set(kid: str) -> dict[str, Any]:
     }
 
 
-def load_key_ring(document: str | bytes | Mapping[str, Any]) -> KeyRing:
-    """Parse a ``SIGNING_KEYS`` document (README.md, "Configuration") or a ``GET /v1/public-key`` body.
+def load_key_ring(document: str | bytes | KeySet | JSONValue) -> KeyRing:
+    """Parse a ``SIGNING_KEYS`` document (README.md, "Configuration") or a ``GET /v1/public-key`` body,
+    as text or as parsed JSON of any shape (it is checked here).
 
     Raises ``KeySetError`` for malformed JSON, duplicate kids, bad key material, a private
     and public half that do not match, or an ``active_kid`` without a private key.
@@ -109,26 +119,28 @@ def load_key_ring(document: str | bytes | Mapping[str, Any]) -> KeyRing:
             document = orjson.loads(document)
         except orjson.JSONDecodeError as exc:
             raise KeySetError("key set is not valid JSON") from exc
-    if not isinstance(document, Mapping) or not isinstance(document.get("keys"), list):
+    entries = document.get("keys") if isinstance(document, Mapping) else None
+    if not isinstance(document, Mapping) or not isinstance(entries, list):
         raise KeySetError('key set must be an object with a "keys" list')
     keys: dict[str, PublicKey] = {}
     signers: dict[str, SigningKey] = {}
-    for index, entry in enumerate(document["keys"]):
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("kid"), str):
+    for index, entry in enumerate(entries):
+        kid = entry.get("kid") if isinstance(entry, Mapping) else None
+        if not isinstance(entry, Mapping) or not isinstance(kid, str):
             raise KeySetError(f"keys[{index}] needs a string kid")
-        kid = entry["kid"]
         if not KID_RE.fullmatch(kid):
             raise KeySetError(f"keys[{index}]: kid must be 1-64 characters of A-Z a-z 0-9 . _ -")
         if kid in keys:
             raise KeySetError(f"keys[{index}]: duplicate kid {kid!r}")
         verify_key = None
         try:
-            if entry.get("private_key_base64url") is not None:
-                signer = SigningKey(_raw32(entry["private_key_base64url"]))
+            private, public_text = entry.get("private_key_base64url"), entry.get("public_key_base64url")
+            if private is not None:
+                signer = SigningKey(_raw32(private))
                 signers[kid] = signer
                 verify_key = signer.verify_key
-            if entry.get("public_key_base64url") is not None:
-                public = VerifyKey(_raw32(entry["public_key_base64url"]))
+            if public_text is not None:
+                public = VerifyKey(_raw32(public_text))
                 if verify_key is not None and bytes(public) != bytes(verify_key):
                     raise KeySetError(f"keys[{index}]: public key does not match private key")
                 verify_key = public
@@ -147,7 +159,9 @@ def load_key_ring(document: str | bytes | Mapping[str, Any]) -> KeyRing:
     return KeyRing(keys=keys, active_kid=active, active_signer=signers.get(active) if active else None)
 
 
-def _raw32(text: Any) -> bytes:
+def _raw32(text: JSONValue) -> bytes:
+    if not isinstance(text, str):
+        raise ValueError("key must be a base64url string")
     raw = b64url_decode(text)
     if len(raw) != 32:
         raise ValueError("key must be 32 bytes")

@@ -54,6 +54,7 @@ from execution_proof.receipts.model import (
     place_in_chain,
     replay_key,
 )
+from execution_proof.receipts.shapes import Receipt
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.metrics import count_receipt
 from execution_proof.transparency import tlog
@@ -81,7 +82,8 @@ class Issued:
     """A receipt from a create: new (``replayed`` False) or the earlier one for a replay."""
 
     receipt_json: bytes
-    receipt: dict[str, Any]
+    receipt: Receipt | dict[str, Any]
+    """Built here, or (a replay) the stored record as read."""
     replay_key: str
     replayed: bool
     minute: Usage
@@ -105,7 +107,7 @@ class _Pending:
 @dataclass
 class _Built:
     pending: _Pending
-    receipt: dict[str, Any]
+    receipt: Receipt
     receipt_json: bytes
     advances_tip: bool
 

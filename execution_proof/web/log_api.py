@@ -28,6 +28,7 @@ from execution_proof.kv.store import Store
 from execution_proof.receipts.errors import LogPending, LogUnavailable, NotFound, NotInLog, StoreUnavailable
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.limits import ratelimit_headers
+from execution_proof.receipts.shapes import Receipt
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.policy import COSIGNATURE_SKEW_S, Policy, cosigned_enough
 from execution_proof.transparency.tiles import TileMissing, TileReader, tile_name
@@ -184,13 +185,13 @@ class LogService:
         quiet_s = time.time() - progress_ms / 1000
         return "stalled" if quiet_s >= self.stall_s else "ok"
 
-    async def index_of(self, receipt: dict[str, Any]) -> int | None:
+    async def index_of(self, receipt: Receipt | dict[str, Any]) -> int | None:
         """The receipt's index in this log, None while pending; ``NotInLog``."""
         return await self.store.log_index(
             self.identity, receipt["project_id"], receipt["receipt_id"], receipt["receipt_hash"]
         )
 
-    async def proof(self, receipt: dict[str, Any]) -> tuple[int, str] | None:
+    async def proof(self, receipt: Receipt | dict[str, Any]) -> tuple[int, str] | None:
         """(index, tlog-proof text) against the published checkpoint; None while pending."""
         index = await self.index_of(receipt)
         if index is None:
@@ -200,7 +201,9 @@ class LogService:
             return None
         return index, await self._proof_text(receipt, index, published.checkpoint, published.text)
 
-    async def _proof_text(self, receipt: dict[str, Any], index: int, checkpoint: note.Checkpoint, text: str) -> str:
+    async def _proof_text(
+        self, receipt: Receipt | dict[str, Any], index: int, checkpoint: note.Checkpoint, text: str
+    ) -> str:
         """The tlog-proof of the receipt at ``index`` under ``checkpoint``, checked before it is
         given: the stored hash at ``index`` and its path must lead to the checkpoint's root (else
         the store does not hold the tree its checkpoint signs: 503, and said at ERROR), and that
@@ -276,7 +279,7 @@ class LogService:
             return True
         return cosigned_enough(signed, self.policy, int(time.time()), self.cosignature_skew_s)
 
-    async def wait_for_proof(self, receipt: dict[str, Any], seconds: float) -> tuple[int, str] | None:
+    async def wait_for_proof(self, receipt: Receipt | dict[str, Any], seconds: float) -> tuple[int, str] | None:
         deadline = time.monotonic() + seconds
         while True:
             found = await self.proof(receipt)
@@ -311,7 +314,7 @@ def prefer_wait(request: Request) -> float:
     return 0.0
 
 
-async def create_log_object(request: Request, receipt: dict[str, Any]) -> dict[str, Any] | None:
+async def create_log_object(request: Request, receipt: Receipt | dict[str, Any]) -> dict[str, Any] | None:
     """The create response's ``log`` member (None when the service has no log). A replay of a
     receipt that is not in this log (issued for another) gets the pending form all the same,
     its ``proof_url`` answering 404 ``not_in_log``: a create's answer never depends on it.
