@@ -40,6 +40,7 @@ from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 from execution_proof.receipts.verifier import (
     BundleError,
     BundleParts,
+    ChainLink,
     bundle_parts,
     carried_key_ring,
     carried_keys_match,
@@ -238,9 +239,9 @@ def _salts(document: Any, options: VerifyOptions) -> dict[str, bytes]:
 
 def _walk_chain(
     receipt: dict[str, Any], keyring: KeyRing, net: _Network, base: str, max_links: int
-) -> tuple[list[dict[str, Any]], bool, bool]:
+) -> tuple[list[ChainLink], bool, bool]:
     """(links, all links good, stopped at max_links)."""
-    links: list[dict[str, Any]] = []
+    links: list[ChainLink] = []
     current = receipt
     while isinstance(current.get("prev_receipt_hash"), str):
         if len(links) >= max_links:

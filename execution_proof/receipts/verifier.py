@@ -1,9 +1,12 @@
 """The verifier: every check of a receipt, of a chain link and of an offline bundle.
 
-Pure functions over plain dicts and a ``KeyRing``: no files, no network, no clock. The
+Pure functions over JSON objects and a ``KeyRing``: no files, no network, no clock. The
 service's ``POST /v1/verify`` (web/receipts_api.py), the bundle endpoint's format constants
 (web/bundles.py) and the ``verify`` command (cli/verify.py, which only reads files, fetches
-keys and chain links and renders the report) all decide here.
+keys and chain links and renders the report) all decide here. A receipt here is one read from
+outside (a file, a bundle, a stored record): a JSON object (``Mapping[str, JSONValue]``) whose
+fields are narrowed where they are read, never a ``Receipt``, since the checks are what would
+make it one. What they answer is typed (``VerifyResult``, ``ChainLink``, ``BundleChain``).
 
 A receipt verifies when its ``receipt_hash`` recomputes from its fields and its ``signature``
 is the Ed25519 signature, by the key its ``sig_kid`` names, over that hash. A chain link
@@ -17,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from execution_proof.errors import Error
 from execution_proof.receipts.canonical import compute_receipt_hash
 from execution_proof.receipts.encoding import HashStr, b64url_decode
+from execution_proof.receipts.shapes import JSONObject, JSONValue
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 
 BUNDLE_FORMAT = "eps-receipt-bundle"
@@ -45,7 +49,8 @@ class ReceiptCheck:
     """The recomputed hash equals the stored ``receipt_hash``."""
     signature: bool
     """``signature`` is valid over ``receipt_hash`` for the key ``sig_kid`` names."""
-    kid: Any
+    kid: JSONValue
+    """``sig_kid`` as found (None: missing)."""
     key_known: bool
     """``sig_kid`` names a key of the ring."""
     key_active: bool | None
@@ -70,19 +75,68 @@ class LinkCheck:
 class BundleParts:
     """A bundle's members, once its format and version are known to be readable."""
 
-    receipt: dict[str, Any]
-    keys: Any
+    receipt: JSONObject
+    keys: JSONValue
     """The carried key set, as found (checked by ``carried_keys_match``/``carried_key_ring``)."""
-    chain: list[dict[str, Any]]
+    chain: list[JSONObject]
     """The earlier receipts, newest first."""
     claimed_complete: bool
-    log: dict[str, Any] | None = None
+    log: JSONObject | None = None
     """The transparency log member (``origin``, ``log_vkey``, ``proof``), when carried."""
-    timestamps: list[Any] | None = None
+    timestamps: list[JSONValue] | None = None
     """The RFC 3161 time-stamps of the proof's checkpoint (``tsa``, ``response_base64``)."""
 
 
-def recompute_hash_or_none(receipt: Mapping[str, Any]) -> HashStr | None:
+class ChainLink(TypedDict):
+    """One earlier receipt in a report's chain: a step of a walk (``walk_step``; no ``linked``:
+    it was fetched by the hash) or an entry of a bundle's segment (``check_bundle_chain``).
+    A receipt a walk did not find has ``receipt_hash``, ``found`` and ``ok`` only."""
+
+    receipt_hash: JSONValue
+    found: bool
+    ok: bool
+    receipt_id: NotRequired[JSONValue]
+    linked: NotRequired[bool]
+    receipt_hash_recompute: NotRequired[bool]
+    signature: NotRequired[bool | None]
+    same_project: NotRequired[bool]
+
+
+class BundleChain(TypedDict):
+    """The ``chain`` part of a bundle's report."""
+
+    links: list[ChainLink]
+    truncated: bool
+    complete: bool
+    claimed_complete: bool
+
+
+class VerifyChecks(TypedDict):
+    signature: bool
+    hash_match: bool
+    receipt_hash_recompute: bool
+    chain_link: bool
+
+
+class VerifyChain(TypedDict):
+    prev_receipt_hash: JSONValue
+    prev_found: bool
+    prev_receipt_hash_recompute: bool
+
+
+class VerifyResult(TypedDict):
+    """The ``POST /v1/verify`` body; the receipt's own fields are echoed as found."""
+
+    ok: bool
+    receipt_id: JSONValue
+    checks: VerifyChecks
+    sig_kid: JSONValue
+    receipt_hash: JSONValue
+    recomputed_receipt_hash: HashStr | None
+    chain: VerifyChain
+
+
+def recompute_hash_or_none(receipt: Mapping[str, JSONValue]) -> HashStr | None:
     """The recomputed receipt hash, or None when the record cannot be canonicalised."""
     try:
         return compute_receipt_hash(receipt)
@@ -90,7 +144,7 @@ def recompute_hash_or_none(receipt: Mapping[str, Any]) -> HashStr | None:
         return None
 
 
-def signature_ok(receipt: Mapping[str, Any], keyring: KeyRing) -> bool:
+def signature_ok(receipt: Mapping[str, JSONValue], keyring: KeyRing) -> bool:
     """The receipt's ``signature`` over its ``receipt_hash`` verifies with the key its
     ``sig_kid`` names; False when any of the three is not a string or the kid is unknown."""
     receipt_hash, signature, kid = receipt.get("receipt_hash"), receipt.get("signature"), receipt.get("sig_kid")
@@ -99,7 +153,7 @@ def signature_ok(receipt: Mapping[str, Any], keyring: KeyRing) -> bool:
     return keyring.verify(kid, receipt_hash, signature)
 
 
-def check_receipt(receipt: Mapping[str, Any], keyring: KeyRing) -> ReceiptCheck:
+def check_receipt(receipt: Mapping[str, JSONValue], keyring: KeyRing) -> ReceiptCheck:
     """Hash recomputation, signature and the state of the signing key, for one receipt."""
     recomputed = recompute_hash_or_none(receipt)
     kid = receipt.get("sig_kid")
@@ -114,7 +168,9 @@ def check_receipt(receipt: Mapping[str, Any], keyring: KeyRing) -> ReceiptCheck:
     )
 
 
-def check_link(expected_hash: Any, entry: Mapping[str, Any], project_id: Any, keyring: KeyRing | None) -> LinkCheck:
+def check_link(
+    expected_hash: JSONValue, entry: Mapping[str, JSONValue], project_id: JSONValue, keyring: KeyRing | None
+) -> LinkCheck:
     """``entry`` as the receipt a successor names by ``expected_hash`` (its
     ``prev_receipt_hash``) in the chain of project ``project_id``; its signature is checked
     only against a given ``keyring`` (an Ed25519 verification: half the cost of a check)."""
@@ -128,8 +184,8 @@ def check_link(expected_hash: Any, entry: Mapping[str, Any], project_id: Any, ke
 
 
 def walk_step(
-    head: Mapping[str, Any], prev_hash: str, prev: Mapping[str, Any] | None, keyring: KeyRing
-) -> dict[str, Any]:
+    head: Mapping[str, JSONValue], prev_hash: str, prev: Mapping[str, JSONValue] | None, keyring: KeyRing
+) -> ChainLink:
     """One step of a chain walk back from the receipt ``head``: the report entry for the
     receipt fetched by ``prev_hash`` (a successor's ``prev_receipt_hash``; ``prev`` None: not
     found). ``ok`` needs the link, the recomputed hash, the signature and ``head``'s project."""
@@ -144,18 +200,18 @@ def walk_step(
         "receipt_hash_recompute": recompute_ok,
         "signature": link.signature,
         "same_project": link.same_project,
-        "ok": recompute_ok and link.signature and link.same_project,
+        "ok": recompute_ok and link.signature is True and link.same_project,
     }
 
 
 def verify_receipt(
-    receipt: Mapping[str, Any],
+    receipt: Mapping[str, JSONValue],
     keyring: KeyRing,
     *,
     input_hash: str | None,
     output_hash: str | None,
-    prev_receipt: Mapping[str, Any] | None,
-) -> dict[str, Any]:
+    prev_receipt: Mapping[str, JSONValue] | None,
+) -> VerifyResult:
     """The four checks of ``POST /v1/verify`` and its response body; ``ok`` only if all pass.
 
     ``prev_receipt`` is the stored receipt named by ``prev_receipt_hash`` in the same
@@ -176,7 +232,7 @@ def verify_receipt(
         link = check_link(prev_hash, prev_receipt, receipt.get("project_id"), None)
         prev_recompute_ok = link.same_project and link.linked and link.receipt_hash_recompute
     chain_ok = prev_hash is None or (prev_found and prev_recompute_ok)
-    checks = {
+    checks: VerifyChecks = {
         "signature": check.signature,
         "hash_match": match,
         "receipt_hash_recompute": check.receipt_hash_recompute,
@@ -197,7 +253,7 @@ def verify_receipt(
     }
 
 
-def unreadable_receipt_result(receipt_id: str) -> dict[str, Any]:
+def unreadable_receipt_result(receipt_id: str) -> VerifyResult:
     """The ``POST /v1/verify`` body for a stored record that cannot be used (undecodable, or
     another receipt's): nothing can be checked, so every check is false and ``ok`` is false."""
     return {
@@ -211,18 +267,19 @@ def unreadable_receipt_result(receipt_id: str) -> dict[str, Any]:
     }
 
 
-def is_bundle(document: Any) -> bool:
+def is_bundle(document: JSONValue) -> bool:
     """The document says it is a bundle (its version is checked by ``bundle_parts``)."""
     return isinstance(document, dict) and document.get("format") == BUNDLE_FORMAT
 
 
-def bundle_parts(document: dict[str, Any]) -> BundleParts:
+def bundle_parts(document: Mapping[str, JSONValue]) -> BundleParts:
     """The members of a bundle document; ``BundleError`` for an unsupported version or a
     receipt that is not an object or a chain that is not a list of objects."""
     if document.get("version") not in BUNDLE_VERSIONS:
         raise BundleError(f"unsupported bundle version {document.get('version')!r}")
-    receipt, chain = document.get("receipt"), document.get("chain")
-    if not isinstance(receipt, dict) or not isinstance(chain, list) or not all(isinstance(e, dict) for e in chain):
+    receipt, listed = document.get("receipt"), document.get("chain")
+    chain = [entry for entry in listed if isinstance(entry, dict)] if isinstance(listed, list) else []
+    if not isinstance(receipt, dict) or not isinstance(listed, list) or len(chain) != len(listed):
         raise BundleError("the bundle is malformed (receipt must be an object, chain a list of objects)")
     log, stamps = document.get("log"), document.get("timestamps")
     return BundleParts(
@@ -236,14 +293,14 @@ def bundle_parts(document: dict[str, Any]) -> BundleParts:
 
 
 def check_bundle_chain(
-    receipt: Mapping[str, Any], chain: Sequence[Mapping[str, Any]], keyring: KeyRing, claimed_complete: bool
-) -> tuple[dict[str, Any], bool]:
+    receipt: Mapping[str, JSONValue], chain: Sequence[Mapping[str, JSONValue]], keyring: KeyRing, claimed_complete: bool
+) -> tuple[BundleChain, bool]:
     """Check a bundle's chain segment offline: every entry is self-consistent and signed,
     belongs to the receipt's project, and is exactly the receipt its successor names
     (``entry.receipt_hash == successor.prev_receipt_hash``). The segment is complete when
     it ends at a receipt whose ``prev_receipt_hash`` is null; a bundle that claims
     ``chain_complete`` without that fails. Returns (report part, all good)."""
-    links: list[dict[str, Any]] = []
+    links: list[ChainLink] = []
     successor = receipt
     for entry in chain:
         link = check_link(successor.get("prev_receipt_hash"), entry, receipt.get("project_id"), keyring)
@@ -256,17 +313,17 @@ def check_bundle_chain(
                 "receipt_hash_recompute": link.receipt_hash_recompute,
                 "signature": link.signature,
                 "same_project": link.same_project,
-                "ok": link.linked and link.receipt_hash_recompute and link.signature and link.same_project,
+                "ok": link.linked and link.receipt_hash_recompute and link.signature is True and link.same_project,
             }
         )
         successor = entry
     complete = successor.get("prev_receipt_hash") is None
     claim_ok = complete or not claimed_complete
-    part = {"links": links, "truncated": False, "complete": complete, "claimed_complete": claimed_complete}
+    part: BundleChain = {"links": links, "truncated": False, "complete": complete, "claimed_complete": claimed_complete}
     return part, all(link["ok"] for link in links) and claim_ok
 
 
-def carried_keys_match(carried: Any, pinned: KeyRing) -> tuple[bool, list[str]]:
+def carried_keys_match(carried: JSONValue, pinned: KeyRing) -> tuple[bool, list[str]]:
     """Whether every key the bundle carries is the pinned key of the same kid.
 
     Returns (all match, the kids that do not: unknown to the pinned set, or another key).
@@ -277,27 +334,28 @@ def carried_keys_match(carried: Any, pinned: KeyRing) -> tuple[bool, list[str]]:
         return False, []
     differing: list[str] = []
     for entry in entries:
-        kid = entry.get("kid") if isinstance(entry, dict) else None
+        kid, public = (entry.get("kid"), entry.get("public_key_base64url")) if isinstance(entry, dict) else (None, None)
         known = pinned.keys.get(kid) if isinstance(kid, str) else None
         try:
-            same = known is not None and b64url_decode(entry["public_key_base64url"]) == bytes(known.verify_key)
-        except (KeyError, TypeError, ValueError):
+            same = known is not None and isinstance(public, str) and b64url_decode(public) == bytes(known.verify_key)
+        except ValueError:
             same = False
         if not same:
             differing.append(str(kid))
     return not differing, differing
 
 
-def carried_key_ring(carried: Any) -> KeyRing:
+def carried_key_ring(carried: JSONValue) -> KeyRing:
     """The keys a bundle carries, as a ring: what an unpinned check uses (it proves only that
     the bundle is consistent with itself). ``BundleError`` when the key set is malformed."""
-    if isinstance(carried, dict) and carried.get("keys") == []:
+    entries = carried.get("keys") if isinstance(carried, dict) else None
+    active = carried.get("active_kid") if isinstance(carried, dict) else None
+    if entries == []:
         # The service left out every kid it does not know: nothing verifies (fail closed).
-        return KeyRing({}, carried.get("active_kid"), None)
+        return KeyRing({}, active if isinstance(active, str) else None, None)
     try:
-        if isinstance(carried, dict) and isinstance(carried.get("keys"), list):
-            listed = {entry.get("kid") for entry in carried["keys"] if isinstance(entry, dict)}
-            active = carried.get("active_kid")
+        if isinstance(carried, dict) and isinstance(entries, list):
+            listed = {entry.get("kid") for entry in entries if isinstance(entry, dict)}
             if isinstance(active, str) and active not in listed:
                 # A bundle lists only the kids that signed its receipts: after a rotation the
                 # service's active kid may have signed none of them (docs/bundles.md).
