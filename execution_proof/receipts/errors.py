@@ -10,9 +10,11 @@ raises the same classes for the service's replies (``from_reply``): a 409 ``log_
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import ClassVar
 
 from execution_proof.errors import Error
+from execution_proof.receipts.shapes import JSONOut
 
 
 class InvalidInput(Error, ValueError):
@@ -40,7 +42,7 @@ class ServiceError(Error):
     def __init__(
         self,
         message: str,
-        details: dict[str, Any] | None = None,
+        details: Mapping[str, JSONOut] | None = None,
         headers: dict[str, str] | None = None,
         *,
         code: str | None = None,
@@ -236,7 +238,7 @@ def _classes(error: type[ServiceError]) -> list[type[ServiceError]]:
     return [error, *(cls for sub in error.__subclasses__() for cls in _classes(sub))]
 
 
-def from_reply(status: int, code: str, message: str, details: dict[str, Any] | None = None) -> ServiceError:
+def from_reply(status: int, code: str, message: str, details: Mapping[str, JSONOut] | None = None) -> ServiceError:
     """The error a reply of the service stands for: the class with its code and status
     (``claim_pending`` is 404 ``ClaimUnknown`` or 409 ``ClaimPending``), else the first with
     its code, carrying the reply's status, else a ``ServiceError`` with both of the reply's."""

@@ -11,18 +11,19 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 
 import orjson
 
 from execution_proof.errors import Error
 from execution_proof.receipts.model import format_created_at
+from execution_proof.receipts.shapes import JSONObject, JSONValue
 
 PLANS = ("free", "basic", "pro")
 """Every plan a key can have; the one list the limits, the CLI, the claims and the API document use."""
 PAID_PLANS = ("basic", "pro")
 """The plans a checkout sells (the free plan is claimed behind the human check)."""
-DEFAULT_LIMITS: dict[str, Any] = {
+DEFAULT_LIMITS: JSONObject = {
     "plans": {
         "free": {"per_minute": 60, "monthly": 1000},
         "basic": {"per_minute": 300, "monthly": 50000},
@@ -44,16 +45,19 @@ class LimitsError(Error, ValueError):
     """``LIMITS`` is malformed; the message names the offending path."""
 
 
-def _merge(base: dict[str, Any], override: Mapping[str, Any], path: str) -> dict[str, Any]:
+def _merge(base: JSONObject, override: Mapping[str, JSONValue], path: str) -> JSONObject:
+    """``override`` over ``base``, key by key; every key must be one of ``base``'s, every value
+    an object where ``base`` has one and a whole number where it has one."""
     merged = copy.deepcopy(base)
     for key, value in override.items():
         where = f"{path}.{key}" if path else key
         if key not in base:
             raise LimitsError(f"LIMITS: unknown setting {where!r}")
-        if isinstance(base[key], dict):
+        default = base[key]
+        if isinstance(default, dict):
             if not isinstance(value, Mapping):
                 raise LimitsError(f"LIMITS: {where} must be an object")
-            merged[key] = _merge(base[key], value, where)
+            merged[key] = _merge(default, value, where)
         else:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise LimitsError(f"LIMITS: {where} must be a whole number >= 0")
@@ -89,11 +93,30 @@ def load_limits(raw: str | bytes | None) -> Limits:
         if not isinstance(override, Mapping):
             raise LimitsError("LIMITS must be a JSON object")
         merged = _merge(DEFAULT_LIMITS, override, "")
+    plans, ip_per_minute = _object(merged["plans"]), _object(merged["ip_per_minute"])
     return Limits(
-        plans={name: PlanLimits(**merged["plans"][name]) for name in PLANS},
-        ip_per_minute=dict(merged["ip_per_minute"]),
-        free_claims_per_ip_per_day=merged["free_claims_per_ip_per_day"],
+        plans={name: _plan(plans[name]) for name in PLANS},
+        ip_per_minute={name: _whole(value) for name, value in ip_per_minute.items()},
+        free_claims_per_ip_per_day=_whole(merged["free_claims_per_ip_per_day"]),
     )
+
+
+# The merged document has the defaults' shape (``_merge`` keeps it): these only narrow it.
+
+
+def _object(value: JSONValue) -> JSONObject:
+    assert isinstance(value, dict)
+    return value
+
+
+def _whole(value: JSONValue) -> int:
+    assert isinstance(value, int)
+    return value
+
+
+def _plan(value: JSONValue) -> PlanLimits:
+    plan = _object(value)
+    return PlanLimits(per_minute=_whole(plan["per_minute"]), monthly=_whole(plan["monthly"]))
 
 
 @dataclass(frozen=True)
@@ -181,7 +204,17 @@ def ratelimit_headers(usages: list[Usage]) -> dict[str, str]:
     }
 
 
-def quota_object(plan: str, usage: Usage) -> dict[str, Any]:
+class QuotaObject(TypedDict):
+    """The ``quota`` object of a creation response."""
+
+    plan: str
+    monthly_limit: int
+    monthly_used: int
+    monthly_remaining: int
+    monthly_reset_at: str
+
+
+def quota_object(plan: str, usage: Usage) -> QuotaObject:
     """The ``quota`` object of a creation response (docs/api.md)."""
     return {
         "plan": plan,

@@ -102,6 +102,7 @@ class JsonErrorHandler(ErrorHandler):
                 exc_info=exception,
             )
         response = error_response(request, error)
-        if isinstance(exception, sanic_errors.MethodNotAllowed) and error.details:
-            response.headers["Allow"] = ", ".join(error.details["allowed"])
+        allowed = error.details.get("allowed") if error.details else None
+        if isinstance(exception, sanic_errors.MethodNotAllowed) and isinstance(allowed, list):
+            response.headers["Allow"] = ", ".join(str(method) for method in allowed)
         return response
