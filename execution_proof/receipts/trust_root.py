@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import urlsplit
 
 import orjson
 
 from execution_proof.receipts.encoding import b64url_decode
 from execution_proof.receipts.errors import InvalidInput
+from execution_proof.receipts.shapes import JSONObject, JSONValue
 from execution_proof.receipts.signing import KID_RE, KeyRing, KeySetError, load_key_ring
 from execution_proof.transparency import note
 from execution_proof.transparency.policy import Policy, PolicyError, parse_policy
@@ -45,6 +45,27 @@ KEY_MEMBERS = ("kid", "public_key_base64url")
 LOG_MEMBERS = ("origin", "vkey", "policy")
 PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
 PEM_END = "-----END CERTIFICATE-----"
+
+
+class TrustRootKey(TypedDict):
+    kid: str
+    public_key_base64url: str
+
+
+class TrustRootLog(TypedDict):
+    origin: str
+    vkey: str
+    policy: str
+
+
+class TrustRootDocument(TypedDict):
+    """The file's object, members in the documented order."""
+
+    version: int
+    service_url: str
+    receipt_keys: list[TrustRootKey]
+    log: TrustRootLog | None
+    tsa_roots_pem: list[str]
 
 
 class TrustRootError(InvalidInput):
@@ -95,10 +116,10 @@ class TrustRoot:
 
         return [timestamps.load_roots(pem.encode("ascii"))[0] for pem in self.tsa_roots_pem]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TrustRootDocument:
         """The file's object (members in the documented order)."""
-        log = None
-        if self.log_origin is not None:
+        log: TrustRootLog | None = None
+        if self.log_origin is not None and self.log_vkey is not None and self.policy_text is not None:
             log = {"origin": self.log_origin, "vkey": self.log_vkey, "policy": self.policy_text}
         return {
             "version": VERSION,
@@ -111,7 +132,7 @@ class TrustRoot:
         }
 
 
-def encode_trust_root(document: Mapping[str, Any]) -> bytes:
+def encode_trust_root(document: TrustRootDocument) -> bytes:
     """The bytes ``trust-root`` writes: JSON indented by two spaces, then a newline."""
     return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
@@ -141,7 +162,7 @@ def parse_trust_root(data: bytes | str) -> TrustRoot:
     return TrustRoot(service_url, keys, origin, vkey, policy_text, roots)
 
 
-def _members(value: dict[str, Any], required: tuple[str, ...], allowed: tuple[str, ...], where: str) -> None:
+def _members(value: JSONObject, required: tuple[str, ...], allowed: tuple[str, ...], where: str) -> None:
     unknown = sorted(set(value) - set(allowed))
     if unknown:
         raise TrustRootError(f"{where}: unknown member {unknown[0]!r} (a pinned file must mean exactly what it says)")
@@ -150,7 +171,7 @@ def _members(value: dict[str, Any], required: tuple[str, ...], allowed: tuple[st
             raise TrustRootError(f"{where}: {name} is missing")
 
 
-def _service_url(value: Any) -> str:
+def _service_url(value: JSONValue) -> str:
     if not isinstance(value, str):
         raise TrustRootError("service_url: must be a string")
     parts = urlsplit(value)
@@ -159,12 +180,12 @@ def _service_url(value: Any) -> str:
     return value
 
 
-def _receipt_keys(value: Any) -> KeyRing:
+def _receipt_keys(value: JSONValue) -> KeyRing:
     if not isinstance(value, list) or not value:
         raise TrustRootError("receipt_keys: must be a non-empty list")
     if len(value) > MAX_RECEIPT_KEYS:
         raise TrustRootError(f"receipt_keys: more than {MAX_RECEIPT_KEYS} keys")
-    seen: set[str] = set()
+    seen: list[str] = []
     for index, entry in enumerate(value):
         where = f"receipt_keys[{index}]"
         if not isinstance(entry, dict):
@@ -175,30 +196,27 @@ def _receipt_keys(value: Any) -> KeyRing:
             raise TrustRootError(f"{where}.kid: must be 1-64 characters of A-Z a-z 0-9 . _ -")
         if kid in seen:
             raise TrustRootError(f"{where}.kid: duplicate kid {kid!r}")
-        seen.add(kid)
+        seen.append(kid)
         try:
-            if len(b64url_decode(public)) != 32:
+            if not isinstance(public, str) or len(b64url_decode(public)) != 32:
                 raise ValueError("not 32 bytes")
         except ValueError as exc:
             raise TrustRootError(
                 f"{where}.public_key_base64url: must be a 32-byte Ed25519 key in base64url without padding"
             ) from exc
     try:
-        return load_key_ring({"keys": value, "active_kid": value[0]["kid"]})
+        return load_key_ring({"keys": value, "active_kid": seen[0]})
     except KeySetError as exc:  # not reached: every entry was checked above
         raise TrustRootError(f"receipt_keys: {exc}") from exc
 
 
-def _log(value: Any) -> tuple[str | None, str | None, str | None]:
+def _log(value: JSONValue) -> tuple[str | None, str | None, str | None]:
     if value is None:
         return None, None, None
     if not isinstance(value, dict):
         raise TrustRootError("log: must be an object or null")
     _members(value, LOG_MEMBERS, LOG_MEMBERS, "log")
-    for name in LOG_MEMBERS:
-        if not isinstance(value[name], str):
-            raise TrustRootError(f"log.{name}: must be a string")
-    origin, vkey, text = value["origin"], value["vkey"], value["policy"]
+    origin, vkey, text = (_string(value[name], f"log.{name}") for name in LOG_MEMBERS)
     try:
         verifier = note.Verifier.parse(vkey)
     except note.NoteError as exc:
@@ -218,12 +236,19 @@ def _log(value: Any) -> tuple[str | None, str | None, str | None]:
     return origin, vkey, text
 
 
-def _tsa_roots(value: Any) -> tuple[str, ...]:
+def _string(value: JSONValue, where: str) -> str:
+    if not isinstance(value, str):
+        raise TrustRootError(f"{where}: must be a string")
+    return value
+
+
+def _tsa_roots(value: JSONValue) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise TrustRootError("tsa_roots_pem: must be a list (empty: no TSA pinned)")
     if len(value) > MAX_TSA_ROOTS:
         raise TrustRootError(f"tsa_roots_pem: more than {MAX_TSA_ROOTS} certificates")
     seen: dict[bytes, int] = {}
+    pems: list[str] = []
     for index, pem in enumerate(value):
         where = f"tsa_roots_pem[{index}]"
         if not isinstance(pem, str) or not pem.isascii():
@@ -235,7 +260,8 @@ def _tsa_roots(value: Any) -> tuple[str, ...]:
         if der in seen:
             raise TrustRootError(f"{where}: the same certificate as tsa_roots_pem[{seen[der]}]")
         seen[der] = index
-    return tuple(value)
+        pems.append(pem)
+    return tuple(pems)
 
 
 def _certificate_der(pem: str, where: str) -> bytes:
@@ -257,10 +283,10 @@ def _certificate_der(pem: str, where: str) -> bytes:
 
 def build_trust_root(
     service_url: str,
-    public_key_document: Any,
-    log_document: Any | None,
+    public_key_document: JSONValue,
+    log_document: JSONValue,
     tsa_pem: bytes | None,
-) -> dict[str, Any]:
+) -> TrustRootDocument:
     """The trust root of a service from its ``GET /v1/public-key`` body, its ``GET /v1/log``
     body (None: it runs no log) and a PEM file of TSA roots (None: none pinned).
 
@@ -268,7 +294,7 @@ def build_trust_root(
     policy is empty (no witnesses) gets the policy ``log <vkey>`` / ``quorum none``; a policy
     that names no log gets the ``log <vkey>`` line in front. The object is checked by
     ``parse_trust_root`` before it is returned."""
-    document = {
+    document: TrustRootDocument = {
         "version": VERSION,
         "service_url": service_url.rstrip("/"),
         "receipt_keys": _published_keys(public_key_document),
@@ -279,11 +305,12 @@ def build_trust_root(
     return document
 
 
-def _published_keys(document: Any) -> list[dict[str, str]]:
-    if not isinstance(document, dict) or not isinstance(document.get("keys"), list) or not document["keys"]:
+def _published_keys(document: JSONValue) -> list[TrustRootKey]:
+    listed = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or not isinstance(listed, list) or not listed:
         raise TrustRootError('GET /v1/public-key: the answer is not {"keys": [...]} with at least one key')
-    entries = []
-    for index, entry in enumerate(document["keys"]):
+    entries: list[TrustRootKey] = []
+    for index, entry in enumerate(listed):
         if not isinstance(entry, dict):
             raise TrustRootError(f"GET /v1/public-key: keys[{index}] is not an object")
         if entry.get("alg", "Ed25519") != "Ed25519":
@@ -297,7 +324,7 @@ def _published_keys(document: Any) -> list[dict[str, str]]:
     return entries
 
 
-def _published_log(document: Any) -> dict[str, str]:
+def _published_log(document: JSONValue) -> TrustRootLog:
     if not isinstance(document, dict):
         raise TrustRootError("GET /v1/log: the answer is not a JSON object")
     origin, vkey, text = document.get("origin"), document.get("log_vkey"), document.get("policy", "")
