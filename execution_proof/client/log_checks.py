@@ -200,7 +200,7 @@ def check(
         report = {"ok": False, "reason": "pending: no published checkpoint covers the receipt yet"}
         return report, {"log_inclusion": False}
     inclusion = log_check.check_inclusion(receipt, text, log_key)
-    report = inclusion.report()
+    report = dict(inclusion.report())  # extended below with the time, quorum and consistency checks
     checks = {"log_inclusion": inclusion.ok}
     if stamps is not None:
         moment: dict[str, Any] = {"ok": False, "reason": "no checkpoint to time: the log proof did not check"}

@@ -6,9 +6,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from execution_proof.transparency import note, tlog
+
+
+class InclusionReport(TypedDict):
+    """``LogInclusion.report()``: the log part of a verify report."""
+
+    ok: bool
+    reason: str
+    index: int | None
+    tree_size: int | None
+    origin: str | None
 
 
 @dataclass(frozen=True)
@@ -24,7 +34,7 @@ class LogInclusion:
     checkpoint_text: str = ""
     """Its note text (what the log signed and a time-stamp's imprint covers), once signed."""
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> InclusionReport:
         return {
             "ok": self.ok,
             "reason": self.reason,
@@ -34,7 +44,7 @@ class LogInclusion:
         }
 
 
-def check_inclusion(receipt: Mapping[str, Any], proof_text: str, log_key: note.Verifier) -> LogInclusion:
+def check_inclusion(receipt: Mapping[str, object], proof_text: str, log_key: note.Verifier) -> LogInclusion:
     """Whether ``proof_text`` (a C2SP tlog-proof) shows the receipt's entry in a tree whose
     checkpoint ``log_key`` signed. Never raises on bad input: the reason says what failed."""
     try:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import NotRequired, Protocol, TypedDict
 
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.errors import LogError
@@ -45,6 +45,15 @@ HASH = tlog.HASH_SIZE
 WIDTH = tlog.TILE_WIDTH
 HEIGHT = tlog.TILE_HEIGHT
 _ENTRY_HEADER = tlog.ENTRY_HEADER
+
+
+class ViolationJSON(TypedDict):
+    """A violation as the monitor reports and records it (a None member is left out)."""
+
+    kind: str
+    detail: str
+    index: NotRequired[int]
+    project_id: NotRequired[str]
 
 
 @dataclass
@@ -56,8 +65,13 @@ class Violation:
     index: int | None = None
     project_id: str | None = None
 
-    def json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+    def json(self) -> ViolationJSON:
+        found: ViolationJSON = {"kind": self.kind, "detail": self.detail}
+        if self.index is not None:
+            found["index"] = self.index
+        if self.project_id is not None:
+            found["project_id"] = self.project_id
+        return found
 
 
 class WrongLog(LogError):

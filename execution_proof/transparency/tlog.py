@@ -32,8 +32,11 @@ class ProofError(LogError, ValueError):
     """A proof, tile or bundle that does not check out (the message says which part)."""
 
 
-def entry_bytes(receipt: Mapping[str, Any]) -> bytes:
-    """The receipt's log entry: six lines, each ending in a newline (empty for a null)."""
+def entry_bytes(receipt: Mapping[str, object]) -> bytes:
+    """The receipt's log entry: six lines, each ending in a newline (empty for a null).
+
+    Any mapping with the five fields: a receipt built by receipts/model.py or one read back
+    (each field is written as text; this layer knows nothing else of a receipt's shape)."""
     lines = [
         ENTRY_HEADER,
         str(receipt["receipt_id"]),
