@@ -68,6 +68,7 @@ load() {  # PORT SCENARIO SECONDS OUT
     "$2" "$tmp/$2" "$(openssl rand -hex 8)" > "$4"
 }
 requests() { sed -n 's/^BENCHJSON .*"requests":\([0-9]*\).*/\1/p' "$1"; }
+p99() { sed -n 's/^BENCHJSON .*"p99_us":\([0-9]*\).*/\1/p' "$1"; }
 statuses() { sed -n 's/^BENCHJSON .*"statuses":\({.*}\)}$/\1/p' "$1"; }
 for scenario in $SCENARIOS; do
   load $port_a "$scenario" 2 /dev/null & load $port_b "$scenario" 2 /dev/null; wait  # warm-up
@@ -75,9 +76,10 @@ for scenario in $SCENARIOS; do
     wa=$(worker $port_a); wb=$(worker $port_b); a0=$(ticks "$wa"); b0=$(ticks "$wb")
     load $port_a "$scenario" 6 "$tmp/out_a" & load $port_b "$scenario" 6 "$tmp/out_b"; wait
     a1=$(ticks "$wa"); b1=$(ticks "$wb")
-    $PY -c "import sys; s, r, na, nb, a, b, sa, sb = sys.argv[1:]; ua = int(a) * 1e4 / int(na); ub = int(b) * 1e4 / int(nb)
-print(f'{s} round {r}: A {ua:.0f} us/request ({na}, {sa})  B {ub:.0f} us/request ({nb}, {sb})  B/A {ub / ua:.3f}')" \
+    $PY -c "import sys; s, r, na, nb, a, b, sa, sb, pa, pb = sys.argv[1:]; ua = int(a) * 1e4 / int(na); ub = int(b) * 1e4 / int(nb)
+print(f'{s} round {r}: A {ua:.0f} us/request ({na}, {sa}, {int(na) / 6:.0f}/s, p99 {int(pa) / 1e3:.2f} ms)  '
+      f'B {ub:.0f} us/request ({nb}, {sb}, {int(nb) / 6:.0f}/s, p99 {int(pb) / 1e3:.2f} ms)  B/A {ub / ua:.3f}')" \
       "$scenario" "$round" "$(requests "$tmp/out_a")" "$(requests "$tmp/out_b")" $((a1 - a0)) $((b1 - b0)) \
-      "$(statuses "$tmp/out_a")" "$(statuses "$tmp/out_b")"
+      "$(statuses "$tmp/out_a")" "$(statuses "$tmp/out_b")" "$(p99 "$tmp/out_a")" "$(p99 "$tmp/out_b")"
   done
 done

@@ -21,10 +21,6 @@ import orjson
 from sanic import HTTPResponse, Request, Sanic
 from sanic.worker.loader import AppLoader
 
-from execution_proof.web import sanic_fixes
-
-sanic_fixes.fast_header_values()  # the service's own help with Sanic, so the ratio stays fair
-
 DEFAULT_SIZES = {"create": 1500, "read": 1000, "verify": 200}
 JSON = "application/json"
 

@@ -39,9 +39,6 @@ from sanic import HTTPResponse, Request, Sanic
 from sanic.worker.loader import AppLoader
 
 from execution_proof.kv.link import FastLink, LuaScript
-from execution_proof.web import sanic_fixes
-
-sanic_fixes.fast_header_values()  # as the service and the ceiling
 
 JSON = "application/json"
 STORE = """

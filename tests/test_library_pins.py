@@ -1,10 +1,9 @@
 """The library code the service copies or reads from the inside is still the code it was
 written against.
 
-Three modules lean on the inside of a library: web/sanic_fixes.py copies and replaces parts
-of Sanic's worker manager and response headers, runtime/tally.py writes into
-prometheus-client's histogram internals, kv/link.py maps error replies with redis-py's
-private parser. Each is pinned in pyproject.toml to the releases proven here. An upgrade
+Two modules lean on the inside of a library: web/sanic_fixes.py copies and replaces parts
+of Sanic's worker manager, kv/link.py maps error replies with redis-py's private parser. Each
+is pinned in pyproject.toml to the releases proven here. An upgrade
 that changes what is copied or read fails here, with what to re-check and where; once it
 is re-checked (and the module adjusted), record the new release's version and hashes below.
 """
@@ -13,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import math
 import tomllib
 from importlib.metadata import version
 from typing import Any
@@ -26,15 +24,13 @@ from tests.conftest import REPO
 
 PROVEN = {
     "sanic": ("25.12.1", ">=25.12.1,<25.13", "web/sanic_fixes.py"),
-    "prometheus-client": ("0.26.0", ">=0.26.0,<0.27", "runtime/tally.py"),
     "redis": ("8.1.0", ">=8.1.0,<8.2", "kv/link.py"),
 }
 """Per library: the release the tests below ran against, the range pyproject.toml pins, and
 the module that depends on its inside."""
 
 UPSTREAM_FILES = {
-    "sanic": "sanic/worker/manager.py and sanic/response/types.py",
-    "prometheus-client": "prometheus_client/metrics.py and prometheus_client/values.py",
+    "sanic": "sanic/worker/manager.py",
     "redis": "redis/_parsers/base.py",
 }
 """Where in each library the code that module copies or reads lives."""
@@ -49,16 +45,6 @@ SANIC_SOURCES = {
     "WorkerManager.shutdown_signal": "991228e28239eaff1398b087745af32fd3122a435266942b9f21ffac765d6bd2",
     "WorkerManager.shutdown": "8e80ce1be450658e440dfa16d233df7f9d18672c6c5b1a5dcb5ce6371bcfc404",
     "WorkerManager._poll_monitor": "3dca8fc4593ff7277b1e71cfe484ccf77bb6dc90157e9f33855f155550b3b0c5",
-    # sanic/response/types.py: what fast_header_values replaces.
-    "BaseHTTPResponse.processed_headers": "bb1dbf116fc0faa35e0cb2995f57d0f9c819311ef5421750a89ba5c07328b7a0",
-    "BaseHTTPResponse._sanitize_header_value": "77fd96c99a598b1fc769bafba8c43470a08c758f6967618b891355bc77c3502c",
-}
-
-PROMETHEUS_SOURCES = {
-    # prometheus_client/metrics.py: where the child's _upper_bounds, _buckets and _sum come
-    # from, and how observe picks a bucket (HistogramTally's bisect_left must agree).
-    "Histogram._metric_init": "61aeac1b768d4786bed708a86af53b14af8c549ed208ad348c96083ce97e38bc",
-    "Histogram.observe": "38beca3be1d1595b61a274180f55537000e15133ead54fa07e303a86d9ceca39",
 }
 
 REDIS_SOURCES = {
@@ -72,7 +58,6 @@ def _sha256_of_source(obj: Any) -> str:
 
 
 def _sanic_objects() -> dict[str, Any]:
-    from sanic.response.types import BaseHTTPResponse
     from sanic.worker.manager import WorkerManager
 
     from execution_proof.web import sanic_fixes
@@ -84,8 +69,6 @@ def _sanic_objects() -> dict[str, Any]:
         "WorkerManager.shutdown_signal": sanic_fixes._original_shutdown_signal,
         "WorkerManager.shutdown": WorkerManager.shutdown,
         "WorkerManager._poll_monitor": WorkerManager._poll_monitor,
-        "BaseHTTPResponse.processed_headers": sanic_fixes.SANICS_PROCESSED_HEADERS.fget,
-        "BaseHTTPResponse._sanitize_header_value": BaseHTTPResponse._sanitize_header_value,
     }
 
 
@@ -125,7 +108,6 @@ def test_sanic_code_that_web_sanic_fixes_copies_is_unchanged() -> None:
 
 
 def test_sanic_names_web_sanic_fixes_uses_still_exist() -> None:
-    from sanic.response.types import HEADER_TRANSLATION_TABLE, BaseHTTPResponse
     from sanic.worker.manager import MonitorCycle, WorkerManager
 
     needed = ["_all_workers_ack", "_sync_states", "_cleanup_non_tracked_workers", "kill", "THRESHOLD"]
@@ -137,43 +119,6 @@ def test_sanic_names_web_sanic_fixes_uses_still_exist() -> None:
     assert {MonitorCycle.BREAK, MonitorCycle.CONTINUE} <= set(MonitorCycle), (
         "sanic's MonitorCycle changed: re-check web/sanic_fixes.py's monitor against sanic/worker/manager.py."
     )
-    assert isinstance(HEADER_TRANSLATION_TABLE, dict) and isinstance(
-        BaseHTTPResponse.__dict__["processed_headers"], property
-    ), (
-        "sanic's processed_headers or its header table changed form: re-check web/sanic_fixes.py's "
-        "_processed_headers against sanic/response/types.py."
-    )
-
-
-def test_prometheus_client_code_that_runtime_tally_reads_is_unchanged() -> None:
-    from prometheus_client.metrics import Histogram
-
-    _check_sources(
-        "prometheus-client",
-        PROMETHEUS_SOURCES,
-        {"Histogram._metric_init": Histogram._metric_init, "Histogram.observe": Histogram.observe},
-    )
-
-
-def test_prometheus_client_histogram_child_has_the_private_values_runtime_tally_writes() -> None:
-    from prometheus_client import CollectorRegistry, Histogram
-
-    bounds = (0.1, 1.0, 5.0)
-    child = Histogram("pin_seconds", "pin", ["route"], buckets=bounds, registry=CollectorRegistry()).labels("a")
-    where = (
-        f"prometheus-client {version('prometheus-client')}: re-check runtime/tally.py's HistogramTally "
-        "against prometheus_client/metrics.py (Histogram._metric_init and observe)"
-    )
-    upper = getattr(child, "_upper_bounds", None)
-    assert isinstance(upper, list) and upper == [*bounds, math.inf], f"{where}: _upper_bounds is {upper!r}"
-    buckets = getattr(child, "_buckets", None)
-    assert isinstance(buckets, list) and len(buckets) == len(upper), f"{where}: _buckets is {buckets!r}"
-    total = getattr(child, "_sum", None)
-    for value in [*buckets, total]:
-        assert callable(getattr(value, "inc", None)) and callable(getattr(value, "get", None)), (
-            f"{where}: a bucket or the sum has no inc/get ({value!r})"
-        )
-        assert list(inspect.signature(value.inc).parameters) == ["amount"], f"{where}: inc takes other arguments"
 
 
 def test_redis_parser_that_kv_link_uses_is_unchanged() -> None:

@@ -26,18 +26,13 @@ import fakeredis
 import pytest
 import redis
 import redis.asyncio as aioredis
-from hypothesis import given
-from hypothesis import strategies as st
 from redis import exceptions as redis_errors
 from redis.asyncio.connection import SSLConnection
 from redis.credentials import CredentialProvider
-from sanic import HTTPResponse
-from sanic.response.types import HEADER_TRANSLATION_TABLE
 
 from execution_proof.kv.link import FastLink, LuaScript, PyLink, link_for
 from execution_proof.kv.store import Store
 from execution_proof.receipts.errors import StoreUnavailable
-from execution_proof.web.sanic_fixes import SANICS_PROCESSED_HEADERS, _sanitize_header_value
 from tests.conftest import RedisServer
 from tests.redis_endpoints import KINDS, Certificates, Endpoint, endpoint_for, make_certificates
 
@@ -434,35 +429,6 @@ async def test_the_store_uses_the_link_on_real_redis(redis_server: RedisServer, 
         await store.close()
         with contextlib.suppress(Exception):
             await store.link.close()
-
-
-@given(st.text())
-def test_fast_header_sanitising_is_sanics_for_every_string(value: str) -> None:
-    assert _sanitize_header_value(value) == value.translate(HEADER_TRANSLATION_TABLE)
-
-
-@given(
-    st.lists(st.tuples(st.text(min_size=1), st.one_of(st.text(), st.integers()))),
-    st.sampled_from([200, 201, 204, 304, 404]),
-)
-def test_processed_headers_are_sanics_for_every_header_set(headers: list[tuple[str, Any]], status: int) -> None:
-    """web.sanic_fixes replaces the property (once the app is imported); Sanic's original
-    is kept here and must give the same pairs, or raise alike (a non-ASCII name)."""
-    fast, sanic_own = (HTTPResponse(b"x", status=status, headers=dict(headers)) for _ in range(2))
-    try:
-        expected: Any = list(SANICS_PROCESSED_HEADERS.fget(sanic_own))
-    except UnicodeEncodeError:
-        expected = UnicodeEncodeError
-    try:
-        got: Any = list(fast.processed_headers)
-    except UnicodeEncodeError:
-        got = UnicodeEncodeError
-    assert got == expected
-
-
-@pytest.mark.parametrize("value", ["plain", "a\r\nInjected: 1", "nul\x00", "tab\tok", "line\u2028sep", ""])
-def test_fast_header_sanitising_examples(value: str) -> None:
-    assert _sanitize_header_value(value) == value.translate(HEADER_TRANSLATION_TABLE)
 
 
 async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(

@@ -48,7 +48,7 @@ from execution_proof.errors import Error
 from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, refuse
 from execution_proof.jobs.log_sync import ack_batch, catch_up
 from execution_proof.jobs.log_timestamps import Stamper
-from execution_proof.jobs.log_witnesses import WitnessClient
+from execution_proof.jobs.log_witnesses import Evidence, WitnessClient
 from execution_proof.kv import keys
 from execution_proof.kv.logstore import LogStore, LogStoreConflict, LogStoreError
 from execution_proof.kv.logstore.log import Batch, CheckpointUnreadable, Identity, TileMismatch, TreeState
@@ -505,7 +505,7 @@ class Integrator:
 
     # -- halting
 
-    async def _on_evidence(self, evidence: dict[str, Any]) -> None:
+    async def _on_evidence(self, evidence: Evidence) -> None:
         """A witness's answer that shows a fork halts the log, but for a 409 naming a size the
         store's tree has reached: then this integrator was behind (it paused), not the log."""
         if self.witnesses is not None:
@@ -517,12 +517,12 @@ class Integrator:
                 raise Overtaken("witness")
         await self._halt(evidence)
 
-    async def _halt(self, evidence: dict[str, Any]) -> None:
+    async def _halt(self, evidence: Evidence) -> None:
         reason = (
             "someone has signed a history of this log that is not ours: witness "
             f"{evidence['witness']} answered {evidence['status']}: {evidence['detail']}"
         )
-        await self.log.halt(reason, evidence)
+        await self.log.halt(reason, dict(evidence))
         if self.witnesses is not None:
             self.witnesses.evidence = None  # recorded in the store: a resume starts afresh
         self.halted = await self.log.halted() or {"reason": reason, "evidence": evidence}

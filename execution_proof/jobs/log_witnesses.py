@@ -34,7 +34,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import httpx
 
@@ -54,18 +54,28 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 
 
+class Evidence(TypedDict):
+    """What a witness answered that shows a fork: its name, the HTTP status, what it said and,
+    for a 409, the size it holds. The log's halt record keeps it as it is."""
+
+    witness: str
+    status: int
+    detail: str
+    size: NotRequired[int]
+
+
 @dataclass(frozen=True)
 class Cosigned:
     text: str
     """The signed checkpoint with the cosignature lines that arrived in time."""
-    evidence: dict[str, Any] | None = None
-    """What a witness answered that shows a fork (its name, the status, what it holds)."""
+    evidence: Evidence | None = None
+    """What a witness answered that shows a fork, if one did."""
 
 
 class ForkEvidence(Error):
     def __init__(self, witness: str, status: int, detail: str, size: int | None = None) -> None:
         super().__init__(f"witness {witness} answered {status}: {detail}")
-        self.record: dict[str, Any] = {"witness": witness, "status": status, "detail": detail}
+        self.record: Evidence = {"witness": witness, "status": status, "detail": detail}
         if size is not None:
             self.record["size"] = size
 
@@ -121,7 +131,7 @@ class WitnessClient:
         """A number in [0, 1): the share of the backoff ceiling a failed witness waits."""
         self.sizes: dict[str, int] | None = None
         self.health = {w.name: _Health() for w in self.witnesses}
-        self.evidence: dict[str, Any] | None = None
+        self.evidence: Evidence | None = None
         """Evidence of a fork that arrived after its checkpoint was published (the integrator halts)."""
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._latest: _Round | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from typing import TypedDict
 
 from execution_proof.jobs.context import run_with_store
 from execution_proof.kv.store import Store
@@ -23,6 +23,17 @@ DAY_MS = 86_400_000
 SWEEP_JOB = "execution_proof.jobs.retention.sweep_expired"
 
 
+class SweepSummary(TypedDict):
+    """What one sweep did: the summary ``expire`` prints and the job returns (as JSON)."""
+
+    removed: dict[str, int]
+    """Per kind (``receipts``, ``hash_index``, ``idempotency``, ``search_index``): entries removed."""
+    scanned: int
+    cutoff: str
+    retention_days: float
+    took_ms: int
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -32,7 +43,7 @@ def cutoff_ms(now: int, retention_days: float) -> int:
     return now - round(retention_days * DAY_MS)
 
 
-async def sweep(store: Store, retention_days: float, now: int | None = None) -> dict[str, Any]:
+async def sweep(store: Store, retention_days: float, now: int | None = None) -> SweepSummary:
     """Remove what is past the retention window; the summary ``expire`` prints and the job returns."""
     at = now_ms() if now is None else now
     cutoff = cutoff_ms(at, retention_days)
@@ -47,7 +58,7 @@ async def sweep(store: Store, retention_days: float, now: int | None = None) -> 
     }
 
 
-def sweep_expired(now: int | None = None) -> dict[str, Any]:
+def sweep_expired(now: int | None = None) -> SweepSummary:
     """The job: one sweep with the configured ``RETENTION_DAYS``. Idempotent; safe to overlap.
 
     ``now`` (Unix ms) is for tests; the schedule passes nothing, so each run uses its own clock.

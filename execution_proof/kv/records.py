@@ -17,7 +17,6 @@ from execution_proof.kv.errors import UNAVAILABLE_ERRORS
 from execution_proof.receipts import compact
 from execution_proof.receipts.errors import CorruptRecord, StoreUnavailable
 from execution_proof.runtime.metrics import STORE_OPERATION_SECONDS, count_store_error
-from execution_proof.runtime.tally import HistogramTally
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -26,7 +25,7 @@ T = TypeVar("T")
 def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     """Also the store's one measuring point: every operation's time and failures (runtime.metrics)."""
     operation = func.__name__
-    observe = HistogramTally(STORE_OPERATION_SECONDS.labels(operation)).observe
+    observe = STORE_OPERATION_SECONDS.labels(operation).observe
 
     @functools.wraps(func)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:

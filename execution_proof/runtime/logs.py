@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from execution_proof.receipts.model import format_created_at
+from execution_proof.receipts.shapes import JSONObject
 
 request_log = logging.getLogger("eps.request")
 LOG_LEVEL = logging.INFO
@@ -57,10 +58,11 @@ def format_ts(created: float) -> str:
 
 
 def json_entry(
-    created: float, level: str, logger: str, msg: str, pid: int | None, fields: dict[str, Any] | None
-) -> dict[str, Any]:
-    """The object of one JSON line: ``ts``, ``level``, ``logger``, ``msg``, ``pid``, then ``fields``."""
-    entry: dict[str, Any] = {"ts": format_ts(created), "level": level, "logger": logger, "msg": msg, "pid": pid}
+    created: float, level: str, logger: str, msg: str, pid: int | None, fields: JSONObject | None
+) -> JSONObject:
+    """The object of one JSON line: ``ts``, ``level``, ``logger``, ``msg``, ``pid``, then ``fields``
+    (a value that is not JSON is written as its ``str``)."""
+    entry: JSONObject = {"ts": format_ts(created), "level": level, "logger": logger, "msg": msg, "pid": pid}
     if fields:
         entry.update(fields)
     return entry
@@ -190,7 +192,7 @@ def json_logging() -> bool:
     return _state["json"]
 
 
-def write_request_line(fields: dict[str, Any]) -> None:
+def write_request_line(fields: JSONObject) -> None:
     """Write one request's log line (``fields`` built by the HTTP server, ``web.access_log``).
 
     In JSON mode, when our handler alone receives ``eps.request`` records, the line skips the

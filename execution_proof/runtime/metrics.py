@@ -40,9 +40,6 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as prometheus_multiprocess
 
-from execution_proof.runtime import tally
-from execution_proof.runtime.tally import CounterTally, HistogramTally
-
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -194,11 +191,11 @@ def observe_request(route: str, method: str, status: int, duration_s: float) -> 
     key = (route, method, status)
     count = _request_counters.get(key)
     if count is None:
-        count = _request_counters[key] = CounterTally(HTTP_REQUESTS.labels(route, method, str(status))).inc
+        count = _request_counters[key] = HTTP_REQUESTS.labels(route, method, str(status)).inc
     count()
     time_it = _request_timers.get(route)
     if time_it is None:
-        time_it = _request_timers[route] = HistogramTally(HTTP_REQUEST_SECONDS.labels(route)).observe
+        time_it = _request_timers[route] = HTTP_REQUEST_SECONDS.labels(route).observe
     time_it(duration_s)
 
 
@@ -206,7 +203,7 @@ def count_receipt(replayed: bool, plan: str) -> None:
     count = _receipt_counters.get((replayed, plan))
     if count is None:
         outcome = "replay" if replayed else "new"
-        count = _receipt_counters[(replayed, plan)] = CounterTally(RECEIPTS_ISSUED.labels(outcome, plan)).inc
+        count = _receipt_counters[(replayed, plan)] = RECEIPTS_ISSUED.labels(outcome, plan).inc
     count()
 
 
@@ -262,16 +259,13 @@ def metrics_registry() -> CollectorRegistry:
 
 
 def render_metrics() -> bytes:
-    """The Prometheus text format of every metric (blocking file reads in multiprocess mode;
-    this process's batched values are flushed first, other workers' within ``tally.FLUSH_S``)."""
-    tally.flush()
+    """The Prometheus text format of every metric (blocking file reads in multiprocess mode)."""
     return generate_latest(metrics_registry())
 
 
 def release_worker_metrics() -> None:
-    """At a worker's exit: flush its batched values; in multiprocess mode drop its live-gauge
-    files (its counters stay summed)."""
-    tally.flush()
+    """At a worker's exit, in multiprocess mode: drop its live-gauge files (its counters stay
+    summed)."""
     if os.environ.get(MULTIPROC_ENV):
         prometheus_multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 

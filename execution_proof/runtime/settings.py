@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from execution_proof.errors import Error
@@ -43,6 +43,26 @@ class ClientIpConfig:
 
 class ConfigError(Error, ValueError):
     """A setting is malformed; the message names the variable (never a secret value)."""
+
+
+class LogSettings(TypedDict, total=False):
+    """The transparency log's fields of ``Settings`` that the environment set (the rest keep
+    their defaults): what ``_log_settings`` and its helpers read."""
+
+    log_origin: str
+    log_store: str | None
+    log_cosignature_skew_s: int
+    log_max_pending: int
+    log_stall_s: float
+    log_failpoints: Failpoints
+    log_public_url: str
+    log_signer: Signer
+    log_ephemeral: bool
+    log_witness_timeout_ms: int
+    log_policy: Policy
+    log_tsa_urls: tuple[str, ...]
+    log_tsa_interval_s: float
+    log_tsa_roots: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -224,7 +244,7 @@ def load_log_store_settings(environ: Mapping[str, str] | None = None) -> LogStor
     return LogStoreSettings(_log_store(env), _log_format(env, env.get("REDIS_URL") or None))
 
 
-def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, Any]:
+def _log_settings(env: Mapping[str, str], redis_url: str | None) -> LogSettings:
     """``LOG_ORIGIN`` (default: ``default_log_origin``) and ``LOG_SIGNING_KEY``, whose key
     name must be the origin, and where the log lives and is read (``LOG_STORE`` and friends).
     Without a key the embedded mode makes an ephemeral one; with ``REDIS_URL`` the service
@@ -237,12 +257,15 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
         skew = cosignature_skew(env)
     except PolicyError as exc:
         raise ConfigError(str(exc)) from exc
-    common = {"log_origin": origin, "log_store": store, "log_cosignature_skew_s": skew, **_log_serving(env)}
+    settings = _log_serving(env)
+    settings["log_origin"], settings["log_store"], settings["log_cosignature_skew_s"] = origin, store, skew
     raw = (env.get("LOG_SIGNING_KEY") or "").strip()
     if not raw:
         if redis_url:
-            return common
-        return {**common, "log_signer": Signer.generate(origin), "log_ephemeral": True, **_tsa_settings(env)}
+            return settings
+        settings["log_signer"], settings["log_ephemeral"] = Signer.generate(origin), True
+        settings.update(_tsa_settings(env))
+        return settings
     try:
         signer = Signer.parse(raw)
     except NoteError as exc:
@@ -252,7 +275,10 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> dict[str, An
             f"LOG_SIGNING_KEY is the key of {signer.name!r} but the log's origin is {origin!r}: set LOG_ORIGIN "
             f"to it, or make a key for this origin (python service.py log-key new --origin {origin})"
         )
-    return {**common, "log_signer": signer, **_witness_settings(env), **_tsa_settings(env)}
+    settings["log_signer"] = signer
+    settings.update(_witness_settings(env))
+    settings.update(_tsa_settings(env))
+    return settings
 
 
 def _log_store(env: Mapping[str, str]) -> str | None:
@@ -268,10 +294,10 @@ def _log_store(env: Mapping[str, str]) -> str | None:
     raise ConfigError("LOG_STORE must be file:///ABSOLUTE/PATH or s3://BUCKET/PREFIX")
 
 
-def _log_serving(env: Mapping[str, str]) -> dict[str, Any]:
+def _log_serving(env: Mapping[str, str]) -> LogSettings:
     """``LOG_MAX_PENDING``, ``LOG_STALL_S``, ``LOG_FAILPOINTS`` and ``LOG_PUBLIC_URL`` (default
     ``PUBLIC_BASE_URL`` + ``/v1/log/``)."""
-    settings: dict[str, Any] = {}
+    settings: LogSettings = {}
     raw = (env.get("LOG_MAX_PENDING") or "").strip()
     if raw:
         if not raw.isdigit() or not 0 < int(raw) <= 10**12:
@@ -304,8 +330,8 @@ def _log_serving(env: Mapping[str, str]) -> dict[str, Any]:
     return settings
 
 
-def _witness_settings(env: Mapping[str, str]) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
+def _witness_settings(env: Mapping[str, str]) -> LogSettings:
+    settings: LogSettings = {}
     raw = (env.get("LOG_WITNESS_TIMEOUT_MS") or "").strip()
     if raw:
         if not raw.isdigit() or not 0 < int(raw) <= 60_000:
@@ -322,8 +348,8 @@ def _witness_settings(env: Mapping[str, str]) -> dict[str, Any]:
     return settings
 
 
-def _tsa_settings(env: Mapping[str, str]) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
+def _tsa_settings(env: Mapping[str, str]) -> LogSettings:
+    settings: LogSettings = {}
     urls = tuple(u.strip() for u in (env.get("LOG_TSA_URLS") or "").split(",") if u.strip())
     for url in urls:
         parsed = urlsplit(url)

@@ -1,4 +1,4 @@
-"""Fixes for Sanic 25.12's worker manager (the serving process) and its response headers.
+"""Fixes for Sanic 25.12's worker manager (the serving process).
 
 1. A stop that arrives while Sanic's worker manager is still starting must still stop it.
 
@@ -26,15 +26,15 @@ reads it and calls ``shutdown()`` itself, from the main thread's own flow.
 
 Upstream: the code copied and replaced here is Sanic 25.12.1's (``sanic/worker/manager.py``:
 ``WorkerManager.__init__`` registers the handler, ``wait_for_ack``, ``monitor``,
-``shutdown_signal``, ``shutdown``, ``_poll_monitor``; ``sanic/response/types.py``:
-``BaseHTTPResponse.processed_headers`` and ``_sanitize_header_value``). pyproject.toml pins
+``shutdown_signal``, ``shutdown``, ``_poll_monitor``). pyproject.toml pins
 ``sanic>=25.12.1,<25.13`` and tests/test_library_pins.py fails on any release whose copy of
 these differs, so an upgrade is re-checked here first. Fix 1 is the first point of Sanic's
 report https://github.com/sanic-org/sanic/issues/2997 (signals during start-up); the fix
 proposed upstream is https://github.com/sanic-org/sanic/pull/3063. Once a Sanic release
 carries a fix, ``wait_for_ack`` here can go. Fix 2 has no upstream report:
-its text is in docs/upstream-reports.md, ready to file. The header fast path
-(``fast_header_values``) is a speed-up, not a bug fix, and has no report.
+its text is in docs/upstream-reports.md, ready to file. Both still show on Sanic 25.12.1: each
+test in tests/test_shutdown.py runs Sanic's own method first and sees it fail
+(docs/upstream-reports.md has the reproductions).
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ from signal import Signals
 from typing import Any
 
 from sanic.exceptions import ServerKilled
-from sanic.helpers import has_message_body
 from sanic.log import logger
-from sanic.response.types import HEADER_TRANSLATION_TABLE, BaseHTTPResponse
 from sanic.worker.manager import MonitorCycle, WorkerManager
 
 _original_wait_for_ack = WorkerManager.wait_for_ack
@@ -121,43 +119,3 @@ def install() -> None:
     WorkerManager.wait_for_ack = wait_for_ack  # type: ignore[method-assign]
     WorkerManager.shutdown_signal = shutdown_signal  # type: ignore[method-assign]
     WorkerManager.monitor = monitor  # type: ignore[method-assign]
-
-
-def _sanitize_header_value(value: str) -> str:
-    """Sanic's header-value sanitising (drop CR, LF and NUL) without its cost when there is
-    nothing to drop: ``str.translate`` with a deletion table walks every character in Python
-    objects (about 1.2 us for a 60-character value, 20 values per create response), while
-    ``isprintable`` is one C scan (0.08 us) and is False for every character the table drops.
-    The result is identical for every string."""
-    if value.isprintable():
-        return value
-    return value.translate(HEADER_TRANSLATION_TABLE)
-
-
-SANICS_PROCESSED_HEADERS = BaseHTTPResponse.__dict__["processed_headers"]
-"""Sanic's own property, kept for the test that compares the two."""
-
-
-def _processed_headers(self: Any) -> list[tuple[bytes, bytes]]:
-    """Sanic's ``BaseHTTPResponse.processed_headers`` as one loop with the sanitising inlined:
-    the same pairs in the same order (a list instead of a generator; its users only iterate),
-    without two method calls and a generator step per header (13 headers on a create)."""
-    if has_message_body(self.status):  # type: ignore[no-untyped-call]
-        self.headers.setdefault("content-type", self.content_type)
-    pairs = []
-    for name, value in self.headers.items():
-        if type(value) is not str:
-            value = f"{value}"
-        if not name.isprintable():  # the common case is decided here, without a call
-            name = _sanitize_header_value(name)
-        if not value.isprintable():
-            value = _sanitize_header_value(value)
-        pairs.append((name.encode("ascii"), value.encode(errors="surrogateescape")))
-    return pairs
-
-
-def fast_header_values() -> None:
-    """Install ``_processed_headers`` (idempotent; Sanic's ``_sanitize_header_value`` has no
-    other caller). The serving workers call this at import of the app, and bench/ceiling.py
-    does too, so the ceiling gets the same help."""
-    BaseHTTPResponse.processed_headers = property(_processed_headers)  # type: ignore[assignment,method-assign]
