@@ -52,7 +52,7 @@ from execution_proof.jobs.log_witnesses import WitnessClient
 from execution_proof.kv import keys
 from execution_proof.kv.logstore import LogStore, LogStoreConflict, LogStoreError
 from execution_proof.kv.logstore.log import Batch, CheckpointUnreadable, Identity, TileMismatch, TreeState
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.runtime import metrics
 from execution_proof.runtime.outage import Outage
@@ -89,7 +89,7 @@ class _Edge:
 
 
 class Integrator:
-    def __init__(self, store: Store, log_store: LogStore, config: LogConfig) -> None:
+    def __init__(self, store: LogQueueStore, log_store: LogStore, config: LogConfig) -> None:
         self.store = store
         self.log = log_store
         self.config = config

@@ -69,15 +69,17 @@ async def create_project_key(
     project_id = new_project_id()
     api_key, record = new_key_record(project_id, plan, now_ms=now_ms)
     if unique_name:
-        holder = await store.claim_project_name(project_name, project_id)
+        holder = await store.keys.claim_project_name(project_name, project_id)
         if holder is not None:
             raise ProjectNameTaken(project_name, holder)
     try:
-        await store.create_project(project_id=project_id, name=project_name, created_at=record.created_at, key=record)
+        await store.keys.create_project(
+            project_id=project_id, name=project_name, created_at=record.created_at, key=record
+        )
     except BaseException:
         if unique_name:
             with contextlib.suppress(StoreUnavailable):
-                await store.release_project_name(project_name, project_id)
+                await store.keys.release_project_name(project_name, project_id)
         raise
     return {
         "api_key": api_key,
@@ -97,7 +99,7 @@ async def resolve_project(store: Store, ref: str) -> str:
     """
     if is_project_id(ref):
         project_id = ref
-    elif (found := await store.find_project_by_name(ref)) is not None:
+    elif (found := await store.keys.find_project_by_name(ref)) is not None:
         project_id = found
     else:
         raise UnknownProject(
@@ -105,7 +107,7 @@ async def resolve_project(store: Store, ref: str) -> str:
             if ref.startswith("prj_")
             else f"no project named {ref!r} (a project made before names were recorded is named by its id, prj_…)"
         )
-    if await store.get_project(project_id) is None:
+    if await store.keys.get_project(project_id) is None:
         named = "" if project_id == ref else f" named {ref!r}"
         raise UnknownProject(f"no project {project_id}{named}")
     return project_id
@@ -117,19 +119,19 @@ async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | No
     The new key inherits the project's suspension, if any. Returns the new key's JSON
     (shown once), or None when the project does not exist.
     """
-    project = await store.get_project(project_id)
+    project = await store.keys.get_project(project_id)
     if project is None:
         return None
-    existing = await store.list_project_keys(project_id)
+    existing = await store.keys.list_project_keys(project_id)
     plan = existing[-1].plan if existing else "free"
     actor_id = existing[-1].actor_id if existing else new_actor_id()
     for record in existing:
         if not record.revoked:
-            await store.revoke_api_key(record.key_hash)
+            await store.keys.revoke_api_key(record.key_hash)
     api_key, record = new_key_record(
         project_id, plan, actor_id=actor_id, now_ms=now_ms, suspended_until=project.get("suspended_until", "")
     )
-    await store.add_project_key(record)
+    await store.keys.add_project_key(record)
     return {
         "api_key": api_key,
         "project_id": project_id,
