@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import TypedDict
 
 from execution_proof.errors import Error
 from execution_proof.kv.records import KeyRecord
@@ -28,6 +28,28 @@ class ProjectNameTaken(Error):
 
 class UnknownProject(Error):
     """A ``--project`` that names no project (by id or by name); the message says which."""
+
+
+class ReissuedKey(TypedDict):
+    """What ``keys reissue`` prints: the new key (shown once) and the hashes it replaced."""
+
+    api_key: str
+    project_id: str
+    actor_id: str
+    plan: str
+    key_hash: str
+    revoked_key_hashes: list[str]
+
+
+class KeyState(TypedDict):
+    """What ``keys list`` shows of one key."""
+
+    key_hash: str
+    actor_id: str
+    plan: str
+    created_at: str
+    state: str
+    suspended_until: str | None
 
 
 def new_key_record(
@@ -56,8 +78,9 @@ def new_key_record(
 
 async def create_project_key(
     store: Store, *, project_name: str, plan: str, now_ms: int | None = None, unique_name: bool = False
-) -> dict[str, Any]:
-    """A new project, actor and API key. The raw key is returned once and never stored.
+) -> dict[str, str]:
+    """A new project, actor and API key (api_key, project_id, actor_id, plan, project_name,
+    key_hash). The raw key is returned once and never stored.
 
     With ``unique_name`` (the operator's ``keys create``) the name is reserved first and
     ``ProjectNameTaken`` is raised, with nothing written, when another project has it; the
@@ -113,7 +136,7 @@ async def resolve_project(store: Store, ref: str) -> str:
     return project_id
 
 
-async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | None = None) -> dict[str, Any] | None:
+async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | None = None) -> ReissuedKey | None:
     """Revoke every key of the project and make one new key with the same plan.
 
     The new key inherits the project's suspension, if any. Returns the new key's JSON
@@ -142,7 +165,7 @@ async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | No
     }
 
 
-def key_state(record: KeyRecord, now_ms: int) -> dict[str, Any]:
+def key_state(record: KeyRecord, now_ms: int) -> KeyState:
     """What ``keys list`` shows of a key: its hash and states, never the key."""
     return {
         "key_hash": record.key_hash,

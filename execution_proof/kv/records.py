@@ -29,7 +29,9 @@ Client = aioredis.Redis | RedisCluster
 
 
 def unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Also the store's one measuring point: every operation's time and failures (runtime.metrics)."""
+    """Wraps a sub-store's operation: an unreachable Redis becomes ``StoreUnavailable`` (503).
+    Also the store's one measuring point: every operation's time and failures (runtime.metrics).
+    The sub-store (the first argument) has ``is_cluster`` and ``client`` for a cluster's first use."""
     operation = func.__name__
     observe = HistogramTally(STORE_OPERATION_SECONDS.labels(operation)).observe
 
@@ -92,7 +94,7 @@ def as_bytes(value: bytes | str | None) -> bytes | None:
 
 @dataclass(frozen=True)
 class IndexLookup:
-    """A lookup script sent ahead (``Store.prefetch_receipt_id_by_hash``), with what it was sent with."""
+    """A lookup script sent ahead (``ReceiptStore.prefetch_receipt_id_by_hash``), with what it was sent with."""
 
     sent: Awaitable[Any]
     keys: list[Any]
@@ -160,7 +162,7 @@ class IssueOutcome(enum.Enum):
 
 
 class AuthOutcome(enum.Enum):
-    """What ``Store.authenticate`` found (kv/lua/authenticate.lua)."""
+    """What ``KeyStore.authenticate`` found (kv/lua/authenticate.lua)."""
 
     COUNTED = 0
     THROTTLED = 1
@@ -200,7 +202,7 @@ class IssueResult:
 
 @dataclass(frozen=True)
 class IssueItem:
-    """One signed receipt for ``Store.issue_receipts``, with what its script checks and counts."""
+    """One signed receipt for ``ReceiptStore.issue_receipts``, with what its script checks and counts."""
 
     receipt_id: str
     receipt_hash: str

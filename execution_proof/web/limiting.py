@@ -100,7 +100,7 @@ class Limiter:
         *,
         count: bool,
     ) -> tuple[AuthResult, Usage | None]:
-        """``Store.authenticate``: the key, the failed-auth throttle (``RateLimited`` here) and,
+        """``KeyStore.authenticate``: the key, the failed-auth throttle (``RateLimited`` here) and,
         if ``count``, the address's ``scope`` counter in one round trip. The usage is None
         when the request was not counted."""
         failed_limit = self.limits.ip_per_minute["unauthenticated"]
