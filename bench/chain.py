@@ -64,14 +64,14 @@ async def _walk(redis_url: str, cluster: bool, project_id: str, issued: list[str
     check = ChainCheck(issued_main=len(issued))
     store = open_store(redis_url, cluster=cluster)
     try:
-        _, current = await store.read_tip(project_id)
+        _, current = await store.receipts.read_tip(project_id)
         seen: set[str] = set()
         while current is not None:
             if len(seen) > bound:
                 check.problems.append(f"the walk passed {bound:,} receipts (a cycle?)")
                 break
-            receipt_id = await store.find_receipt_id_by_hash(project_id, current)
-            raw = await store.get_receipt_json(receipt_id, project_id) if receipt_id else None
+            receipt_id = await store.receipts.find_receipt_id_by_hash(project_id, current)
+            raw = await store.receipts.get_receipt_json(receipt_id, project_id) if receipt_id else None
             if receipt_id is None or raw is None:
                 check.problems.append(f"broken link: no receipt with hash {current}")
                 break

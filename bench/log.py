@@ -569,7 +569,7 @@ def create_log(redis_url: str, store: Path, signer: Signer) -> None:
     async def run() -> None:
         kv, log_store = open_store(redis_url), open_log_store(store_url(store))
         try:
-            await prepare_log(kv, log_store, ORIGIN, signer)
+            await prepare_log(kv.log_queue, log_store, ORIGIN, signer)
         finally:
             await kv.close()
             await log_store.close()
@@ -714,7 +714,7 @@ async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, 
         wrong = 0
         for index, entry in sampled:
             fields = tlog.LogEntry.parse(entry)
-            found = await kv.log_index(IDENTITY, fields.project_id, fields.receipt_id, fields.receipt_hash)
+            found = await kv.log_queue.log_index(IDENTITY, fields.project_id, fields.receipt_id, fields.receipt_hash)
             wrong += found != index
         return {
             "checked_size": checkpoint.size,

@@ -97,10 +97,9 @@ async def _issue_many(
 
     real = redis.Redis.from_url(redis_url)
     recorder = _RecordingClient(real)
-    store = Store(recorder)  # type: ignore[arg-type]
-    if log_identity is not None:
-        store.log = LogQueue(log_identity, 0)  # 0: no LOG_MAX_PENDING limit
-    issuer = ReceiptIssuer(store, load_key_ring(signing_keys), log=log_identity is not None)
+    log = LogQueue(log_identity, 0) if log_identity is not None else None  # 0: no LOG_MAX_PENDING limit
+    store = Store(recorder, log=log)  # type: ignore[arg-type]
+    issuer = ReceiptIssuer(store.receipts, load_key_ring(signing_keys), log=log_identity is not None)
     plan = PlanLimits(per_minute=UNLIMITED, monthly=UNLIMITED)
     records = [
         KeyRecord(p["key_hash"], p["project_id"], p["actor_id"], p["plan"], revoked=False, created_at="")

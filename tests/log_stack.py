@@ -365,9 +365,10 @@ class Stack:
         async def run() -> list[dict[str, Any]]:
             from execution_proof.web.issuing import ReceiptIssuer
 
-            store = Store(aioredis.from_url(self.redis_url))
-            store.log = LogQueue(self.identity, 0)
-            issuer = ReceiptIssuer(store, load_key_ring(self.signing_keys), lambda: int(time.time() * 1000), log=True)
+            store = Store(aioredis.from_url(self.redis_url), log=LogQueue(self.identity, 0))
+            issuer = ReceiptIssuer(
+                store.receipts, load_key_ring(self.signing_keys), lambda: int(time.time() * 1000), log=True
+            )
             unlimited = PlanLimits(per_minute=10**9, monthly=10**9)
             try:
                 made: list[dict[str, Any]] = []

@@ -408,7 +408,7 @@ async def test_bad_authorization_is_401(client: Any, header: str | None) -> None
 
 async def test_revoked_key_is_401(client: Any, api_key: dict[str, Any], store: Store) -> None:
     assert (await create(client, api_key, {"input_hash": H1})).status_code == 201
-    assert await store.revoke_api_key(hash_api_key(api_key["api_key"]))
+    assert await store.keys.revoke_api_key(hash_api_key(api_key["api_key"]))
     assert_error(await create(client, api_key, {"input_hash": H2}), 401, "unauthorized")
 
 

@@ -111,7 +111,7 @@ async def test_unknown_receipt_is_404(client: Any, api_key: dict[str, Any]) -> N
 
 async def test_a_missing_link_ends_the_chain(client: Any, store: Store, api_key: dict[str, Any]) -> None:
     receipts = await chain_of(client, api_key, 4)
-    await store.delete_receipt(receipts[1]["receipt_id"])
+    await store.receipts.delete_receipt(receipts[1]["receipt_id"])
     body = orjson.loads((await bundle(client, receipts[-1]["receipt_id"])).body)
     assert body["chain"] == [receipts[2]] and body["chain_complete"] is False
     branch = await create(client, api_key, {"input_hash": hash_of("b"), "prev_receipt_hash": hash_of("nowhere")})

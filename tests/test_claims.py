@@ -336,7 +336,7 @@ async def test_webhook_job_claim_and_use(
     assert created.headers["x-service-plan"] == "pro"
     assert created.json["receipt"]["project_id"] == body["project_id"]
     assert created.json["receipt"]["actor_id"] == body["actor_id"]
-    (record,) = await store.list_project_keys(body["project_id"])
+    (record,) = await store.keys.list_project_keys(body["project_id"])
     assert (record.plan, record.actor_id, record.revoked) == ("pro", body["actor_id"], False)
 
     before = await snapshot(store, counters=False)
@@ -351,7 +351,7 @@ async def test_webhook_job_claim_and_use(
     # The session id reveals the key: the store (its records, the project's name, the job's
     # record on the shared embedded server) holds only the checkout's reference.
     ref = keys.checkout_ref("cs_test_e2e")
-    assert (await store.get_project(body["project_id"]) or {})["name"] == f"pro plan (checkout {ref})"
+    assert (await store.keys.get_project(body["project_id"]) or {})["name"] == f"pro plan (checkout {ref})"
     assert await store.client.hget(keys.checkout_lookup_key(ref), "project_id") == body["project_id"].encode()
     stored = repr(await snapshot(store))
     assert ref in stored
@@ -367,7 +367,7 @@ async def test_every_claim_status(make_client: MakeClient, store: Store, clock: 
     assert (await claim(client, "cs_never_paid")).headers["retry-after"] == "3"
 
     # Webhook seen, job not finished: only the marker exists.
-    await store.mark_checkout_seen(keys.checkout_ref("cs_seen"), clock.now)
+    await store.checkouts.mark_checkout_seen(keys.checkout_ref("cs_seen"), clock.now)
     assert_error(await claim(client, "cs_seen"), 409, "claim_pending")
     # The job assigned the project but stopped before writing the session record.
     half = keys.checkout_lookup_key(keys.checkout_ref("cs_half"))
@@ -580,19 +580,21 @@ async def test_claim_script_race_exactly_one_wins(store: Store) -> None:
     once, each with its own (already written) key record; one creates the project."""
     now_ms = ms(START)
     ref = keys.checkout_ref("cs_script_race")
-    project_id = await index_checkout_in(store, ref, "basic", now_ms // 1000 - 10)
+    project_id = await index_checkout_in(store.checkouts, ref, "basic", now_ms // 1000 - 10)
     records = [new_key_record(project_id, "basic", now_ms=now_ms)[1] for _ in range(16)]
     outcomes = await asyncio.gather(
         *(
-            store.claim_checkout(ref=ref, project_name="race", key=record, now_ms=now_ms, window_ms=DAY_S * 1000)
+            store.checkouts.claim_checkout(
+                ref=ref, project_name="race", key=record, now_ms=now_ms, window_ms=DAY_S * 1000
+            )
             for record in records
         )
     )
     assert sorted(o.name for o in outcomes) == ["ALREADY_CLAIMED"] * 15 + ["CLAIMED"]
     winner = records[outcomes.index(ClaimOutcome.CLAIMED)]
     assert [k for k in await snapshot(store) if k.startswith("k:")] == [keys.api_key_key(winner.key_hash)]
-    assert [r.key_hash for r in await store.list_project_keys(project_id)] == [winner.key_hash]
-    checkout = await store.find_checkout(ref)
+    assert [r.key_hash for r in await store.keys.list_project_keys(project_id)] == [winner.key_hash]
+    checkout = await store.checkouts.find_checkout(ref)
     assert checkout is not None
     assert checkout.state == "claimed"
 
@@ -609,11 +611,11 @@ async def test_claim_attempts_are_rate_limited(make_client: MakeClient) -> None:
 
 async def test_index_job_is_idempotent(store: Store) -> None:
     ref = keys.checkout_ref("cs_idem")
-    project_id = await index_checkout_in(store, ref, "basic", 1_795_000_000, now_ms=1)
+    project_id = await index_checkout_in(store.checkouts, ref, "basic", 1_795_000_000, now_ms=1)
     before = await snapshot(store)
-    assert await index_checkout_in(store, ref, "pro", 1_795_000_999, now_ms=2) == project_id
+    assert await index_checkout_in(store.checkouts, ref, "pro", 1_795_000_999, now_ms=2) == project_id
     assert await snapshot(store) == before
-    record = await store.find_checkout(ref)
+    record = await store.checkouts.find_checkout(ref)
     assert record is not None
     assert (record.project_id, record.plan, record.created_ms, record.state) == (
         project_id,
@@ -630,7 +632,7 @@ async def test_index_job_is_idempotent(store: Store) -> None:
         (ref, "pro", True),
     ]:
         with pytest.raises(ValueError, match=r"ref|plan|created_unix") as refused:
-            await index_checkout_in(store, *args)  # type: ignore[arg-type]
+            await index_checkout_in(store.checkouts, *args)  # type: ignore[arg-type]
         assert str(args[0]) not in str(refused.value)
 
 

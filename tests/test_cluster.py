@@ -49,7 +49,7 @@ async def cluster_store(redis_cluster: RedisClusterNodes) -> AsyncIterator[Store
     store = open_store(redis_cluster.url, cluster=True)
     # authenticate.lua reads a key record and an address's counters (different slots): a
     # cluster store authenticates in two calls, which every test here goes through.
-    assert store.is_cluster and not store.one_call_auth
+    assert store.is_cluster and not store.keys.one_call_auth
     assert isinstance(store.link, ClusterLink), "per-request commands take the pipelined cluster link"
     yield store
     await store.close()
@@ -127,7 +127,7 @@ async def test_chain_main_and_branch_and_no_fork_under_concurrency(cluster_store
     # A single line: every prev is the tip before the burst or another burst receipt, and
     # exactly one burst receipt (the stored tip) is nobody's prev.
     assert set(prevs) <= hashes | {second["receipt_hash"]}
-    tip = (await cluster_store.get_project(key["project_id"]) or {})["tip"]
+    tip = (await cluster_store.keys.get_project(key["project_id"]) or {})["tip"]
     assert hashes - set(prevs) == {tip}
 
 
@@ -189,7 +189,7 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
     client = make_client(cluster_store, keyring)
     # A paid checkout: the lookup key lives in its own slot, the session in the project's.
     project_id = new_project_id()
-    assigned = await cluster_store.index_checkout(
+    assigned = await cluster_store.checkouts.index_checkout(
         ref=checkout_ref("cs_test_1"), candidate_project_id=project_id, plan="basic", created_ms=1, indexed_at_ms=2
     )
     assert assigned == project_id
@@ -197,16 +197,16 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
     from execution_proof.kv.accounts import new_key_record
 
     _, record = new_key_record(project_id, "basic", actor_id="act_x", now_ms=1_795_219_200_000)  # 2026-11-21
-    outcome = await cluster_store.claim_checkout(
+    outcome = await cluster_store.checkouts.claim_checkout(
         ref=checkout_ref("cs_test_1"), project_name="claimed", key=record, now_ms=3, window_ms=DAY_MS
     )
     assert outcome is ClaimOutcome.CLAIMED
-    assert (await cluster_store.get_project(project_id) or {}).get("name") == "claimed"
+    assert (await cluster_store.keys.get_project(project_id) or {}).get("name") == "claimed"
     # Operator path: suspend (project + every key record, across slots), then reissue.
-    assert await cluster_store.set_project_suspension(key["project_id"], "forever") == 1
+    assert await cluster_store.keys.set_project_suspension(key["project_id"], "forever") == 1
     refused = await create(client, key, {"input_hash": hash_of("s")})
     assert refused.status_code == 403
-    await cluster_store.set_project_suspension(key["project_id"], "")
+    await cluster_store.keys.set_project_suspension(key["project_id"], "")
     new = await reissue_project_key(cluster_store, key["project_id"])
     assert new is not None
     assert (await create(client, key, {"input_hash": hash_of("old")})).status_code == 401
@@ -249,21 +249,21 @@ async def test_data_spreads_over_every_master_and_the_sweep_covers_them_all(
     old_masters = {node_of_key(redis_cluster, receipt_key(receipt_id)) for receipt_id in old_ids}
     assert old_masters == set(redis_cluster.ports), "expired receipts sit on every master"
 
-    counts = await cluster_store.expire_receipts(now - DAY_MS, batch=7)  # small batches: many SCAN rounds
+    counts = await cluster_store.retention.expire_receipts(now - DAY_MS, batch=7)  # small batches: many SCAN rounds
     assert counts["receipts"] == PROJECTS
     assert counts["hash_index"] == PROJECTS and counts["idempotency"] == PROJECTS
     assert counts["search_index"] == 2 * PROJECTS
     for receipt_id in old_ids:
-        assert await cluster_store.get_receipt_json(receipt_id) is None
+        assert await cluster_store.receipts.get_receipt_json(receipt_id) is None
     for receipt_id in new_ids:
-        assert await cluster_store.get_receipt_json(receipt_id) is not None
+        assert await cluster_store.receipts.get_receipt_json(receipt_id) is not None
     for port in redis_cluster.ports:
         with redis_cluster.client(port) as node:
             left = list(node.scan_iter(match="r:*", count=1000))
             assert all(n.decode().rpartition(":")[2] in new_ids for n in left), port
     for key in projects:
-        assert (await cluster_store.get_project(key["project_id"]) or {}).get("tip"), "tips stay"
-    again = await cluster_store.expire_receipts(now - DAY_MS)
+        assert (await cluster_store.keys.get_project(key["project_id"]) or {}).get("tip"), "tips stay"
+    again = await cluster_store.retention.expire_receipts(now - DAY_MS)
     assert again["receipts"] == again["hash_index"] == again["idempotency"] == again["search_index"] == 0
 
 
@@ -271,7 +271,7 @@ async def test_operator_delete_on_the_cluster(cluster_store: Store, keyring: Key
     client = make_client(cluster_store, keyring)
     key = await create_project_key(cluster_store, project_name="delete", plan="pro")
     receipt = (await create(client, key, {"input_hash": hash_of("d")})).json["receipt"]
-    removed = await cluster_store.delete_receipt(receipt["receipt_id"])
+    removed = await cluster_store.receipts.delete_receipt(receipt["receipt_id"])
     assert removed == {
         "receipt_id": receipt["receipt_id"],
         "project_id": key["project_id"],
@@ -279,7 +279,7 @@ async def test_operator_delete_on_the_cluster(cluster_store: Store, keyring: Key
     }
     _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}")
     assert response.status_code in (404, 410)
-    assert await cluster_store.delete_receipt(receipt["receipt_id"]) is None
+    assert await cluster_store.receipts.delete_receipt(receipt["receipt_id"]) is None
 
 
 # --- real processes with REDIS_CLUSTER=true -----------------------------------------------
@@ -377,6 +377,6 @@ async def test_an_unreachable_cluster_is_store_unavailable_not_a_crash() -> None
         with pytest.raises(StoreUnavailable):
             await store.ping()
         with pytest.raises(StoreUnavailable):
-            await store.find_api_key(hash_of("any"))
+            await store.keys.find_api_key(hash_of("any"))
     finally:
         await store.close()

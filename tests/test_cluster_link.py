@@ -111,11 +111,11 @@ async def test_a_moved_slot_is_followed_by_two_stores_without_a_fork(
     for link in links:
         assert isinstance(link, ClusterLink) and link.slots[slot] == ("127.0.0.1", target), "MOVED updates the map"
     assert node_of_key(redis_cluster, name) == target
-    tip = (await second_store.get_project(key["project_id"]) or {})["tip"]
+    tip = (await second_store.keys.get_project(key["project_id"]) or {})["tip"]
     assert_one_line([r.json["receipt"] for r in responses], earlier[-1]["receipt_hash"], tip)
     for receipt in earlier:  # nothing lost in the move, each readable through either store
         for store in (cluster_store, second_store):
-            assert await store.get_receipt_json(receipt["receipt_id"]) is not None
+            assert await store.receipts.get_receipt_json(receipt["receipt_id"]) is not None
         assert node_of_key(redis_cluster, receipt_key(receipt["receipt_id"])) == target
 
 
@@ -135,10 +135,12 @@ async def test_during_a_migration_reads_follow_ask_and_a_create_waits_for_its_en
 
     start_migration(redis_cluster, slot, source, target)
     try:
-        assert await cluster_store.get_receipt_json(first["receipt_id"]) is not None  # GET: ASK
-        found = await cluster_store.find_receipt_id_by_hash(key["project_id"], first["receipt_hash"])  # EVALSHA: ASK
+        assert await cluster_store.receipts.get_receipt_json(first["receipt_id"]) is not None  # GET: ASK
+        found = await cluster_store.receipts.find_receipt_id_by_hash(
+            key["project_id"], first["receipt_hash"]
+        )  # EVALSHA: ASK
         assert found == first["receipt_id"]
-        assert await cluster_store.read_tip(key["project_id"]) == (True, first["receipt_hash"])
+        assert await cluster_store.receipts.read_tip(key["project_id"]) == (True, first["receipt_hash"])
         _, by_hash = await client.get(f"/v1/receipts/{first['receipt_hash']}", params={"project_id": key["project_id"]})
         assert by_hash.status_code == 200, by_hash.text
         assert link.slots[slot] == ("127.0.0.1", source), "ASK is for one command: the map keeps the owner"
@@ -158,7 +160,9 @@ async def test_during_a_migration_reads_follow_ask_and_a_create_waits_for_its_en
     issued = await pending
     assert issued.status_code == 201, issued.text
     assert issued.json["receipt"]["prev_receipt_hash"] == first["receipt_hash"], "the refused create wrote nothing"
-    assert (await cluster_store.get_project(key["project_id"]) or {})["tip"] == issued.json["receipt"]["receipt_hash"]
+    assert (await cluster_store.keys.get_project(key["project_id"]) or {})["tip"] == issued.json["receipt"][
+        "receipt_hash"
+    ]
 
 
 async def test_a_restarted_master_is_503_while_down_and_reconnected_after(

@@ -37,13 +37,13 @@ async def create(issuer: ReceiptIssuer, key: KeyRecord, label: str, plan: PlanLi
 
 async def main_chain(store: Store, project_id: str) -> list[dict[str, Any]]:
     """The project's main chain from its first receipt to the tip, as stored."""
-    exists, tip = await store.read_tip(project_id)
+    exists, tip = await store.receipts.read_tip(project_id)
     assert exists
     chain: list[dict[str, Any]] = []
     while tip is not None:
-        receipt_id = await store.find_receipt_id_by_hash(project_id, tip)
+        receipt_id = await store.receipts.find_receipt_id_by_hash(project_id, tip)
         assert receipt_id is not None, f"{tip} is on the chain but not stored"
-        stored = await store.get_receipt_json(receipt_id)
+        stored = await store.receipts.get_receipt_json(receipt_id)
         assert stored is not None
         receipt = orjson.loads(stored)
         chain.append(receipt)
@@ -55,7 +55,7 @@ async def main_chain(store: Store, project_id: str) -> list[dict[str, Any]]:
 async def test_concurrent_creates_on_one_project_are_committed_in_groups_as_one_chain(
     store: Store, keyring: KeyRing, api_key: dict[str, Any]
 ) -> None:
-    issuer = ReceiptIssuer(store, keyring)
+    issuer = ReceiptIssuer(store.receipts, keyring)
     key = record(api_key)
     issued = await asyncio.gather(*(create(issuer, key, f"hot-{i}") for i in range(150)))
     assert not any(i.replayed for i in issued)
@@ -72,10 +72,10 @@ async def test_a_refusal_inside_a_group_keeps_the_chain_and_the_creates_behind_i
 ) -> None:
     """Key A may make 3 creates a minute, key B any number; their creates interleave in
     the same groups. A's 4th-6th are refused; every other create is issued, on one chain."""
-    issuer = ReceiptIssuer(store, keyring)
+    issuer = ReceiptIssuer(store.receipts, keyring)
     a = record(api_key)
     b = KeyRecord("sha256:" + "b" * 64, a.project_id, a.actor_id, "pro", False, "")
-    await store.add_project_key(b)
+    await store.keys.add_project_key(b)
     tight = PlanLimits(per_minute=3, monthly=10**9)
     calls = []
     for i in range(6):
@@ -94,7 +94,7 @@ async def test_a_refusal_inside_a_group_keeps_the_chain_and_the_creates_behind_i
 async def test_the_same_create_twice_in_one_group_is_one_receipt_and_a_replay(
     store: Store, keyring: KeyRing, api_key: dict[str, Any]
 ) -> None:
-    issuer = ReceiptIssuer(store, keyring)
+    issuer = ReceiptIssuer(store.receipts, keyring)
     key = record(api_key)
     results = await asyncio.gather(
         create(issuer, key, "first"), create(issuer, key, "same"), create(issuer, key, "same"), create(issuer, key, "z")
@@ -114,7 +114,7 @@ async def test_two_issuers_on_one_project_retry_on_each_others_tips(
     store: Store, keyring: KeyRing, api_key: dict[str, Any]
 ) -> None:
     """Two processes' issuers (each with its own cached tip) never fork the chain."""
-    first, second = ReceiptIssuer(store, keyring), ReceiptIssuer(store, keyring)
+    first, second = ReceiptIssuer(store.receipts, keyring), ReceiptIssuer(store.receipts, keyring)
     key = record(api_key)
     calls = [create(first if i % 2 else second, key, f"two-{i}") for i in range(80)]
     issued = await asyncio.gather(*calls)
@@ -130,20 +130,20 @@ async def test_a_create_that_keeps_losing_to_another_process_gets_in_with_a_smal
     time (a long group: built and signed while the tip moves). Shrinking the group of a
     create that lost (``group_size``) lets every create in; a fixed group of every queued
     create would lose until it answered 503 chain_contention."""
-    rival = ReceiptIssuer(store, keyring)
+    rival = ReceiptIssuer(store.receipts, keyring)
     key = record(api_key)
     rival_writes = 0
 
     class RacedStore:
         def __getattr__(self, name: str) -> Any:
-            return getattr(store, name)
+            return getattr(store.receipts, name)
 
         async def issue_receipts(self, project_id: str, items: Any) -> Any:
             nonlocal rival_writes
             if len(items) > 1:
                 rival_writes += 1
                 await create(rival, key, f"rival-{rival_writes}")
-            return await store.issue_receipts(project_id, items)
+            return await store.receipts.issue_receipts(project_id, items)
 
     issuer = ReceiptIssuer(RacedStore(), keyring)  # type: ignore[arg-type]
     issued = await asyncio.gather(*(create(issuer, key, f"raced-{i}") for i in range(10)))
@@ -157,9 +157,9 @@ async def test_a_create_that_keeps_losing_to_another_process_gets_in_with_a_smal
 async def test_a_store_failure_answers_every_create_of_the_group_and_the_next_group_works(
     store: Store, keyring: KeyRing, api_key: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    issuer = ReceiptIssuer(store, keyring)
+    issuer = ReceiptIssuer(store.receipts, keyring)
     key = record(api_key)
-    real = store.issue_receipts
+    real = store.receipts.issue_receipts
     failures = [StoreUnavailable("the receipt store is unreachable; try again shortly")]
 
     async def failing_once(*args: Any, **kwargs: Any) -> Any:
@@ -167,7 +167,7 @@ async def test_a_store_failure_answers_every_create_of_the_group_and_the_next_gr
             raise failures.pop()
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(store, "issue_receipts", failing_once)
+    monkeypatch.setattr(store.receipts, "issue_receipts", failing_once)
     results = await asyncio.gather(*(create(issuer, key, f"f-{i}") for i in range(20)), return_exceptions=True)
     failed = [r for r in results if isinstance(r, StoreUnavailable)]
     assert failed and all(isinstance(r, (Issued, StoreUnavailable)) for r in results)
@@ -181,7 +181,7 @@ async def test_a_store_failure_answers_every_create_of_the_group_and_the_next_gr
 async def test_a_caller_that_goes_away_does_not_stop_the_group(
     store: Store, keyring: KeyRing, api_key: dict[str, Any]
 ) -> None:
-    issuer = ReceiptIssuer(store, keyring)
+    issuer = ReceiptIssuer(store.receipts, keyring)
     key = record(api_key)
     tasks = [asyncio.create_task(create(issuer, key, f"c-{i}")) for i in range(10)]
     await asyncio.sleep(0)

@@ -20,7 +20,7 @@ from tests.conftest import auth, hash_of, index_field
 async def plant(store: Store, project_id: str, tip: str | None, n: int) -> dict[str, str]:
     receipt_id = new_receipt_id(project_id)
     receipt_hash = hash_of(f"index-{project_id}-{n}")
-    result = await store.issue_receipt(
+    result = await store.receipts.issue_receipt(
         project_id=project_id,
         receipt_id=receipt_id,
         receipt_hash=receipt_hash,
@@ -58,7 +58,9 @@ async def test_buckets_split_as_the_project_grows_and_every_entry_stays_found(st
         assert sorted(spilled) == sorted(keys.receipt_id_bytes(r["receipt_id"]) for r in planted[n::50])
     assert await store.client.exists(keys.index_bucket_key(project_id, buckets)) == 0, "no bucket past the last"
     for receipt in planted[::7]:
-        assert await store.find_receipt_id_by_hash(project_id, receipt["receipt_hash"]) == receipt["receipt_id"]
+        assert (
+            await store.receipts.find_receipt_id_by_hash(project_id, receipt["receipt_hash"]) == receipt["receipt_id"]
+        )
         idem = await index_field(store, project_id, keys.idempotency_field(receipt["replay_key"]))
         assert idem is not None and idem[:16] == keys.receipt_id_bytes(receipt["receipt_id"])
     if isinstance(store.client, aioredis.Redis) and not type(store.client).__module__.startswith("fakeredis"):
@@ -113,12 +115,12 @@ async def test_a_hash_with_more_than_four_receipts_moves_to_its_set(
     _, page = await client.get("/v1/receipts", params={"input_hash": hash_of("popular")}, headers=auth(api_key))
     assert page.json["receipts"] == newest_first
 
-    assert await store.delete_receipt(made[2]["receipt_id"]) is not None
+    assert await store.receipts.delete_receipt(made[2]["receipt_id"]) is not None
     assert await store.client.zcard(name) == 5
     _, page = await client.get("/v1/receipts", params={"input_hash": hash_of("popular")}, headers=auth(api_key))
     assert page.json["receipts"] == [r for r in newest_first if r is not made[2]]
 
     far = keys.receipt_created_ms(made[-1]["receipt_id"]) + 10 * 86_400_000
-    summary = await sweep(store, 1.0, far)
+    summary = await sweep(store.retention, 1.0, far)
     assert summary["removed"]["receipts"] == 5 and summary["removed"]["search_index"] == 5
     assert await store.client.exists(name) == 0

@@ -363,7 +363,7 @@ async def test_two_worker_processes_one_owner_one_sweep(redis_url: str, workers:
     assert FinishedJobRegistry(queue=queue).get_job_ids() == [job.id]
     assert ScheduledJobRegistry(queue=queue).get_job_ids() == [RETENTION_SWEEP.job_id(current + 1)]
     assert await record_keys(store) == {fresh["r"], fresh["h"], fresh["i"]}
-    assert await store.read_tip(project_id) == (True, fresh["receipt_hash"])
+    assert await store.receipts.read_tip(project_id) == (True, fresh["receipt_hash"])
 
     assert [w.stop() for w in pair] == [0, 0]
     assert holder(queue) is None, "the owner released the schedule on SIGTERM"

@@ -287,7 +287,7 @@ async def test_a_request_refused_for_its_key_or_address_never_reads_its_body(
 ) -> None:
     """Authentication and the address's limits come before the body is parsed or scanned,
     so a bad key cannot make the server scan 2 KB of adversarial strings per request."""
-    monkeypatch.setattr(store, "one_call_auth", one_call)
+    monkeypatch.setattr(store.keys, "one_call_auth", one_call)
     parsed: list[int] = []
     original = receipts_api.parse_create_request
 
@@ -322,7 +322,7 @@ async def test_a_request_refused_for_its_body_is_refunded(
 ) -> None:
     """The address's count is taken with the key lookup (one round trip), before the body is
     read; a body, claim or header then refused gives it back, so refusals use up nothing."""
-    monkeypatch.setattr(store, "one_call_auth", one_call)
+    monkeypatch.setattr(store.keys, "one_call_auth", one_call)
     client = make_client({"ip_per_minute": {"authenticated": 3}})
     key = await create_project_key(store, project_name="p", plan="pro")
     other = await create_project_key(store, project_name="q", plan="pro")
@@ -476,13 +476,14 @@ async def test_a_valid_key_is_read_with_the_failed_auth_count_in_one_round_trip(
     calls: dict[str, int] = {}
     names = ("find_api_key", "read_ip_counter", "find_api_key_and_read_ip_counter", "authenticate", "hit_ip_counter")
     for name in names:
-        original = getattr(store, name)
+        part = store.counters if hasattr(store.counters, name) else store.keys
+        original = getattr(part, name)
 
         async def counted(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
             calls[_name] = calls.get(_name, 0) + 1
             return await _original(*args, **kwargs)
 
-        monkeypatch.setattr(store, name, counted)
+        monkeypatch.setattr(part, name, counted)
     _, created = await client.post(
         "/v1/receipts", content=orjson.dumps({"input_hash": hash_of("one-trip")}), headers=auth(api_key)
     )
@@ -506,11 +507,11 @@ async def _refusal_outcomes(make_client: Any, store: Store, clock: Clock) -> lis
     key = await create_project_key(store, project_name="p", plan="pro")
     other = await create_project_key(store, project_name="q", plan="pro")
     revoked = await create_project_key(store, project_name="r", plan="pro")
-    await store.revoke_api_key(revoked["key_hash"])
+    await store.keys.revoke_api_key(revoked["key_hash"])
     lapsed = await create_project_key(store, project_name="s", plan="pro")  # a suspension that has ended
-    await store.set_project_suspension(lapsed["project_id"], str(ms("2026-11-01T00:00:00.000Z")))
+    await store.keys.set_project_suspension(lapsed["project_id"], str(ms("2026-11-01T00:00:00.000Z")))
     suspended = await create_project_key(store, project_name="t", plan="pro")
-    await store.set_project_suspension(suspended["project_id"], "forever")
+    await store.keys.set_project_suspension(suspended["project_id"], "forever")
     window = minute_window(ms("2026-11-21T10:00:15.200Z")).id
     address = keys.ip_counter_key("unknown", "authenticated", window)  # the ASGI client's address bucket
     ok = {"input_hash": hash_of("ok")}
@@ -542,7 +543,7 @@ async def _refusal_outcomes(make_client: Any, store: Store, clock: Clock) -> lis
         error = response.json.get("error", {}).get("code") if response.status_code >= 400 else None
         counted = int(await store.client.get(address) or 0)
         failed = int(await store.client.get(keys.ip_counter_key("unknown", "unauthenticated", window)) or 0)
-        minute, month = await store.read_usage(key["project_id"], key["key_hash"], window, "202611")
+        minute, month = await store.counters.read_usage(key["project_id"], key["key_hash"], window, "202611")
         outcomes.append((name, response.status_code, error, f"ip={counted} failed={failed} key={minute} month={month}"))
     clock.set("2026-11-21T10:01:00.000Z")
     window = minute_window(ms("2026-11-21T10:01:00.000Z")).id
@@ -564,7 +565,7 @@ async def test_one_call_authentication_refuses_and_counts_like_the_two_steps(
     one_call = await _refusal_outcomes(make_client, store, clock)
     await store.client.flushdb()
     clock.set("2026-11-21T10:00:15.200Z")
-    monkeypatch.setattr(store, "one_call_auth", False)
+    monkeypatch.setattr(store.keys, "one_call_auth", False)
     two_steps = await _refusal_outcomes(make_client, store, clock)
     assert one_call == two_steps
     statuses = {name: (status, error) for name, status, error, _ in one_call}

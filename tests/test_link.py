@@ -114,7 +114,7 @@ async def assert_store_unavailable(client: aioredis.Redis) -> None:
     try:
         assert isinstance(store.link, FastLink)
         with pytest.raises(StoreUnavailable):
-            await store.get_receipt_json("rcpt_x")
+            await store.receipts.get_receipt_json("rcpt_x")
     finally:
         await store.close()
 
@@ -423,7 +423,7 @@ async def test_the_store_uses_the_link_on_real_redis(redis_server: RedisServer, 
     store = Store(aioredis.from_url(endpoint.url()))
     try:
         assert isinstance(store.link, FastLink)
-        assert await store.get_receipt_json("rcpt_missing") is None
+        assert await store.receipts.get_receipt_json("rcpt_missing") is None
         assert store.link._protocol is not None, "the read went through the link"
     finally:
         await store.close()

@@ -84,7 +84,7 @@ def ident(signer: note.Signer) -> Identity:
 
 async def integrator(store: Store, log_store: LogStore, signer: note.Signer, **config: Any) -> Integrator:
     """An integrator whose store checks have passed (``prepare``: creates the log if new)."""
-    made = Integrator(store, log_store, LogConfig(ORIGIN, signer, **config))
+    made = Integrator(store.log_queue, log_store, LogConfig(ORIGIN, signer, **config))
     await made.prepare()
     return made
 
@@ -168,8 +168,8 @@ async def assert_extends(log_store: LogStore, old: note.Checkpoint, new: note.Ch
 
 
 async def queued(store: Store) -> int:
-    projects = await store.log_all_dirty_projects(IDENTITY)
-    return sum((await store.log_queue_lengths(IDENTITY, projects)).values()) if projects else 0
+    projects = await store.log_queue.log_all_dirty_projects(IDENTITY)
+    return sum((await store.log_queue.log_queue_lengths(IDENTITY, projects)).values()) if projects else 0
 
 
 async def test_receipts_reach_the_log_and_their_proofs_verify(
@@ -197,9 +197,9 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     long_wait = await create(client, keys_[0], "long-wait", Prefer="wait=" + "9" * 5000)
     assert long_wait["log"]["status"] == "pending"
     receipts.append(long_wait["receipt"])
-    assert await store.log_pending(IDENTITY) == 41
+    assert await store.log_queue.log_pending(IDENTITY) == 41
     assert await worker.step(force=True) == 41
-    assert await store.log_pending(IDENTITY) == 0
+    assert await store.log_queue.log_pending(IDENTITY) == 0
     checkpoint = await published(log_store, signer)
     assert checkpoint.size == 41 and checkpoint.origin == ORIGIN
     indices = [await check_proof(client, signer, r) for r in receipts]
@@ -226,7 +226,7 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     assert described.headers["access-control-allow-origin"] == "*"
     # Nothing of the log is left in Redis but the synced size and the indices.
     assert await queued(store) == 0
-    assert await store.log_synced(IDENTITY) == 41
+    assert await store.log_queue.log_synced(IDENTITY) == 41
     assert [name async for name in store.client.scan_iter(match="lt:*")] == []
 
 
@@ -467,7 +467,7 @@ async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
     indices = sorted([await proof_index(app, signer, r) for r in first + second])
     assert indices == list(range(306))
     assert await queued(store) == 0
-    assert await store.log_pending(IDENTITY) == 0
+    assert await store.log_queue.log_pending(IDENTITY) == 0
     entries = await log_entries(log_store, 306)
     assert len({tlog.LogEntry.parse(e).receipt_id for e in entries}) == 306
     assert await log_store.staging_names() == []
@@ -547,7 +547,7 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
     await store.client.flushall()
     for name, value in snapshot.items():
         await store.client.restore(name, 0, value)
-    assert await store.log_synced(IDENTITY) == 0 and await queued(store) == 100
+    assert await store.log_queue.log_synced(IDENTITY) == 0 and await queued(store) == 100
     restarted = await integrator(store, log_store, signer)
     third = await issue(app, key, [f"three-{n}" for n in range(100)])
     await restarted.step(force=True)
@@ -563,7 +563,7 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
         assert ids[await check_proof(client, signer, receipt)] == receipt["receipt_id"]
     # The second 100 are gone from Redis, not from the log.
     assert {r["receipt_id"] for r in second} <= set(ids)
-    assert await queued(store) == 0 and await store.log_pending(IDENTITY) == 0
+    assert await queued(store) == 0 and await store.log_queue.log_pending(IDENTITY) == 0
 
 
 async def test_a_flushed_redis_loses_nothing_the_log_holds(
@@ -595,11 +595,11 @@ async def test_a_store_of_another_log_is_refused_naming_both(
     await integrator(store, log_store, signer)
     other_origin = note.Signer.generate("other.example/v1/log")
     with pytest.raises(LogRefused) as refused:
-        await Integrator(store, log_store, LogConfig(other_origin.name, other_origin)).prepare()
+        await Integrator(store.log_queue, log_store, LogConfig(other_origin.name, other_origin)).prepare()
     assert ORIGIN in str(refused.value) and "other.example/v1/log" in str(refused.value)
     other_key = note.Signer.generate(ORIGIN)
     with pytest.raises(LogRefused) as refused:
-        await Integrator(store, log_store, LogConfig(ORIGIN, other_key)).prepare()
+        await Integrator(store.log_queue, log_store, LogConfig(ORIGIN, other_key)).prepare()
     message = str(refused.value)
     assert signer.verifier.encode() in message and other_key.verifier.encode() in message
     assert other_key.encode() not in message and signer.encode() not in message  # never a private key
@@ -615,20 +615,22 @@ async def test_an_empty_store_beside_a_redis_that_knows_the_log_is_refused(
     await issue(app, key, ["queued"])
     mistyped = LogStore(FileObjects(tmp_path / "mistyped"))
     with pytest.raises(LogRefused, match="LOG_STORE"):
-        await Integrator(store, mistyped, LogConfig(ORIGIN, signer)).prepare()
+        await Integrator(store.log_queue, mistyped, LogConfig(ORIGIN, signer)).prepare()
     assert not (tmp_path / "mistyped/checkpoint").exists()
     # A Redis that only knows the log's synced size is enough to refuse.
     await store.client.flushall()
-    await store.log_mark_synced(IDENTITY, None, 0)
+    await store.log_queue.log_mark_synced(IDENTITY, None, 0)
     with pytest.raises(LogRefused, match="LOG_STORE"):
-        await Integrator(store, mistyped, LogConfig(ORIGIN, signer)).prepare()
+        await Integrator(store.log_queue, mistyped, LogConfig(ORIGIN, signer)).prepare()
     # And a store that holds tiles but no identity is nobody's log.
     (tmp_path / "stray/tile/0").mkdir(parents=True)
     (tmp_path / "stray/tile/0/000.p/1").parent.mkdir(parents=True)
     (tmp_path / "stray/tile/0/000.p/1").write_bytes(b"\x00" * 32)
     await store.client.flushall()
     with pytest.raises(LogRefused, match="no identity"):
-        await Integrator(store, LogStore(FileObjects(tmp_path / "stray")), LogConfig(ORIGIN, signer)).prepare()
+        await Integrator(
+            store.log_queue, LogStore(FileObjects(tmp_path / "stray")), LogConfig(ORIGIN, signer)
+        ).prepare()
 
 
 async def test_two_logs_on_one_redis_never_share_a_queue(
@@ -640,7 +642,7 @@ async def test_two_logs_on_one_redis_never_share_a_queue(
     key = await create_project_key(store, project_name="two-logs", plan="pro")
     first = await integrator(store, first_store, signer)
     receipts = await issue(app, key, ["only-the-first"])
-    second = Integrator(store, second_store, LogConfig(other.name, other))
+    second = Integrator(store.log_queue, second_store, LogConfig(other.name, other))
     await second.prepare()
     assert await second.step(force=True) == 0
     assert await first.step(force=True) == 1
@@ -668,7 +670,7 @@ async def test_backpressure_refuses_creates_without_using_quota(
     assert abs(month_before.pop("reset_in_seconds") - month_after.pop("reset_in_seconds")) <= 5
     assert month_after == month_before
     assert usage_after.json["minute"]["used"] == usage_before.json["minute"]["used"]
-    assert await store.log_pending(IDENTITY) == 3
+    assert await store.log_queue.log_pending(IDENTITY) == 3
     # A replay of a receipt that exists still answers.
     replay = await create(client, key, "b0")
     assert replay["idempotency"]["hit"] is True and replay["receipt"] == bodies[0]["receipt"]
@@ -751,17 +753,17 @@ async def test_the_dirty_set_forgets_empty_projects_but_never_a_queued_entry(sto
     project = key["project_id"]
     dirty = keys.log_dirty_key(IDENTITY)
     await store.client.sadd(dirty, project)
-    await store.log_tidy_dirty(IDENTITY, [project], now_ms=1_000)
+    await store.log_queue.log_tidy_dirty(IDENTITY, [project], now_ms=1_000)
     assert not await store.client.sismember(dirty, project)
     # A create that marked the project just before the removal queues its entry after it.
     await store.client.rpush(keys.log_queue_key(IDENTITY, project), b"late entry")
-    assert await store.log_recheck(IDENTITY, before_ms=2_000) == 1
+    assert await store.log_queue.log_recheck(IDENTITY, before_ms=2_000) == 1
     assert await store.client.sismember(dirty, project)
     assert not await store.client.zcard(keys.log_recheck_key(IDENTITY))
     # Several projects at once: the one with a queued entry stays, the empty one goes.
     other = (await create_project_key(store, project_name="dirty-2", plan="pro"))["project_id"]
     await store.client.sadd(dirty, other)
-    await store.log_tidy_dirty(IDENTITY, [project, other], now_ms=3_000)
+    await store.log_queue.log_tidy_dirty(IDENTITY, [project, other], now_ms=3_000)
     assert await store.client.smembers(dirty) == {project.encode()}
     assert await store.client.zcard(keys.log_recheck_key(IDENTITY)) == 2
 
@@ -844,12 +846,17 @@ async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps
     receipts = await issue(app, key, [f"s{n}" for n in range(4)])
     await worker.step(force=True)
     assert (
-        await store.log_index(IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]) == 0
+        await store.log_queue.log_index(
+            IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]
+        )
+        == 0
     )
-    summary = await store.expire_receipts(int(time.time() * 1000) + 86_400_000)
+    summary = await store.retention.expire_receipts(int(time.time() * 1000) + 86_400_000)
     assert summary["receipts"] == 4
     assert (
-        await store.log_index(IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"])
+        await store.log_queue.log_index(
+            IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]
+        )
         is None
     )
     _, gone = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/log-proof")
@@ -867,9 +874,12 @@ async def test_a_deleted_receipt_takes_its_log_index_with_it(
     worker = await integrator(store, log_store, signer)
     [receipt] = await issue(app, key, ["gone"])
     await worker.step(force=True)
-    assert await store.delete_receipt(receipt["receipt_id"]) is not None
-    assert await store.find_receipt_id_by_hash(key["project_id"], receipt["receipt_hash"]) is None
-    assert await store.log_index(IDENTITY, key["project_id"], receipt["receipt_id"], receipt["receipt_hash"]) is None
+    assert await store.receipts.delete_receipt(receipt["receipt_id"]) is not None
+    assert await store.receipts.find_receipt_id_by_hash(key["project_id"], receipt["receipt_hash"]) is None
+    assert (
+        await store.log_queue.log_index(IDENTITY, key["project_id"], receipt["receipt_id"], receipt["receipt_hash"])
+        is None
+    )
     assert (await published(log_store, signer)).size == 1
 
 
@@ -927,7 +937,7 @@ async def test_a_receipt_of_another_log_or_of_none_is_not_in_this_log(
     )  # fmt: skip
     new_app = create_app(config, store=store, log_store=new_store)
     client = new_app.asgi_client
-    new_worker = Integrator(store, new_store, LogConfig(other.name, other))
+    new_worker = Integrator(store.log_queue, new_store, LogConfig(other.name, other))
     await new_worker.prepare()
     fresh = (await create(client, key, "fresh"))["receipt"]
     replay = await create(client, key, "old", Prefer="wait=1")
@@ -958,7 +968,9 @@ async def test_a_proof_is_checked_before_it_is_served(
     second = (await create(client, key, "second"))["receipt"]
     await worker.step(force=True)
     # Swap the two receipts' recorded indices.
-    await store.log_ack(IDENTITY, key["project_id"], [(tlog.entry_bytes(first), 1), (tlog.entry_bytes(second), 0)])
+    await store.log_queue.log_ack(
+        IDENTITY, key["project_id"], [(tlog.entry_bytes(first), 1), (tlog.entry_bytes(second), 0)]
+    )
     for receipt in (first, second):
         _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}/log-proof")
         assert response.status == 404 and response.json["error"]["code"] == "not_in_log", response.text
@@ -975,7 +987,7 @@ async def test_health_counts_a_stall_from_one_moment_in_every_web_process(
     key = await create_project_key(store, project_name="stall-clock", plan="pro")
     await integrator(store, log_store, signer)  # creates the log; marks no progress
     await create(first.asgi_client, key, "waits")
-    assert await store.log_progress(IDENTITY) is None
+    assert await store.log_queue.log_progress(IDENTITY) is None
     _, response = await first.asgi_client.get("/health")
     assert response.json["log"] == "ok", "a fresh entry is not a stall"
     await asyncio.sleep(0.4)  # LOG_STALL_S passes with nothing published

@@ -55,10 +55,10 @@ async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogSt
     receipts = [(await create(client, project_keys[0], "over-http"))["receipt"]]
     for n, key in enumerate(project_keys):
         receipts += await issue(app, key, [f"c{n}-{i}" for i in range(100)])
-    assert await cluster_store.log_pending(ident(signer)) == 601
+    assert await cluster_store.log_queue.log_pending(ident(signer)) == 601
     assert await worker.step(force=True) == 601
-    assert await cluster_store.log_pending(ident(signer)) == 0
-    assert await cluster_store.log_synced(ident(signer)) == 601
+    assert await cluster_store.log_queue.log_pending(ident(signer)) == 0
+    assert await cluster_store.log_queue.log_synced(ident(signer)) == 601
     checkpoint = await published(log_store, signer)
     assert checkpoint.size == 601
     for receipt in receipts[::37]:
@@ -100,7 +100,7 @@ async def test_time_stamps_are_kept_and_served_on_a_cluster(
     await worker.step(force=True)
     tsa = LocalTsa(tmp_path / "tsa").start()
     try:
-        assert await Stamper(cluster_store, log_store, ident(signer), TsaConfig((tsa.url,))).step() == 5
+        assert await Stamper(cluster_store.log_queue, log_store, ident(signer), TsaConfig((tsa.url,))).step() == 5
     finally:
         tsa.stop()
     _, response = await client.get("/v1/log/checkpoints/5/timestamps")

@@ -93,7 +93,7 @@ async def site(store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Site
 
 
 async def integrator(site: Site, failpoints: Any = None) -> Integrator:
-    made = Integrator(site.store, site.log_store, LogConfig(ORIGIN, SIGNER))
+    made = Integrator(site.store.log_queue, site.log_store, LogConfig(ORIGIN, SIGNER))
     made.failpoints = failpoints
     await made.prepare()
     return made
@@ -120,7 +120,7 @@ class Paused:
             store = self.site.open_store()
             log_store = LogStore(FileObjects(self.site.directory))
             try:
-                paused = Integrator(store, log_store, LogConfig(ORIGIN, SIGNER))
+                paused = Integrator(store.log_queue, log_store, LogConfig(ORIGIN, SIGNER))
                 paused.failpoints = self.pause
                 await paused.prepare()
                 return await paused.step(force=True)
@@ -186,7 +186,7 @@ async def assert_whole(site: Site, history: Published, receipts: list[dict[str, 
     service = site.app.ctx.log
     service._read_at = -1e9  # read the checkpoint afresh
     for receipt in receipts:
-        if await site.store.get_receipt_json(receipt["receipt_id"]) is None:
+        if await site.store.receipts.get_receipt_json(receipt["receipt_id"]) is None:
             continue  # gone from Redis with a flush or a restore: the log keeps what it had
         found = await service.proof(receipt)
         assert found is not None, f"{receipt['receipt_id']} has no proof"

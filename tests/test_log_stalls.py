@@ -232,9 +232,9 @@ def redis_indices(stack: Stack, receipts: list[dict[str, Any]]) -> dict[str, int
 
         async def one(receipt: dict[str, Any]) -> tuple[str, bool, int | None]:
             rid = receipt["receipt_id"]
-            if await store.get_receipt_json(rid) is None:
+            if await store.receipts.get_receipt_json(rid) is None:
                 return rid, False, None
-            index = await store.log_index(stack.identity, receipt["project_id"], rid, receipt["receipt_hash"])
+            index = await store.log_queue.log_index(stack.identity, receipt["project_id"], rid, receipt["receipt_hash"])
             return rid, True, index
 
         try:

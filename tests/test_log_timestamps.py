@@ -163,7 +163,7 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
     key = await create_project_key(store, project_name="stamped", plan="pro")
     await grow(app, store, log_store, signer, key, [f"s{n}" for n in range(7)])
     both_roots = tuple(roots_of(tsa) + roots_of(other_tsa))
-    stamper = Stamper(store, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=both_roots))
+    stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=both_roots))
     asked = len(tsa.requests)
     assert await stamper.step() == 7
     assert len(tsa.requests) == asked + 1
@@ -204,7 +204,7 @@ async def test_workers_stamp_once_per_interval_between_them(
     key = await create_project_key(store, project_name="racing", plan="pro")
     await grow(app, store, log_store, signer, key, ["r0", "r1"])
     asked = len(tsa.requests)
-    stampers = [Stamper(store, log_store, ident(signer), tsa_config(tsa.url)) for _ in range(4)]
+    stampers = [Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)) for _ in range(4)]
     results = await asyncio.gather(*(s.step() for s in stampers))
     assert sorted(results, key=lambda r: r or 0) == [None, None, None, 2]
     assert len(tsa.requests) == asked + 1
@@ -221,7 +221,7 @@ async def test_an_answer_that_fails_a_check_is_not_kept(
     down = f"http://127.0.0.1:{free_port()}/"
     other_tsa.mode = "other_nonce"
     refused, unreachable = failures(other_tsa.url, "refused"), failures(down, "unreachable")
-    stamper = Stamper(store, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, down))
+    stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, down))
     assert await stamper.step() == 1
     _, response = await client.get("/v1/log/checkpoints/1/timestamps")
     assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
@@ -237,7 +237,9 @@ async def test_an_answer_that_fails_a_check_is_not_kept(
     # Roots configured: a good answer from a TSA under another root is not kept.
     tsa.mode = other_tsa.mode = "ok"
     await store.client.delete(keys.log_stamping_key(ident(signer)))
-    pinned = Stamper(store, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=tuple(roots_of(tsa))))
+    pinned = Stamper(
+        store.log_queue, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=tuple(roots_of(tsa)))
+    )
     assert await pinned.step() == 2
     _, response = await client.get("/v1/log/checkpoints/2/timestamps")
     assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
@@ -251,7 +253,7 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
     client = app.asgi_client
     key = await create_project_key(store, project_name="bundled", plan="pro")
     early = await grow(app, store, log_store, signer, key, [f"b{n}" for n in range(3)])
-    stamper = Stamper(store, log_store, ident(signer), tsa_config(tsa.url))
+    stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url))
     assert await stamper.step() == 3
     late = await grow(app, store, log_store, signer, key, [f"c{n}" for n in range(300)])  # past a full tile
 
@@ -301,7 +303,7 @@ async def test_verify_reports_when_the_receipt_existed(
     client = app.asgi_client
     key = await create_project_key(store, project_name="timed", plan="pro")
     receipts = await grow(app, store, log_store, signer, key, ["t0", "t1"])
-    assert await Stamper(store, log_store, ident(signer), tsa_config(tsa.url)).step() == 2
+    assert await Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)).step() == 2
     _, response = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/bundle")
     bundle = response.json
     _, keys_response = await client.get("/v1/public-key")
@@ -351,7 +353,9 @@ async def test_the_stamper_keeps_a_chain_tsas_answer(
         key = await create_project_key(store, project_name="chained", plan="pro")
         await grow(app, store, log_store, signer, key, ["k0", "k1", "k2"])
         refused = failures(chained.url, "refused")
-        pinned = Stamper(store, log_store, ident(signer), tsa_config(chained.url, roots=tuple(roots_of(chained))))
+        pinned = Stamper(
+            store.log_queue, log_store, ident(signer), tsa_config(chained.url, roots=tuple(roots_of(chained)))
+        )
         assert await pinned.step() == 3
         assert failures(chained.url, "refused") == refused
         record = orjson.loads(await log_store.stamp(3) or b"{}")
@@ -367,7 +371,7 @@ async def test_the_stamper_keeps_a_chain_tsas_answer(
         # Without roots the Stamper keeps it too (the chain is then left to verifiers).
         await grow(app, store, log_store, signer, key, ["k3"])
         await store.client.delete(keys.log_stamping_key(ident(signer)))
-        assert await Stamper(store, log_store, ident(signer), tsa_config(chained.url)).step() == 4
+        assert await Stamper(store.log_queue, log_store, ident(signer), tsa_config(chained.url)).step() == 4
     finally:
         chained.stop()
 
@@ -380,7 +384,7 @@ async def test_a_store_outage_is_one_line_down_and_one_back(
 
     from execution_proof.kv.logstore import LogStoreError
 
-    stamper = Stamper(store, log_store, ident(signer), tsa_config("http://127.0.0.1:9/", interval_s=0.001))
+    stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config("http://127.0.0.1:9/", interval_s=0.001))
     stop = asyncio.Event()
     passes = 0
 

@@ -65,7 +65,7 @@ async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum
     client = app.asgi_client
     key = await create_project_key(store, project_name="witnessed", plan="pro")
     config = LogConfig(ORIGIN, signer, policy=witnesses["policy"], witness_timeout_ms=3000)
-    worker = Integrator(store, log_store, config)
+    worker = Integrator(store.log_queue, log_store, config)
     await worker.prepare()
     receipts = await issue(app, key, [f"w{n}" for n in range(5)])
     await worker.step(force=True)
@@ -108,7 +108,7 @@ async def test_a_witness_the_log_lost_track_of_answers_409_and_is_caught_up(
     client = app.asgi_client
     key = await create_project_key(store, project_name="caught-up", plan="pro")
     config = LogConfig(ORIGIN, signer, policy=witnesses["policy"], witness_timeout_ms=3000)
-    worker = Integrator(store, log_store, config)
+    worker = Integrator(store.log_queue, log_store, config)
     await worker.prepare()
     await issue(app, key, [f"c{n}" for n in range(3)])
     await worker.step(force=True)
@@ -118,7 +118,7 @@ async def test_a_witness_the_log_lost_track_of_answers_409_and_is_caught_up(
     # witnesses answer 409 with their size, and it resends with the proof from there.
     await log_store.objects.delete(".state/witnesses")
     await issue(app, key, ["c-next"])
-    successor = Integrator(store, log_store, config)
+    successor = Integrator(store.log_queue, log_store, config)
     await successor.prepare()
     await successor.step(force=True)
     again = policy.check_quorum((await client.get("/v1/log/checkpoint"))[1].text, witnesses["policy"], now=2**40)

@@ -176,14 +176,14 @@ async def test_limit_refusals_by_kind(store: Store, keyring: KeyRing) -> None:
 
 async def test_store_operations_are_timed_and_failures_counted(store: Store) -> None:
     timed = sample("eps_store_operation_duration_seconds_count", operation="find_api_key")
-    await store.find_api_key("sha256:" + "0" * 64)
+    await store.keys.find_api_key("sha256:" + "0" * 64)
     assert sample("eps_store_operation_duration_seconds_count", operation="find_api_key") - timed == 1
 
     errors = sample("eps_store_errors_total", operation="find_api_key", kind="ConnectionError")
     down = Store(aioredis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.5))
     try:
         with pytest.raises(StoreUnavailable):
-            await down.find_api_key("sha256:" + "0" * 64)
+            await down.keys.find_api_key("sha256:" + "0" * 64)
     finally:
         await down.close()
     assert sample("eps_store_errors_total", operation="find_api_key", kind="ConnectionError") - errors == 1

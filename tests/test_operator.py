@@ -214,7 +214,7 @@ async def test_concurrent_creates_of_one_name_make_one_project(store: Store) -> 
     assert {r.project_id for r in refused} == {created[0]["project_id"]}
     named = [name async for name in store.client.scan_iter(match="p:*") if await store.client.hget(name, "name")]
     assert len(named) == 1, "the refused creates wrote no project"
-    assert len(await store.list_project_keys(created[0]["project_id"])) == 1
+    assert len(await store.keys.list_project_keys(created[0]["project_id"])) == 1
 
 
 async def test_keys_create_refuses_a_taken_name(store: Store, capsys: pytest.CaptureFixture[str]) -> None:

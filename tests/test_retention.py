@@ -108,7 +108,7 @@ class Planted:
         receipt_hash = hash_of(f"planted-{receipt_id}")
         replay_key = f"ik_planted{self.count}"
         receipt = {"receipt_id": receipt_id, "project_id": project_id, "receipt_hash": receipt_hash}
-        result = await self.store.issue_receipt(
+        result = await self.store.receipts.issue_receipt(
             project_id=project_id,
             receipt_id=receipt_id,
             receipt_hash=receipt_hash,
@@ -162,7 +162,7 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     expired = [o1, o2, branch.json["receipt"], o4, p1, p2]
     before_other = await other_keys(store)
 
-    summary = await sweep(store, 1.0, NOW)
+    summary = await sweep(store.retention, 1.0, NOW)
     assert summary["removed"] == {"receipts": 6, "hash_index": 6, "idempotency": 6, "search_index": 6}
     assert summary["retention_days"] == 1.0
     assert summary["scanned"] == 7 + 2, "r: (7 receipts) and b: (one index bucket per project here)"
@@ -183,8 +183,8 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     }, "only the fresh receipt's record and its two entries remain"
 
     # The tips stay: the old-only project continues its chain from the expired tip.
-    assert await store.read_tip(other["project_id"]) == (True, p2["receipt_hash"])
-    assert await store.read_tip(api_key["project_id"]) == (True, fresh["receipt_hash"])
+    assert await store.receipts.read_tip(other["project_id"]) == (True, p2["receipt_hash"])
+    assert await store.receipts.read_tip(api_key["project_id"]) == (True, fresh["receipt_hash"])
     following = await create(client, other, {"input_hash": hash_of("after")})
     assert following.status_code == 201
     assert following.json["receipt"]["prev_receipt_hash"] == p2["receipt_hash"]
@@ -212,7 +212,7 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     assert again_keyed.json["idempotency"] == {"hit": False, "key": o2_response.json["idempotency"]["key"]}
 
     # Run again: nothing left to remove.
-    second = await sweep(store, 1.0, NOW)
+    second = await sweep(store.retention, 1.0, NOW)
     assert second["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 0, "search_index": 0}
 
 
@@ -224,11 +224,11 @@ async def test_a_receipt_is_kept_until_it_is_older_than_the_window(
     clock.now = NOW - DAY_MS - 1
     older = (await create(client, api_key, {"input_hash": hash_of("older")})).json["receipt"]
     assert cutoff_ms(NOW, 1.0) == NOW - DAY_MS
-    summary = await sweep(store, 1.0, NOW)
+    summary = await sweep(store.retention, 1.0, NOW)
     assert summary["removed"]["receipts"] == 1
     assert (await get(client, older["receipt_id"])).status_code == 404
     assert (await get(client, edge["receipt_id"])).status_code == 200
-    assert (await sweep(store, 1.0, NOW + 1))["removed"]["receipts"] == 1
+    assert (await sweep(store.retention, 1.0, NOW + 1))["removed"]["receipts"] == 1
 
 
 async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_window(
@@ -241,16 +241,16 @@ async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_win
     created = await create(client, api_key, {"input_hash": hash_of("deleted")})
     receipt = created.json["receipt"]
     record = entry(api_key["project_id"], keys.idempotency_field(created.json["idempotency"]["key"]))
-    assert await store.delete_receipt(receipt["receipt_id"]) is not None
+    assert await store.receipts.delete_receipt(receipt["receipt_id"]) is not None
     assert await record_keys(store) == {record}
-    assert (await sweep(store, 1.0, NOW))["removed"] == {
+    assert (await sweep(store.retention, 1.0, NOW))["removed"] == {
         "receipts": 0,
         "hash_index": 0,
         "idempotency": 0,
         "search_index": 0,
     }
     assert await record_keys(store) == {record}, "still inside its window"
-    later = await sweep(store, 1.0, NOW + DAY_MS)
+    later = await sweep(store.retention, 1.0, NOW + DAY_MS)
     assert later["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 1, "search_index": 0}
     assert await record_keys(store) == set()
     clock.now = NOW + DAY_MS
@@ -273,7 +273,7 @@ async def test_entries_are_removed_only_while_they_name_the_expired_receipt(stor
     for kind, value in (("h", fresh_id), ("i", fresh_id + b"fpXfpX12")):
         bucket = keys.index_bucket(fields[kind], int(level or 0), int(split or 0))
         await store.client.hset(keys.index_bucket_key(project_id, bucket), fields[kind], value)
-    summary = await store.expire_receipts(cutoff_ms(NOW, 1.0))
+    summary = await store.retention.expire_receipts(cutoff_ms(NOW, 1.0))
     assert summary == {"receipts": 1, "hash_index": 0, "idempotency": 0, "search_index": 0, "scanned": 3}
     assert await index_field(store, project_id, fields["h"]) == fresh_id
     assert await index_field(store, project_id, fields["i"]) == fresh_id + b"fpXfpX12"
@@ -299,7 +299,7 @@ async def test_the_sweep_leaves_foreign_and_malformed_keys_alone(store: Store) -
     # A bucket-shaped hash with fields that are none of the index's: left alone.
     odd_fields = {b"zfield": b"\x00" * 16, b"I": b"not a multiple of 16", b"h": b"short"}
     await store.client.hset(b"b:{ABCD}:prj_y:1", mapping=odd_fields)
-    summary = await store.expire_receipts(cutoff_ms(NOW, 1.0))
+    summary = await store.retention.expire_receipts(cutoff_ms(NOW, 1.0))
     assert (summary["receipts"], summary["hash_index"], summary["idempotency"]) == (1, 1, 1)
     for name, value in foreign.items():
         assert await store.client.get(name) == value, name
@@ -335,16 +335,16 @@ async def test_two_concurrent_sweeps_remove_each_key_once(two_stores: tuple[Stor
             fresh.append(await planted.receipt(project_id, NOW + n))
     cutoff = cutoff_ms(NOW, 1.0)
     results = await asyncio.gather(
-        first.expire_receipts(cutoff, batch=17),
-        second.expire_receipts(cutoff, batch=23),
-        first.expire_receipts(cutoff, batch=50),
+        first.retention.expire_receipts(cutoff, batch=17),
+        second.retention.expire_receipts(cutoff, batch=23),
+        first.retention.expire_receipts(cutoff, batch=50),
     )
     for kind in ("receipts", "hash_index", "idempotency"):
         assert sum(result[kind] for result in results) == len(old), (kind, results)
     assert await record_keys(first) == names_of(fresh)
     for project_id, tip in planted.tips.items():
-        assert await first.read_tip(project_id) == (True, tip)
-    again = await second.expire_receipts(cutoff)
+        assert await first.receipts.read_tip(project_id) == (True, tip)
+    again = await second.retention.expire_receipts(cutoff)
     assert (again["receipts"], again["hash_index"], again["idempotency"]) == (0, 0, 0)
 
 
@@ -352,7 +352,7 @@ async def test_sweep_periodically_sweeps_until_cancelled(store: Store) -> None:
     planted = Planted(store)
     project_id = await planted.project()
     old = await planted.receipt(project_id, OLD)
-    task = asyncio.create_task(sweep_periodically(store, 1.0, interval_s=0.01))
+    task = asyncio.create_task(sweep_periodically(store.retention, 1.0, interval_s=0.01))
     try:
         for _ in range(500):
             if not await store.client.exists(old["r"]):

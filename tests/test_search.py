@@ -191,7 +191,7 @@ async def test_operator_delete_removes_the_receipt_from_both_indexes(
 ) -> None:
     gone = (await create(client, api_key, {"input_hash": hash_of("i"), "output_hash": hash_of("o")})).json["receipt"]
     kept = (await create(client, api_key, {"input_hash": hash_of("i")})).json["receipt"]
-    assert await store.delete_receipt(gone["receipt_id"]) is not None
+    assert await store.receipts.delete_receipt(gone["receipt_id"]) is not None
     pid = api_key["project_id"]
     assert await index_ids(store, pid, keys.search_field("input_hash", hash_of("i"))) == [kept["receipt_id"]]
     assert await index_field(store, pid, keys.search_field("output_hash", hash_of("o"))) is None
@@ -230,7 +230,7 @@ async def test_sweep_trims_the_search_sets(client: Any, store: Store, api_key: d
     }
     assert all([await index_field(store, pid, n) for n in names.values()])
 
-    summary = await sweep(store, 1.0, NOW)
+    summary = await sweep(store.retention, 1.0, NOW)
     assert summary["removed"] == {"receipts": 2, "hash_index": 2, "idempotency": 2, "search_index": 3}
     assert await index_ids(store, pid, names["mixed"]) == [
         edge["receipt"]["receipt_id"],
@@ -241,13 +241,13 @@ async def test_sweep_trims_the_search_sets(client: Any, store: Store, api_key: d
     found = (await search(client, api_key, input_hash=hash_of("mixed"))).json["receipts"]
     assert found == [fresh["receipt"], edge["receipt"]]
     assert old["receipt"] not in found and only_old["receipt"]["receipt_id"]
-    again = await sweep(store, 1.0, NOW)
+    again = await sweep(store.retention, 1.0, NOW)
     assert again["removed"]["search_index"] == 0, "safe to run twice"
 
 
 async def test_sweep_leaves_foreign_x_keys_alone(store: Store) -> None:
     await store.client.set("x:not-a-zset", "value")
     await store.client.zadd("x:{ABCD}:foreign", {"member": 10})
-    counts = await store.expire_receipts(NOW)
+    counts = await store.retention.expire_receipts(NOW)
     assert counts["search_index"] == 1 and counts["scanned"] == 2
     assert await store.client.get("x:not-a-zset") == b"value", "a key of another type is skipped"

@@ -194,7 +194,7 @@ def test_webhook_uses_compare_digest_and_keys_are_looked_up_by_hash() -> None:
     auth_source = (REPO / "execution_proof/web/auth.py").read_text()
     # The raw key is hashed at once; the store is asked for the hash (a Redis key lookup),
     # so no secret-dependent byte comparison runs in the service.
-    assert "store.find_api_key(hash_api_key(token))" in auth_source
+    assert "store.keys.find_api_key(hash_api_key(token))" in auth_source
 
 
 # --- secret hygiene on a real service --------------------------------------------------------

@@ -69,7 +69,7 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
 
 
 PLAIN_REDIS_ONLY = {"authenticate.lua"}
-"""Scripts the store runs only when it is not a cluster (``Store.one_call_auth``)."""
+"""Scripts the store runs only when it is not a cluster (``KeyStore.one_call_auth``)."""
 
 
 @pytest.mark.parametrize("attempt", range(50))
@@ -131,17 +131,17 @@ async def issue(store: Store, project_id: str, tip: str | None, label: str, **ov
         "month": Counter("202611", 1000, 3600),
     }
     args.update(overrides)
-    return await store.issue_receipt(**args), receipt_id
+    return await store.receipts.issue_receipt(**args), receipt_id
 
 
 async def test_issue_script_outcomes(store: Store) -> None:
     created = await create_project_key(store, project_name="p", plan="free")
     pid = created["project_id"]
-    assert await store.read_tip(pid) == (True, None)
+    assert await store.receipts.read_tip(pid) == (True, None)
     result, rid = await issue(store, pid, None, "a")
     assert result.outcome is IssueOutcome.ISSUED
-    assert await store.read_tip(pid) == (True, hash_of("a"))
-    assert await store.find_receipt_id_by_hash(pid, hash_of("a")) == rid
+    assert await store.receipts.read_tip(pid) == (True, hash_of("a"))
+    assert await store.receipts.find_receipt_id_by_hash(pid, hash_of("a")) == rid
     stale, _ = await issue(store, pid, None, "b")
     assert stale.outcome is IssueOutcome.TIP_MOVED and stale.tip == hash_of("a")
     replay, _ = await issue(store, pid, None, "a")
@@ -150,7 +150,7 @@ async def test_issue_script_outcomes(store: Store) -> None:
     assert conflict.outcome is IssueOutcome.IDEMPOTENCY_CONFLICT
     branch, _ = await issue(store, pid, hash_of("a"), "c", on_main=False)
     assert branch.outcome is IssueOutcome.ISSUED
-    assert await store.read_tip(pid) == (True, hash_of("a")), "a branch leaves the tip alone"
+    assert await store.receipts.read_tip(pid) == (True, hash_of("a")), "a branch leaves the tip alone"
     missing, _ = await issue(store, new_project_id(), None, "d")
     assert missing.outcome is IssueOutcome.NO_PROJECT
 
@@ -171,7 +171,7 @@ async def test_refused_issue_writes_nothing(store: Store) -> None:
         tip = kwargs.pop("built_on_tip", hash_of("a"))
         result, rid = await issue(store, str(kwargs.pop("project_id", pid)), tip, "new", **kwargs)
         assert result.outcome is expected
-        assert await store.get_receipt_json(rid) is None
+        assert await store.receipts.get_receipt_json(rid) is None
     assert await dump(store) == before, "a refused issue writes nothing, counters included"
 
 
@@ -189,7 +189,7 @@ async def test_issue_counts_minute_and_month_once(store: Store) -> None:
     assert (replay.minute_used, replay.month_used) == (2, 1), "a replay is a request but not a new receipt"
     second, _ = await issue(store, pid, hash_of("a"), "b")
     assert (second.minute_used, second.month_used) == (3, 2)
-    assert await store.read_usage(pid, hash_of("key"), "1000", "202611") == (3, 2)
+    assert await store.counters.read_usage(pid, hash_of("key"), "1000", "202611") == (3, 2)
     ttl = await store.client.ttl(keys.key_minute_counter_key(pid, hash_of("key"), "1000"))
     assert 0 < ttl <= 120
 

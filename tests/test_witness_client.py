@@ -280,7 +280,7 @@ async def test_fork_evidence_after_publication_halts_the_log_at_the_next_pass(
     fast = await witnesses("fine")
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
     config = LogConfig(ORIGIN, signer, policy=make_policy(signer, [forked, fast], 1), witness_timeout_ms=30_000)
-    worker = Integrator(store, log_store, config)
+    worker = Integrator(store.log_queue, log_store, config)
     await worker.prepare()
     assert worker.witnesses is not None
     cosigned = await worker.witnesses.cosign(*checkpoint_of(signer))
@@ -434,7 +434,7 @@ async def test_a_redis_outage_is_one_line_down_and_one_line_back(
 
     server = fakeredis.FakeServer()
     store = Store(fakeredis.FakeAsyncRedis(server=server))
-    worker = Integrator(store, log_store, LogConfig(ORIGIN, signer))
+    worker = Integrator(store.log_queue, log_store, LogConfig(ORIGIN, signer))
     await worker.prepare()
     stop = asyncio.Event()
     passes = 0
@@ -470,11 +470,11 @@ async def test_a_halted_log_says_so_once_per_process(
     from execution_proof.kv.store import Store
 
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
-    first = Integrator(store, log_store, LogConfig(ORIGIN, signer))
+    first = Integrator(store.log_queue, log_store, LogConfig(ORIGIN, signer))
     await first.prepare()
     await log_store.halt("a test halt", {"witness": "w", "status": 422, "detail": "test"})
     caplog.set_level(logging.WARNING, "eps.log")
-    second = Integrator(store, log_store, LogConfig(ORIGIN, signer))
+    second = Integrator(store.log_queue, log_store, LogConfig(ORIGIN, signer))
     for worker in (first, second) * 10:
         worker.tree = None  # the lease lost and taken back: the store is read again
         assert await worker.step(force=True) == 0

@@ -162,7 +162,7 @@ async def _keys_revoke(store: Any, args: argparse.Namespace) -> int:
         key_hash = args.key_hash.lower()
     else:
         key_hash = hash_api_key(args.api_key)
-    revoked = await store.revoke_api_key(key_hash)
+    revoked = await store.keys.revoke_api_key(key_hash)
     print(orjson.dumps({"revoked": revoked, "key_hash": key_hash}).decode())
     return 0 if revoked else 1
 
@@ -174,7 +174,7 @@ async def _keys_list(store: Any, args: argparse.Namespace) -> int:
     if project_id is None:
         return 1
     now = _now_ms()
-    records = await store.list_project_keys(project_id)
+    records = await store.keys.list_project_keys(project_id)
     print(orjson.dumps({"project_id": project_id, "keys": [key_state(r, now) for r in records]}).decode())
     return 0
 
@@ -204,7 +204,7 @@ async def _keys_suspend(store: Any, args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"error: --until {exc}", file=sys.stderr)
             return 2
-    updated = await store.set_project_suspension(project_id, until)
+    updated = await store.keys.set_project_suspension(project_id, until)
     shown = until if until == "forever" else format_created_at(int(until))
     print(orjson.dumps({"project_id": project_id, "suspended_until": shown, "keys_updated": updated}).decode())
     return 0
@@ -214,13 +214,13 @@ async def _keys_unsuspend(store: Any, args: argparse.Namespace) -> int:
     project_id = await _project_id(store, args.project)
     if project_id is None:
         return 1
-    updated = await store.set_project_suspension(project_id, "")
+    updated = await store.keys.set_project_suspension(project_id, "")
     print(orjson.dumps({"project_id": project_id, "suspended_until": None, "keys_updated": updated}).decode())
     return 0
 
 
 async def _receipts_delete(store: Any, args: argparse.Namespace) -> int:
-    removed = await store.delete_receipt(args.receipt_id) if is_receipt_id(args.receipt_id) else None
+    removed = await store.receipts.delete_receipt(args.receipt_id) if is_receipt_id(args.receipt_id) else None
     if removed is None:
         print(f"error: no receipt {args.receipt_id}", file=sys.stderr)
         return 1

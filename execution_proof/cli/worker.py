@@ -187,7 +187,7 @@ def check_log_store(open_stores: Callable[[], tuple[Store, LogStore]], config: L
     async def check() -> str | None:
         store, log_store = open_stores()
         try:
-            await prepare_log(store, log_store, config.origin, config.signer, config.failpoints)
+            await prepare_log(store.log_queue, log_store, config.origin, config.signer, config.failpoints)
         except LogRefused as exc:
             return str(exc)
         except (LogStoreError, StoreUnavailable) as exc:
@@ -210,7 +210,7 @@ def expire_command(args: argparse.Namespace) -> int:
     settings = load_settings()
 
     async def run(store: Store) -> int:
-        summary = await sweep(store, settings.retention_days)
+        summary = await sweep(store.retention, settings.retention_days)
         print(orjson.dumps(summary).decode())
         return 0
 

@@ -16,6 +16,7 @@ import time
 from execution_proof.jobs.context import run_with_store
 from execution_proof.kv.keys import is_checkout_ref
 from execution_proof.kv.store import Store
+from execution_proof.kv.store_checkouts import CheckoutStore
 from execution_proof.receipts.ids import new_project_id
 from execution_proof.receipts.limits import PAID_PLANS
 
@@ -27,7 +28,9 @@ def job_id_for(ref: str) -> str:
     return f"index_checkout-{ref}"
 
 
-async def index_checkout_in(store: Store, ref: str, plan: str, created_unix: int, now_ms: int | None = None) -> str:
+async def index_checkout_in(
+    store: CheckoutStore, ref: str, plan: str, created_unix: int, now_ms: int | None = None
+) -> str:
     """Index the checkout ``ref`` in ``store``; returns the project id the claim will create."""
     if not is_checkout_ref(ref):
         raise ValueError("ref must be a checkout reference: 32 lowercase hex digits")
@@ -48,6 +51,6 @@ def index_checkout(ref: str, plan: str, created_unix: int) -> str:
     """RQ entry point (JSON arguments): index the checkout in the configured store."""
 
     async def work(store: Store) -> str:
-        return await index_checkout_in(store, ref, plan, created_unix)
+        return await index_checkout_in(store.checkouts, ref, plan, created_unix)
 
     return run_with_store(work)

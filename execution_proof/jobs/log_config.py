@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from execution_proof.jobs.log_timestamps import TsaConfig
 from execution_proof.kv.logstore import LogStore, LogStoreError
 from execution_proof.kv.logstore.log import Identity, checkpoint_size
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.runtime.failpoints import Failpoints
 from execution_proof.runtime.settings import Settings
 from execution_proof.transparency import note, tlog
@@ -93,7 +93,7 @@ async def refuse(log_store: LogStore, reason: str) -> LogRefused:
 
 
 async def prepare_log(
-    store: Store, log_store: LogStore, origin: str, signer: note.Signer, failpoints: Failpoints | None = None
+    store: LogQueueStore, log_store: LogStore, origin: str, signer: note.Signer, failpoints: Failpoints | None = None
 ) -> Identity:
     """Check the log store before anything uses it (the server at its start, every worker
     before its first pass): the store's identity checked, the store created if it is new, or

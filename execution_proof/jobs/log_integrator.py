@@ -52,8 +52,9 @@ from execution_proof.jobs.log_witnesses import Evidence, WitnessClient
 from execution_proof.kv import keys
 from execution_proof.kv.logstore import LogStore, LogStoreConflict, LogStoreError
 from execution_proof.kv.logstore.log import Batch, CheckpointUnreadable, Identity, TileMismatch, TreeState
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts.shapes import JSONObject
 from execution_proof.runtime import metrics
 from execution_proof.runtime.outage import Outage
 from execution_proof.transparency import note, tlog
@@ -89,7 +90,7 @@ class _Edge:
 
 
 class Integrator:
-    def __init__(self, store: Store, log_store: LogStore, config: LogConfig) -> None:
+    def __init__(self, store: LogQueueStore, log_store: LogStore, config: LogConfig) -> None:
         self.store = store
         self.log = log_store
         self.config = config
@@ -522,7 +523,14 @@ class Integrator:
             "someone has signed a history of this log that is not ours: witness "
             f"{evidence['witness']} answered {evidence['status']}: {evidence['detail']}"
         )
-        await self.log.halt(reason, dict(evidence))
+        record: JSONObject = {
+            "witness": evidence["witness"],
+            "status": evidence["status"],
+            "detail": evidence["detail"],
+        }
+        if "size" in evidence:
+            record["size"] = evidence["size"]
+        await self.log.halt(reason, record)
         if self.witnesses is not None:
             self.witnesses.evidence = None  # recorded in the store: a resume starts afresh
         self.halted = await self.log.halted() or {"reason": reason, "evidence": evidence}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from execution_proof.kv import keys
 from execution_proof.kv.logstore.log import Batch, TreeState
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tiles import TileReader
 from execution_proof.transparency.tlog import LogEntry
@@ -21,7 +21,9 @@ from execution_proof.transparency.tlog import LogEntry
 log = logging.getLogger("eps.log")
 
 
-async def ack_batch(store: Store, identity: keys.LogIdentity, batch: Batch, point: Callable[[str], None]) -> None:
+async def ack_batch(
+    store: LogQueueStore, identity: keys.LogIdentity, batch: Batch, point: Callable[[str], None]
+) -> None:
     """Take the batch's entries off their queues with their indices; move the synced size from
     the batch's tree to the new one (compare-and-set: a size that moved meanwhile is left).
     ``point``: the fault points ``acked_half`` and ``synced``."""
@@ -41,7 +43,7 @@ async def ack_batch(store: Store, identity: keys.LogIdentity, batch: Batch, poin
 
 
 async def catch_up(
-    store: Store, identity: keys.LogIdentity, reader: TileReader, tree: TreeState, synced: int | None
+    store: LogQueueStore, identity: keys.LogIdentity, reader: TileReader, tree: TreeState, synced: int | None
 ) -> None:
     """Bring Redis in line with the tree: every queued entry that is in the tree after the
     synced size (or anywhere, with none recorded) leaves its queue with its index, then the

@@ -44,7 +44,7 @@ class IntegratorThread:
         store, log_store = self._open_stores()
         self._ready.set()
         try:
-            await Integrator(store, log_store, self.config).run(self._stop)
+            await Integrator(store.log_queue, log_store, self.config).run(self._stop)
         except LogRefused as exc:
             self.refused = str(exc)
             self._on_refused()

@@ -24,7 +24,6 @@ import contextlib
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any
 
 import cryptography.x509
 import httpx
@@ -32,6 +31,7 @@ import orjson
 
 from execution_proof.kv.keys import LogIdentity
 from execution_proof.kv.logstore import LogStore, LogStoreError
+from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.runtime import metrics
 from execution_proof.runtime.http import ReplyTooLarge, post_bounded
@@ -54,7 +54,7 @@ class TsaConfig:
 
 
 class Stamper:
-    def __init__(self, store: Any, log_store: LogStore, identity: LogIdentity, config: TsaConfig) -> None:
+    def __init__(self, store: LogQueueStore, log_store: LogStore, identity: LogIdentity, config: TsaConfig) -> None:
         self.store = store
         self.log = log_store
         self.identity = identity

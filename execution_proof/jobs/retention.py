@@ -3,7 +3,7 @@
 ``sweep`` is the one implementation; it runs as the job ``sweep_expired`` (hourly, on the
 worker's schedule: ``jobs/schedule.py``), as ``python service.py expire`` (once, now), and
 can run inside an embedded server (``sweep_periodically``). The work itself is
-``Store.expire_receipts``; the design and its cost are in ``docs/jobs.md``.
+``RetentionStore.expire_receipts``; the design and its cost are in ``docs/jobs.md``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from typing import TypedDict
 
 from execution_proof.jobs.context import run_with_store
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_retention import RetentionStore
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.receipts.model import format_created_at
 from execution_proof.runtime.settings import load_settings
@@ -43,7 +43,7 @@ def cutoff_ms(now: int, retention_days: float) -> int:
     return now - round(retention_days * DAY_MS)
 
 
-async def sweep(store: Store, retention_days: float, now: int | None = None) -> SweepSummary:
+async def sweep(store: RetentionStore, retention_days: float, now: int | None = None) -> SweepSummary:
     """Remove what is past the retention window; the summary ``expire`` prints and the job returns."""
     at = now_ms() if now is None else now
     cutoff = cutoff_ms(at, retention_days)
@@ -64,10 +64,10 @@ def sweep_expired(now: int | None = None) -> SweepSummary:
     ``now`` (Unix ms) is for tests; the schedule passes nothing, so each run uses its own clock.
     """
     retention_days = load_settings().retention_days
-    return run_with_store(lambda store: sweep(store, retention_days, now))
+    return run_with_store(lambda store: sweep(store.retention, retention_days, now))
 
 
-async def sweep_periodically(store: Store, retention_days: float, interval_s: float = 3600.0) -> None:
+async def sweep_periodically(store: RetentionStore, retention_days: float, interval_s: float = 3600.0) -> None:
     """Sweep now and then every ``interval_s`` until cancelled, for a process that owns its
     store and has no worker (the embedded server). A failed run is retried next interval."""
     while True:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import TypedDict
 
 from execution_proof.errors import Error
 from execution_proof.kv.records import KeyRecord
@@ -28,6 +28,28 @@ class ProjectNameTaken(Error):
 
 class UnknownProject(Error):
     """A ``--project`` that names no project (by id or by name); the message says which."""
+
+
+class ReissuedKey(TypedDict):
+    """What ``keys reissue`` prints: the new key (shown once) and the hashes it replaced."""
+
+    api_key: str
+    project_id: str
+    actor_id: str
+    plan: str
+    key_hash: str
+    revoked_key_hashes: list[str]
+
+
+class KeyState(TypedDict):
+    """What ``keys list`` shows of one key."""
+
+    key_hash: str
+    actor_id: str
+    plan: str
+    created_at: str
+    state: str
+    suspended_until: str | None
 
 
 def new_key_record(
@@ -56,8 +78,9 @@ def new_key_record(
 
 async def create_project_key(
     store: Store, *, project_name: str, plan: str, now_ms: int | None = None, unique_name: bool = False
-) -> dict[str, Any]:
-    """A new project, actor and API key. The raw key is returned once and never stored.
+) -> dict[str, str]:
+    """A new project, actor and API key (api_key, project_id, actor_id, plan, project_name,
+    key_hash). The raw key is returned once and never stored.
 
     With ``unique_name`` (the operator's ``keys create``) the name is reserved first and
     ``ProjectNameTaken`` is raised, with nothing written, when another project has it; the
@@ -69,15 +92,17 @@ async def create_project_key(
     project_id = new_project_id()
     api_key, record = new_key_record(project_id, plan, now_ms=now_ms)
     if unique_name:
-        holder = await store.claim_project_name(project_name, project_id)
+        holder = await store.keys.claim_project_name(project_name, project_id)
         if holder is not None:
             raise ProjectNameTaken(project_name, holder)
     try:
-        await store.create_project(project_id=project_id, name=project_name, created_at=record.created_at, key=record)
+        await store.keys.create_project(
+            project_id=project_id, name=project_name, created_at=record.created_at, key=record
+        )
     except BaseException:
         if unique_name:
             with contextlib.suppress(StoreUnavailable):
-                await store.release_project_name(project_name, project_id)
+                await store.keys.release_project_name(project_name, project_id)
         raise
     return {
         "api_key": api_key,
@@ -97,7 +122,7 @@ async def resolve_project(store: Store, ref: str) -> str:
     """
     if is_project_id(ref):
         project_id = ref
-    elif (found := await store.find_project_by_name(ref)) is not None:
+    elif (found := await store.keys.find_project_by_name(ref)) is not None:
         project_id = found
     else:
         raise UnknownProject(
@@ -105,31 +130,31 @@ async def resolve_project(store: Store, ref: str) -> str:
             if ref.startswith("prj_")
             else f"no project named {ref!r} (a project made before names were recorded is named by its id, prj_…)"
         )
-    if await store.get_project(project_id) is None:
+    if await store.keys.get_project(project_id) is None:
         named = "" if project_id == ref else f" named {ref!r}"
         raise UnknownProject(f"no project {project_id}{named}")
     return project_id
 
 
-async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | None = None) -> dict[str, Any] | None:
+async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | None = None) -> ReissuedKey | None:
     """Revoke every key of the project and make one new key with the same plan.
 
     The new key inherits the project's suspension, if any. Returns the new key's JSON
     (shown once), or None when the project does not exist.
     """
-    project = await store.get_project(project_id)
+    project = await store.keys.get_project(project_id)
     if project is None:
         return None
-    existing = await store.list_project_keys(project_id)
+    existing = await store.keys.list_project_keys(project_id)
     plan = existing[-1].plan if existing else "free"
     actor_id = existing[-1].actor_id if existing else new_actor_id()
     for record in existing:
         if not record.revoked:
-            await store.revoke_api_key(record.key_hash)
+            await store.keys.revoke_api_key(record.key_hash)
     api_key, record = new_key_record(
         project_id, plan, actor_id=actor_id, now_ms=now_ms, suspended_until=project.get("suspended_until", "")
     )
-    await store.add_project_key(record)
+    await store.keys.add_project_key(record)
     return {
         "api_key": api_key,
         "project_id": project_id,
@@ -140,7 +165,7 @@ async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | No
     }
 
 
-def key_state(record: KeyRecord, now_ms: int) -> dict[str, Any]:
+def key_state(record: KeyRecord, now_ms: int) -> KeyState:
     """What ``keys list`` shows of a key: its hash and states, never the key."""
     return {
         "key_hash": record.key_hash,

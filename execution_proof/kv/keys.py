@@ -149,7 +149,7 @@ def ip_counter_key(ip_bucket: str, scope: str, window_id: str) -> str:
     return f"ip:{{{ip_bucket}}}:{scope}:{window_id}"
 
 
-# --- retention: what the sweep (Store.expire_receipts) scans for, and how it dates a key ---
+# --- retention: what the sweep (RetentionStore.expire_receipts) scans for, and how it dates a key ---
 # Every key or value it removes names a receipt id, and the id's ULID carries its creation
 # time, so the sweep needs no index of its own (the ``x:`` search sets are scored by that
 # time and trimmed by score). The patterns never match ``rq:``, ``ip:``,

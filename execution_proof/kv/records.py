@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from execution_proof.kv import keys
@@ -21,9 +23,14 @@ from execution_proof.runtime.metrics import STORE_OPERATION_SECONDS, count_store
 P = ParamSpec("P")
 T = TypeVar("T")
 
+Client = aioredis.Redis | RedisCluster
+"""The redis-py client a store is built on: one Redis, or a Redis Cluster (fakeredis stands in for the first)."""
 
-def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Also the store's one measuring point: every operation's time and failures (runtime.metrics)."""
+
+def unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Wraps a sub-store's operation: an unreachable Redis becomes ``StoreUnavailable`` (503).
+    Also the store's one measuring point: every operation's time and failures (runtime.metrics).
+    The sub-store (the first argument) has ``is_cluster`` and ``client`` for a cluster's first use."""
     operation = func.__name__
     observe = STORE_OPERATION_SECONDS.labels(operation).observe
 
@@ -54,7 +61,7 @@ def _unavailable_as_503(func: Callable[P, Awaitable[T]]) -> Callable[P, Awaitabl
     return wrapper
 
 
-def _text(value: bytes | str | None) -> str | None:
+def as_text(value: bytes | str | None) -> str | None:
     if value is None:
         return None
     return value.decode("utf-8") if isinstance(value, bytes) else value
@@ -63,12 +70,12 @@ def _text(value: bytes | str | None) -> str | None:
 KEY_RECORD_FIELDS = ("project_id", "actor_id", "plan", "revoked", "created_at", "suspended_until")
 
 
-def _key_record(key_hash: str, values: list[Any]) -> KeyRecord | None:
+def key_record_of(key_hash: str, values: list[Any]) -> KeyRecord | None:
     """A key record from ``HMGET`` of ``KEY_RECORD_FIELDS``, or None when the key is unknown
     (HMGET of a missing hash answers every field None)."""
     if all(value is None for value in values):
         return None
-    project_id, actor_id, plan, revoked, created_at, suspended_until = (_text(v) for v in values)
+    project_id, actor_id, plan, revoked, created_at, suspended_until = (as_text(v) for v in values)
     return KeyRecord(
         key_hash=key_hash,
         project_id=project_id or "",
@@ -80,24 +87,24 @@ def _key_record(key_hash: str, values: list[Any]) -> KeyRecord | None:
     )
 
 
-def _bytes(value: bytes | str | None) -> bytes | None:
+def as_bytes(value: bytes | str | None) -> bytes | None:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)
-class _IndexLookup:
-    """A lookup script sent ahead (``Store.prefetch_receipt_id_by_hash``), with what it was sent with."""
+class IndexLookup:
+    """A lookup script sent ahead (``ReceiptStore.prefetch_receipt_id_by_hash``), with what it was sent with."""
 
     sent: Awaitable[Any]
     keys: list[Any]
     args: list[Any]
 
 
-def _checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:
+def checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:
     """The receipt JSON of a stored value (compact record or JSON) read by ``receipt_id`` (of
     ``project_id``, when given): None when absent; ``CorruptRecord`` for a value that cannot be
     decoded or is another receipt's."""
-    stored = _bytes(value)
+    stored = as_bytes(value)
     if stored is None:
         return None
     try:
@@ -110,14 +117,14 @@ HASH_INDEX_LENGTHS = (16, 16 + keys.LOG_TAG_BYTES, 16 + keys.LOG_TAG_BYTES + key
 """A hash-index value: the receipt id, then the tag of the log it was queued for, then its index there."""
 
 
-def _receipt_id(value: bytes | str | None) -> str | None:
+def receipt_id_of(value: bytes | str | None) -> str | None:
     """A receipt id as the index holds it (16 bytes), as text; None for anything else."""
     if isinstance(value, bytes) and len(value) in HASH_INDEX_LENGTHS:
         return keys.receipt_id_from_bytes(value[:16])  # a hash-index value may carry the log's tag and index
     return None
 
 
-def _lenient_text(value: bytes | str) -> str:
+def lenient_text(value: bytes | str) -> str:
     """Text of a key or value the sweep merely inspects (a foreign non-UTF-8 one must not stop it)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
@@ -154,7 +161,7 @@ class IssueOutcome(enum.Enum):
 
 
 class AuthOutcome(enum.Enum):
-    """What ``Store.authenticate`` found (kv/lua/authenticate.lua)."""
+    """What ``KeyStore.authenticate`` found (kv/lua/authenticate.lua)."""
 
     COUNTED = 0
     THROTTLED = 1
@@ -194,7 +201,7 @@ class IssueResult:
 
 @dataclass(frozen=True)
 class IssueItem:
-    """One signed receipt for ``Store.issue_receipts``, with what its script checks and counts."""
+    """One signed receipt for ``ReceiptStore.issue_receipts``, with what its script checks and counts."""
 
     receipt_id: str
     receipt_hash: str

@@ -7,28 +7,37 @@ from __future__ import annotations
 from typing import Any
 
 from execution_proof.kv import keys
-from execution_proof.kv.link import Link
+from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.records import (
     KEY_RECORD_FIELDS,
     AuthOutcome,
     AuthResult,
+    Client,
     Counter,
     KeyRecord,
-    _key_record,
-    _text,
-    _unavailable_as_503,
+    as_text,
+    key_record_of,
+    unavailable_as_503,
 )
 
 
 class KeyStore:
-    """The projects' and keys' part of ``Store`` (kv/store.py), which holds the client and the scripts."""
+    """Projects and API keys (``store.keys``): the limiter's key lookups, the operator's and
+    the claims' accounts (kv/accounts.py)."""
 
-    client: Any
-    link: Link
-    _create_project: Any
-    _authenticate: Any
+    def __init__(
+        self, client: Client, link: Link, is_cluster: bool, *, create_project: LuaScript, authenticate: LuaScript
+    ) -> None:
+        self.client = client
+        self.link = link
+        self.is_cluster = is_cluster
+        self.one_call_auth = not is_cluster
+        """``authenticate`` may be used: one script reads the key record and the address's
+        counters (on a Cluster they live in different slots: two round trips instead)."""
+        self._create_project = create_project
+        self._authenticate = authenticate
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def create_project(self, *, project_id: str, name: str, created_at: str, key: KeyRecord) -> None:
         """Create the project with its first key. Raises ``ValueError`` if the id exists.
 
@@ -36,8 +45,8 @@ class KeyStore:
         written first: if the project write then fails, the key points at a project that
         does not exist (404 on use), and since the raw key was never shown, nobody holds it.
         """
-        await self._write_key_record(key)
-        created = await self._create_project(
+        await self.write_key_record(key)
+        created = await self._create_project.registered(
             keys=[keys.project_key(project_id), keys.project_api_keys_key(project_id)],
             args=[name, created_at, key.key_hash],
         )
@@ -45,7 +54,7 @@ class KeyStore:
             await self.client.delete(keys.api_key_key(key.key_hash))
             raise ValueError(f"project {project_id} already exists")
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def claim_project_name(self, name: str, project_id: str) -> str | None:
         """Reserve ``name`` for ``project_id``. None when reserved; else the id holding it.
 
@@ -54,21 +63,23 @@ class KeyStore:
         """
         if await self.client.hsetnx(keys.project_names_key(), name, project_id):
             return None
-        return _text(await self.client.hget(keys.project_names_key(), name)) or ""
+        return as_text(await self.client.hget(keys.project_names_key(), name)) or ""
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def release_project_name(self, name: str, project_id: str) -> None:
         """Undo ``claim_project_name`` after a failed create. Only the claimer releases, and
         no other claim can take the name while it is held, so read-then-delete is safe."""
-        if _text(await self.client.hget(keys.project_names_key(), name)) == project_id:
+        if as_text(await self.client.hget(keys.project_names_key(), name)) == project_id:
             await self.client.hdel(keys.project_names_key(), name)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def find_project_by_name(self, name: str) -> str | None:
         """The id of the project ``keys create`` made with ``name``, or None."""
-        return _text(await self.client.hget(keys.project_names_key(), name))
+        return as_text(await self.client.hget(keys.project_names_key(), name))
 
-    async def _write_key_record(self, key: KeyRecord) -> None:
+    async def write_key_record(self, key: KeyRecord) -> None:
+        """The key record alone, in its own slot: written first by ``create_project``,
+        ``add_project_key`` and ``CheckoutStore.claim_checkout``."""
         await self.client.hset(
             keys.api_key_key(key.key_hash),
             mapping={
@@ -81,12 +92,12 @@ class KeyStore:
             },
         )
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def find_api_key(self, key_hash: str) -> KeyRecord | None:
         """The record for a key hash, or None when unknown."""
-        return _key_record(key_hash, await self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS))
+        return key_record_of(key_hash, await self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS))
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def find_api_key_and_read_ip_counter(
         self, key_hash: str, ip_bucket: str, scope: str, window_id: str
     ) -> tuple[KeyRecord | None, int]:
@@ -94,9 +105,9 @@ class KeyStore:
         not a transaction: both only read; the two keys live in different slots)."""
         record = self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS)
         count = self.link.send("GET", keys.ip_counter_key(ip_bucket, scope, window_id))
-        return _key_record(key_hash, await record), int(await count or 0)
+        return key_record_of(key_hash, await record), int(await count or 0)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def authenticate(
         self,
         key_hash: str,
@@ -121,10 +132,10 @@ class KeyStore:
             [failed_limit, scope.limit, scope.ttl_s, "1" if count else "0"],
         )
         outcome = AuthOutcome(int(reply[0]))
-        record = _key_record(key_hash, reply[2:]) if len(reply) > 2 else None
+        record = key_record_of(key_hash, reply[2:]) if len(reply) > 2 else None
         return AuthResult(outcome, int(reply[1]), record)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def revoke_api_key(self, key_hash: str) -> bool:
         """Mark a key revoked. False when no such key exists (nothing is written)."""
         name = keys.api_key_key(key_hash)
@@ -133,26 +144,26 @@ class KeyStore:
         await self.client.hset(name, "revoked", "1")
         return True
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def get_project(self, project_id: str) -> dict[str, str] | None:
         """The project record's fields (name, created_at, tip, suspended_until), or None."""
         raw = await self.client.hgetall(keys.project_key(project_id))
-        return {_text(k) or "": _text(v) or "" for k, v in raw.items()} or None
+        return {as_text(k) or "": as_text(v) or "" for k, v in raw.items()} or None
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def list_project_keys(self, project_id: str) -> list[KeyRecord]:
         """Every key record of the project, oldest first (hashes and states, never keys)."""
-        hashes = sorted(_text(h) or "" for h in await self.client.smembers(keys.project_api_keys_key(project_id)))
+        hashes = sorted(as_text(h) or "" for h in await self.client.smembers(keys.project_api_keys_key(project_id)))
         records = [await self.find_api_key(h) for h in hashes]
         return sorted((r for r in records if r is not None), key=lambda r: r.created_at)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def add_project_key(self, key: KeyRecord) -> None:
         """A further key for an existing project (reissue): the record, then the set entry."""
-        await self._write_key_record(key)
+        await self.write_key_record(key)
         await self.client.sadd(keys.project_api_keys_key(key.project_id), key.key_hash)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def set_project_suspension(self, project_id: str, suspended_until: str) -> int:
         """Suspend ("forever" or Unix ms) or lift ("") on the project and each of its keys.
 
@@ -163,7 +174,7 @@ class KeyStore:
         members = await self.client.smembers(keys.project_api_keys_key(project_id))
         updated = 0
         for member in members:
-            name = keys.api_key_key(_text(member) or "")
+            name = keys.api_key_key(as_text(member) or "")
             if await self.client.exists(name):
                 await self.client.hset(name, "suspended_until", suspended_until)
                 updated += 1

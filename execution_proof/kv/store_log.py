@@ -21,40 +21,51 @@ from typing import Any
 
 from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
-from execution_proof.kv.records import _lenient_text, _unavailable_as_503
+from execution_proof.kv.records import Client, lenient_text, unavailable_as_503
 from execution_proof.receipts.errors import NotInLog
 from execution_proof.transparency.tlog import LogEntry
 
 
 class LogQueueStore:
-    """The log's part of ``Store`` (kv/store.py), which holds the client and the scripts."""
+    """What the log has in flight in Redis (``store.log_queue``): the integrator's, the
+    stamper's and the log's read side; the receipt store counts creates' entries here."""
 
-    client: Any
-    link: Link
-    is_cluster: bool
-    _log_ack: LuaScript
-    _log_synced: LuaScript
-    _find_index_field: Any
+    def __init__(
+        self,
+        client: Client,
+        link: Link,
+        is_cluster: bool,
+        *,
+        log_ack: LuaScript,
+        log_synced: LuaScript,
+        find_index_field: LuaScript,
+    ) -> None:
+        self.client = client
+        self.link = link
+        self.is_cluster = is_cluster
+        self._log_ack = log_ack
+        self._log_synced = log_synced
+        self._find_index_field = find_index_field
 
     # -- the queues
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_dirty_projects(self, log: keys.LogIdentity, count: int) -> list[str]:
         """Up to ``count`` projects of the dirty set, at random, sorted."""
         members = await self.link.send("SRANDMEMBER", keys.log_dirty_key(log), count)
-        return sorted(_lenient_text(m) for m in members)
+        return sorted(lenient_text(m) for m in members)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_all_dirty_projects(self, log: keys.LogIdentity) -> list[str]:
         """Every project of the dirty set and of the recheck list (for a reconciliation)."""
         found: set[str] = set()
         async for member in self.client.sscan_iter(keys.log_dirty_key(log), count=1000):
-            found.add(_lenient_text(member))
+            found.add(lenient_text(member))
         async for member, _ in self.client.zscan_iter(keys.log_recheck_key(log), count=1000):
-            found.add(_lenient_text(member))
+            found.add(lenient_text(member))
         return sorted(found)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_queued(self, log: keys.LogIdentity, limits: dict[str, int]) -> dict[str, list[bytes]]:
         """Up to ``limits[project]`` queued entries of each project, oldest first (-1: all)."""
         wanted = {pid: limit for pid, limit in limits.items() if limit}  # LRANGE 0 -1 would be all
@@ -66,13 +77,13 @@ class LogQueueStore:
         found = {pid: list(entries) for pid, entries in zip(wanted, replies, strict=True)}
         return {pid: found.get(pid, []) for pid in limits}
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_queue_lengths(self, log: keys.LogIdentity, project_ids: list[str]) -> dict[str, int]:
         """How many entries each project's queue holds (one round trip)."""
         sends = [self.link.send("LLEN", keys.log_queue_key(log, pid)) for pid in project_ids]
         return {pid: int(n) for pid, n in zip(project_ids, await asyncio.gather(*sends), strict=True)}
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_tidy_dirty(self, log: keys.LogIdentity, project_ids: list[str], now_ms: int) -> None:
         """Drop the projects from the dirty set, but for those whose queue holds entries.
 
@@ -97,7 +108,7 @@ class LogQueueStore:
         if queued:
             await self.link.send("SADD", dirty, *queued)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_recheck(self, log: keys.LogIdentity, before_ms: int, count: int = 256) -> int:
         """Look again at projects dropped before ``before_ms``: one whose queue holds entries
         goes back on the dirty set. Returns how many went back."""
@@ -105,14 +116,14 @@ class LogQueueStore:
         members = await self.link.send("ZRANGEBYSCORE", recheck, 0, before_ms, "LIMIT", 0, count)
         back = 0
         for member in members:
-            project_id = _lenient_text(member)
+            project_id = lenient_text(member)
             if int(await self.link.send("LLEN", keys.log_queue_key(log, project_id))):
                 await self.link.send("SADD", keys.log_dirty_key(log), project_id)
                 back += 1
             await self.link.send("ZREM", recheck, project_id)
         return back
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_ack(self, log: keys.LogIdentity, project_id: str, acks: list[tuple[bytes, int]]) -> int:
         """Entries of the project are in the log at these indices: take them off its queue
         and record each receipt's index (kv/lua/log_ack.lua). Returns how many left the
@@ -135,35 +146,35 @@ class LogQueueStore:
 
     # -- counts and marks
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_pending(self, log: keys.LogIdentity) -> int:
         """Entries queued and not yet in the tree (approximate on a Cluster)."""
         return int(await self.link.send("GET", keys.log_pending_key(log)) or 0)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_count_pending(self, log: keys.LogIdentity, count: int) -> None:
         """On a Cluster, where the create script cannot reach it: count entries just queued."""
         await self.link.send("INCRBY", keys.log_pending_key(log), count)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_set_pending(self, log: keys.LogIdentity, count: int) -> None:
         """On a Cluster: set the count to what the integrator just measured (it drifts when a
         process dies between a create and its count)."""
         await self.link.send("SET", keys.log_pending_key(log), count)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_synced(self, log: keys.LogIdentity) -> int | None:
         value = await self.link.send("GET", keys.log_synced_key(log))
         return None if value is None else int(value)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_mark_synced(self, log: keys.LogIdentity, was: int | None, size: int) -> bool:
         """Move the synced size from ``was`` (None: none recorded) to ``size``; False when it
         was another (a restore moved it back: the integrator reconciles)."""
         args = ["" if was is None else str(was), str(size)]
         return bool(int(await self.link.run_script(self._log_synced, [keys.log_synced_key(log)], args)))
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_has_trace(self, log: keys.LogIdentity) -> bool:
         """Whether this Redis knows of a log with this origin: its synced size, entries
         waiting, or projects named dirty. An empty log store beside such a Redis is a lost or
@@ -175,7 +186,7 @@ class LogQueueStore:
         )
         return bool(int(synced)) or int(pending or 0) > 0 or int(dirty) > 0
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_index(self, log: keys.LogIdentity, project_id: str, receipt_id: str, receipt_hash: str) -> int | None:
         """The receipt's index in ``log``, or None until it is integrated (or once it is gone).
         ``NotInLog`` when it was issued without a log or for another one: it is not in this
@@ -194,17 +205,17 @@ class LogQueueStore:
             )
         return index
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_progress(self, log: keys.LogIdentity) -> int | None:
         """When (Unix ms) an integrator last published a checkpoint or found nothing waiting."""
         value = await self.link.send("GET", keys.log_progress_key(log))
         return None if value is None else int(value)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_mark_progress(self, log: keys.LogIdentity, now_ms: int) -> None:
         await self.link.send("SET", keys.log_progress_key(log), now_ms)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_progress_or_start(self, log: keys.LogIdentity, now_ms: int) -> int:
         """The progress mark, first set to ``now_ms`` if there is none (no integrator marked
         its progress on this Redis: none ever ran, or Redis forgot): the web process that first
@@ -213,7 +224,7 @@ class LogQueueStore:
         value = await self.link.send("GET", keys.log_progress_key(log))
         return now_ms if value is None else int(value)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def log_stamp_claim(self, log: keys.LogIdentity, token: str, hold_ms: int) -> bool:
         """Claim this interval's stamping (SET NX PX): true for one caller per interval."""
         return bool(await self.link.send("SET", keys.log_stamping_key(log), token, "NX", "PX", hold_ms))

@@ -12,37 +12,72 @@ import orjson
 from redis.exceptions import NoScriptError
 
 from execution_proof.kv import keys
-from execution_proof.kv.link import FastLink, Link
+from execution_proof.kv.link import FastLink, Link, LuaScript
 from execution_proof.kv.records import (
+    Client,
     Counter,
+    IndexLookup,
     IssueItem,
     IssueOutcome,
     IssueResult,
     LogQueue,
-    _bytes,
-    _checked_receipt_bytes,
-    _IndexLookup,
-    _receipt_id,
-    _text,
-    _unavailable_as_503,
+    as_bytes,
+    as_text,
+    checked_receipt_bytes,
+    receipt_id_of,
+    unavailable_as_503,
 )
+from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import StoreUnavailable
-from execution_proof.runtime.store_ack import StoreAck
+from execution_proof.runtime.store_ack import NO_ACK, StoreAck
 
 
 class ReceiptStore:
-    """The receipts' part of ``Store`` (kv/store.py), which holds the client and the scripts."""
+    """Receipts (``store.receipts``): the issuer's writes and every read of a receipt.
 
-    client: Any
-    link: Link
-    ack: StoreAck
-    _issue: Any
-    _find_index_field: Any
-    _delete_receipt: Any
-    is_cluster: bool
-    log: LogQueue | None
-    log_pending: Callable[[keys.LogIdentity], Awaitable[int]]
-    log_count_pending: Callable[[keys.LogIdentity, int], Awaitable[None]]
+    Built with how a create is made durable (``ack``, ``STORE_ACK``, docs/redis.md) and where
+    it queues its log entry (``log``, ``LOG_SIGNING_KEY`` set; None: no log). On a Cluster the
+    count of entries waiting lives in another slot than the script's: ``log_queue`` reads and
+    counts it around the script."""
+
+    def __init__(
+        self,
+        client: Client,
+        link: Link,
+        is_cluster: bool,
+        log_queue: LogQueueStore,
+        *,
+        issue: LuaScript,
+        find_index_field: LuaScript,
+        delete_receipt: LuaScript,
+        ack: StoreAck = NO_ACK,
+        log: LogQueue | None = None,
+    ) -> None:
+        self.client = client
+        self.link = link
+        self.is_cluster = is_cluster
+        self.ack = ack
+        self.log = log
+        self._log_queue = log_queue
+        self._issue = issue
+        self._find_index_field = find_index_field
+        self._delete_receipt = delete_receipt
+
+    def configured(self, *, ack: StoreAck, log: LogQueue | None) -> ReceiptStore:
+        """These receipts, on the same link and scripts, with creates that wait for ``ack``
+        and queue their log entries to ``log`` (an app handed a store by a test issues with
+        its own settings this way; the store handed in is left as it was)."""
+        return ReceiptStore(
+            self.client,
+            self.link,
+            self.is_cluster,
+            self._log_queue,
+            issue=self._issue,
+            find_index_field=self._find_index_field,
+            delete_receipt=self._delete_receipt,
+            ack=ack,
+            log=log,
+        )
 
     async def _mark_for_log(
         self, log: keys.LogIdentity, project_id: str, script_on_link: bool
@@ -58,14 +93,14 @@ class ReceiptStore:
         await marked
         return None
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def read_tip(self, project_id: str) -> tuple[bool, str | None]:
         """(project exists, main chain tip or None)."""
         exists = self.link.send("EXISTS", keys.project_key(project_id))
         tip = self.link.send("HGET", keys.project_key(project_id), "tip")
-        return bool(await exists), _text(await tip) or None
+        return bool(await exists), as_text(await tip) or None
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def issue_receipt(
         self,
         *,
@@ -97,7 +132,7 @@ class ReceiptStore:
             raise result.unacknowledged
         return result
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def issue_receipts(self, project_id: str, items: list[IssueItem]) -> list[IssueResult]:
         """Group commit: record ``items`` (receipts of one project, each chained on the one
         before it where it is on main) in order, in one script call. The first receipt that
@@ -116,7 +151,11 @@ class ReceiptStore:
         log_queue = keys.log_queue_key(log.identity, project_id) if log is not None else project_key
         # The count of waiting entries lives in another slot on a Cluster: read it here
         # (approximate, the contract allows it), and count the queued entries after the script.
-        observed = str(await self.log_pending(log.identity)) if log is not None and self.is_cluster and logged else ""
+        observed = (
+            str(await self._log_queue.log_pending(log.identity))
+            if log is not None and self.is_cluster and logged
+            else ""
+        )
         log_count = keys.log_pending_key(log.identity) if log is not None and not self.is_cluster else log_queue
         log_tag = log.identity.tag if log is not None else b""
         max_pending = str(log.max_pending) if log is not None else "0"
@@ -172,11 +211,11 @@ class ReceiptStore:
                 if item.log_entry and int(reply[at]) == IssueOutcome.ISSUED.value
             )
             if queued:
-                await self.log_count_pending(log.identity, queued)
+                await self._log_queue.log_count_pending(log.identity, queued)
         results = []
         for at in range(0, len(reply), 4):
             outcome = IssueOutcome(int(reply[at]))
-            value = (_receipt_id(reply[at + 1]) if outcome is IssueOutcome.REPLAY else _text(reply[at + 1])) or None
+            value = (receipt_id_of(reply[at + 1]) if outcome is IssueOutcome.REPLAY else as_text(reply[at + 1])) or None
             results.append(
                 IssueResult(
                     outcome,
@@ -244,14 +283,14 @@ class ReceiptStore:
         ``prefetched_receipt_json``. A prefetch nobody awaits (the request was refused) is dropped."""
         return self.link.send("GET", keys.receipt_key(receipt_id))
 
-    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> _IndexLookup:
+    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> IndexLookup:
         """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup script is sent
         now (``EVALSHA``; should Redis not know the script yet, ``prefetched_text`` sends it
         with ``EVAL``, one more round trip once per Redis start)."""
         script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
         script = self._find_index_field
         sent = self.link.send("EVALSHA", script.sha, len(script_keys), *script_keys, *script_args)
-        return _IndexLookup(sent, script_keys, script_args)
+        return IndexLookup(sent, script_keys, script_args)
 
     @staticmethod
     def _hash_lookup(project_id: str, receipt_hash: str) -> tuple[list[Any], list[Any]]:
@@ -259,22 +298,22 @@ class ReceiptStore:
         the hash-index field."""
         return [keys.index_meta_key(project_id)], [keys.hash_index_field(receipt_hash)]
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def prefetched_receipt_json(self, sent: Awaitable[Any], receipt_id: str) -> bytes | None:
         """The receipt JSON of ``prefetch_receipt_json(receipt_id)``, or None; as ``get_receipt_json``."""
-        return _checked_receipt_bytes(await sent, receipt_id)
+        return checked_receipt_bytes(await sent, receipt_id)
 
-    @_unavailable_as_503
-    async def prefetched_text(self, sent: _IndexLookup) -> str | None:
+    @unavailable_as_503
+    async def prefetched_text(self, sent: IndexLookup) -> str | None:
         """The receipt id a ``prefetch_receipt_id_by_hash`` found, or None."""
         try:
             reply = await sent.sent
         except NoScriptError:  # Redis restarted since, or never ran it: EVAL loads it too
             source = self._find_index_field.source
             reply = await self.link.send("EVAL", source, len(sent.keys), *sent.keys, *sent.args)
-        return _receipt_id(reply)
+        return receipt_id_of(reply)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def get_receipt_json(self, receipt_id: str, project_id: str | None = None) -> bytes | None:
         """The receipt's JSON bytes, exactly as every read returns them, or None (unknown,
         expired or deleted). The stored value may be a compact record: it is decoded here.
@@ -282,16 +321,16 @@ class ReceiptStore:
         Raises ``CorruptRecord`` when the stored value cannot be decoded, or is not this
         receipt's record (another ``receipt_id``; another project than ``project_id``, when
         given): a read never hands out another receipt than the one it was asked for."""
-        return _checked_receipt_bytes(await self.prefetch_receipt_json(receipt_id), receipt_id, project_id)
+        return checked_receipt_bytes(await self.prefetch_receipt_json(receipt_id), receipt_id, project_id)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
         """The id of the project's receipt with this hash, or None. The index keys a
         truncated hash: the caller checks the full ``receipt_hash`` of the receipt it reads."""
         script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
-        return _receipt_id(await self.link.run_script(self._find_index_field, script_keys, script_args))
+        return receipt_id_of(await self.link.run_script(self._find_index_field, script_keys, script_args))
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def search_receipts(
         self, project_id: str, field: str, hash_str: str, limit: int, after: str | None = None
     ) -> tuple[list[bytes], str | None]:
@@ -320,21 +359,21 @@ class ReceiptStore:
             pipe.execute(),
         )
         replies = [field_value, *replies]
-        packed = _bytes(replies[0]) or b""
+        packed = as_bytes(replies[0]) or b""
         found = {keys.receipt_id_from_bytes(packed[at : at + 16]) for at in range(0, len(packed) - 15, 16)}
         for members in replies[1:]:
-            found.update(receipt_id for member in members if (receipt_id := _receipt_id(member)))
+            found.update(receipt_id for member in members if (receipt_id := receipt_id_of(member)))
         ids = sorted((m for m in found if after is None or m < after), reverse=True)
         page, more = ids[:limit], len(ids) > limit
         stored = await self.client.mget([keys.receipt_key(m) for m in page]) if page else []
         receipts = []
         for receipt_id, value in zip(page, stored, strict=True):
-            receipt_json = _checked_receipt_bytes(value, receipt_id, project_id)
+            receipt_json = checked_receipt_bytes(value, receipt_id, project_id)
             if receipt_json is not None and orjson.loads(receipt_json).get(field) == hash_str:
                 receipts.append(receipt_json)
         return receipts, (page[-1] if more else None)
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def delete_receipt(self, receipt_id: str) -> dict[str, str] | None:
         """Remove a receipt and its hash-index and search entries (one script). Returns what
         was removed (receipt_id, project_id, receipt_hash) or None when there was no such
@@ -345,7 +384,7 @@ class ReceiptStore:
         receipt = orjson.loads(stored)
         project_id, receipt_hash = receipt["project_id"], receipt["receipt_hash"]
         input_hash, output_hash = receipt.get("input_hash"), receipt.get("output_hash")
-        await self._delete_receipt(
+        await self._delete_receipt.registered(
             keys=[
                 keys.receipt_key(receipt_id),
                 keys.index_meta_key(project_id),

@@ -1,33 +1,30 @@
-"""The store's retention sweep (``Store.expire_receipts``; jobs/retention.py runs it, the design
+"""The store's retention sweep (``store.retention.expire_receipts``; jobs/retention.py runs it, the design
 is in docs/jobs.md)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from execution_proof.kv import keys
-from execution_proof.kv.link import Link
-from execution_proof.kv.records import (
-    _lenient_text,
-    _unavailable_as_503,
-)
+from execution_proof.kv.link import LuaScript
+from execution_proof.kv.records import Client, lenient_text, unavailable_as_503
 
 
 class RetentionStore:
-    """The sweep's part of ``Store`` (kv/store.py), which holds the client and the scripts."""
+    """The retention sweep (``store.retention``): the sweep job's only way into the store."""
 
-    client: Any
-    link: Link
-    _expire_bucket: Any
+    def __init__(self, client: Client, is_cluster: bool, *, expire_bucket: LuaScript) -> None:
+        self.client = client
+        self.is_cluster = is_cluster
+        self._expire_bucket = expire_bucket
 
     SWEEP_BATCH = 1000
     """Keys asked of each SCAN call and handled per round trip by the sweep."""
     SWEEP_SCRIPTS_AT_ONCE = 50
     """Bucket scripts the sweep has in flight at once (one per index bucket)."""
 
-    @_unavailable_as_503
+    @unavailable_as_503
     async def expire_receipts(self, cutoff_ms: int, *, batch: int = SWEEP_BATCH) -> dict[str, int]:
         """Remove every receipt created before ``cutoff_ms`` (Unix ms) and every index entry
         naming it. Project records, and so each project's ``tip``, stay.
@@ -61,11 +58,11 @@ class RetentionStore:
         scanned = 0
         async for names in self._scan_batches(keys.INDEX_BUCKET_KEY_MATCH, batch):
             scanned += len(names)
-            buckets = [(name, meta) for name in names if (meta := keys.index_meta_of_bucket(_lenient_text(name)))]
+            buckets = [(name, meta) for name in names if (meta := keys.index_meta_of_bucket(lenient_text(name)))]
             for start in range(0, len(buckets), self.SWEEP_SCRIPTS_AT_ONCE):
                 chunk = buckets[start : start + self.SWEEP_SCRIPTS_AT_ONCE]
                 results = await asyncio.gather(
-                    *(self._expire_bucket(keys=[name, meta], args=[cutoff_ms]) for name, meta in chunk)
+                    *(self._expire_bucket.registered(keys=[name, meta], args=[cutoff_ms]) for name, meta in chunk)
                 )
                 for result in results:
                     for kind in range(3):
@@ -90,7 +87,7 @@ class RetentionStore:
             scanned += len(names)
             expired = []
             for name in names:
-                receipt_id = keys.receipt_id_in_receipt_key(_lenient_text(name))
+                receipt_id = keys.receipt_id_in_receipt_key(lenient_text(name))
                 if receipt_id is not None and keys.receipt_created_ms(receipt_id) < cutoff_ms:
                     expired.append(name)
             if expired:

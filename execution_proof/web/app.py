@@ -27,6 +27,8 @@ from execution_proof.kv.logstore import LogStore, LogStoreError, open_log_store
 from execution_proof.kv.logstore.log import Identity
 from execution_proof.kv.records import LogQueue
 from execution_proof.kv.store import Store
+from execution_proof.kv.store_receipts import ReceiptStore
+from execution_proof.kv.store_retention import RetentionStore
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.runtime.logs import configure_logging, flush_request_lines, install_sanic_log_filters
 from execution_proof.runtime.metrics import observe_request, release_worker_metrics
@@ -78,7 +80,9 @@ def create_app(
         log_store = open_log_store(settings.log_store or "memory:")
     app.ctx.log_store = log_store
     if store is not None:
-        _attach_store(app, store)
+        # A store handed in (by a test) is used as it is; the issuer's receipts get these
+        # settings' STORE_ACK and log queue.
+        _attach_store(app, store, store.receipts.configured(ack=settings.store_ack, log=_log_queue(settings)))
 
     app.blueprint(info.bp)
     app.blueprint(receipts_api.bp)
@@ -101,7 +105,10 @@ def create_app(
             return
         app.ctx.started = True
         if getattr(app.ctx, "store", None) is None:
-            _attach_store(app, open_store(settings.redis_url, cluster=settings.redis_cluster))
+            opened = open_store(
+                settings.redis_url, cluster=settings.redis_cluster, ack=settings.store_ack, log=_log_queue(settings)
+            )
+            _attach_store(app, opened, opened.receipts)
             app.ctx.owns_store = True
         if settings.embedded:
             warn(
@@ -112,9 +119,9 @@ def create_app(
                 await announce_demo_key(app)
             # No worker serves the embedded store, so the server sweeps expired receipts itself,
             # and integrates the log.
-            app.add_task(_sweep_until_stopped(app.ctx.store, settings.retention_days), name="retention-sweep")
+            app.add_task(_sweep_until_stopped(app.ctx.store.retention, settings.retention_days), name="retention-sweep")
             if settings.log_signer is not None:
-                integrator = Integrator(app.ctx.store, app.ctx.log_store, log_config(settings))
+                integrator = Integrator(app.ctx.store.log_queue, app.ctx.log_store, log_config(settings))
                 refused = False
                 try:
                     await integrator.prepare()
@@ -133,7 +140,11 @@ def create_app(
             # an entry: a worker started later must not find entries beside an empty store.
             try:
                 await prepare_log(
-                    app.ctx.store, app.ctx.log_store, settings.log_origin, settings.log_signer, settings.log_failpoints
+                    app.ctx.store.log_queue,
+                    app.ctx.log_store,
+                    settings.log_origin,
+                    settings.log_signer,
+                    settings.log_failpoints,
                 )
             except LogRefused as exc:
                 log.error("the log store is refused, the log is left untouched: %s", exc)
@@ -162,7 +173,7 @@ def create_app(
     return app
 
 
-async def _sweep_until_stopped(store: Store, retention_days: float) -> None:
+async def _sweep_until_stopped(store: RetentionStore, retention_days: float) -> None:
     """The embedded server's sweep, as a server task. Sanic cancels every task at each stop;
     for this task that is its normal end (a sweep is idempotent, one cut short is simply
     redone next start), so it returns instead of Sanic logging "Task ... was cancelled"."""
@@ -187,14 +198,21 @@ async def _refresh_gauges_until_stopped(app: App) -> None:
             await asyncio.sleep(GAUGE_REFRESH_S)
 
 
-def _attach_store(app: App, store: Store) -> None:
+def _log_queue(settings: Settings) -> LogQueue | None:
+    """Where this service's creates queue their log entries (``LOG_SIGNING_KEY`` set), else None."""
+    if settings.log_signer is None:
+        return None
+    return LogQueue(Identity(settings.log_origin, settings.log_signer.verifier.encode()), settings.log_max_pending)
+
+
+def _attach_store(app: App, store: Store, receipts: ReceiptStore) -> None:
+    """Put ``store`` on the app, and what is built on it; the issuer writes through ``receipts``
+    (the store's own, or a handed-in store's given this app's settings)."""
     settings: Settings = app.ctx.settings
     app.ctx.store = store
-    store.ack = settings.store_ack
-    app.ctx.issuer = ReceiptIssuer(store, settings.keyring, app.ctx.clock_ms, log=settings.log_signer is not None)
+    app.ctx.issuer = ReceiptIssuer(receipts, settings.keyring, app.ctx.clock_ms, log=settings.log_signer is not None)
     if settings.log_signer is not None:
         identity = Identity(settings.log_origin, settings.log_signer.verifier.encode())
-        store.log = LogQueue(identity, settings.log_max_pending)
         app.ctx.log = log_api.LogService(
             store,
             app.ctx.log_store,

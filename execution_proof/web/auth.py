@@ -36,7 +36,7 @@ async def authenticate(request: Request, store: Store) -> KeyRecord:
         raise Unauthorized("missing or malformed Authorization header; send 'Authorization: Bearer <API key>'")
     if not is_plausible_key(token):
         raise Unauthorized("invalid API key")
-    return usable_key(await store.find_api_key(hash_api_key(token)))
+    return usable_key(await store.keys.find_api_key(hash_api_key(token)))
 
 
 def usable_key(record: KeyRecord | None) -> KeyRecord:
@@ -110,7 +110,7 @@ async def authenticate_counted(
     """
     limiter = request.app.ctx.limiter
     token = bearer_token(request)
-    if token is None or not is_plausible_key(token) or not request.app.ctx.store.one_call_auth:
+    if token is None or not is_plausible_key(token) or not request.app.ctx.store.keys.one_call_auth:
         record = await authenticate_limited(request)
         return record, (await limiter.hit_ip(request, scope) if count else None)
     result, usage = await limiter.authenticate(request, hash_api_key(token), scope, count=count)

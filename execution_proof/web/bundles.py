@@ -59,9 +59,9 @@ async def collect_chain(
         if len(raw) >= depth:
             return raw, parsed, False
         prev_hash = current["prev_receipt_hash"]
-        prev_id = await store.find_receipt_id_by_hash(project_id, prev_hash)
+        prev_id = await store.receipts.find_receipt_id_by_hash(project_id, prev_hash)
         try:
-            stored = await store.get_receipt_json(prev_id, project_id) if prev_id else None
+            stored = await store.receipts.get_receipt_json(prev_id, project_id) if prev_id else None
         except CorruptRecord as exc:
             report_corrupt_record(request, exc)
             return raw, parsed, False
@@ -93,7 +93,7 @@ async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
     usage = await request.app.ctx.limiter.hit_ip(request, "get_receipt")
     depth = parse_depth(request.get_args(keep_blank_values=True).get("depth"))
     store: Store = request.app.ctx.store
-    stored = await store.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
+    stored = await store.receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
     if stored is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
     receipt: dict[str, Any] = orjson.loads(stored)

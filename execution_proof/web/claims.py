@@ -102,7 +102,7 @@ async def _count_claim_attempt(request: Request) -> None:
     limit = _settings(request).limits.ip_per_minute["unauthenticated"]
     window = minute_window(_now(request))
     bucket = client_ip(request, _settings(request).client_ip)
-    allowed, count = await _store(request).hit_ip_counter(bucket, CLAIM_SCOPE, minute_counter(window, limit))
+    allowed, count = await _store(request).counters.hit_ip_counter(bucket, CLAIM_SCOPE, minute_counter(window, limit))
     if not allowed:
         usage = Usage("ip-claim", limit, count, window, 60)
         raise rate_limited(usage, f"too many claim attempts from this address; limit {limit} per minute")
@@ -143,7 +143,7 @@ async def payment_webhook(request: Request) -> HTTPResponse:
     except EventError as exc:
         raise BadRequest(f"malformed webhook event: {exc}") from None
     store = _store(request)
-    if not await store.record_webhook_event(event.event_id, EVENT_TTL_S):
+    if not await store.checkouts.record_webhook_event(event.event_id, EVENT_TTL_S):
         return _ok({"ok": True, "received": True, "duplicate": True})
     checkout = event.checkout
     if checkout is None:
@@ -153,13 +153,13 @@ async def payment_webhook(request: Request) -> HTTPResponse:
         return _ok({"ok": True, "received": True, "ignored": True})
     ref = checkout_ref(checkout.session_id)
     try:
-        await store.mark_checkout_seen(ref, now_ms)
+        await store.checkouts.mark_checkout_seen(ref, now_ms)
         await enqueue(
             request.app.ctx.queue, JOB_FUNC, ref, checkout.plan, checkout.created_unix, job_id=job_id_for(ref)
         )
     except StoreUnavailable as exc:
         with contextlib.suppress(StoreUnavailable):
-            await store.forget_webhook_event(event.event_id)
+            await store.checkouts.forget_webhook_event(event.event_id)
         log.warning("payment event %s not queued (%s); the provider retries", event.event_id, type(exc).__name__)
         raise StoreUnavailable("the event could not be queued; deliver it again shortly") from None
     log.info("payment event %s: checkout %s queued for indexing (plan %s)", event.event_id, ref, checkout.plan)
@@ -225,9 +225,9 @@ async def claim(request: Request) -> HTTPResponse:
     now_ms = _now(request)
     window_ms = int(settings.claim_window_days * DAY_MS)
     ref = checkout_ref(session_id)
-    project_id, plan = _claimable(await store.find_checkout(ref), now_ms, window_ms, settings)
+    project_id, plan = _claimable(await store.checkouts.find_checkout(ref), now_ms, window_ms, settings)
     api_key, key = new_key_record(project_id, plan, now_ms=now_ms)
-    outcome = await store.claim_checkout(
+    outcome = await store.checkouts.claim_checkout(
         ref=ref,
         project_name=f"{plan} plan (checkout {ref})",
         key=key,
@@ -286,7 +286,7 @@ async def claim_free(request: Request) -> HTTPResponse:
     bucket = client_ip(request, settings.client_ip)
     limit = settings.limits.free_claims_per_ip_per_day
     window = day_window(_now(request))
-    used = await store.read_ip_counter(bucket, FREE_CLAIM_SCOPE, window.id)
+    used = await store.counters.read_ip_counter(bucket, FREE_CLAIM_SCOPE, window.id)
     if used >= limit:
         raise _free_limited(request, used)
     try:
@@ -303,7 +303,9 @@ async def claim_free(request: Request) -> HTTPResponse:
         )
     # Counted only now, so a failed check does not use up the day; check-and-increment is one
     # script, so two passed checks racing from one address cannot both get a key.
-    allowed, count = await store.hit_ip_counter(bucket, FREE_CLAIM_SCOPE, Counter(window.id, limit, window.ttl_s))
+    allowed, count = await store.counters.hit_ip_counter(
+        bucket, FREE_CLAIM_SCOPE, Counter(window.id, limit, window.ttl_s)
+    )
     if not allowed:
         raise _free_limited(request, count)
     created = await create_project_key(store, project_name="free claim", plan="free", now_ms=_now(request))

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from execution_proof.kv.records import Counter, IssueItem, IssueOutcome, IssueResult, KeyRecord
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_receipts import ReceiptStore
 from execution_proof.receipts import compact
 from execution_proof.receipts.errors import (
     ChainContention,
@@ -117,7 +117,7 @@ class ReceiptIssuer:
 
     def __init__(
         self,
-        store: Store,
+        store: ReceiptStore,
         keyring: KeyRing,
         clock_ms: Callable[[], int] | None = None,
         *,

@@ -66,7 +66,9 @@ class Limiter:
         """Count the request in its address's ``scope`` bucket; raise ``RateLimited`` when full."""
         limit = self.limits.ip_per_minute[scope]
         window = minute_window(self.clock_ms())
-        allowed, count = await self.store.hit_ip_counter(self.client(request), scope, minute_counter(window, limit))
+        allowed, count = await self.store.counters.hit_ip_counter(
+            self.client(request), scope, minute_counter(window, limit)
+        )
         usage = Usage(f"ip-{scope}", limit, count, window, MINUTE_S)
         if not allowed:
             raise ip_rate_limited(usage)
@@ -76,7 +78,7 @@ class Limiter:
         """Before authentication: refuse an address that used up its failed-auth allowance."""
         limit = self.limits.ip_per_minute["unauthenticated"]
         window = minute_window(self.clock_ms())
-        count = await self.store.read_ip_counter(self.client(request), "unauthenticated", window.id)
+        count = await self.store.counters.read_ip_counter(self.client(request), "unauthenticated", window.id)
         _refuse_if_throttled(count, limit, window)
 
     async def find_key_unless_throttled(self, request: Request, key_hash: str) -> KeyRecord | None:
@@ -84,7 +86,7 @@ class Limiter:
         ``RateLimited`` when the address has used up its allowance (the record is not used)."""
         limit = self.limits.ip_per_minute["unauthenticated"]
         window = minute_window(self.clock_ms())
-        record, count = await self.store.find_api_key_and_read_ip_counter(
+        record, count = await self.store.keys.find_api_key_and_read_ip_counter(
             key_hash, self.client(request), "unauthenticated", window.id
         )
         _refuse_if_throttled(count, limit, window)
@@ -98,13 +100,13 @@ class Limiter:
         *,
         count: bool,
     ) -> tuple[AuthResult, Usage | None]:
-        """``Store.authenticate``: the key, the failed-auth throttle (``RateLimited`` here) and,
+        """``KeyStore.authenticate``: the key, the failed-auth throttle (``RateLimited`` here) and,
         if ``count``, the address's ``scope`` counter in one round trip. The usage is None
         when the request was not counted."""
         failed_limit = self.limits.ip_per_minute["unauthenticated"]
         limit = self.limits.ip_per_minute[scope]
         window = minute_window(self.clock_ms())
-        result = await self.store.authenticate(
+        result = await self.store.keys.authenticate(
             key_hash,
             self.client(request),
             minute_counter(window, limit),
@@ -121,7 +123,7 @@ class Limiter:
     async def refund_ip(self, request: Request, scope: str, usage: Usage) -> None:
         """Take back a request that ``hit_ip`` (or ``authenticate``) counted in its address's
         ``scope`` bucket and that was then refused for its body: it uses up nothing."""
-        await self.store.refund_ip_counter(self.client(request), scope, usage.window.id)
+        await self.store.counters.refund_ip_counter(self.client(request), scope, usage.window.id)
 
     async def count_failed_auth(self, request: Request) -> None:
         """After a failed authentication: count it; past the limit the answer is 429, not 401."""
@@ -131,7 +133,9 @@ class Limiter:
         """Count a request against the key's per-minute plan limit (verify, which writes nothing)."""
         limit = self.limits.plan(key.plan).per_minute
         window = minute_window(self.clock_ms())
-        allowed, count = await self.store.hit_key_counter(key.project_id, key.key_hash, minute_counter(window, limit))
+        allowed, count = await self.store.counters.hit_key_counter(
+            key.project_id, key.key_hash, minute_counter(window, limit)
+        )
         usage = Usage("key", limit, count, window, MINUTE_S)
         if not allowed:
             raise key_rate_limited(usage, key.plan)

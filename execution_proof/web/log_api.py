@@ -165,7 +165,7 @@ class LogService:
         if await self.log.halted() is not None:
             return "halted"
         pending, progress_ms = await asyncio.gather(
-            self.store.log_pending(self.identity), self.store.log_progress(self.identity)
+            self.store.log_queue.log_pending(self.identity), self.store.log_queue.log_progress(self.identity)
         )
         waiting = pending > 0
         if not waiting:
@@ -181,13 +181,13 @@ class LogService:
         # wait sets it: every web process then counts from the same moment, not each from when
         # it was first asked (one asked late said ok long after the others said stalled).
         if progress_ms is None:
-            progress_ms = await self.store.log_progress_or_start(self.identity, int(time.time() * 1000))
+            progress_ms = await self.store.log_queue.log_progress_or_start(self.identity, int(time.time() * 1000))
         quiet_s = time.time() - progress_ms / 1000
         return "stalled" if quiet_s >= self.stall_s else "ok"
 
     async def index_of(self, receipt: Receipt | dict[str, Any]) -> int | None:
         """The receipt's index in this log, None while pending; ``NotInLog``."""
-        return await self.store.log_index(
+        return await self.store.log_queue.log_index(
             self.identity, receipt["project_id"], receipt["receipt_id"], receipt["receipt_hash"]
         )
 
@@ -432,7 +432,7 @@ def _parse_tile_path(path: str) -> tuple[str, int, int]:
 async def log_proof(request: Request, receipt_id: str) -> HTTPResponse:
     headers = await _counted(request)
     service = log_of(request)
-    stored = await service.store.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
+    stored = await service.store.receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
     if stored is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
     found = await service.proof(orjson.loads(stored))

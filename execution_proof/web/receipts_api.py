@@ -103,16 +103,16 @@ def _checked(parse: Callable[[], T]) -> tuple[T | None, ServiceError | None]:
 async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes:
     """Stored bytes for a receipt id, or for a receipt hash within ``project_id``."""
     if is_receipt_id(ref):
-        stored = await store.get_receipt_json(ref)
+        stored = await store.receipts.get_receipt_json(ref)
     elif is_hash_str(ref):
         if project_id is None or not is_project_id(project_id):
             raise BadRequest(
                 "looking a receipt up by its hash needs the project: add ?project_id=prj_...",
                 {"field": "project_id"},
             )
-        receipt_id = await store.find_receipt_id_by_hash(project_id, ref.lower())
+        receipt_id = await store.receipts.find_receipt_id_by_hash(project_id, ref.lower())
         # The record must be the id's, and of the project whose index named it (CorruptRecord).
-        stored = await store.get_receipt_json(receipt_id, project_id) if receipt_id else None
+        stored = await store.receipts.get_receipt_json(receipt_id, project_id) if receipt_id else None
         if stored is not None and orjson.loads(stored).get("receipt_hash") != ref.lower():
             stored = None  # the index keys a truncated hash: this is another receipt
     else:
@@ -127,10 +127,10 @@ async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
     store: Store = request.app.ctx.store
     # A read by id leaves together with the address's limit check (one round trip); a
     # refused request simply drops what was read.
-    prefetched = store.prefetch_receipt_json(receipt_ref) if is_receipt_id(receipt_ref) else None
+    prefetched = store.receipts.prefetch_receipt_json(receipt_ref) if is_receipt_id(receipt_ref) else None
     usage = await request.app.ctx.limiter.hit_ip(request, "get_receipt")
     if prefetched is not None:
-        stored = await store.prefetched_receipt_json(prefetched, receipt_ref)
+        stored = await store.receipts.prefetched_receipt_json(prefetched, receipt_ref)
         if stored is None:
             raise NotFound("receipt not found (unknown id, or past its retention window)")
     else:
@@ -150,7 +150,7 @@ async def verify(request: Request) -> HTTPResponse:
     # share the next.
     prefetched = None
     if req is not None and is_receipt_id(req.receipt_id):
-        prefetched = store.prefetch_receipt_json(req.receipt_id)
+        prefetched = store.receipts.prefetch_receipt_json(req.receipt_id)
     key, ip_usage = await authenticate_counted(request, count=body_error is None)
     if body_error is not None:
         raise body_error
@@ -158,13 +158,15 @@ async def verify(request: Request) -> HTTPResponse:
     assert ip_usage is not None  # counted: nothing above refused the request
     unreadable: CorruptRecord | None = None
     try:
-        stored = await store.prefetched_receipt_json(prefetched, req.receipt_id) if prefetched is not None else None
+        stored = (
+            await store.receipts.prefetched_receipt_json(prefetched, req.receipt_id) if prefetched is not None else None
+        )
     except CorruptRecord as exc:  # answered below, after the key's limit, as a failed verification
         stored, unreadable = None, exc
     receipt: dict[str, Any] | None = orjson.loads(stored) if stored is not None else None
     prev_hash = receipt.get("prev_receipt_hash") if receipt is not None else None
     prev_id_sent = (
-        store.prefetch_receipt_id_by_hash(key.project_id, prev_hash)
+        store.receipts.prefetch_receipt_id_by_hash(key.project_id, prev_hash)
         if isinstance(prev_hash, str) and receipt is not None and receipt.get("project_id") == key.project_id
         else None
     )
@@ -196,11 +198,11 @@ async def _find_prev(
     if not isinstance(prev_hash, str):
         return None
     if prev_id_sent is not None:
-        prev_id = await store.prefetched_text(prev_id_sent)
+        prev_id = await store.receipts.prefetched_text(prev_id_sent)
     else:
-        prev_id = await store.find_receipt_id_by_hash(receipt["project_id"], prev_hash)
+        prev_id = await store.receipts.find_receipt_id_by_hash(receipt["project_id"], prev_hash)
     try:
-        prev_json = await store.get_receipt_json(prev_id, receipt["project_id"]) if prev_id else None
+        prev_json = await store.receipts.get_receipt_json(prev_id, receipt["project_id"]) if prev_id else None
     except CorruptRecord as exc:  # an unusable previous record is not found: chain_link fails
         report_corrupt_record(request, exc)
         return None

@@ -92,7 +92,7 @@ async def search_receipts(request: Request) -> HTTPResponse:
     ip_usage = await request.app.ctx.limiter.hit_ip(request, "authenticated")
     key_usage = await request.app.ctx.limiter.hit_key(key)
     store: Store = request.app.ctx.store
-    found, last = await store.search_receipts(key.project_id, field, hash_str.lower(), limit, after)
+    found, last = await store.receipts.search_receipts(key.project_id, field, hash_str.lower(), limit, after)
     if also:
         found = [receipt for receipt in found if _matches(receipt, also)]
     body = _splice(

@@ -19,7 +19,9 @@ async def usage(request: Request) -> HTTPResponse:
     plan = request.app.ctx.settings.limits.plan(key.plan)
     now = request.app.ctx.clock_ms()
     minute, month = minute_window(now), month_window(now)
-    minute_used, month_used = await request.app.ctx.store.read_usage(key.project_id, key.key_hash, minute.id, month.id)
+    minute_used, month_used = await request.app.ctx.store.counters.read_usage(
+        key.project_id, key.key_hash, minute.id, month.id
+    )
     return json_response(
         {
             "ok": True,

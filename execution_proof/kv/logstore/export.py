@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import orjson
 
@@ -37,7 +36,7 @@ class CannotExport(LogError):
     """The export cannot run (exit 2)."""
 
 
-async def export(source: LogStore, target: LogStore) -> dict[str, Any]:
+async def export(source: LogStore, target: LogStore) -> dict[str, str | int]:
     """Copy ``source``'s log up to its checkpoint as of now into ``target`` (empty, or holding
     a prefix of the same log), then verify the copy as any outsider would, reading it back:
     every entry, every tile, the root, the checkpoint's signature. The tree state and the

@@ -30,12 +30,12 @@ import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 from execution_proof.kv.keys import LogIdentity
 from execution_proof.kv.logstore.objects import LogStoreError, ObjectStore
+from execution_proof.receipts.shapes import JSONObject
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import tile_name
 
@@ -107,7 +107,7 @@ class TreeState:
     """The version the state was read with (or written as): the compare-and-swap's token."""
 
     def encode(self) -> bytes:
-        fields: dict[str, Any] = {
+        fields: JSONObject = {
             "size": self.size,
             "root": base64.b64encode(self.root).decode(),
             "newest_ms": self.newest_ms,
@@ -428,17 +428,17 @@ class LogStore:
 
     # -- halting
 
-    async def halted(self) -> dict[str, Any] | None:
+    async def halted(self) -> JSONObject | None:
         """The halt record (``reason``, ``at``, ``evidence``) while the log is halted."""
         data = await self._read(HALT)
         return None if data is None else dict(orjson.loads(data))
 
-    async def halt(self, reason: str, evidence: dict[str, Any]) -> bool:
+    async def halt(self, reason: str, evidence: JSONObject) -> bool:
         """Record a halt (kept until ``log resume``): False when the log was halted already."""
         record = {"reason": reason, "at": _now_iso(), "evidence": evidence}
         return await self.objects.create(HALT, orjson.dumps(record, option=orjson.OPT_INDENT_2))
 
-    async def resume(self, reason: str) -> dict[str, Any] | None:
+    async def resume(self, reason: str) -> JSONObject | None:
         """Lift a halt, keeping the halt and the reason given under ``.state/resumed/``: the
         halt record lifted, or None when the log was not halted."""
         halted = await self.halted()
