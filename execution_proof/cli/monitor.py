@@ -43,7 +43,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -51,6 +50,7 @@ import orjson
 from execution_proof.cli.monitor_state import MonitorDb, Seen, StateError
 from execution_proof.client.http import Client, HttpError, Reply, Unreachable
 from execution_proof.client.log_checks import LogInputError, env_skew
+from execution_proof.receipts.shapes import JSONObject
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.monitor import (
     Frontier,
@@ -187,7 +187,7 @@ def monitor_command(args: argparse.Namespace) -> int:
             db.close()
 
 
-def follow(run: Callable[[], dict[str, Any]], *, once: bool, interval: float) -> int:
+def follow(run: Callable[[], JSONObject], *, once: bool, interval: float) -> int:
     """Passes (``run``), one per ``interval`` (one with ``once``), each reported as a JSON line:
     the exit code (a read error is retried when following; a violation or another log ends it)."""
     while True:
@@ -208,7 +208,7 @@ def follow(run: Callable[[], dict[str, Any]], *, once: bool, interval: float) ->
 
 async def run_monitor(
     prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
-) -> dict[str, Any]:
+) -> JSONObject:
     progress = Progress(sys.stderr.isatty())
     with Workers(tls=prefix.startswith("https:")) as workers:
         try:
@@ -433,7 +433,7 @@ class Pass:
         self.db = db
         self.progress = progress
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> JSONObject:
         db = self.db
         check_followed(db.log, db.origin, self.log_key, f"the state in {db.path.parent}")
         start = db.frontier.size
@@ -587,14 +587,14 @@ class Pass:
             self.db.save(target=text, seen=Seen(checkpoint.size, checkpoint.root, text))
         return violation
 
-    def _stop(self, checkpoint: note.Checkpoint | None, violation: Violation) -> dict[str, Any]:
+    def _stop(self, checkpoint: note.Checkpoint | None, violation: Violation) -> JSONObject:
         """Record ``violation`` (kept, and reported on every later run) and report."""
         self.db.save(violations=[violation])
         return self._report(checkpoint)
 
-    def _report(self, checkpoint: note.Checkpoint | None) -> dict[str, Any]:
+    def _report(self, checkpoint: note.Checkpoint | None) -> JSONObject:
         violations = self.db.violations()
-        report: dict[str, Any] = {"ok": not violations, "violations": [v.json() for v in violations]}
+        report: JSONObject = {"ok": not violations, "violations": [v.json() for v in violations]}
         if checkpoint is not None:
             report["checkpoint"] = {"origin": checkpoint.origin, "size": checkpoint.size}
         return report
