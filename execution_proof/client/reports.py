@@ -1,7 +1,7 @@
 """``VerifyReport``: what ``execution_proof.verify`` and the ``verify`` command found, as typed
 values (docs/python-api.md). The verifier (client/verifying.py) fills one check at a time:
 the receipt against the keys (``KeyCheck``), each local file (``FileCheck``), the service
-(``OnlineCheck``), the chain (``ChainCheck`` of ``ChainLink``), the log (``LogCheck``, in
+(``OnlineCheck``), the chain (``ChainCheck`` of ``CheckedLink``), the log (``LogCheck``, in
 client/log_checks.py). Its ``to_dict()`` is the ``verify --json`` document; the command
 line's text (cli/verify.py) reads the same values. Nothing is checked here."""
 
@@ -80,7 +80,7 @@ class OnlineCheck:
 
 
 @dataclass(frozen=True)
-class ChainLink:
+class CheckedLink:
     """One earlier receipt of the chain, as the verifier judged it. ``found`` False: the
     service has it no more (only ``receipt_hash`` is known). ``linked`` is None on a walk
     through the service (the receipt was fetched by the hash its successor names)."""
@@ -95,16 +95,15 @@ class ChainLink:
     same_project: bool | None = None
 
     @classmethod
-    def judged(cls, step: Mapping[str, JSONValue]) -> ChainLink:
+    def judged(cls, step: Mapping[str, object]) -> CheckedLink:
         """From the verifier's report of one link (receipts/verifier.py: ``walk_step``,
-        ``check_bundle_chain``)."""
-        linked = step.get("linked")
+        ``check_bundle_chain``), whichever mapping type it answers with."""
         return cls(
-            receipt_hash=step.get("receipt_hash"),
+            receipt_hash=_as_json(step.get("receipt_hash")),
             found=step.get("found") is True,
             ok=step.get("ok") is True,
-            receipt_id=step.get("receipt_id"),
-            linked=linked if isinstance(linked, bool) else None,
+            receipt_id=_as_json(step.get("receipt_id")),
+            linked=_flag(step.get("linked")),
             receipt_hash_recompute=_flag(step.get("receipt_hash_recompute")),
             signature=_flag(step.get("signature")),
             same_project=_flag(step.get("same_project")),
@@ -131,7 +130,7 @@ class ChainCheck:
     chain's start; ``claimed_complete``: the bundle says so), or a walk through the service
     (``truncated``: stopped at ``max_links``)."""
 
-    links: tuple[ChainLink, ...]
+    links: tuple[CheckedLink, ...]
     ok: bool
     truncated: bool = False
     complete: bool | None = None
@@ -262,5 +261,12 @@ class VerifyReport:
         return name.replace("_", " ")
 
 
-def _flag(value: JSONValue) -> bool | None:
+def _flag(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
+
+
+def _as_json(value: object) -> JSONValue:
+    """A value the verifier copied from a receipt (read as JSON), as it was; anything else as text."""
+    if value is None or isinstance(value, str | int | float | list | dict):
+        return value
+    return str(value)

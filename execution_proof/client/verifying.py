@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from execution_proof.client.hashing import hash_file
-from execution_proof.client.reports import ChainCheck, ChainLink, FileCheck, KeyCheck, OnlineCheck, VerifyReport
+from execution_proof.client.reports import ChainCheck, CheckedLink, FileCheck, KeyCheck, OnlineCheck, VerifyReport
 from execution_proof.errors import Error
 from execution_proof.receipts import errors
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
@@ -253,7 +253,7 @@ def _salts(document: JSONValue, options: VerifyOptions) -> dict[str, bytes]:
 
 def _walk_chain(receipt: JSONObject, keyring: KeyRing, net: _Network, base: str, max_links: int) -> ChainCheck:
     """The chain walked back through the service, at most ``max_links`` links."""
-    links: list[ChainLink] = []
+    links: list[CheckedLink] = []
     current = receipt
     while isinstance(prev_hash := current.get("prev_receipt_hash"), str):
         if len(links) >= max_links:
@@ -262,10 +262,10 @@ def _walk_chain(receipt: JSONObject, keyring: KeyRing, net: _Network, base: str,
             f"{base}/v1/receipts/{prev_hash}", params={"project_id": str(current.get("project_id"))}
         )
         if document is None:
-            links.append(ChainLink.judged(walk_step(receipt, prev_hash, None, keyring)))
+            links.append(CheckedLink.judged(walk_step(receipt, prev_hash, None, keyring)))
             break
         prev = extract_receipt(document)
-        links.append(ChainLink.judged(walk_step(receipt, prev_hash, prev, keyring)))
+        links.append(CheckedLink.judged(walk_step(receipt, prev_hash, prev, keyring)))
         current = prev
     return ChainCheck(tuple(links), all(link.ok for link in links))
 
@@ -413,7 +413,7 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
             report.online = _check_exists(receipt, net, base)
         if bundle:
             part, chain_ok = check_bundle_chain(receipt, bundle.chain, keyring, bundle.claimed_complete)
-            links = tuple(ChainLink.judged(link) for link in part["links"])
+            links = tuple(CheckedLink.judged(link) for link in part["links"])
             report.chain = ChainCheck(
                 links, chain_ok, complete=part["complete"], claimed_complete=bundle.claimed_complete
             )
