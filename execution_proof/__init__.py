@@ -29,8 +29,9 @@ __version__ = "0.2.0"
 if TYPE_CHECKING:
     from execution_proof.client.hashing import hash_file
     from execution_proof.client.models import Bundle, Receipt
-    from execution_proof.client.reports import Check, VerifyReport, verify
+    from execution_proof.client.reports import Check, VerifyReport
     from execution_proof.client.service import Client
+    from execution_proof.client.verifying import verify
     from execution_proof.errors import Error
     from execution_proof.receipts.errors import InvalidInput, ServiceError, Unreachable
     from execution_proof.receipts.errors import LogPending as ProofPending
@@ -42,7 +43,7 @@ _WHERE = {
     "Receipt": ("execution_proof.client.models", "Receipt"),
     "Bundle": ("execution_proof.client.models", "Bundle"),
     "TrustRoot": ("execution_proof.receipts.trust_root", "TrustRoot"),
-    "verify": ("execution_proof.client.reports", "verify"),
+    "verify": ("execution_proof.client.verifying", "verify"),
     "VerifyReport": ("execution_proof.client.reports", "VerifyReport"),
     "Check": ("execution_proof.client.reports", "Check"),
     "Error": ("execution_proof.errors", "Error"),

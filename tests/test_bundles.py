@@ -215,7 +215,8 @@ async def saved_bundle(client: Any, api_key: dict[str, Any], tmp_path: Path) -> 
 
 
 def offline(path: Path, **options: Any) -> dict[str, Any]:
-    return run_verify(VerifyOptions(receipt_path=str(path), **options))
+    """The report as ``verify --json`` prints it."""
+    return run_verify(VerifyOptions(receipt_path=str(path), **options)).to_dict()
 
 
 @pytest.fixture
@@ -365,7 +366,7 @@ async def test_tampered_bundles_fail(
     body, where = saved_bundle["body"], saved_bundle["dir"]
 
     def offline(path: Path) -> dict[str, Any]:
-        return run_verify(VerifyOptions(receipt_path=str(path), keys_path=pinned_keys))
+        return run_verify(VerifyOptions(receipt_path=str(path), keys_path=pinned_keys)).to_dict()
 
     edited = orjson.loads(orjson.dumps(body))
     edited["chain"][1]["run_id"] = "rewritten"
@@ -391,7 +392,7 @@ async def test_tampered_bundles_fail(
 
     keyless = orjson.loads(orjson.dumps(body))
     keyless["keys"]["keys"] = []
-    report = run_verify(VerifyOptions(receipt_path=str(_write(where / "keyless.json", keyless))))
+    report = run_verify(VerifyOptions(receipt_path=str(_write(where / "keyless.json", keyless)))).to_dict()
     assert report["ok"] is False and report["checks"]["signature"] is False and report["key"]["known"] is False
 
     forged_key = orjson.loads(orjson.dumps(body))

@@ -416,7 +416,7 @@ def test_trust_root_verifies_a_bundle_offline_and_refutes_a_forged_one(
     root = str(trust_root_file(tmp_path, UNREACHABLE))
     path = tmp_path / "bundle.json"
     path.write_bytes(orjson.dumps(genuine))
-    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=root))
+    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=root)).to_dict()
     assert report["error"] is None and report["ok"] is True, report
     assert report["checks"] == {"bundle_keys": True, "receipt_hash_recompute": True, "signature": True, "chain": True}
     assert report["notes"] == ["the trust root pins no transparency log: no log check"]
@@ -430,11 +430,11 @@ def test_trust_root_verifies_a_bundle_offline_and_refutes_a_forged_one(
     forged["chain"][0]["signature"] = stranger.sign(forged["chain"][0]["receipt_hash"])
     forged["keys"] = stranger.public_keys_json()
     path.write_bytes(orjson.dumps(forged))
-    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=root))
+    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=root)).to_dict()
     assert report["error"] is None and report["ok"] is False
     assert report["checks"]["bundle_keys"] is False and report["checks"]["signature"] is False
     # The same forgery unpinned is self-consistent: only the pinned keys tell.
-    report = run_verify(VerifyOptions(receipt_path=str(path)))
+    report = run_verify(VerifyOptions(receipt_path=str(path))).to_dict()
     assert report["keys_pinned"] is False and all(report["checks"].values())
 
 
@@ -458,12 +458,12 @@ async def test_trust_root_checks_a_bundles_log_proof_and_quorum_offline(
     no_network(monkeypatch)
     public = load_key_ring(keyring.public_keys_json())
     root = trust_root_file(tmp_path, UNREACHABLE, public, log=pinned_log(signer))
-    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(root)))
+    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(root))).to_dict()
     assert report["error"] is None and report["ok"] is True, report
     assert report["checks"]["log_inclusion"] is True and report["checks"]["log_quorum"] is True
 
     other_log = trust_root_file(tmp_path, UNREACHABLE, public, log=pinned_log(note.Signer.generate(ORIGIN)))
-    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(other_log)))
+    report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(other_log))).to_dict()
     assert report["error"] is None and report["ok"] is False
     assert report["checks"]["log_inclusion"] is False, "a checkpoint not signed by the pinned log key"
 

@@ -85,8 +85,18 @@ def test_hash_file_and_its_salt(tmp_path: Path) -> None:
         hash_file(tmp_path / "absent")
 
 
+RECEIPT = {
+    **dict.fromkeys(("output_hash", "params_hash", "env_hash", "code_ref", "run_id", "receipt_kind", "tags")),
+    **dict.fromkeys(("prev_receipt_hash", "chain_status", "expected_prev_receipt_hash")),
+    **{"receipt_id": "rcpt_1", "project_id": "p", "actor_id": "a", "created_at": "2026-01-15T10:00:00.000Z"},
+    **{"input_hash": "sha256:" + "0" * 64, "status": "issued", "receipt_hash": "sha256:" + "1" * 64},
+    **{"signature": "A" * 86, "sig_kid": "k1"},
+}
+"""A receipt object's shape (docs/receipt-format.md): every member, of its JSON type."""
+
+
 def test_documents_load_what_they_save(tmp_path: Path) -> None:
-    body = {"ok": True, "receipt": {"receipt_id": "rcpt_1", "receipt_hash": "sha256:" + "1" * 64, "project_id": "p"}}
+    body = {"ok": True, "receipt": RECEIPT}
     raw = orjson.dumps(body)
     receipt = Receipt.from_reply(raw, "https://proofs.example", {"input": "00ff"})
     path = tmp_path / "r.json"
@@ -101,6 +111,11 @@ def test_documents_load_what_they_save(tmp_path: Path) -> None:
     for bad in ([], {"receipt": {"receipt_id": "x"}}, {"format": "eps-receipt-bundle", "receipt": {}}):
         with pytest.raises(InvalidInput):
             Receipt.from_dict(bad)
+    with pytest.raises(InvalidInput, match="the receipt has no chain_status"):
+        Receipt.from_dict({k: v for k, v in RECEIPT.items() if k != "chain_status"})
+    with pytest.raises(InvalidInput, match="tags are not an object of strings"):
+        Bundle.from_dict({"format": "eps-receipt-bundle", "version": 1, "receipt": {**RECEIPT, "tags": {"a": 1}}})
+    assert loaded.receipt["sig_kid"] == "k1" and loaded.project_id == "p", "the receipt, typed"
     (tmp_path / "not.json").write_bytes(b"{")
     with pytest.raises(InvalidInput, match="not valid JSON"):
         Receipt.load(tmp_path / "not.json")

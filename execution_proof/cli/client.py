@@ -18,11 +18,12 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from execution_proof.client.models import Bundle, Receipt
     from execution_proof.errors import Error
+    from execution_proof.receipts.shapes import JSONObject, JSONValue
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 EXIT_CODES = "exit status: 0 {ok}; 1 {one}; 2 {two}; 130 interrupted (Ctrl-C). No traceback in any of them."
@@ -255,7 +256,8 @@ def _count(text: str) -> int:
 # -- output
 
 
-def _print_json(value: Any) -> None:
+def _print_json(value: object) -> None:
+    """``value`` as indented JSON: a document built here, or a typed one (a receipt, a report's)."""
     import orjson
 
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -510,10 +512,9 @@ def _verify(args: argparse.Namespace) -> int:
     return 2 if 2 in codes else max(codes)
 
 
-def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, dict[str, Any], str]:
+def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, JSONObject, str]:
     """(exit code, the ``--json`` document, the text) of one receipt, bundle or id."""
     from execution_proof.cli.verify import render_report
-    from execution_proof.client.reports import verdict_of
     from execution_proof.client.verifying import VerifyOptions, run_verify
 
     options = VerifyOptions(
@@ -540,13 +541,12 @@ def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, dict[str, Any
         text = describe(failure)
         return code, {"item": item, "ok": False, "error": text, "verdict": "ERROR"}, f"error: {text}"
     report = run_verify(dataclasses.replace(options, receipt_path=item, document=found))
-    report["item"] = item
-    if report.get("error"):
-        return 2, {**report, "verdict": "ERROR"}, render_report(report)
-    return (0 if report["ok"] else 1), {**report, "verdict": verdict_of(report)}, render_report(report)
+    report.item = item
+    code = 2 if report.error else 0 if report.ok else 1
+    return code, report.to_dict(), render_report(report)
 
 
-def _document_of(item: str, args: argparse.Namespace) -> tuple[Any, Error | None]:
+def _document_of(item: str, args: argparse.Namespace) -> tuple[JSONValue, Error | None]:
     """The document to verify for ``-`` (standard input) or a receipt id (read from the
     service); None for a file (the verifier reads it)."""
     from execution_proof.client.models import parse_json

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import Any
 
 import orjson
 
@@ -53,24 +52,24 @@ def resume_command(args: argparse.Namespace) -> int:
 
     configure_logging(settings.log_format)
 
-    async def run() -> dict[str, Any] | None:
+    async def run() -> None:
         assert settings.log_store is not None
         log_store = open_log_store(settings.log_store)
         try:
-            return await log_store.resume(args.reason)
+            lifted = await log_store.resume(args.reason)
         finally:
             await log_store.close()
+        event = {"event": "log_resumed" if lifted else "log_resume_nothing_halted", "reason": args.reason}
+        if lifted is not None:
+            event["halt"] = lifted
+        audit_log.warning("%s", orjson.dumps(event).decode(), extra={"fields": event})
+        print(orjson.dumps({"resumed": lifted is not None, "halt": lifted}).decode())
 
     try:
-        lifted = asyncio.run(run())
+        asyncio.run(run())
     except LogStoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    event = {"event": "log_resumed" if lifted else "log_resume_nothing_halted", "reason": args.reason}
-    if lifted is not None:
-        event["halt"] = lifted
-    audit_log.warning("%s", orjson.dumps(event).decode(), extra={"fields": event})
-    print(orjson.dumps({"resumed": lifted is not None, "halt": lifted}).decode())
     return 0
 
 
@@ -86,22 +85,24 @@ def export_command(args: argparse.Namespace) -> int:
         print("error: --to names LOG_STORE itself", file=sys.stderr)
         return 2
 
-    async def run() -> dict[str, Any]:
+    async def run() -> bytes:
+        """The line to print: the export's report (its type is the exporter's)."""
         assert settings.log_store is not None
         source, target = open_log_store(settings.log_store), open_log_store(args.to)
         try:
-            return await export(source, target)
+            report = await export(source, target)
         finally:
             await source.close()
             await target.close()
+        return orjson.dumps({"ok": True, **report})
 
     try:
-        report = asyncio.run(run())
+        line = asyncio.run(run())
     except (CannotExport, LogStoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ExportFailed as exc:
         print(orjson.dumps({"ok": False, "error": str(exc)}).decode())
         return 1
-    print(orjson.dumps({"ok": True, **report}).decode())
+    print(line.decode())
     return 0

@@ -43,12 +43,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
-from execution_proof.cli.monitor_state import MonitorDb, Seen, StateError
+from execution_proof.cli.monitor_state import MonitorDb, PassReport, Seen, StateError
 from execution_proof.client.http import Client, HttpError, Reply, Unreachable
 from execution_proof.client.log_checks import LogInputError, env_skew
 from execution_proof.transparency import note, tlog
@@ -187,7 +186,7 @@ def monitor_command(args: argparse.Namespace) -> int:
             db.close()
 
 
-def follow(run: Callable[[], dict[str, Any]], *, once: bool, interval: float) -> int:
+def follow(run: Callable[[], PassReport], *, once: bool, interval: float) -> int:
     """Passes (``run``), one per ``interval`` (one with ``once``), each reported as a JSON line:
     the exit code (a read error is retried when following; a violation or another log ends it)."""
     while True:
@@ -208,7 +207,7 @@ def follow(run: Callable[[], dict[str, Any]], *, once: bool, interval: float) ->
 
 async def run_monitor(
     prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
-) -> dict[str, Any]:
+) -> PassReport:
     progress = Progress(sys.stderr.isatty())
     with Workers(tls=prefix.startswith("https:")) as workers:
         try:
@@ -433,7 +432,7 @@ class Pass:
         self.db = db
         self.progress = progress
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> PassReport:
         db = self.db
         check_followed(db.log, db.origin, self.log_key, f"the state in {db.path.parent}")
         start = db.frontier.size
@@ -587,14 +586,14 @@ class Pass:
             self.db.save(target=text, seen=Seen(checkpoint.size, checkpoint.root, text))
         return violation
 
-    def _stop(self, checkpoint: note.Checkpoint | None, violation: Violation) -> dict[str, Any]:
+    def _stop(self, checkpoint: note.Checkpoint | None, violation: Violation) -> PassReport:
         """Record ``violation`` (kept, and reported on every later run) and report."""
         self.db.save(violations=[violation])
         return self._report(checkpoint)
 
-    def _report(self, checkpoint: note.Checkpoint | None) -> dict[str, Any]:
+    def _report(self, checkpoint: note.Checkpoint | None) -> PassReport:
         violations = self.db.violations()
-        report: dict[str, Any] = {"ok": not violations, "violations": [v.json() for v in violations]}
+        report: PassReport = {"ok": not violations, "violations": [v.json() for v in violations]}
         if checkpoint is not None:
             report["checkpoint"] = {"origin": checkpoint.origin, "size": checkpoint.size}
         return report

@@ -19,6 +19,9 @@ transaction, so a monitor killed at any point (kill -9) finds on its next run a 
 which everything up to ``size`` was checked, and nothing past it was counted. WAL with
 ``synchronous=NORMAL``: a commit survives the process being killed; after a power loss the
 last commits may be lost, and the monitor re-reads those entries.
+
+A pass reports what it found as a ``PassReport`` (one JSON line): the violations kept, and the
+checkpoint it checked.
 """
 
 from __future__ import annotations
@@ -30,12 +33,16 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import orjson
 
 from execution_proof.errors import Error
 from execution_proof.transparency import note
 from execution_proof.transparency.monitor import Frontier, Project, Violation
+
+if TYPE_CHECKING:
+    from execution_proof.receipts.shapes import JSONObject
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
@@ -46,6 +53,17 @@ CREATE TABLE IF NOT EXISTS violations (
     id INTEGER PRIMARY KEY, record BLOB NOT NULL UNIQUE
 );
 """
+
+
+class PassReport(TypedDict):
+    """One pass of ``monitor``, as it prints it: ``ok`` while no violation is kept."""
+
+    ok: bool
+    violations: list[Mapping[str, object]]
+    """Each kept violation as ``Violation.json()`` writes it (every violation ever found)."""
+    checkpoint: NotRequired[JSONObject]
+    """``origin`` and ``size`` of the checkpoint the pass read, once it read one."""
+    new_entries: NotRequired[int]
 
 
 class StateError(Error):

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     import http.client
     import ssl
 
+    from execution_proof.receipts.shapes import JSONValue
+
 DEFAULT_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 64 << 20
 """Ceiling of one reply's body (a bundle with a long chain is a few MB; a tile is 8 KiB)."""
@@ -66,9 +68,10 @@ class Reply:
     def text(self) -> str:
         return self.body.decode("utf-8", "replace")
 
-    def json(self) -> Any:
+    def json(self) -> JSONValue:
         """The body as JSON; ``orjson.JSONDecodeError`` (a ``ValueError``) if it is not."""
-        return orjson.loads(self.body)
+        document: JSONValue = orjson.loads(self.body)
+        return document
 
 
 class Client:

@@ -2,7 +2,8 @@
 service), check it against the pinned log key, and, given an older checkpoint, check the
 log's consistency with it from the service's tiles (transparency/log_check.py decides); given
 TSA roots, check the RFC 3161 time-stamps of the proof's checkpoint (transparency/timestamps.py)
-and report the latest time by which the receipt provably existed.
+and report the latest time by which the receipt provably existed. What it finds is a typed
+``LogCheck`` (the report's ``log`` member, and the ``log_*`` checks).
 
 Requests go through the caller's ``http_client.Client`` (an ``OfflineClient`` when the check
 promised no network). The time-stamp code (asn1crypto, cryptography's x509) is loaded only
@@ -18,18 +19,29 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from execution_proof.client.http import Client, HttpError, Reply
 from execution_proof.transparency import log_check, note, tlog
 from execution_proof.transparency.errors import LogError
-from execution_proof.transparency.policy import Policy, PolicyError, check_quorum, cosignature_skew, parse_policy
+from execution_proof.transparency.policy import (
+    Policy,
+    PolicyError,
+    QuorumCheck,
+    check_quorum,
+    cosignature_skew,
+    parse_policy,
+)
 from execution_proof.transparency.tiles import Fetch, TileMissing, TileReader
 
 if TYPE_CHECKING:
     import cryptography.x509
+
+    from execution_proof.receipts.shapes import JSONObject, JSONValue
+
+PENDING = "pending: no published checkpoint covers the receipt yet"
 
 
 class LogInputError(LogError):
@@ -44,11 +56,118 @@ def parse_log_key(vkey: str) -> note.Verifier:
         raise LogInputError(f"--log-key: {exc}") from exc
 
 
-def proof_text(receipt: dict[str, Any], bundle_log: Any, base: str | None, client: Client) -> str | None:
+@dataclass(frozen=True)
+class StampCheck:
+    """One RFC 3161 time-stamp of the proof's checkpoint, against the trusted roots: ``tsa``
+    as the service named it; once it verifies, what it says (else ``reason`` says why not)."""
+
+    tsa: str | None
+    ok: bool
+    reason: str
+    gen_time: str | None = None
+    accuracy_s: float | None = None
+    tsa_name: str | None = None
+
+    def to_json(self) -> JSONObject:
+        if not self.ok:
+            return {"tsa": self.tsa, "ok": False, "reason": self.reason}
+        return {
+            "tsa": self.tsa,
+            "ok": True,
+            "gen_time": self.gen_time,
+            "accuracy_s": self.accuracy_s,
+            "tsa_name": self.tsa_name,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class TimeCheck:
+    """When the receipt provably existed: ``existed_by``, from the time-stamps that verify
+    (``stamps`` None: the proof did not check, so there was no checkpoint to time)."""
+
+    ok: bool
+    reason: str
+    existed_by: str | None = None
+    stamps: tuple[StampCheck, ...] | None = None
+
+    def to_json(self) -> JSONObject:
+        if self.stamps is None:
+            return {"ok": self.ok, "reason": self.reason}
+        stamps: list[JSONValue] = [stamp.to_json() for stamp in self.stamps]
+        return {"ok": self.ok, "reason": self.reason, "existed_by": self.existed_by, "stamps": stamps}
+
+
+@dataclass(frozen=True)
+class ConsistencyCheck:
+    """The log still extends the older checkpoint of ``--since-checkpoint`` (of ``since_size``)."""
+
+    ok: bool
+    reason: str
+    since_size: int
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    """The receipt against the log: its inclusion (None: pending, no published checkpoint
+    covers it yet) and, when asked, the checkpoint's time, witness quorum and consistency."""
+
+    inclusion: log_check.LogInclusion | None
+    time: TimeCheck | None = None
+    quorum: QuorumCheck | None = None
+    consistency: ConsistencyCheck | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.inclusion is not None and self.inclusion.ok
+
+    @property
+    def reason(self) -> str:
+        return self.inclusion.reason if self.inclusion is not None else PENDING
+
+    def results(self) -> dict[str, bool]:
+        """The report's ``log_*`` checks."""
+        results = {"log_inclusion": self.ok}
+        if self.time is not None:
+            results["log_time"] = self.time.ok
+        if self.quorum is not None:
+            results["log_quorum"] = self.quorum.ok
+        if self.consistency is not None:
+            results["log_consistency"] = self.consistency.ok
+        return results
+
+    def to_json(self) -> JSONObject:
+        """The report's ``log`` member."""
+        inclusion = self.inclusion
+        if inclusion is None:
+            return {"ok": False, "reason": PENDING}
+        log: JSONObject = {
+            "ok": inclusion.ok,
+            "reason": inclusion.reason,
+            "index": inclusion.index,
+            "tree_size": inclusion.tree_size,
+            "origin": inclusion.origin,
+        }
+        if self.time is not None:
+            log["time"] = self.time.to_json()
+        if self.quorum is not None:
+            quorum = self.quorum
+            log["quorum"] = {"ok": quorum.ok, "reason": quorum.reason, "cosigned": dict(quorum.cosigned)}
+        if self.consistency is not None:
+            consistency = self.consistency
+            log["consistency"] = {
+                "ok": consistency.ok,
+                "reason": consistency.reason,
+                "since_size": consistency.since_size,
+            }
+        return log
+
+
+def proof_text(receipt: JSONObject, bundle_log: JSONObject | None, base: str | None, client: Client) -> str | None:
     """The tlog-proof: the bundle's (None when it was pending), else the service's (None
     while pending: 409 ``log_pending``)."""
     if bundle_log is not None:
-        proof = bundle_log.get("proof") if isinstance(bundle_log, dict) else None
+        proof = bundle_log.get("proof")
         return proof if isinstance(proof, str) else None
     if base is None:
         raise LogInputError("the receipt carries no log proof: give --base-url to fetch it")
@@ -72,7 +191,7 @@ def _get(client: Client, url: str, params: dict[str, str] | None = None) -> Repl
 class Stamps:
     """The time-stamps to check (a bundle's ``timestamps``) and the roots trusted for them."""
 
-    items: list[Any]
+    items: list[JSONValue]
     roots: list[cryptography.x509.Certificate]
 
 
@@ -87,7 +206,9 @@ def load_tsa_roots(path: str) -> list[cryptography.x509.Certificate]:
         raise LogInputError(f"--tsa-roots: {exc}") from exc
 
 
-def service_bundle_log(receipt: dict[str, Any], base: str | None, client: Client) -> tuple[Any, Any]:
+def service_bundle_log(
+    receipt: JSONObject, base: str | None, client: Client
+) -> tuple[JSONObject, list[JSONValue] | None]:
     """(``log``, ``timestamps``) of the service's bundle of the receipt: its proof is against
     the earliest time-stamped checkpoint covering the receipt that meets the quorum, else
     the newest that meets it, else the newest (checked here like any proof)."""
@@ -98,27 +219,28 @@ def service_bundle_log(receipt: dict[str, Any], base: str | None, client: Client
     if response.status != 200:
         raise LogInputError(f"{url} answered HTTP {response.status}")
     try:
-        document = orjson.loads(response.body)
+        document: JSONValue = orjson.loads(response.body)
     except orjson.JSONDecodeError as exc:
         raise LogInputError(f"{url} did not answer JSON") from exc
     log = document.get("log") if isinstance(document, dict) else None
-    if not isinstance(log, dict):
+    if not isinstance(document, dict) or not isinstance(log, dict):
         raise LogInputError(f"{url} carries no log member: the service runs without a transparency log")
-    return log, document.get("timestamps")
+    stamps = document.get("timestamps")
+    return log, stamps if isinstance(stamps, list) else None
 
 
-def check_stamps(stamps: Stamps, checkpoint_text: str, created_at: Any) -> dict[str, Any]:
+def check_stamps(stamps: Stamps, checkpoint_text: str, created_at: JSONValue) -> TimeCheck:
     """The report's ``time`` member: each time-stamp checked against the trusted roots over
     the checkpoint's text; ``existed_by`` is the earliest genTime plus accuracy among those
     that verify. A time-stamp that does not verify is reported and not relied on (like a
     cosignature by an unknown key); ``ok`` needs one that does."""
     from execution_proof.transparency import timestamps
 
-    checked: list[dict[str, Any]] = []
+    checked: list[StampCheck] = []
     bounds: list[datetime.datetime] = []
     for item in stamps.items:
-        tsa = item.get("tsa") if isinstance(item, dict) else None
-        entry: dict[str, Any] = {"tsa": tsa if isinstance(tsa, str) else None, "ok": False}
+        named = item.get("tsa") if isinstance(item, dict) else None
+        tsa = named if isinstance(named, str) else None
         try:
             raw = item.get("response_base64") if isinstance(item, dict) else None
             if not isinstance(raw, str):
@@ -126,17 +248,11 @@ def check_stamps(stamps: Stamps, checkpoint_text: str, created_at: Any) -> dict[
             der = base64.b64decode(raw, validate=True)
             stamp = timestamps.verify_token(der, checkpoint_text, stamps.roots)
         except (binascii.Error, timestamps.StampError) as exc:
-            entry["reason"] = str(exc)
+            checked.append(StampCheck(tsa, False, str(exc)))
         else:
             bounds.append(stamp.existed_by)
-            entry.update(
-                ok=True,
-                gen_time=_iso(stamp.gen_time),
-                accuracy_s=stamp.accuracy_s,
-                tsa_name=stamp.tsa_name,
-                reason=f"time-stamped by {stamp.tsa_name} at {_iso(stamp.gen_time)} (accuracy {stamp.accuracy_s:g} s)",
-            )
-        checked.append(entry)
+            said = f"time-stamped by {stamp.tsa_name} at {_iso(stamp.gen_time)} (accuracy {stamp.accuracy_s:g} s)"
+            checked.append(StampCheck(tsa, True, said, _iso(stamp.gen_time), stamp.accuracy_s, stamp.tsa_name))
     if not bounds:
         reason = (
             "no time-stamp of the proof's checkpoint verifies against --tsa-roots"
@@ -144,20 +260,20 @@ def check_stamps(stamps: Stamps, checkpoint_text: str, created_at: Any) -> dict[
             else "the proof's checkpoint has no time-stamps yet (the service stamps every LOG_TSA_INTERVAL_S): "
             "fetch the bundle again later"
         )
-        return {"ok": False, "reason": reason, "existed_by": None, "stamps": checked}
+        return TimeCheck(False, reason, None, tuple(checked))
     existed_by = min(bounds)
     reason = f"the receipt existed by {_iso(existed_by)} (RFC 3161, the checkpoint that holds it)"
     issued = _parse_time(created_at)
     if issued is not None and issued > existed_by:
         reason += f"; its created_at {created_at} is LATER than that: the service's clock was ahead"
-    return {"ok": True, "reason": reason, "existed_by": _iso(existed_by), "stamps": checked}
+    return TimeCheck(True, reason, _iso(existed_by), tuple(checked))
 
 
 def _iso(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _parse_time(value: Any) -> datetime.datetime | None:
+def _parse_time(value: JSONValue) -> datetime.datetime | None:
     if not isinstance(value, str):
         return None
     try:
@@ -185,33 +301,29 @@ def load_policy(path: str) -> Policy:
 
 
 def check(
-    receipt: dict[str, Any],
-    bundle_log: Any,
+    receipt: JSONObject,
+    bundle_log: JSONObject | None,
     log_key: note.Verifier,
     since_path: str | None,
     base: str | None,
     client: Client,
     policy: Policy | None = None,
     stamps: Stamps | None = None,
-) -> tuple[dict[str, Any], dict[str, bool]]:
-    """(the report's ``log`` member, the checks it adds)."""
+) -> LogCheck:
+    """The receipt against the log: the bundle's proof (``bundle_log``), else the service's."""
     text = proof_text(receipt, bundle_log, base, client)
     if text is None:
-        report = {"ok": False, "reason": "pending: no published checkpoint covers the receipt yet"}
-        return report, {"log_inclusion": False}
+        return LogCheck(None)
     inclusion = log_check.check_inclusion(receipt, text, log_key)
-    report = dict(inclusion.report())  # extended below with the time, quorum and consistency checks
-    checks = {"log_inclusion": inclusion.ok}
+    moment: TimeCheck | None = None
+    quorum: QuorumCheck | None = None
+    consistency: ConsistencyCheck | None = None
     if stamps is not None:
-        moment: dict[str, Any] = {"ok": False, "reason": "no checkpoint to time: the log proof did not check"}
+        moment = TimeCheck(False, "no checkpoint to time: the log proof did not check")
         if inclusion.checkpoint is not None:
             moment = check_stamps(stamps, inclusion.checkpoint_text, receipt.get("created_at"))
-        report["time"] = moment
-        checks["log_time"] = moment["ok"]
     if policy is not None:
         quorum = check_quorum(inclusion.checkpoint_note, policy, int(time.time()), env_skew())
-        report["quorum"] = {"ok": quorum.ok, "reason": quorum.reason, "cosigned": quorum.cosigned}
-        checks["log_quorum"] = quorum.ok
     if since_path is not None:
         older_text = _read(since_path)
         try:
@@ -225,10 +337,8 @@ def check(
         if older.size > newer.size:  # a bundle's proof may be against an older, time-stamped checkpoint
             older, newer = newer, older
         proof = consistency_proof(base, older.size, newer.size, client)
-        ok, reason = log_check.check_consistency(older, newer, proof)
-        report["consistency"] = {"ok": ok, "reason": reason, "since_size": kept_size}
-        checks["log_consistency"] = ok
-    return report, checks
+        consistency = ConsistencyCheck(*log_check.check_consistency(older, newer, proof), since_size=kept_size)
+    return LogCheck(inclusion, moment, quorum, consistency)
 
 
 def http_fetch(client: Client, prefix: str) -> Fetch:
@@ -267,19 +377,3 @@ def _read(path: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise LogInputError(f"cannot read {path}: {exc}") from exc
-
-
-def render(report: dict[str, Any], mark: Any) -> list[str]:
-    lines = [f"  {mark(report['ok'])} transparency log: {report['reason']}"]
-    quorum = report.get("quorum")
-    if quorum:
-        lines.append(f"  {mark(quorum['ok'])} witnesses: {quorum['reason']}")
-    consistency = report.get("consistency")
-    if consistency:
-        lines.append(f"  {mark(consistency['ok'])} {consistency['reason']}")
-    moment = report.get("time")
-    if moment:
-        lines.append(f"  {mark(moment['ok'])} time: {moment['reason']}")
-        for stamp in moment.get("stamps", []):
-            lines.append(f"      {mark(stamp['ok'])} {stamp.get('tsa')}: {stamp.get('reason')}")
-    return lines

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import orjson
@@ -25,6 +25,7 @@ from execution_proof.client.models import Bundle, Receipt
 from execution_proof.receipts import errors
 
 if TYPE_CHECKING:
+    from execution_proof.receipts.shapes import JSONObject, JSONValue
     from execution_proof.receipts.trust_root import TrustRoot
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
@@ -89,7 +90,7 @@ class Client:
         ``Receipt.save`` keeps it."""
         if self._api_key is None:
             raise errors.InvalidInput("no API key: give api_key or set SERVICE_API_KEY")
-        body: dict[str, Any] = {}
+        body: JSONObject = {}
         salts: dict[str, str] = {}
         for (name, field), source in zip(HASHES, (input, output, params, env), strict=True):
             if source is None:
@@ -102,7 +103,7 @@ class Client:
             if value is not None:
                 body[field] = value
         if tags:
-            body["tags"] = dict(tags)
+            body["tags"] = {**tags}
         headers = {"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json"}
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
@@ -144,13 +145,13 @@ class Client:
                 on_wait(waited, wait)
             time.sleep(min(POLL_S, wait - waited))
 
-    def public_keys(self) -> Any:
+    def public_keys(self) -> JSONValue:
         """``GET /v1/public-key``'s body: the service's receipt keys, active and retired."""
         reply = self._http.get(self.base_url + "/v1/public-key", headers={"Accept": "application/json"})
         self._raise_for(reply, (200,))
         return _json(reply)
 
-    def log_info(self) -> Any | None:
+    def log_info(self) -> JSONValue:
         """``GET /v1/log``'s body, None when the service runs no log."""
         reply = self._http.get(self.base_url + "/v1/log", headers={"Accept": "application/json"})
         if reply.status == 404 or (reply.status == 503 and _error_code(reply) == "log_unavailable"):
@@ -164,7 +165,7 @@ class Client:
         before pinning it."""
         return self.trust_root_and_log(tsa_roots=tsa_roots)[0]
 
-    def trust_root_and_log(self, *, tsa_roots: bytes | None = None) -> tuple[TrustRoot, Any | None]:
+    def trust_root_and_log(self, *, tsa_roots: bytes | None = None) -> tuple[TrustRoot, JSONValue]:
         """``trust_root``, and the ``GET /v1/log`` body it was made from (None: no log), for a
         caller that says how the two differ (``trust-root``'s notes)."""
         from execution_proof.receipts.trust_root import build_trust_root, encode_trust_root, parse_trust_root
@@ -187,8 +188,8 @@ class Client:
         if not isinstance(code, str) or not isinstance(message, str):
             message = f"{reply.method} {reply.url} answered HTTP {reply.status} without an error body"
             raise errors.ServiceError(message, code="http_error", status=reply.status)
-        details = error.get("details") if isinstance(error.get("details"), dict) else None
-        refused = errors.from_reply(reply.status, code, message, details)
+        details = error.get("details")
+        refused = errors.from_reply(reply.status, code, message, details if isinstance(details, dict) else None)
         refused.request = f"{reply.method} {reply.url}"
         raise refused
 
@@ -203,14 +204,14 @@ def _segment(receipt_id: str) -> str:
     return quote(receipt_id, safe="")
 
 
-def _json(reply: http.Reply) -> Any:
+def _json(reply: http.Reply) -> JSONValue:
     try:
         return reply.json()
     except ValueError as exc:
         raise errors.ServiceError(f"{reply.url} did not answer JSON", code="http_error", status=reply.status) from exc
 
 
-def _error_member(reply: http.Reply) -> dict[str, Any]:
+def _error_member(reply: http.Reply) -> JSONObject:
     try:
         body = reply.json()
     except ValueError:

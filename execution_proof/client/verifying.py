@@ -2,8 +2,9 @@
 the I/O around receipts.verifier.
 
 Every check is decided by the pure verifier (receipts/verifier.py); this module reads saved
-files, hashes local files, fetches public keys and chain links over HTTP, and renders the
-report. Nothing here trusts the service's own verdict.
+files, hashes local files, fetches public keys and chain links over HTTP, and fills the typed
+report (``VerifyReport``, client/reports.py) one check at a time. Nothing here trusts the
+service's own verdict.
 
 Where the keys come from decides what a VALID verdict means. Keys pinned by the user, a
 saved key set (``--keys``) or a trust root (``--trust-root``), are the user's word; keys
@@ -27,20 +28,21 @@ code (verify_log, x509, asn1crypto) only for a log or time-stamp check: an offli
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from execution_proof.client.hashing import hash_file
+from execution_proof.client.reports import ChainCheck, CheckedLink, FileCheck, KeyCheck, OnlineCheck, VerifyReport
 from execution_proof.errors import Error
 from execution_proof.receipts import errors
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 from execution_proof.receipts.verifier import (
     BundleError,
     BundleParts,
-    ChainLink,
     bundle_parts,
     carried_key_ring,
     carried_keys_match,
@@ -51,7 +53,12 @@ from execution_proof.receipts.verifier import (
 )
 
 if TYPE_CHECKING:
+    import cryptography.x509 as x509
+
     from execution_proof.client.http import Client
+    from execution_proof.client.log_checks import LogCheck
+    from execution_proof.client.models import Bundle, Receipt
+    from execution_proof.receipts.shapes import JSONObject, JSONValue
     from execution_proof.receipts.trust_root import TrustRoot
     from execution_proof.transparency import note
     from execution_proof.transparency.policy import Policy
@@ -66,7 +73,7 @@ FILES = (("input", "input_hash"), ("output", "output_hash"), ("params", "params_
 class VerifyOptions:
     receipt_path: str | None = None
     """The file to verify, unless ``document`` is given (``-``: what was read from stdin)."""
-    document: Any = None
+    document: JSONValue = None
     """The receipt or bundle document itself (a ``Receipt``'s or ``Bundle``'s ``to_dict()``)."""
     trust_root: TrustRoot | None = None
     """A trust root already loaded (else ``trust_root_path`` is read)."""
@@ -121,7 +128,7 @@ class _Network:
             self._client = OfflineClient(self.offline) if self.offline else Client(timeout=HTTP_TIMEOUT_S)
         return self._client
 
-    def get_json(self, url: str, params: dict[str, str] | None = None) -> Any | None:
+    def get_json(self, url: str, params: dict[str, str] | None = None) -> JSONValue:
         """GET a JSON document; None for 404; ``VerifyInputError`` for anything else."""
         response = self.client().get(url, params=params)  # no reply: an ``errors.Unreachable``
         if response.status == 404:
@@ -140,16 +147,20 @@ class _Network:
             self._client.close()
 
 
-def extract_receipt(document: Any) -> dict[str, Any]:
-    """The receipt inside a saved document: a bare receipt or a create/read response body."""
-    if isinstance(document, dict) and isinstance(document.get("receipt"), dict):
-        document = document["receipt"]
+def extract_receipt(document: JSONValue) -> JSONObject:
+    """The receipt inside a saved document: a bare receipt or a create/read response body.
+    Only its ``receipt_hash`` is required: the checks judge the rest (a receipt that lost a
+    field is INVALID, not unreadable)."""
+    if isinstance(document, dict):
+        inner = document.get("receipt")
+        if isinstance(inner, dict):
+            document = inner
     if not isinstance(document, dict) or "receipt_hash" not in document:
         raise VerifyInputError("the file holds no receipt (expected a receipt object or a response body)")
     return document
 
 
-def _bundle_parts(document: dict[str, Any]) -> BundleParts:
+def _bundle_parts(document: JSONObject) -> BundleParts:
     try:
         return bundle_parts(document)
     except BundleError as exc:
@@ -163,15 +174,18 @@ def _read(path: str) -> bytes:
         raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def _load_json_file(path: str) -> Any:
+def _load_json_file(path: str) -> JSONValue:
     try:
-        return orjson.loads(_read(path))
+        document: JSONValue = orjson.loads(_read(path))
     except orjson.JSONDecodeError as exc:
         raise VerifyInputError(f"{path} is not valid JSON") from exc
+    return document
 
 
-def _key_ring(document: Any, source: str) -> KeyRing:
+def _key_ring(document: JSONValue, source: str) -> KeyRing:
     try:
+        if not isinstance(document, dict):  # as load_key_ring says of any other value
+            raise KeySetError('key set must be an object with a "keys" list')
         return load_key_ring(document)
     except KeySetError as exc:
         raise VerifyInputError(f"key set from {source} is malformed: {exc}") from exc
@@ -202,7 +216,7 @@ def load_trust_root(path: str) -> TrustRoot:
         raise VerifyInputError(f"trust root {path} is malformed: {exc}") from exc
 
 
-def service_url(options: VerifyOptions, document: Any, trust: TrustRoot | None) -> str:
+def service_url(options: VerifyOptions, document: JSONValue, trust: TrustRoot | None) -> str:
     """The service of the network checks: ``--base-url``, else the trust root's, else the
     ``service_url`` that ``submit`` saved in the file, else ``SERVICE_BASE_URL``, else the default."""
     saved = document.get("service_url") if isinstance(document, dict) else None
@@ -212,7 +226,7 @@ def service_url(options: VerifyOptions, document: Any, trust: TrustRoot | None) 
     return DEFAULT_BASE_URL
 
 
-def _salts(document: Any, options: VerifyOptions) -> dict[str, bytes]:
+def _salts(document: JSONValue, options: VerifyOptions) -> dict[str, bytes]:
     """The salt of each salted file: the file's ``salts`` (saved by ``submit --salt``), and
     ``--salt`` for the input."""
     found: dict[str, bytes] = {}
@@ -237,26 +251,23 @@ def _salts(document: Any, options: VerifyOptions) -> dict[str, bytes]:
     return found
 
 
-def _walk_chain(
-    receipt: dict[str, Any], keyring: KeyRing, net: _Network, base: str, max_links: int
-) -> tuple[list[ChainLink], bool, bool]:
-    """(links, all links good, stopped at max_links)."""
-    links: list[ChainLink] = []
+def _walk_chain(receipt: JSONObject, keyring: KeyRing, net: _Network, base: str, max_links: int) -> ChainCheck:
+    """The chain walked back through the service, at most ``max_links`` links."""
+    links: list[CheckedLink] = []
     current = receipt
-    while isinstance(current.get("prev_receipt_hash"), str):
+    while isinstance(prev_hash := current.get("prev_receipt_hash"), str):
         if len(links) >= max_links:
-            return links, all(link["ok"] for link in links), True
-        prev_hash = current["prev_receipt_hash"]
+            return ChainCheck(tuple(links), all(link.ok for link in links), truncated=True)
         document = net.get_json(
             f"{base}/v1/receipts/{prev_hash}", params={"project_id": str(current.get("project_id"))}
         )
         if document is None:
-            links.append(walk_step(receipt, prev_hash, None, keyring))
+            links.append(CheckedLink.judged(walk_step(receipt, prev_hash, None, keyring)))
             break
         prev = extract_receipt(document)
-        links.append(walk_step(receipt, prev_hash, prev, keyring))
+        links.append(CheckedLink.judged(walk_step(receipt, prev_hash, prev, keyring)))
         current = prev
-    return links, all(link["ok"] for link in links), False
+    return ChainCheck(tuple(links), all(link.ok for link in links))
 
 
 def _keys(
@@ -289,18 +300,83 @@ NO_SERVICE_HINT = (
 )
 
 
-def run_verify(options: VerifyOptions) -> dict[str, Any]:
-    """Verify one receipt or bundle; the report says every check, ``ok`` and, when it could
-    not check, ``error`` (the command line's form)."""
-    report: dict[str, Any] = {"ok": False, "checks": {}, "error": None, "notes": []}
-    try:
-        check(options, report)
-    except Error as exc:
-        report["error"] = str(exc)
+def verify(
+    item: Receipt | Bundle | str | os.PathLike[str],
+    *,
+    input: str | os.PathLike[str] | None = None,
+    output: str | os.PathLike[str] | None = None,
+    params: str | os.PathLike[str] | None = None,
+    env: str | os.PathLike[str] | None = None,
+    trust_root: TrustRoot | str | os.PathLike[str] | None = None,
+    keys: str | os.PathLike[str] | None = None,
+    base_url: str | None = None,
+    online: bool = False,
+    log_policy: str | os.PathLike[str] | None = None,
+    log_key: str | None = None,
+    since_checkpoint: str | os.PathLike[str] | None = None,
+    tsa_roots: str | os.PathLike[str] | None = None,
+    chain: bool = False,
+    max_links: int = 1000,
+    salt: str | None = None,
+) -> VerifyReport:
+    """Verify a ``Receipt``, a ``Bundle`` or a saved file (path) without trusting the
+    service: ``input`` ... ``env`` are local files whose hashes must be the receipt's; the
+    keys are the ``trust_root``'s (offline unless ``online``), else those of ``keys``, else
+    the service's. A check that fails is a report with ``ok`` False; an ``execution_proof.Error``
+    means it could not check (``InvalidInput``, ``Unreachable``, ``ServiceError``)."""
+    from execution_proof.client import models
+
+    document: JSONObject | None = None
+    path: str | None = None
+    if isinstance(item, models.Receipt | models.Bundle):
+        document = item.to_dict()
+    elif isinstance(item, str | os.PathLike):
+        path = os.fspath(item)
+    else:  # an untyped caller's mistake
+        raise errors.InvalidInput("verify takes a Receipt, a Bundle or the path of a saved file")
+    root = trust_root if not isinstance(trust_root, str | os.PathLike) else None
+    options = VerifyOptions(
+        receipt_path=path,
+        document=document,
+        trust_root=root,
+        trust_root_path=os.fspath(trust_root) if isinstance(trust_root, str | os.PathLike) else None,
+        input_path=_path(input),
+        output_path=_path(output),
+        params_path=_path(params),
+        env_path=_path(env),
+        base_url=base_url,
+        env_base_url=os.environ.get("SERVICE_BASE_URL") or None,
+        keys_path=_path(keys),
+        online=online,
+        chain=chain,
+        max_links=max_links,
+        salt_hex=salt,
+        log_key=log_key,
+        since_checkpoint=_path(since_checkpoint),
+        log_policy=_path(log_policy),
+        tsa_roots=_path(tsa_roots),
+    )
+    report = VerifyReport()
+    check(options, report)
     return report
 
 
-def check(options: VerifyOptions, report: dict[str, Any]) -> None:
+def _path(value: str | os.PathLike[str] | None) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
+def run_verify(options: VerifyOptions) -> VerifyReport:
+    """Verify one receipt or bundle; the report says every check, ``ok`` and, when it could
+    not check, ``error`` (the command line's form)."""
+    report = VerifyReport()
+    try:
+        check(options, report)
+    except Error as exc:
+        report.error = str(exc)
+    return report
+
+
+def check(options: VerifyOptions, report: VerifyReport) -> None:
     """Fill ``report`` with every check of one receipt or bundle; an ``Error`` when it
     could not check (a file, an option, the service)."""
     net = _Network()
@@ -309,71 +385,50 @@ def check(options: VerifyOptions, report: dict[str, Any]) -> None:
             raise VerifyInputError("--online adds network checks to --trust-root: give --trust-root FILE")
         if (options.trust_root_path or options.trust_root) and options.keys_path:
             raise VerifyInputError("--trust-root and --keys both pin keys: give one of them")
+        document: JSONValue
         if options.document is not None:
             document = options.document
         elif options.receipt_path is not None:
             document = _load_json_file(options.receipt_path)
         else:
             raise VerifyInputError("nothing to verify: give a receipt or bundle")
-        bundle = _bundle_parts(document) if is_bundle(document) else None
-        receipt = bundle.receipt if bundle else extract_receipt(document)
+        bundle = _bundle_parts(document) if isinstance(document, dict) and is_bundle(document) else None
+        receipt: JSONObject = bundle.receipt if bundle else extract_receipt(document)
         salts = _salts(document if bundle is None else None, options)
         trust = options.trust_root or (load_trust_root(options.trust_root_path) if options.trust_root_path else None)
         if trust is not None and not options.online:
             net = _Network("--trust-root without --online verifies offline")
         base = service_url(options, document if bundle is None else None, trust)
-        report["bundle"] = bundle is not None
-        report.update(
-            receipt_id=receipt.get("receipt_id"),
-            project_id=receipt.get("project_id"),
-            created_at=receipt.get("created_at"),
-            receipt_hash=receipt.get("receipt_hash"),
-            sig_kid=receipt.get("sig_kid"),
-        )
+        report.bundle, report.receipt = bundle is not None, receipt
         named = base != DEFAULT_BASE_URL or options.base_url or options.env_base_url
         keyring, source, origin = _keys(options, bundle, trust, net, base, None if named else NO_SERVICE_HINT)
-        report["keys_pinned"] = origin != "bundle"
-        check = check_receipt(receipt, keyring)
-        report["key"] = {
-            "source": source,
-            "origin": origin,
-            "kid": check.kid,
-            "known": check.key_known,
-            "active": check.key_active,
-        }
-        checks = report["checks"]
+        found = check_receipt(receipt, keyring)
         if bundle is not None and origin != "bundle":
-            checks["bundle_keys"], report["key"]["differing_kids"] = carried_keys_match(bundle.keys, keyring)
-        report["recomputed_receipt_hash"] = check.recomputed_receipt_hash
-        checks["receipt_hash_recompute"] = check.receipt_hash_recompute
-        checks["signature"] = check.signature
+            same, differing = carried_keys_match(bundle.keys, keyring)
+            report.key = KeyCheck(source, origin, found, same, tuple(differing))
+        else:
+            report.key = KeyCheck(source, origin, found)
         _check_files(receipt, options, salts, report)
         if trust is not None and options.online:
-            _check_exists(receipt, net, base, report)
+            report.online = _check_exists(receipt, net, base)
         if bundle:
-            report["chain"], checks["chain"] = check_bundle_chain(
-                receipt, bundle.chain, keyring, bundle.claimed_complete
+            part, chain_ok = check_bundle_chain(receipt, bundle.chain, keyring, bundle.claimed_complete)
+            links = tuple(CheckedLink.judged(link) for link in part["links"])
+            report.chain = ChainCheck(
+                links, chain_ok, complete=part["complete"], claimed_complete=bundle.claimed_complete
             )
         elif options.chain:
             if net.offline:
                 raise VerifyInputError(
                     "--chain walks the chain on the service: add --online (a bundle carries its chain)"
                 )
-            links, chain_ok, truncated = _walk_chain(receipt, keyring, net, base, options.max_links)
-            report["chain"] = {"links": links, "truncated": truncated}
-            checks["chain"] = chain_ok
-        _log_checks(receipt, bundle, options, trust, net, base, report)
-        report["ok"] = all(checks.values()) and report["keys_pinned"]
+            report.chain = _walk_chain(receipt, keyring, net, base, options.max_links)
+        _log_checks(_Case(receipt, bundle, options, trust, net, base), report)
     finally:
         net.close()
 
 
-def _check_files(
-    receipt: dict[str, Any],
-    options: VerifyOptions,
-    salts: dict[str, bytes],
-    report: dict[str, Any],
-) -> None:
+def _check_files(receipt: JSONObject, options: VerifyOptions, salts: dict[str, bytes], report: VerifyReport) -> None:
     for name, field in FILES:
         path = options.path_of(name)
         if path is None:
@@ -383,59 +438,61 @@ def _check_files(
             local = hash_file(path, salt=salt or None)
         except OSError as exc:
             raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
-        report[f"local_{field}"] = local
-        report["checks"][field] = local == receipt.get(field)
-        if salt:
-            report.setdefault("salted", []).append(field)
+        report.files.append(FileCheck(field, local, local == receipt.get(field), bool(salt)))
 
 
-def _check_exists(receipt: dict[str, Any], net: _Network, base: str, report: dict[str, Any]) -> None:
+def _check_exists(receipt: JSONObject, net: _Network, base: str) -> OnlineCheck:
     """``--online``: the service still answers the receipt, and with the same receipt_hash."""
     url = f"{base}/v1/receipts/{receipt.get('receipt_id')}"
     document = net.get_json(url)
     held = extract_receipt(document) if document is not None else None
     same = held is not None and held.get("receipt_hash") == receipt.get("receipt_hash")
-    report["online"] = {"url": url, "found": held is not None, "same": same}
-    report["checks"]["service_has_receipt"] = same
+    return OnlineCheck(url, held is not None, same)
 
 
-def _log_checks(
-    receipt: dict[str, Any],
-    bundle: BundleParts | None,
-    options: VerifyOptions,
-    trust: TrustRoot | None,
-    net: _Network,
-    base: str,
-    report: dict[str, Any],
-) -> None:
+@dataclass(frozen=True)
+class _Case:
+    """One receipt (or bundle) being verified, and what it is verified with: the options,
+    the trust root, the network and the service's URL (``service_url``)."""
+
+    receipt: JSONObject
+    bundle: BundleParts | None
+    options: VerifyOptions
+    trust: TrustRoot | None
+    net: _Network
+    base: str
+
+
+def _log_checks(case: _Case, report: VerifyReport) -> None:
     """The log checks asked for by the log options, or implied by a trust root that pins a log."""
-    if bundle is None and report.get("online", {}).get("found") is False:
+    bundle, options, trust = case.bundle, case.options, case.trust
+    if bundle is None and report.online is not None and not report.online.found:
         # Deleted or past retention: the failed existence check is the verdict (exit 1).
-        report["notes"].append("the service no longer has the receipt: its log proof was not asked for")
+        report.notes.append("the service no longer has the receipt: its log proof was not asked for")
         return
     explicit = (options.log_key, options.since_checkpoint, options.log_policy, options.tsa_roots)
     asked = any(option is not None for option in explicit)
     pins_log = trust is not None and trust.log_vkey is not None
     if not asked and not pins_log:
         if trust is not None:
-            report["notes"].append("the trust root pins no transparency log: no log check")
+            report.notes.append("the trust root pins no transparency log: no log check")
         return
-    if not asked and bundle is None and net.offline:
-        report["notes"].append(
+    if not asked and bundle is None and case.net.offline:
+        report.notes.append(
             "log checks need a bundle (it carries the log proof) or --online (the service's proof): not checked"
         )
         return
     from execution_proof.client import log_checks as verify_log
 
     try:
-        report["log"] = _check_log(receipt, bundle, options, trust, net, base, report["checks"])
+        report.log = _check_log(case)
     except verify_log.LogInputError as exc:
         raise VerifyInputError(str(exc)) from exc
 
 
 def _log_inputs(
     options: VerifyOptions, trust: TrustRoot | None
-) -> tuple[note.Verifier, Policy | None, list[Any] | None]:
+) -> tuple[note.Verifier, Policy | None, list[x509.Certificate] | None]:
     """(the log key, the witness policy, the TSA roots): each option given, else the trust root's."""
     from execution_proof.client import log_checks as verify_log
     from execution_proof.transparency.policy import PolicyError
@@ -464,34 +521,27 @@ def _log_inputs(
     return trusted_key, policy, roots
 
 
-def _check_log(
-    receipt: dict[str, Any],
-    bundle: BundleParts | None,
-    options: VerifyOptions,
-    trust: TrustRoot | None,
-    net: _Network,
-    base: str,
-    checks: dict[str, bool],
-) -> Any:
+def _check_log(case: _Case) -> LogCheck:
     """The log checks: the bundle's proof offline (the tiles of ``--since-checkpoint`` are
     the one thing fetched), else the service's proof (with TSA roots, the service's bundle:
     its proof is against a time-stamped checkpoint, and comes with the stamps)."""
     from execution_proof.client import log_checks as verify_log
     from execution_proof.client.http import OfflineClient
 
-    log_key, policy, roots = _log_inputs(options, trust)
-    log_base: str | None = base
-    if bundle is not None and trust is None:
+    bundle, options = case.bundle, case.options
+    log_key, policy, roots = _log_inputs(options, case.trust)
+    log_base: str | None = case.base
+    if bundle is not None and case.trust is None:
         chosen = options.base_url or options.env_base_url
         log_base = chosen.strip().rstrip("/") if chosen else None
     online = bundle is None or options.since_checkpoint is not None
-    client = net.client() if online else OfflineClient("a bundle's log proof is checked offline")
-    bundle_log: Any = (bundle.log or {"proof": None}) if bundle else None
-    stamps: Any = bundle.timestamps if bundle else None
+    client = case.net.client() if online else OfflineClient("a bundle's log proof is checked offline")
+    bundle_log: JSONObject | None = (bundle.log or {"proof": None}) if bundle else None
+    stamps = bundle.timestamps if bundle else None
     if bundle is None and roots is not None:
-        bundle_log, stamps = verify_log.service_bundle_log(receipt, log_base, client)
-    report, more = verify_log.check(
-        receipt,
+        bundle_log, stamps = verify_log.service_bundle_log(case.receipt, log_base, client)
+    return verify_log.check(
+        case.receipt,
         bundle_log,
         log_key,
         options.since_checkpoint,
@@ -500,5 +550,3 @@ def _check_log(
         policy,
         verify_log.Stamps(stamps or [], roots) if roots is not None else None,
     )
-    checks.update(more)
-    return report
