@@ -176,6 +176,7 @@ class TestS3(ObjectStoreContract):
         assert await objects.names("tile/0/00", limit=0) == []
         assert await objects.names("tile/0/000.") == []
 
+    @pytest.mark.slow  # 1,100 PUTs to moto's server: seconds
     async def test_a_listing_goes_past_one_page(self, objects: ObjectStore) -> None:
         """ListObjectsV2 answers at most 1,000 keys a page: the store asks for the next."""
         names = [f"tile/entries/{n:04d}" for n in range(1100)]
