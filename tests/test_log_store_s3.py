@@ -326,6 +326,7 @@ async def test_a_silent_endpoint_times_out(s3_env: MotoServer, monkeypatch: pyte
     assert 0.9 <= elapsed < 10
 
 
+@pytest.mark.slow  # a second moto server, started for this test
 async def test_unknown_credentials_are_a_log_store_error(
     s3_env: MotoServer, moto_checking_credentials: MotoServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
