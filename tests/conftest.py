@@ -37,6 +37,7 @@ from execution_proof.kv.store import Store
 from execution_proof.receipts.signing import KeyRing, load_key_ring
 from execution_proof.runtime.settings import Settings
 from execution_proof.web.app import create_app
+from tests import asgi_client
 
 ASSETS = Path(__file__).parent / "assets"
 REPO = Path(__file__).resolve().parent.parent
@@ -61,6 +62,9 @@ def hypothesis_profile() -> str:
 
 
 hypothesis.settings.load_profile(hypothesis_profile())
+
+# ``app.asgi_client`` runs the app's start-up before its first request only (tests/asgi_client.py).
+asgi_client.install()
 
 
 def missing_binary(name: str, why: str) -> None:

@@ -259,7 +259,7 @@ ess_cert_id_alg = {ess_cert_id_alg}
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()  # stop() waits a poll
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
         return self
 

@@ -326,7 +326,7 @@ def run_cli(
 @contextlib.contextmanager
 def serving(server: ThreadingHTTPServer) -> Iterator[str]:
     """``server`` (bound to loopback) answering from a thread: its base URL; shut down after."""
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()  # shutdown() waits a poll
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:

@@ -48,6 +48,7 @@ def fake_install(python: Path, requirement: str, failed: list[str]) -> dict[str,
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_bench_times_every_verb_and_import_beside_sigstores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

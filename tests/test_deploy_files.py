@@ -347,6 +347,7 @@ def test_the_witness_app_runs_witness_serve_on_its_port_volume_and_key_file() ->
     assert [PLACEHOLDER in log for log in args.log] == [True]
 
 
+@pytest.mark.slow
 def test_the_witness_command_refuses_the_placeholder_and_serves_once_the_log_key_is_set(tmp_path: Path) -> None:
     words = command_words(WITNESS_FLY["processes"]["witness"])
     (key_path,) = (f["guest_path"] for f in WITNESS_FLY["files"])

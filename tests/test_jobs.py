@@ -177,6 +177,7 @@ def test_a_stop_requested_while_idle_is_remembered_even_if_its_exception_is_swal
     assert worker._stop_requested
 
 
+@pytest.mark.slow
 def test_worker_needs_redis(tmp_path: Path) -> None:
     for env in ({}, {"JOBS_REDIS_URL": "redis://127.0.0.1:1/0"}):
         done = run_cli("worker", env=env)

@@ -434,9 +434,14 @@ class CrashAt:
 
 
 BATCH_STEPS = [step for step in STEPS if step not in ("created", "batch")]
+INNER_LOOP_STEPS = ("tiles_half", "advanced", "acked_half")
+"""The crash points the inner loop runs (a batch's tiles half written, its tree state
+advanced, Redis half acknowledged); every point runs under ``slow``."""
 
 
-@pytest.mark.parametrize("point", BATCH_STEPS)
+@pytest.mark.parametrize(
+    "point", [pytest.param(step, marks=() if step in INNER_LOOP_STEPS else pytest.mark.slow) for step in BATCH_STEPS]
+)
 async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, point: str
 ) -> None:

@@ -41,6 +41,10 @@ from tests.test_log import ORIGIN, SIGNER, CrashAt, assert_extends, issue, log_a
 
 BATCH_STEPS = ["batch", "staged", "tiles_half", "tiles", "advanced", "unstaged", "acked_half", "synced", "signed"]
 REDIS_FAULTS = ["none", "flushall", "restore"]
+INNER_LOOP = {("tiles_half", "restore"), ("advanced", "none"), ("acked_half", "flushall")}
+"""The pauses the inner loop (``-m "not slow"``) runs: each Redis fault once, at three phases
+of a batch (its tiles half written, its tree state advanced, Redis half acknowledged), each
+some seconds of CPU; the whole matrix of steps and faults runs under ``slow``."""
 
 
 class PauseAt:
@@ -206,8 +210,14 @@ async def grow(site: Site, worker: Integrator, key: dict[str, Any], labels: list
     return made
 
 
-@pytest.mark.parametrize("fault", REDIS_FAULTS)
-@pytest.mark.parametrize("step", BATCH_STEPS)
+@pytest.mark.parametrize(
+    ("step", "fault"),
+    [
+        pytest.param(step, fault, marks=() if (step, fault) in INNER_LOOP else pytest.mark.slow)
+        for fault in REDIS_FAULTS
+        for step in BATCH_STEPS
+    ],
+)
 async def test_an_integrator_paused_at_any_step_changes_nothing_when_it_wakes(
     site: Site, step: str, fault: str, caplog: pytest.LogCaptureFixture
 ) -> None:

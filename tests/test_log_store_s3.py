@@ -176,6 +176,7 @@ class TestS3(ObjectStoreContract):
         assert await objects.names("tile/0/00", limit=0) == []
         assert await objects.names("tile/0/000.") == []
 
+    @pytest.mark.slow  # 1,100 PUTs to moto's server: seconds
     async def test_a_listing_goes_past_one_page(self, objects: ObjectStore) -> None:
         """ListObjectsV2 answers at most 1,000 keys a page: the store asks for the next."""
         names = [f"tile/entries/{n:04d}" for n in range(1100)]
@@ -325,6 +326,7 @@ async def test_a_silent_endpoint_times_out(s3_env: MotoServer, monkeypatch: pyte
     assert 0.9 <= elapsed < 10
 
 
+@pytest.mark.slow  # a second moto server, started for this test
 async def test_unknown_credentials_are_a_log_store_error(
     s3_env: MotoServer, moto_checking_credentials: MotoServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

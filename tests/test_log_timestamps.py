@@ -289,6 +289,7 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
 # -- verify --tsa-roots
 
 
+@pytest.mark.slow  # seven ``service.py verify`` processes
 async def test_verify_reports_when_the_receipt_existed(
     store: Store,
     log_store: LogStore,

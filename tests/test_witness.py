@@ -351,6 +351,7 @@ def running_witness(
         stop_witness(process)
 
 
+@pytest.mark.slow
 def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
     tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
 ) -> None:
@@ -381,6 +382,7 @@ def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
     assert orjson.loads(state.read_bytes())[ORIGIN]["size"] == 20
 
 
+@pytest.mark.slow
 def test_two_witness_processes_on_one_state_file_cosign_one_of_racing_checkpoints(
     tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
 ) -> None:
@@ -422,6 +424,7 @@ def test_two_witness_processes_on_one_state_file_cosign_one_of_racing_checkpoint
     assert state_dir(state) == ["state.json", "state.json.err", "state.json.lock", "witness.key"]
 
 
+@pytest.mark.slow
 def test_sigterm_right_after_start_ends_the_witness(
     tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
 ) -> None:
@@ -437,6 +440,7 @@ def test_sigterm_right_after_start_ends_the_witness(
         stop_witness(process)
 
 
+@pytest.mark.slow
 def test_sigterm_during_start_up_while_the_state_is_locked_exits_0(
     tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
 ) -> None:
@@ -461,6 +465,7 @@ def test_sigterm_during_start_up_while_the_state_is_locked_exits_0(
     assert "stopped during start-up" in (tmp_path / "state.json.err").read_text()
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_request_answers_it_and_exits_0(
     tmp_path: Path, log_key: note.Signer, cosigner: cosignature.Cosigner
 ) -> None:
