@@ -93,7 +93,7 @@ async def _issue_many(
     from execution_proof.receipts.limits import PlanLimits
     from execution_proof.receipts.model import parse_create_request
     from execution_proof.receipts.signing import load_key_ring
-    from execution_proof.web.issuing import ReceiptIssuer
+    from execution_proof.usecases.issuing import ReceiptIssuer
 
     real = redis.Redis.from_url(redis_url)
     recorder = _RecordingClient(real)

@@ -32,13 +32,13 @@ from execution_proof.runtime.logs import configure_logging, flush_request_lines,
 from execution_proof.runtime.metrics import observe_request, release_worker_metrics
 from execution_proof.runtime.settings import Settings, load_settings, require_log_store, warn
 from execution_proof.runtime.store_ack import StoreAckError
+from execution_proof.usecases.issuing import ReceiptIssuer
+from execution_proof.usecases.limiting import Limiter
 from execution_proof.web import bundles, claims, info, log_api, openapi, pages, receipts_api, sanic_fixes, search, usage
 from execution_proof.web.access_log import log_request
 from execution_proof.web.demo import announce_demo_key
 from execution_proof.web.errors import JsonErrorHandler
 from execution_proof.web.http_metrics import add_metrics_route, refresh_gauges, route_label
-from execution_proof.web.issuing import ReceiptIssuer
-from execution_proof.web.limiting import Limiter
 from execution_proof.web.request_ids import request_id_of
 
 sanic_fixes.fast_header_values()

@@ -10,7 +10,7 @@ from execution_proof.receipts.apikeys import hash_api_key, is_plausible_key
 from execution_proof.receipts.errors import Forbidden, Unauthorized
 from execution_proof.receipts.limits import Usage
 from execution_proof.receipts.model import format_created_at
-from execution_proof.web.limiting import ip_rate_limited
+from execution_proof.usecases.limiting import ip_rate_limited
 
 
 def bearer_token(request: Request) -> str | None:

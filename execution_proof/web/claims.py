@@ -53,10 +53,10 @@ from execution_proof.receipts.webhook_signature import (
     verify_signature,
 )
 from execution_proof.runtime.settings import Settings
+from execution_proof.usecases.limiting import minute_counter, rate_limited
 from execution_proof.web import human_check
 from execution_proof.web.bodies import check_body_size, json_body
 from execution_proof.web.client_ip import client_ip
-from execution_proof.web.limiting import minute_counter, rate_limited
 from execution_proof.web.templating import TEMPLATES
 
 bp = Blueprint("claims")

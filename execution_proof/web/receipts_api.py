@@ -27,10 +27,10 @@ from execution_proof.receipts.model import (
     parse_verify_request,
 )
 from execution_proof.receipts.verifier import unreadable_receipt_result, verify_receipt
+from execution_proof.usecases.issuing import ReceiptIssuer
 from execution_proof.web.auth import authenticate_counted
 from execution_proof.web.bodies import check_body_size, json_body
 from execution_proof.web.errors import report_corrupt_record
-from execution_proof.web.issuing import ReceiptIssuer
 from execution_proof.web.log_api import create_log_object
 
 bp = Blueprint("receipts")

@@ -57,7 +57,7 @@ from execution_proof.receipts.model import (
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.metrics import count_receipt
 from execution_proof.transparency import tlog
-from execution_proof.web.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
+from execution_proof.usecases.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
 
 MAX_ATTEMPTS = 32
 TIP_CACHE_SIZE = 10_000
