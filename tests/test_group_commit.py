@@ -1,4 +1,4 @@
-"""Group commit (web/issuing.py): a project's concurrent creates are chained in memory and
+"""Group commit (usecases/issuing.py): a project's concurrent creates are chained in memory and
 written by one script call per group, on fakeredis and on a real redis-server.
 
 Each test drives ``ReceiptIssuer`` directly with many concurrent creates and then walks the

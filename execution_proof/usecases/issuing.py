@@ -21,7 +21,7 @@ from collections import Counter as Tally
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import orjson
 
@@ -54,6 +54,7 @@ from execution_proof.receipts.model import (
     place_in_chain,
     replay_key,
 )
+from execution_proof.receipts.shapes import Receipt
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.metrics import count_receipt
 from execution_proof.transparency import tlog
@@ -81,7 +82,7 @@ class Issued:
     """A receipt from a create: new (``replayed`` False) or the earlier one for a replay."""
 
     receipt_json: bytes
-    receipt: dict[str, Any]
+    receipt: Receipt
     replay_key: str
     replayed: bool
     minute: Usage
@@ -105,7 +106,7 @@ class _Pending:
 @dataclass
 class _Built:
     pending: _Pending
-    receipt: dict[str, Any]
+    receipt: Receipt
     receipt_json: bytes
     advances_tip: bool
 
@@ -217,7 +218,7 @@ class ReceiptIssuer:
                 keyring=self.keyring,
             )
             receipt_json = orjson.dumps(receipt)
-            built.append(_Built(pending, receipt, receipt_json, placement.advances_tip))
+            built.append(_Built(pending, cast("Receipt", receipt), receipt_json, placement.advances_tip))
             plan = pending.plan
             items.append(
                 IssueItem(

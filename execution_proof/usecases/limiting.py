@@ -1,4 +1,9 @@
-"""Per-IP and per-key limits at the HTTP edge (docs/limits.md).
+"""Per-IP and per-key limits, and the admission of an API key behind them (docs/limits.md):
+verdicts on plain values, not on an HTTP request.
+
+The web layer reads the request into a ``Caller`` (its bearer key as sent, its client
+address's bucket); everything here decides from that, the key's record, the configured
+limits and a clock, and asks the store in as few round trips as the checks allow.
 
 Every check runs whatever the configured limit (raising a limit never skips a check).
 Throttling of bad keys happens before authentication: once an address has had
@@ -9,18 +14,30 @@ so a guesser cannot tell a valid key from a throttled one.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from sanic import Request
+from dataclasses import dataclass
 
 from execution_proof.kv.records import AuthOutcome, AuthResult, Counter, KeyRecord
 from execution_proof.kv.store import Store
-from execution_proof.receipts.errors import QuotaExceeded, RateLimited
+from execution_proof.receipts.apikeys import hash_api_key, is_plausible_key
+from execution_proof.receipts.errors import Forbidden, QuotaExceeded, RateLimited, Unauthorized
 from execution_proof.receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
+from execution_proof.receipts.model import format_created_at
 from execution_proof.runtime.metrics import count_refusal
-from execution_proof.runtime.settings import ClientIpConfig
-from execution_proof.web.client_ip import client_ip
 
 MINUTE_S = 60
+
+
+@dataclass(slots=True)
+class Caller:
+    """Who is asking, as the web layer read it from the request: the bearer key as sent (None
+    when the header is missing or malformed) and the client address's bucket. Once the key is
+    accepted, its ``plan`` and ``project_id`` are set here for the request's log line, also
+    when the request is then refused."""
+
+    token: str | None
+    client: str
+    plan: str | None = None
+    project_id: str | None = None
 
 
 def minute_counter(window: Window, limit: int) -> Counter:
@@ -49,50 +66,44 @@ def quota_exceeded(usage: Usage, plan: str, extra_headers: dict[str, str]) -> Qu
 
 
 class Limiter:
-    def __init__(self, store: Store, limits: Limits, ip_config: ClientIpConfig, clock_ms: Callable[[], int]):
+    def __init__(self, store: Store, limits: Limits, clock_ms: Callable[[], int], operator_contact: str):
         self.store = store
         self.limits = limits
-        self.ip_config = ip_config
         self.clock_ms = clock_ms
+        self.operator_contact = operator_contact
+        """Named in the 403 of a suspended project."""
 
-    def client(self, request: Request) -> str:
-        """The request's client bucket, worked out once per request (the log line reuses it)."""
-        bucket: str | None = getattr(request.ctx, "client_ip", None)
-        if bucket is None:
-            bucket = request.ctx.client_ip = client_ip(request, self.ip_config)
-        return bucket
-
-    async def hit_ip(self, request: Request, scope: str) -> Usage:
+    async def hit_ip(self, client: str, scope: str) -> Usage:
         """Count the request in its address's ``scope`` bucket; raise ``RateLimited`` when full."""
         limit = self.limits.ip_per_minute[scope]
         window = minute_window(self.clock_ms())
-        allowed, count = await self.store.hit_ip_counter(self.client(request), scope, minute_counter(window, limit))
+        allowed, count = await self.store.hit_ip_counter(client, scope, minute_counter(window, limit))
         usage = Usage(f"ip-{scope}", limit, count, window, MINUTE_S)
         if not allowed:
             raise ip_rate_limited(usage)
         return usage
 
-    async def refuse_throttled_address(self, request: Request) -> None:
+    async def refuse_throttled_address(self, client: str) -> None:
         """Before authentication: refuse an address that used up its failed-auth allowance."""
         limit = self.limits.ip_per_minute["unauthenticated"]
         window = minute_window(self.clock_ms())
-        count = await self.store.read_ip_counter(self.client(request), "unauthenticated", window.id)
+        count = await self.store.read_ip_counter(client, "unauthenticated", window.id)
         _refuse_if_throttled(count, limit, window)
 
-    async def find_key_unless_throttled(self, request: Request, key_hash: str) -> KeyRecord | None:
+    async def find_key_unless_throttled(self, client: str, key_hash: str) -> KeyRecord | None:
         """The key's record, read in the same round trip as the address's failed-auth count;
         ``RateLimited`` when the address has used up its allowance (the record is not used)."""
         limit = self.limits.ip_per_minute["unauthenticated"]
         window = minute_window(self.clock_ms())
         record, count = await self.store.find_api_key_and_read_ip_counter(
-            key_hash, self.client(request), "unauthenticated", window.id
+            key_hash, client, "unauthenticated", window.id
         )
         _refuse_if_throttled(count, limit, window)
         return record
 
     async def authenticate(
         self,
-        request: Request,
+        client: str,
         key_hash: str,
         scope: str,
         *,
@@ -106,7 +117,7 @@ class Limiter:
         window = minute_window(self.clock_ms())
         result = await self.store.authenticate(
             key_hash,
-            self.client(request),
+            client,
             minute_counter(window, limit),
             scope,
             failed_limit,
@@ -118,14 +129,14 @@ class Limiter:
             return result, Usage(f"ip-{scope}", limit, result.count, window, MINUTE_S)
         return result, None
 
-    async def refund_ip(self, request: Request, scope: str, usage: Usage) -> None:
+    async def refund_ip(self, client: str, scope: str, usage: Usage) -> None:
         """Take back a request that ``hit_ip`` (or ``authenticate``) counted in its address's
         ``scope`` bucket and that was then refused for its body: it uses up nothing."""
-        await self.store.refund_ip_counter(self.client(request), scope, usage.window.id)
+        await self.store.refund_ip_counter(client, scope, usage.window.id)
 
-    async def count_failed_auth(self, request: Request) -> None:
+    async def count_failed_auth(self, client: str) -> None:
         """After a failed authentication: count it; past the limit the answer is 429, not 401."""
-        await self.hit_ip(request, "unauthenticated")
+        await self.hit_ip(client, "unauthenticated")
 
     async def hit_key(self, key: KeyRecord) -> Usage:
         """Count a request against the key's per-minute plan limit (verify, which writes nothing)."""
@@ -136,6 +147,103 @@ class Limiter:
         if not allowed:
             raise key_rate_limited(usage, key.plan)
         return usage
+
+    async def find_key(self, token: str | None) -> KeyRecord:
+        """The key record behind a bearer key.
+
+        Raises ``Unauthorized`` when the key is missing (or its header malformed), its
+        length is outside 16-256 (checked before any lookup), or the key is unknown or
+        revoked. The raw key is hashed at once and never logged or stored.
+        """
+        if token is None:
+            raise Unauthorized("missing or malformed Authorization header; send 'Authorization: Bearer <API key>'")
+        if not is_plausible_key(token):
+            raise Unauthorized("invalid API key")
+        return usable_key(await self.store.find_api_key(hash_api_key(token)))
+
+    async def authenticate_limited(self, caller: Caller) -> KeyRecord:
+        """``find_key`` behind the failed-auth throttle (docs/limits.md).
+
+        An address that has used up its allowance of missing or invalid keys this minute is
+        refused (429) whatever key it sends: the key record is read in the same round trip as
+        the address's count (one pipeline) but not used. Each further failure is counted, and
+        past the allowance answers 429 instead of 401.
+        """
+        token = caller.token
+        if token is None or not is_plausible_key(token):
+            await self.refuse_throttled_address(caller.client)
+            try:
+                record = await self.find_key(token)
+            except Unauthorized:
+                await self.count_failed_auth(caller.client)
+                raise
+        else:
+            # One round trip reads the key and the address's failed-auth count together. The
+            # count still decides first: a throttled address gets 429 whatever the key is.
+            try:
+                record = usable_key(await self.find_key_unless_throttled(caller.client, hash_api_key(token)))
+            except Unauthorized:
+                await self.count_failed_auth(caller.client)
+                raise
+        self._accept(caller, record)
+        return record
+
+    def _accept(self, caller: Caller, record: KeyRecord) -> None:
+        # For the request's log line (web.access_log): who asked, never with what key.
+        caller.plan = record.plan
+        caller.project_id = record.project_id
+        refuse_suspended(record, self.clock_ms(), self.operator_contact)
+
+    async def authenticate_counted(
+        self, caller: Caller, scope: str = "authenticated", *, count: bool = True
+    ) -> tuple[KeyRecord, Usage | None]:
+        """``authenticate_limited``, then the address's ``scope`` counter: the request is counted
+        only if ``count`` (the caller found nothing to refuse in the request itself). Returns the
+        record and the address's usage (None when not counted); raises as the two steps would, in
+        the same order.
+
+        On a plain Redis both steps are one script call (kv/lua/authenticate.lua): one round
+        trip instead of two on every authenticated request. On a Cluster the key record and the
+        address's counters live in different slots, and the two steps run one after the other.
+        """
+        token = caller.token
+        if token is None or not is_plausible_key(token) or not self.store.one_call_auth:
+            record = await self.authenticate_limited(caller)
+            return record, (await self.hit_ip(caller.client, scope) if count else None)
+        result, usage = await self.authenticate(caller.client, hash_api_key(token), scope, count=count)
+        if result.outcome is AuthOutcome.UNUSABLE:
+            await self.count_failed_auth(caller.client)
+        record = usable_key(result.record)  # Unauthorized for an unusable key (no record)
+        self._accept(caller, record)
+        if result.outcome is AuthOutcome.LIMITED:
+            assert usage is not None
+            raise ip_rate_limited(usage)
+        if usage is None and count:
+            # The key's project has a suspension set that is not in force: the script leaves
+            # that decision (and the count) to this side.
+            usage = await self.hit_ip(caller.client, scope)
+        return record, usage
+
+
+def usable_key(record: KeyRecord | None) -> KeyRecord:
+    """The record of a key that may be used; ``Unauthorized`` for an unknown or revoked one."""
+    if record is None or record.revoked:
+        raise Unauthorized("invalid or revoked API key")
+    return record
+
+
+def refuse_suspended(record: KeyRecord, now_ms: int, operator_contact: str) -> None:
+    """403 while the key's project is suspended, naming the end (if any) and the contact."""
+    if record.suspended_at(now_ms):
+        until = (
+            "until further notice"
+            if record.suspended_until == "forever"
+            else "until " + format_created_at(int(record.suspended_until))
+        )
+        raise Forbidden(
+            f"this project's API access is suspended {until}; contact {operator_contact}",
+            {"reason": "project_suspended"},
+        )
 
 
 def _refuse_if_throttled(failed: int, limit: int, window: Window) -> None:

@@ -32,8 +32,10 @@ from execution_proof.runtime.logs import configure_logging, flush_request_lines,
 from execution_proof.runtime.metrics import observe_request, release_worker_metrics
 from execution_proof.runtime.settings import Settings, load_settings, require_log_store, warn
 from execution_proof.runtime.store_ack import StoreAckError
+from execution_proof.usecases.creating import Creator
 from execution_proof.usecases.issuing import ReceiptIssuer
 from execution_proof.usecases.limiting import Limiter
+from execution_proof.usecases.log_reading import LogService
 from execution_proof.web import bundles, claims, info, log_api, openapi, pages, receipts_api, sanic_fixes, search, usage
 from execution_proof.web.access_log import log_request
 from execution_proof.web.demo import announce_demo_key
@@ -197,7 +199,7 @@ def _attach_store(app: App, store: Store) -> None:
     if settings.log_signer is not None:
         identity = Identity(settings.log_origin, settings.log_signer.verifier.encode())
         store.log = LogQueue(identity, settings.log_max_pending)
-        app.ctx.log = log_api.LogService(
+        app.ctx.log = LogService(
             store,
             app.ctx.log_store,
             identity,
@@ -210,7 +212,8 @@ def _attach_store(app: App, store: Store) -> None:
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:
         use_embedded_server(store.embedded_server)
-    app.ctx.limiter = Limiter(store, settings.limits, settings.client_ip, app.ctx.clock_ms)
+    app.ctx.limiter = Limiter(store, settings.limits, app.ctx.clock_ms, settings.operator_contact)
+    app.ctx.creator = Creator(app.ctx.limiter, app.ctx.issuer, getattr(app.ctx, "log", None))
 
 
 class ServiceRequest(Request):

@@ -87,7 +87,7 @@ class JsonErrorHandler(ErrorHandler):
         if isinstance(exception, sanic_errors.RequestCancelled):
             # The client went away mid-request (Sanic cancels the handler): not a server
             # error, so no error record and no 500 in the metrics. A create's write goes on
-            # regardless (web/issuing.py); this answer only names what happened.
+            # regardless (usecases/issuing.py); this answer only names what happened.
             return HTTPResponse(b"", status=CLIENT_CLOSED_REQUEST, headers={"X-Request-Id": request_id_of(request)})
         error = as_service_error(exception)
         if isinstance(exception, CorruptRecord):
