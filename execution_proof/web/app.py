@@ -117,32 +117,14 @@ def create_app(
             # No worker serves the embedded store, so the server sweeps expired receipts itself,
             # and integrates the log.
             app.add_task(_sweep_until_stopped(app.ctx.store, settings.retention_days), name="retention-sweep")
-            if settings.log_signer is not None:
-                integrator = Integrator(app.ctx.store, app.ctx.log_store, log_config(settings))
-                refused = False
-                try:
-                    await integrator.prepare()
-                except LogRefused as exc:
-                    # The server still serves (receipts, and the log as the store holds it).
-                    log.error("the log store is refused, the log is left untouched: %s", exc)
-                    refused = True
-                except (StoreUnavailable, LogStoreError) as exc:
-                    warn(f"could not check the log store at start-up ({exc}); the integrator retries")
-                if not refused:
-                    app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
-        if not settings.embedded and settings.log_signer is not None:
-            # The log store is checked (and created if new) before the first create can queue
-            # an entry: a worker started later must not find entries beside an empty store.
-            try:
-                await prepare_log(
-                    app.ctx.store, app.ctx.log_store, settings.log_origin, settings.log_signer, settings.log_failpoints
-                )
-            except LogRefused as exc:
-                log.error("the log store is refused, the log is left untouched: %s", exc)
-            except (StoreUnavailable, LogStoreError) as exc:
-                warn(f"could not check the log store at start-up ({exc}); the worker checks it before integrating")
+        if settings.log_signer is not None:
+            integrator = (
+                Integrator(app.ctx.store, app.ctx.log_store, log_config(settings)) if settings.embedded else None
+            )
+            if await _prepare_log(app, settings, integrator) and integrator is not None:
+                app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
         if not settings.embedded:
             # Durability of the Redis behind us (docs/redis.md); StoreAckError stops start-up.
             try:
@@ -164,6 +146,30 @@ def create_app(
         flush_request_lines()
 
     return app
+
+
+async def _prepare_log(app: App, settings: Settings, integrator: Integrator | None) -> bool:
+    """The log store checked (and created if new) at start-up, before the first create can
+    queue an entry: a worker started later must not find entries beside an empty store. The
+    embedded server checks it as its own integrator (``integrator``), else as the workers do
+    (``prepare_log``). False when the store is refused: the server still serves (receipts, and
+    the log as the store holds it), the log is left untouched. A store that cannot be reached
+    is checked again by whoever integrates."""
+    assert settings.log_signer is not None
+    try:
+        if integrator is not None:
+            await integrator.prepare()
+        else:
+            await prepare_log(
+                app.ctx.store, app.ctx.log_store, settings.log_origin, settings.log_signer, settings.log_failpoints
+            )
+    except LogRefused as exc:
+        log.error("the log store is refused, the log is left untouched: %s", exc)
+        return False
+    except (StoreUnavailable, LogStoreError) as exc:
+        again = "the integrator retries" if integrator is not None else "the worker checks it before integrating"
+        warn(f"could not check the log store at start-up ({exc}); {again}")
+    return True
 
 
 async def _sweep_until_stopped(store: Store, retention_days: float) -> None:
