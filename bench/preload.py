@@ -1,6 +1,6 @@
 """Fill the store with receipts through the service's own write path, fast.
 
-Each receipt is made by ``web.issuing.ReceiptIssuer.issue`` (the code a create request runs
+Each receipt is made by ``usecases.issuing.ReceiptIssuer.issue`` (the code a create request runs
 after authentication: request parsing, idempotency key, chain placement, Ed25519 signing)
 on a ``kv.store.Store`` whose client *records* the script calls instead of sending them one
 by one. The recorded ``issue_receipt`` calls (the exact keys and arguments ``Store`` built:
@@ -93,7 +93,7 @@ async def _issue_many(
     from execution_proof.receipts.limits import PlanLimits
     from execution_proof.receipts.model import parse_create_request
     from execution_proof.receipts.signing import load_key_ring
-    from execution_proof.web.issuing import ReceiptIssuer
+    from execution_proof.usecases.issuing import ReceiptIssuer
 
     real = redis.Redis.from_url(redis_url)
     recorder = _RecordingClient(real)

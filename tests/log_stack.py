@@ -363,7 +363,7 @@ class Stack:
         labels = [f"{self.name}-issued-{next(self._labels)}" for _ in range(count)]
 
         async def run() -> list[dict[str, Any]]:
-            from execution_proof.web.issuing import ReceiptIssuer
+            from execution_proof.usecases.issuing import ReceiptIssuer
 
             store = Store(aioredis.from_url(self.redis_url), log=LogQueue(self.identity, 0))
             issuer = ReceiptIssuer(

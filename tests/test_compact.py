@@ -62,7 +62,7 @@ def tag_maps(draw: Any) -> dict[str, str] | None:
 
 @st.composite
 def receipts(draw: Any, keyring: KeyRing) -> dict[str, Any]:
-    """A receipt exactly as ``web.issuing`` builds one, over the whole request space."""
+    """A receipt exactly as ``usecases.issuing`` builds one, over the whole request space."""
     req = CreateRequest(
         input_hash=draw(HASHES),  # type: ignore[arg-type]
         output_hash=draw(st.none() | HASHES),  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Group commit (web/issuing.py): a project's concurrent creates are chained in memory and
+"""Group commit (usecases/issuing.py): a project's concurrent creates are chained in memory and
 written by one script call per group, on fakeredis and on a real redis-server.
 
 Each test drives ``ReceiptIssuer`` directly with many concurrent creates and then walks the
@@ -21,7 +21,7 @@ from execution_proof.receipts.errors import RateLimited, StoreUnavailable
 from execution_proof.receipts.limits import PlanLimits
 from execution_proof.receipts.model import parse_create_request
 from execution_proof.receipts.signing import KeyRing
-from execution_proof.web.issuing import MAX_GROUP, Issued, ReceiptIssuer, group_size
+from execution_proof.usecases.issuing import MAX_GROUP, Issued, ReceiptIssuer, group_size
 from tests.conftest import hash_of
 
 UNLIMITED = PlanLimits(per_minute=10**9, monthly=10**9)

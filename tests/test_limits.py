@@ -21,7 +21,7 @@ from execution_proof.receipts.limits import (
 )
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
-from execution_proof.web import receipts_api
+from execution_proof.usecases import creating
 from execution_proof.web.app import create_app
 from tests.clock import Clock, ms
 from tests.conftest import auth, hash_of
@@ -289,13 +289,13 @@ async def test_a_request_refused_for_its_key_or_address_never_reads_its_body(
     so a bad key cannot make the server scan 2 KB of adversarial strings per request."""
     monkeypatch.setattr(store.keys, "one_call_auth", one_call)
     parsed: list[int] = []
-    original = receipts_api.parse_create_request
+    original = creating.parse_create_request
 
     def counted(body: Any) -> Any:
         parsed.append(1)
         return original(body)
 
-    monkeypatch.setattr(receipts_api, "parse_create_request", counted)
+    monkeypatch.setattr(creating, "parse_create_request", counted)
     client = make_client({"ip_per_minute": {"authenticated": 2, "unauthenticated": 2}})
     valid = await create_project_key(store, project_name="p", plan="free")
     body = {"input_hash": hash_of("x"), "code_ref": "a." * 128, "tags": {f"t{i}": "a." * 128 for i in range(7)}}

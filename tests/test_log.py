@@ -403,7 +403,7 @@ async def test_a_waiting_create_whose_wait_meets_an_outage_answers_201_pending(
     invites a retry issuing a second receipt (bench/log_soak.py found it: a Redis restarted
     under such a wait answered 503 ``store_unavailable`` for a receipt Redis kept)."""
     from execution_proof.receipts.errors import StoreUnavailable
-    from execution_proof.web.log_api import LogService
+    from execution_proof.usecases.log_reading import LogService
 
     async def outage(self: LogService, receipt: dict[str, Any], seconds: float) -> None:
         raise StoreUnavailable("the receipt store is unreachable; try again shortly")

@@ -37,7 +37,7 @@ import redis
 
 from execution_proof.kv import keys
 from execution_proof.transparency import note, tlog
-from execution_proof.web.log_api import STATE_TTL_S
+from execution_proof.usecases.log_reading import STATE_TTL_S
 from tests.log_stack import (
     WAIT_S,
     Observer,

@@ -29,6 +29,7 @@ import redis
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime import logs
 from execution_proof.runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
+from execution_proof.usecases.limiting import Caller
 from execution_proof.web import access_log
 from execution_proof.web.app import create_app
 from tests.conftest import auth, hash_of
@@ -156,7 +157,7 @@ class _CountingRaw(io.RawIOBase):
 
 class _FakeRequest:
     def __init__(self, path: str) -> None:
-        self.ctx = type("Ctx", (), {"client_ip": "192.0.2.1"})()
+        self.ctx = type("Ctx", (), {"caller": Caller(None, "192.0.2.1")})()
         self.method = "GET"
         self.path = path
         self.headers: dict[str, str] = {}
@@ -373,7 +374,7 @@ def test_request_lines_skip_the_logging_machinery_with_the_same_fields(
     raw = io.BytesIO()
     monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, encoding="utf-8", write_through=True))
     logs.configure_logging("json")
-    ctx = SimpleNamespace(request_id="req_test", plan="pro", project_id="prj_x", client_ip="203.0.113.9")
+    ctx = SimpleNamespace(request_id="req_test", caller=Caller(None, "203.0.113.9", "pro", "prj_x"))
     request = SimpleNamespace(ctx=ctx, method="GET", path="/v1/receipts/eps_" + "k" * 30)
     access_log.log_request(request, "receipts.get_receipt", 200, 0.0012345, ClientIpConfig())
     direct = raw.getvalue()

@@ -32,7 +32,7 @@ def log_request(request: Any, route: str, status: int, duration_s: float, ip_con
     """The request's one log line (skipped cheaply when INFO is not enabled)."""
     if not request_log.isEnabledFor(LOG_LEVEL):
         return
-    ctx = request.ctx
+    caller = getattr(request.ctx, "caller", None)  # set by web.auth.caller_of
     fields = {
         "event": "request",
         "request_id": request_id_of(request),
@@ -41,8 +41,8 @@ def log_request(request: Any, route: str, status: int, duration_s: float, ip_con
         "path": mask_path(request.path),
         "status": status,
         "duration_ms": round(duration_s * 1000, 3),
-        "plan": getattr(ctx, "plan", None),
-        "project_id": getattr(ctx, "project_id", None),
-        "client_ip": getattr(ctx, "client_ip", None) or client_ip(request, ip_config),
+        "plan": caller.plan if caller is not None else None,
+        "project_id": caller.project_id if caller is not None else None,
+        "client_ip": caller.client if caller is not None else client_ip(request, ip_config),
     }
     write_request_line(fields)

@@ -34,13 +34,15 @@ from execution_proof.runtime.logs import configure_logging, flush_request_lines,
 from execution_proof.runtime.metrics import observe_request, release_worker_metrics
 from execution_proof.runtime.settings import Settings, load_settings, require_log_store, warn
 from execution_proof.runtime.store_ack import StoreAckError
+from execution_proof.usecases.creating import Creator
+from execution_proof.usecases.issuing import ReceiptIssuer
+from execution_proof.usecases.limiting import Limiter
+from execution_proof.usecases.log_reading import LogService
 from execution_proof.web import bundles, claims, info, log_api, openapi, pages, receipts_api, search, usage
 from execution_proof.web.access_log import log_request
 from execution_proof.web.demo import announce_demo_key
 from execution_proof.web.errors import JsonErrorHandler
 from execution_proof.web.http_metrics import add_metrics_route, refresh_gauges, route_label
-from execution_proof.web.issuing import ReceiptIssuer
-from execution_proof.web.limiting import Limiter
 from execution_proof.web.request_ids import request_id_of
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -120,36 +122,16 @@ def create_app(
             # No worker serves the embedded store, so the server sweeps expired receipts itself,
             # and integrates the log.
             app.add_task(_sweep_until_stopped(app.ctx.store.retention, settings.retention_days), name="retention-sweep")
-            if settings.log_signer is not None:
-                integrator = Integrator(app.ctx.store.log_queue, app.ctx.log_store, log_config(settings))
-                refused = False
-                try:
-                    await integrator.prepare()
-                except LogRefused as exc:
-                    # The server still serves (receipts, and the log as the store holds it).
-                    log.error("the log store is refused, the log is left untouched: %s", exc)
-                    refused = True
-                except (StoreUnavailable, LogStoreError) as exc:
-                    warn(f"could not check the log store at start-up ({exc}); the integrator retries")
-                if not refused:
-                    app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
         elif not settings.keyring.can_sign:
             warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
-        if not settings.embedded and settings.log_signer is not None:
-            # The log store is checked (and created if new) before the first create can queue
-            # an entry: a worker started later must not find entries beside an empty store.
-            try:
-                await prepare_log(
-                    app.ctx.store.log_queue,
-                    app.ctx.log_store,
-                    settings.log_origin,
-                    settings.log_signer,
-                    settings.log_failpoints,
-                )
-            except LogRefused as exc:
-                log.error("the log store is refused, the log is left untouched: %s", exc)
-            except (StoreUnavailable, LogStoreError) as exc:
-                warn(f"could not check the log store at start-up ({exc}); the worker checks it before integrating")
+        if settings.log_signer is not None:
+            integrator = (
+                Integrator(app.ctx.store.log_queue, app.ctx.log_store, log_config(settings))
+                if settings.embedded
+                else None
+            )
+            if await _prepare_log(app, settings, integrator) and integrator is not None:
+                app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
         if not settings.embedded:
             # Durability of the Redis behind us (docs/redis.md); StoreAckError stops start-up.
             try:
@@ -171,6 +153,34 @@ def create_app(
         flush_request_lines()
 
     return app
+
+
+async def _prepare_log(app: App, settings: Settings, integrator: Integrator | None) -> bool:
+    """The log store checked (and created if new) at start-up, before the first create can
+    queue an entry: a worker started later must not find entries beside an empty store. The
+    embedded server checks it as its own integrator (``integrator``), else as the workers do
+    (``prepare_log``). False when the store is refused: the server still serves (receipts, and
+    the log as the store holds it), the log is left untouched. A store that cannot be reached
+    is checked again by whoever integrates."""
+    assert settings.log_signer is not None
+    try:
+        if integrator is not None:
+            await integrator.prepare()
+        else:
+            await prepare_log(
+                app.ctx.store.log_queue,
+                app.ctx.log_store,
+                settings.log_origin,
+                settings.log_signer,
+                settings.log_failpoints,
+            )
+    except LogRefused as exc:
+        log.error("the log store is refused, the log is left untouched: %s", exc)
+        return False
+    except (StoreUnavailable, LogStoreError) as exc:
+        again = "the integrator retries" if integrator is not None else "the worker checks it before integrating"
+        warn(f"could not check the log store at start-up ({exc}); {again}")
+    return True
 
 
 async def _sweep_until_stopped(store: RetentionStore, retention_days: float) -> None:
@@ -213,7 +223,7 @@ def _attach_store(app: App, store: Store, receipts: ReceiptStore) -> None:
     app.ctx.issuer = ReceiptIssuer(receipts, settings.keyring, app.ctx.clock_ms, log=settings.log_signer is not None)
     if settings.log_signer is not None:
         identity = Identity(settings.log_origin, settings.log_signer.verifier.encode())
-        app.ctx.log = log_api.LogService(
+        app.ctx.log = LogService(
             store,
             app.ctx.log_store,
             identity,
@@ -226,7 +236,8 @@ def _attach_store(app: App, store: Store, receipts: ReceiptStore) -> None:
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:
         use_embedded_server(store.embedded_server)
-    app.ctx.limiter = Limiter(store, settings.limits, settings.client_ip, app.ctx.clock_ms)
+    app.ctx.limiter = Limiter(store, settings.limits, app.ctx.clock_ms, settings.operator_contact)
+    app.ctx.creator = Creator(app.ctx.limiter, app.ctx.issuer, getattr(app.ctx, "log", None))
 
 
 class ServiceRequest(Request):

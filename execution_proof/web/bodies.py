@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sanic import Request
 
-from execution_proof.receipts.errors import PayloadTooLarge, UnsupportedMediaType
-from execution_proof.receipts.model import parse_json_object
+from execution_proof.receipts.errors import PayloadTooLarge
+from execution_proof.receipts.shapes import JSONObject
+from execution_proof.usecases.creating import json_object
 
 
 def check_body_size(request: Request, limit: int) -> None:
@@ -16,9 +15,7 @@ def check_body_size(request: Request, limit: int) -> None:
         raise PayloadTooLarge(f"request body must be at most {limit} bytes", {"limit_bytes": limit})
 
 
-def json_body(request: Request) -> dict[str, Any]:
-    """The body as a JSON object; 415 unless ``Content-Type`` is application/json."""
-    media_type = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
-    if media_type != "application/json":
-        raise UnsupportedMediaType("Content-Type must be application/json")
-    return parse_json_object(request.body or b"")
+def json_body(request: Request) -> JSONObject:
+    """The body as a JSON object; 415 unless ``Content-Type`` is application/json, then 400
+    unless it is one JSON object (``usecases.creating.json_object``: the rule a create uses)."""
+    return json_object(request.headers.get("content-type"), request.body)

@@ -8,7 +8,7 @@ in unchanged, so every receipt in the bundle is byte-for-byte what a read return
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
@@ -18,17 +18,26 @@ from execution_proof.receipts.errors import BadRequest, CorruptRecord, NotFound
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.limits import ratelimit_headers
 from execution_proof.receipts.model import format_created_at
+from execution_proof.receipts.shapes import Receipt
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
+from execution_proof.usecases.log_reading import LogService
+from execution_proof.web.auth import caller_of
 from execution_proof.web.errors import report_corrupt_record
 from execution_proof.web.info import base_url
-from execution_proof.web.log_api import LogService
 from execution_proof.web.receipts_api import JSON, PUBLIC_READ_HEADERS, _splice
 
 bp = Blueprint("bundles")
 
 DEFAULT_DEPTH = 20
 MAX_DEPTH = 100
+
+
+class BundleKeys(TypedDict):
+    """A bundle's ``keys`` member: ``GET /v1/public-key``'s shape."""
+
+    keys: list[dict[str, str]]
+    active_kid: str | None
 
 
 def parse_depth(value: str | None) -> int:
@@ -41,8 +50,8 @@ def parse_depth(value: str | None) -> int:
 
 
 async def collect_chain(
-    request: Request, store: Store, receipt: dict[str, Any], depth: int
-) -> tuple[list[bytes], list[dict[str, Any]], bool]:
+    request: Request, store: Store, receipt: Receipt, depth: int
+) -> tuple[list[bytes], list[Receipt], bool]:
     """Up to ``depth`` earlier receipts of ``receipt``'s project, newest first, following
     ``prev_receipt_hash`` through the project's hash index: (stored bytes, parsed, complete).
 
@@ -52,13 +61,12 @@ async def collect_chain(
     a stored record that cannot be used (``CorruptRecord``: logged and counted).
     """
     raw: list[bytes] = []
-    parsed: list[dict[str, Any]] = []
+    parsed: list[Receipt] = []
     project_id = receipt["project_id"]
     current = receipt
-    while isinstance(current.get("prev_receipt_hash"), str):
+    while isinstance(prev_hash := current.get("prev_receipt_hash"), str):
         if len(raw) >= depth:
             return raw, parsed, False
-        prev_hash = current["prev_receipt_hash"]
         prev_id = await store.receipts.find_receipt_id_by_hash(project_id, prev_hash)
         try:
             stored = await store.receipts.get_receipt_json(prev_id, project_id) if prev_id else None
@@ -75,7 +83,7 @@ async def collect_chain(
     return raw, parsed, True
 
 
-def bundle_keys(keyring: KeyRing, receipts: list[dict[str, Any]]) -> dict[str, Any]:
+def bundle_keys(keyring: KeyRing, receipts: list[Receipt]) -> BundleKeys:
     """The public keys (``GET /v1/public-key`` entries) of every kid that signed one of
     ``receipts``, in first-use order. A kid the service does not know is left out, so a
     verifier fails closed on it."""
@@ -90,13 +98,13 @@ def bundle_keys(keyring: KeyRing, receipts: list[dict[str, Any]]) -> dict[str, A
 
 @bp.get("/v1/receipts/<receipt_id:str>/bundle")
 async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
-    usage = await request.app.ctx.limiter.hit_ip(request, "get_receipt")
+    usage = await request.app.ctx.limiter.hit_ip(caller_of(request).client, "get_receipt")
     depth = parse_depth(request.get_args(keep_blank_values=True).get("depth"))
     store: Store = request.app.ctx.store
     stored = await store.receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
     if stored is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
-    receipt: dict[str, Any] = orjson.loads(stored)
+    receipt: Receipt = orjson.loads(stored)
     chain_raw, chain, complete = await collect_chain(request, store, receipt, depth)
     keyring: KeyRing = request.app.ctx.settings.keyring
     parts = [

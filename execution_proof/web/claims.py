@@ -44,6 +44,7 @@ from execution_proof.receipts.errors import (
     UnsupportedMediaType,
 )
 from execution_proof.receipts.limits import DAY_MS, Usage, day_window, minute_window
+from execution_proof.receipts.shapes import JSONObject, JSONValue
 from execution_proof.receipts.webhook_signature import (
     COMPLETED,
     EventError,
@@ -53,10 +54,10 @@ from execution_proof.receipts.webhook_signature import (
     verify_signature,
 )
 from execution_proof.runtime.settings import Settings
+from execution_proof.usecases.limiting import minute_counter, rate_limited
 from execution_proof.web import human_check
 from execution_proof.web.bodies import check_body_size, json_body
 from execution_proof.web.client_ip import client_ip
-from execution_proof.web.limiting import minute_counter, rate_limited
 from execution_proof.web.templating import TEMPLATES
 
 bp = Blueprint("claims")
@@ -93,7 +94,7 @@ def _now(request: Request) -> int:
     return int(request.app.ctx.clock_ms())
 
 
-def _ok(body: dict[str, Any]) -> HTTPResponse:
+def _ok(body: JSONObject) -> HTTPResponse:
     return json_response(body, headers=NO_STORE)
 
 
@@ -114,7 +115,7 @@ def _require_json(request: Request) -> None:
         raise UnsupportedMediaType("Content-Type must be application/json")
 
 
-def _only_field(body: dict[str, Any], name: str) -> Any:
+def _only_field(body: JSONObject, name: str) -> JSONValue:
     unknown = sorted(k for k in body if k != name)
     if unknown:
         raise BadRequest("unknown field(s) in request body", {"fields": unknown[:10], "allowed": [name]})

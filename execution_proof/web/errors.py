@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import orjson
 from sanic import HTTPResponse, Request
@@ -18,6 +17,7 @@ from execution_proof.receipts.errors import (
     PayloadTooLarge,
     ServiceError,
 )
+from execution_proof.receipts.shapes import JSONOut
 from execution_proof.runtime.metrics import count_corrupt_record
 from execution_proof.web.http_metrics import route_label
 from execution_proof.web.request_ids import request_id_of
@@ -50,10 +50,10 @@ def report_corrupt_record(request: Request, error: CorruptRecord) -> None:
 def error_response(request: Request | None, error: ServiceError) -> HTTPResponse:
     """The JSON error body with ``request_id``; ``X-Request-Id`` is set on it too."""
     request_id = request_id_of(request)
-    body: dict[str, Any] = {"error": {"code": error.code, "message": error.message}}
+    described: dict[str, JSONOut] = {"code": error.code, "message": error.message}
     if error.details:
-        body["error"]["details"] = error.details
-    body["request_id"] = request_id
+        described["details"] = error.details
+    body = {"error": described, "request_id": request_id}
     headers = {"X-Request-Id": request_id, **error.response_headers}
     return HTTPResponse(orjson.dumps(body), status=error.status, headers=headers, content_type="application/json")
 
@@ -87,7 +87,7 @@ class JsonErrorHandler(ErrorHandler):
         if isinstance(exception, sanic_errors.RequestCancelled):
             # The client went away mid-request (Sanic cancels the handler): not a server
             # error, so no error record and no 500 in the metrics. A create's write goes on
-            # regardless (web/issuing.py); this answer only names what happened.
+            # regardless (usecases/issuing.py); this answer only names what happened.
             return HTTPResponse(b"", status=CLIENT_CLOSED_REQUEST, headers={"X-Request-Id": request_id_of(request)})
         error = as_service_error(exception)
         if isinstance(exception, CorruptRecord):

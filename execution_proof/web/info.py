@@ -8,6 +8,7 @@ from sanic.response import json as json_response
 from execution_proof.kv.health import store_reachable
 from execution_proof.receipts.errors import SigningKeyUnavailable
 from execution_proof.receipts.limits import ratelimit_headers
+from execution_proof.web.auth import caller_of
 
 bp = Blueprint("info")
 
@@ -51,7 +52,7 @@ async def entry(request: Request) -> HTTPResponse:
 
 @bp.get("/v1/public-key")
 async def public_key(request: Request) -> HTTPResponse:
-    usage = await request.app.ctx.limiter.hit_ip(request, "public_key")
+    usage = await request.app.ctx.limiter.hit_ip(caller_of(request).client, "public_key")
     keyring = request.app.ctx.settings.keyring
     if not keyring.keys or keyring.active_kid is None:
         raise SigningKeyUnavailable("no signing key is configured")

@@ -10,28 +10,18 @@ from sanic import Blueprint, HTTPResponse, Request
 
 from execution_proof.kv.store import Store
 from execution_proof.receipts.encoding import is_hash_str
-from execution_proof.receipts.errors import (
-    BadRequest,
-    CorruptRecord,
-    Forbidden,
-    NotFound,
-    ServiceError,
-    SigningKeyUnavailable,
-)
+from execution_proof.receipts.errors import BadRequest, CorruptRecord, Forbidden, NotFound, ServiceError
 from execution_proof.receipts.ids import is_project_id, is_receipt_id
 from execution_proof.receipts.limits import quota_headers, quota_object, ratelimit_headers
-from execution_proof.receipts.model import (
-    chain_object,
-    check_idempotency_header,
-    parse_create_request,
-    parse_verify_request,
-)
+from execution_proof.receipts.model import chain_object, parse_verify_request
+from execution_proof.receipts.shapes import JSONObject
 from execution_proof.receipts.verifier import unreadable_receipt_result, verify_receipt
-from execution_proof.web.auth import authenticate_counted
+from execution_proof.usecases.creating import Creator
+from execution_proof.usecases.limiting import Limiter
+from execution_proof.web.auth import caller_of
 from execution_proof.web.bodies import check_body_size, json_body
 from execution_proof.web.errors import report_corrupt_record
-from execution_proof.web.issuing import ReceiptIssuer
-from execution_proof.web.log_api import create_log_object
+from execution_proof.web.log_api import prefer_wait
 
 bp = Blueprint("receipts")
 T = TypeVar("T")
@@ -49,29 +39,17 @@ def _splice(parts: list[tuple[str, bytes]]) -> bytes:
 
 @bp.post("/v1/receipts")
 async def create_receipt(request: Request) -> HTTPResponse:
-    issuer: ReceiptIssuer = request.app.ctx.issuer
     check_body_size(request, CREATE_BODY_LIMIT)
-    if not issuer.keyring.can_sign:
-        raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
-    # The key and the address's limits come first: a request refused for its key or its
-    # address costs no parse and no content scan of its body. The request is counted in the
-    # same round trip as the key lookup (web.auth.authenticate_counted); one then refused
-    # for its body, its claims or its header is refunded, so it uses up nothing (the extra
-    # round trip is on that refused path only).
-    key, ip_usage = await authenticate_counted(request)
-    assert ip_usage is not None  # counted: authenticate_counted refuses what it does not count
-    try:
-        req = parse_create_request(json_body(request))
-        if req.claimed_project_id is not None and req.claimed_project_id != key.project_id:
-            raise Forbidden("project_id does not match the API key's project", {"field": "project_id"})
-        if req.claimed_actor_id is not None and req.claimed_actor_id != key.actor_id:
-            raise Forbidden("actor_id does not match the API key's actor", {"field": "actor_id"})
-        header_key = check_idempotency_header(request.headers.get("idempotency-key"))
-    except ServiceError:
-        await request.app.ctx.limiter.refund_ip(request, "authenticated", ip_usage)
-        raise
-    plan = request.app.ctx.settings.limits.plan(key.plan)
-    issued = await issuer.issue(req, key, header_key, plan)
+    headers = request.headers
+    creator: Creator = request.app.ctx.creator
+    created = await creator.create(
+        caller_of(request),
+        headers.get("content-type"),
+        request.body,
+        headers.get("idempotency-key"),
+        prefer_wait(request),
+    )
+    issued, key = created.issued, created.key
     parts = [
         ("ok", b"true"),
         ("receipt", issued.receipt_json),
@@ -79,17 +57,16 @@ async def create_receipt(request: Request) -> HTTPResponse:
         ("chain", orjson.dumps(chain_object(issued.receipt))),
         ("quota", orjson.dumps(quota_object(key.plan, issued.month))),
     ]
-    log_object = await create_log_object(request, issued.receipt)
-    if log_object is not None:
-        parts.append(("log", orjson.dumps(log_object)))
+    if created.log is not None:
+        parts.append(("log", orjson.dumps(created.log)))
     body = _splice(parts)
     status = 200 if issued.replayed else 201
-    headers = {
+    response_headers = {
         "Location": f"/v1/receipts/{issued.receipt['receipt_id']}",
         **quota_headers(key.plan, issued.month),
-        **ratelimit_headers([issued.minute, ip_usage]),
+        **ratelimit_headers([issued.minute, created.ip_usage]),
     }
-    return HTTPResponse(body, status=status, headers=headers, content_type=JSON)
+    return HTTPResponse(body, status=status, headers=response_headers, content_type=JSON)
 
 
 def _checked(parse: Callable[[], T]) -> tuple[T | None, ServiceError | None]:
@@ -128,7 +105,7 @@ async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
     # A read by id leaves together with the address's limit check (one round trip); a
     # refused request simply drops what was read.
     prefetched = store.receipts.prefetch_receipt_json(receipt_ref) if is_receipt_id(receipt_ref) else None
-    usage = await request.app.ctx.limiter.hit_ip(request, "get_receipt")
+    usage = await request.app.ctx.limiter.hit_ip(caller_of(request).client, "get_receipt")
     if prefetched is not None:
         stored = await store.receipts.prefetched_receipt_json(prefetched, receipt_ref)
         if stored is None:
@@ -151,7 +128,8 @@ async def verify(request: Request) -> HTTPResponse:
     prefetched = None
     if req is not None and is_receipt_id(req.receipt_id):
         prefetched = store.receipts.prefetch_receipt_json(req.receipt_id)
-    key, ip_usage = await authenticate_counted(request, count=body_error is None)
+    limiter: Limiter = request.app.ctx.limiter
+    key, ip_usage = await limiter.authenticate_counted(caller_of(request), count=body_error is None)
     if body_error is not None:
         raise body_error
     assert req is not None
@@ -163,14 +141,14 @@ async def verify(request: Request) -> HTTPResponse:
         )
     except CorruptRecord as exc:  # answered below, after the key's limit, as a failed verification
         stored, unreadable = None, exc
-    receipt: dict[str, Any] | None = orjson.loads(stored) if stored is not None else None
+    receipt: JSONObject | None = orjson.loads(stored) if stored is not None else None
     prev_hash = receipt.get("prev_receipt_hash") if receipt is not None else None
     prev_id_sent = (
         store.receipts.prefetch_receipt_id_by_hash(key.project_id, prev_hash)
         if isinstance(prev_hash, str) and receipt is not None and receipt.get("project_id") == key.project_id
         else None
     )
-    key_usage = await request.app.ctx.limiter.hit_key(key)
+    key_usage = await limiter.hit_key(key)
     headers = ratelimit_headers([key_usage, ip_usage])
     if unreadable is not None:
         report_corrupt_record(request, unreadable)
@@ -191,21 +169,21 @@ async def verify(request: Request) -> HTTPResponse:
     return HTTPResponse(orjson.dumps(result), status=200, headers=headers, content_type=JSON)
 
 
-async def _find_prev(
-    request: Request, store: Store, receipt: dict[str, Any], prev_id_sent: Any
-) -> dict[str, Any] | None:
+async def _find_prev(request: Request, store: Store, receipt: JSONObject, prev_id_sent: Any) -> JSONObject | None:
+    """The previous receipt the stored one links to, as stored (the verifier checks both)."""
     prev_hash = receipt.get("prev_receipt_hash")
-    if not isinstance(prev_hash, str):
+    project_id = receipt.get("project_id")
+    if not isinstance(prev_hash, str) or not isinstance(project_id, str):
         return None
     if prev_id_sent is not None:
         prev_id = await store.receipts.prefetched_text(prev_id_sent)
     else:
-        prev_id = await store.receipts.find_receipt_id_by_hash(receipt["project_id"], prev_hash)
+        prev_id = await store.receipts.find_receipt_id_by_hash(project_id, prev_hash)
     try:
-        prev_json = await store.receipts.get_receipt_json(prev_id, receipt["project_id"]) if prev_id else None
+        prev_json = await store.receipts.get_receipt_json(prev_id, project_id) if prev_id else None
     except CorruptRecord as exc:  # an unusable previous record is not found: chain_link fails
         report_corrupt_record(request, exc)
         return None
-    prev: dict[str, Any] | None = orjson.loads(prev_json) if prev_json is not None else None
+    prev: JSONObject | None = orjson.loads(prev_json) if prev_json is not None else None
     # The index keys a truncated hash: a receipt with another hash is not the previous one.
     return prev if prev is not None and prev.get("receipt_hash") == prev_hash else None

@@ -22,7 +22,8 @@ from execution_proof.receipts.encoding import b64url_decode, b64url_encode, is_h
 from execution_proof.receipts.errors import BadRequest
 from execution_proof.receipts.ids import is_receipt_id, receipt_slot_tag, slot_tag
 from execution_proof.receipts.limits import ratelimit_headers
-from execution_proof.web.auth import authenticate_limited
+from execution_proof.usecases.limiting import Limiter
+from execution_proof.web.auth import caller_of
 from execution_proof.web.receipts_api import JSON, _splice
 
 bp = Blueprint("search")
@@ -73,7 +74,9 @@ def _matches(receipt_json: bytes, wanted: dict[str, str]) -> bool:
 
 @bp.get("/v1/receipts")
 async def search_receipts(request: Request) -> HTTPResponse:
-    key = await authenticate_limited(request)
+    limiter: Limiter = request.app.ctx.limiter
+    caller = caller_of(request)
+    key = await limiter.authenticate_limited(caller)
     unknown = sorted(set(request.get_args(keep_blank_values=True)) - QUERY_PARAMS)
     if unknown:
         raise BadRequest("unknown query parameters", {"fields": unknown, "allowed": sorted(QUERY_PARAMS)})
@@ -89,8 +92,8 @@ async def search_receipts(request: Request) -> HTTPResponse:
     limit = parse_limit(_one(request, "limit"))
     cursor = _one(request, "cursor")
     after = decode_cursor(cursor, key.project_id) if cursor is not None else None
-    ip_usage = await request.app.ctx.limiter.hit_ip(request, "authenticated")
-    key_usage = await request.app.ctx.limiter.hit_key(key)
+    ip_usage = await limiter.hit_ip(caller.client, "authenticated")
+    key_usage = await limiter.hit_key(key)
     store: Store = request.app.ctx.store
     found, last = await store.receipts.search_receipts(key.project_id, field, hash_str.lower(), limit, after)
     if also:

@@ -6,7 +6,8 @@ from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
 from execution_proof.receipts.limits import minute_window, month_window, ratelimit_headers
-from execution_proof.web.auth import authenticate_counted
+from execution_proof.usecases.limiting import Limiter
+from execution_proof.web.auth import caller_of
 
 bp = Blueprint("usage")
 
@@ -14,7 +15,8 @@ bp = Blueprint("usage")
 @bp.get("/v1/usage")
 async def usage(request: Request) -> HTTPResponse:
     """Reading usage counts against the address's authenticated limit, not the key's."""
-    key, ip_usage = await authenticate_counted(request)
+    limiter: Limiter = request.app.ctx.limiter
+    key, ip_usage = await limiter.authenticate_counted(caller_of(request))
     assert ip_usage is not None  # counted: nothing refused the request
     plan = request.app.ctx.settings.limits.plan(key.plan)
     now = request.app.ctx.clock_ms()

@@ -21,7 +21,6 @@ from collections import Counter as Tally
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -58,7 +57,7 @@ from execution_proof.receipts.shapes import Receipt
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.metrics import count_receipt
 from execution_proof.transparency import tlog
-from execution_proof.web.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
+from execution_proof.usecases.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
 
 MAX_ATTEMPTS = 32
 TIP_CACHE_SIZE = 10_000
@@ -82,8 +81,7 @@ class Issued:
     """A receipt from a create: new (``replayed`` False) or the earlier one for a replay."""
 
     receipt_json: bytes
-    receipt: Receipt | dict[str, Any]
-    """Built here, or (a replay) the stored record as read."""
+    receipt: Receipt
     replay_key: str
     replayed: bool
     minute: Usage
