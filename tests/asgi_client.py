@@ -13,6 +13,11 @@ The one start-up also leaves TouchUp out (``TOUCHUP = False``, unless a test set
 only drops the dispatch of signals no handler listens to (the app registers none), so the
 request path it leaves does the same; it costs about 40 ms per app, and the suite builds
 hundreds of apps. Servers the tests start as processes keep it.
+
+Sanic also reads and parses each route handler's source when the route is added, to guess the
+format of its errors (``RouteMixin._determine_error_format``): about 20 ms of every app the
+tests build. The answer depends only on the handler's code, so ``install`` keeps it per code
+object; every app still gets exactly the format Sanic would give it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import httpx
 import sanic_testing.testing
 from sanic.config import Default
+from sanic.mixins.routes import RouteMixin
 from sanic_testing.testing import ASGI_HOST, ASGI_PORT, SanicASGITestClient, TestingResponse
 
 
@@ -48,6 +54,21 @@ class StartedOnceASGIClient(SanicASGITestClient):
         return (self.last_request if gather_request else None), response
 
 
+_ERROR_FORMATS: dict[object, str] = {}
+_determine_error_format = RouteMixin._determine_error_format
+
+
+def _error_format_once_per_handler(self: RouteMixin, handler: Any) -> str:
+    code = getattr(handler, "__code__", None)
+    if code is None:
+        return str(_determine_error_format(self, handler))
+    if code not in _ERROR_FORMATS:
+        _ERROR_FORMATS[code] = _determine_error_format(self, handler)
+    return _ERROR_FORMATS[code]
+
+
 def install() -> None:
-    """Make ``app.asgi_client`` this client (Sanic imports sanic-testing's name when asked)."""
+    """Make ``app.asgi_client`` this client (Sanic imports sanic-testing's name when asked), and
+    keep Sanic's guess of each handler's error format."""
     sanic_testing.testing.SanicASGITestClient = StartedOnceASGIClient
+    RouteMixin._determine_error_format = _error_format_once_per_handler  # type: ignore[method-assign]

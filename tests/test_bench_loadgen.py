@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from bench.chain import ChainCheck, main_receipt_ids
 from bench.loadgen import NullServer, run_load, run_open
 from tests.conftest import free_port
@@ -42,6 +44,7 @@ async def measure(open_loop: bool) -> dict[str, Any]:
         server.close()
 
 
+@pytest.mark.slow
 async def test_open_loop_latency_counts_from_the_due_time() -> None:
     closed, opened = await measure(False), await measure(True)
     # Closed loop: one request waited through the stall, the rest never saw it.

@@ -761,7 +761,9 @@ async def test_failed_check_does_not_use_up_the_day(make_client: MakeClient, sto
     assert (await claim_free(client, PASS)).status_code == 200
 
 
-@pytest.mark.parametrize("failure", [ERROR_500, NOT_JSON, NO_SUCCESS, SLOW, "down"])
+@pytest.mark.parametrize(
+    "failure", [ERROR_500, NOT_JSON, NO_SUCCESS, pytest.param(SLOW, marks=pytest.mark.slow), "down"]
+)  # SLOW waits for the provider's timeout
 async def test_provider_failures_fail_closed(
     make_client: MakeClient, store: Store, human: FakeHumanCheck, monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:

@@ -22,6 +22,8 @@ from execution_proof.receipts.canonical import canonical_bytes, signed_payload
 from tests.conftest import missing_binary
 from tests.test_vectors import API_BODIES, CASES, VECTORS, doc_code_block, issue, receipt_strategy, tampered_versions
 
+pytestmark = pytest.mark.slow  # a Node.js process per test
+
 VERIFIER = Path(__file__).parent / "verifiers" / "verify.mjs"
 ALL_TRUE = {"format": True, "receipt_hash_recompute": True, "key_known": True, "signature": True}
 

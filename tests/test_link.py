@@ -55,6 +55,10 @@ def tls_endpoint(certificates: Certificates) -> Iterator[Endpoint]:
     endpoint.cleanup()
 
 
+INNER_KINDS = [kind if kind == "tcp" else pytest.param(kind, marks=pytest.mark.slow) for kind in KINDS]
+"""Every kind of connection; the inner loop runs TCP, ``slow`` adds TLS and a Unix socket."""
+
+
 @pytest.fixture(scope="session")
 def unix_endpoint() -> Iterator[Endpoint]:
     endpoint = Endpoint("unix").start()
@@ -62,7 +66,7 @@ def unix_endpoint() -> Iterator[Endpoint]:
     endpoint.cleanup()
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=INNER_KINDS)
 def endpoint(request: pytest.FixtureRequest) -> Endpoint:
     """The session's Redis over TCP, TLS or a Unix socket, emptied for this test."""
     endpoint = endpoint_for(request, request.param)
@@ -71,7 +75,7 @@ def endpoint(request: pytest.FixtureRequest) -> Endpoint:
     return endpoint
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=INNER_KINDS)
 def own_endpoint(request: pytest.FixtureRequest, certificates: Certificates) -> Iterator[Endpoint]:
     """A redis-server of its own (the test stops, freezes or restarts it)."""
     endpoint = Endpoint(request.param, certificates).start()

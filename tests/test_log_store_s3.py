@@ -37,6 +37,10 @@ from execution_proof.transparency import note, tlog
 from tests.conftest import free_port, missing_binary
 from tests.test_log_store import ObjectStoreContract
 
+# A real S3 API (moto's server) started for the module: the inner loop proves the log store on
+# a directory (tests/test_log_store.py), CI on both.
+pytestmark = pytest.mark.slow
+
 MOTO_SERVER = Path(__file__).with_name("moto_server.py")
 BUCKET = "eps-log"
 ACCESS_KEY = "AKIATESTLOGSTORE0001"
@@ -176,7 +180,6 @@ class TestS3(ObjectStoreContract):
         assert await objects.names("tile/0/00", limit=0) == []
         assert await objects.names("tile/0/000.") == []
 
-    @pytest.mark.slow  # 1,100 PUTs to moto's server: seconds
     async def test_a_listing_goes_past_one_page(self, objects: ObjectStore) -> None:
         """ListObjectsV2 answers at most 1,000 keys a page: the store asks for the next."""
         names = [f"tile/entries/{n:04d}" for n in range(1100)]
@@ -326,7 +329,6 @@ async def test_a_silent_endpoint_times_out(s3_env: MotoServer, monkeypatch: pyte
     assert 0.9 <= elapsed < 10
 
 
-@pytest.mark.slow  # a second moto server, started for this test
 async def test_unknown_credentials_are_a_log_store_error(
     s3_env: MotoServer, moto_checking_credentials: MotoServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -365,6 +365,7 @@ def test_fingerprints_are_the_sha256_of_the_raw_keys(parts: dict[str, Any]) -> N
     assert len(trust_root.fingerprints(root)) == len(printed) - 1  # no file bytes, no "trust root" line
 
 
+@pytest.mark.slow
 def test_the_module_imports_no_x509_library() -> None:
     """``verify`` imports it for every receipt: cryptography's X.509 and asn1crypto only load
     when a certificate is read."""
@@ -466,6 +467,7 @@ def test_a_service_without_a_log_gives_log_null(
     ]
 
 
+@pytest.mark.slow
 def test_an_unreachable_service_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "root.json"
     done = trust_root_cli("--base-url", f"http://127.0.0.1:{free_port()}", "--out", str(out))
@@ -512,6 +514,7 @@ def _stub_routes(parts: dict[str, Any], **log: Any) -> dict[str, tuple[int, byte
         pytest.param({"/v1/log": (200, b"[]")}, "GET /v1/log", id="log-a-list"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_malformed_answers_exit_2_and_write_nothing(
     parts: dict[str, Any], tmp_path: Path, change: dict[str, tuple[int, bytes]], message: str
 ) -> None:
@@ -524,6 +527,7 @@ def test_malformed_answers_exit_2_and_write_nothing(
     assert out.read_text() == "kept\n" and done.stdout == ""
 
 
+@pytest.mark.slow
 def test_a_published_policy_for_another_log_is_refused(parts: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "root.json"
     with stub(_stub_routes(parts, policy=_other_policy(parts))) as base:
@@ -533,6 +537,7 @@ def test_a_published_policy_for_another_log_is_refused(parts: dict[str, Any], tm
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_log_answering_log_unavailable_is_no_log(parts: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "root.json"
     unavailable = (503, b'{"error": {"code": "log_unavailable", "message": "no log"}}')
@@ -550,6 +555,7 @@ def test_a_log_answering_log_unavailable_is_no_log(parts: dict[str, Any], tmp_pa
         pytest.param(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "--tsa-roots: not a PEM", id="garbage"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_an_unreadable_pem_exits_2_before_asking_the_service(
     tmp_path: Path, content: bytes | None, message: str
 ) -> None:
@@ -564,6 +570,7 @@ def test_an_unreadable_pem_exits_2_before_asking_the_service(
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_an_out_file_in_a_missing_folder_exits_2_before_asking_the_service(tmp_path: Path) -> None:
     out = tmp_path / "no-such-folder" / "root.json"
     # The address answers nothing: the folder is checked (and refused) first.
@@ -573,6 +580,7 @@ def test_an_out_file_in_a_missing_folder_exits_2_before_asking_the_service(tmp_p
     assert not out.parent.exists()
 
 
+@pytest.mark.slow
 def test_the_base_url_is_needed(tmp_path: Path) -> None:
     done = trust_root_cli("--out", str(tmp_path / "root.json"))
     assert done.returncode == 2 and "--base-url" in done.stderr
@@ -602,6 +610,7 @@ def test_the_documented_example_is_a_trust_root_with_the_fingerprints_shown() ->
     assert [f"{label}  {value}" for label, value in trust_root.fingerprints(root, example.encode())] == shown
 
 
+@pytest.mark.slow
 def test_the_documented_recipes_reproduce_every_fingerprint(tmp_path: Path) -> None:
     """The shell block of docs/trust-root.md, run by bash on the documented example, prints the
     hex of every fingerprint line, in order."""

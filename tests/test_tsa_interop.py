@@ -20,6 +20,8 @@ from execution_proof.transparency.timestamps import _TimeStampResp
 from tests import tsa_tokens
 from tests.local_tsa import LocalTsa
 
+pytestmark = pytest.mark.slow  # openssl processes (the TSA and its checks) in every test
+
 TEXT = "example.org/log\n42\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"
 OTHER_TEXT = TEXT.replace("\n42\n", "\n43\n")
 
@@ -230,24 +232,15 @@ def test_an_rsassa_pss_token_verifies_as_openssl_cms_says(tsas: dict[str, LocalT
         assert not tsa_tokens.openssl_ok(work, response, work / "text", tsa.roots_pem)
 
 
-@pytest.mark.parametrize(
-    ("encoding", "every"),
-    [
-        ("der", 8),
-        ("ber", 8),
-        pytest.param("der", 1, marks=pytest.mark.slow),
-        pytest.param("ber", 1, marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize("encoding", ["der", "ber"])
 def test_a_corrupted_byte_anywhere_gives_a_reason_never_a_crash(
-    tsas: dict[str, LocalTsa], work: Path, encoding: str, every: int
+    tsas: dict[str, LocalTsa], work: Path, encoding: str
 ) -> None:
     """Every byte of a token flipped in turn (asn1crypto parses lazily: a malformed part
     must surface as StampError wherever it is read). What still verifies says what the
     original says (an unsigned byte: the token's own copy of the root, which the chain does
     not use); every flip in the signed parts (the TSTInfo, the TSA's certificate, the
-    signature) is refused. A verification costs milliseconds and a token has about 1,800
-    bytes: the inner loop flips every 8th byte, ``slow`` every one."""
+    signature) is refused."""
     tsa = tsas["chain, ESSCertID chain"]
     der = stamp(tsa, work)
     good = tsa_tokens.to_ber(der) if encoding == "ber" else der
@@ -262,7 +255,7 @@ def test_a_corrupted_byte_anywhere_gives_a_reason_never_a_crash(
         start = good.index(part)
         must_refuse |= set(range(start, start + len(part)))
     still = []
-    for at in range(0, len(good), every):
+    for at in range(len(good)):
         corrupted = good[:at] + bytes([good[at] ^ 0x41]) + good[at + 1 :]
         try:
             assert timestamps.verify_token(corrupted, TEXT, roots) == original, at
