@@ -306,7 +306,7 @@ class Stack:
         ``service.py keys create`` costs a Python start each)."""
 
         async def make() -> list[dict[str, Any]]:
-            store = Store(aioredis.from_url(self.redis_url))
+            store = setup_store(self.redis_url)
             try:
                 return [
                     await create_project_key(store, project_name=f"{self.name}-{n}-{secrets.token_hex(3)}", plan="pro")
@@ -365,7 +365,7 @@ class Stack:
         async def run() -> list[dict[str, Any]]:
             from execution_proof.usecases.issuing import ReceiptIssuer
 
-            store = Store(aioredis.from_url(self.redis_url), log=LogQueue(self.identity, 0))
+            store = setup_store(self.redis_url, log=LogQueue(self.identity, 0))
             issuer = ReceiptIssuer(
                 store.receipts, load_key_ring(self.signing_keys), lambda: int(time.time() * 1000), log=True
             )
@@ -488,6 +488,18 @@ def log_records(worker: WorkerProcess) -> list[dict[str, Any]]:
             with contextlib.suppress(orjson.JSONDecodeError):
                 records.append(orjson.loads(line))
     return records
+
+
+SETUP_TIMEOUT_S = 30.0
+"""The connect and command timeouts of the tests' own store (setup and reading back): the
+service's (2 s and 5 s) are what it answers within; a test's setup on a loaded machine (CI:
+two cores, a dozen processes) once took longer than 2 s to connect, and failed a run."""
+
+
+def setup_store(redis_url: str, log: LogQueue | None = None) -> Store:
+    """The service's store over ``redis_url``, for a test's setup and reads, with generous timeouts."""
+    client = aioredis.from_url(redis_url, socket_connect_timeout=SETUP_TIMEOUT_S, socket_timeout=SETUP_TIMEOUT_S)
+    return Store(client) if log is None else Store(client, log=log)
 
 
 def loud_records(worker: WorkerProcess) -> list[str]:

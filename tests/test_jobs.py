@@ -5,7 +5,7 @@ registry, and the schedule's single owner (in-process with a fake clock, and as 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import io
 import json
 import logging
 import multiprocessing
@@ -167,14 +167,48 @@ def test_a_stopping_worker_waits_for_the_scheduler_process_a_bounded_time(
         process.join(5)
 
 
-def test_a_stop_requested_while_idle_is_remembered_even_if_its_exception_is_swallowed() -> None:
-    """RQ raises StopRequested from the SIGTERM handler when no job runs; a log call the signal
-    interrupts swallows it (logging's handleError). The flag makes the loop stop anyway."""
+class _SignallingStream(io.StringIO):
+    """A log stream whose write sends the process SIGTERM: the signal lands inside a log call."""
+
+    def write(self, text: str) -> int:
+        signal.raise_signal(signal.SIGTERM)
+        return super().write(text)
+
+
+def test_a_stop_signal_inside_a_log_call_prints_no_traceback_and_stops_the_worker(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """RQ raises StopRequested from the SIGTERM handler when no job runs; in a log call the
+    logging module caught it and printed "--- Logging error ---" with a traceback (seen in CI,
+    beside a refusing integrator's one line). Ours remembers the stop there, prints nothing,
+    and delivers the signal again outside the log call, where it stops the loop as RQ's does."""
     worker = MeasuredWorker([QUEUE_NAME], connection=fakeredis.FakeRedis(), serializer=JSONSerializer)
     assert worker.get_state() != WorkerStatus.BUSY and not worker._stop_requested
-    with contextlib.suppress(StopRequested):  # what logging's handleError does with it
-        worker._shutdown()
-    assert worker._stop_requested
+    logger = logging.getLogger("tests.signalled")
+    handler = logging.StreamHandler(_SignallingStream())
+    logger.addHandler(handler)
+    previous = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker._install_signal_handlers()
+        logger.warning("a line the stop signal interrupts")
+        assert worker._stop_requested, "the stop was not remembered"
+        assert "Logging error" not in capsys.readouterr().err
+        with pytest.raises(StopRequested):  # delivered again, outside the log call
+            threading.Event().wait(10)
+        assert signal.getsignal(signal.SIGTERM) == worker.request_force_stop, "RQ's warm shutdown did not run"
+    finally:
+        logger.removeHandler(handler)
+        for number, handler_before in previous.items():
+            signal.signal(number, handler_before)
+
+
+def test_a_stop_signal_after_the_work_loop_ended_is_ignored() -> None:
+    """RQ's handlers stay installed after its loop ends: a signal then (the one delivered again
+    above, late) must not raise StopRequested into whatever the process does next."""
+    worker = MeasuredWorker([QUEUE_NAME], connection=fakeredis.FakeRedis(), serializer=JSONSerializer)
+    worker.teardown()
+    worker.request_stop(signal.SIGTERM, None)
+    assert not worker._stop_requested
 
 
 @pytest.mark.slow

@@ -57,10 +57,8 @@ import httpx
 import orjson
 import pytest
 import redis
-import redis.asyncio as aioredis
 
 from execution_proof.jobs.worker import RQ_RETRY_MESSAGE
-from execution_proof.kv.store import Store
 from execution_proof.runtime.failpoints import STEPS
 from execution_proof.transparency import note, tlog
 from tests.log_stack import (
@@ -74,6 +72,7 @@ from tests.log_stack import (
     log_entries,
     log_records,
     loud_records,
+    setup_store,
 )
 from tests.servers import WorkerProcess, clean_env, run_cli, wait_until
 from tests.test_log_store_s3 import (  # noqa: F401 (moto: the session's fixture, asked for by name)
@@ -228,7 +227,7 @@ def redis_indices(stack: Stack, receipts: list[dict[str, Any]]) -> dict[str, int
     not integrated): what its ``log-proof`` is built from."""
 
     async def run() -> dict[str, int | None]:
-        store = Store(aioredis.from_url(stack.redis_url))
+        store = setup_store(stack.redis_url)
 
         async def one(receipt: dict[str, Any]) -> tuple[str, bool, int | None]:
             rid = receipt["receipt_id"]

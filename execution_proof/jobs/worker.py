@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import redis
@@ -26,6 +27,7 @@ from rq import Queue, Worker
 from rq.exceptions import DeserializationError, InvalidJobOperation
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
+from rq.worker import WorkerStatus
 
 from execution_proof.jobs.queue import QUEUE_NAME, open_queue
 from execution_proof.jobs.schedule import OWNER_TTL_MS, TICK_S, ScheduleOwner, ScheduleThread
@@ -33,6 +35,8 @@ from execution_proof.runtime.metrics import count_job
 
 SCHEDULER_STOP_S = 5.0
 """How long a stopping worker waits for RQ's scheduler process after SIGTERM before killing it."""
+STOP_REDELIVER_S = 0.05
+"""How soon a stop signal that landed inside a log call is delivered again (``request_stop``)."""
 RQ_RETRY_MESSAGE = "could not connect to Redis instance"
 """What RQ logs at every retry while the job queue's Redis is down (about once a second)."""
 
@@ -66,6 +70,16 @@ class QueueOutage(logging.Filter):
             self.dropped,
         )
         self.since, self.dropped = None, 0
+
+
+def _inside_logging(frame: FrameType | None) -> bool:
+    """Whether ``frame``, or a frame that called it, runs the logging module's code (whose
+    handlers catch any exception a signal handler raises there)."""
+    while frame is not None:
+        if frame.f_code.co_filename == logging.__file__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def worker_name() -> str:
@@ -119,14 +133,38 @@ class MeasuredWorker(Worker):
                 os.kill(process.pid, signal.SIGKILL)
             process.join(self.scheduler_stop_s)
 
+    left_work_loop: bool = False
+    """Set once RQ's work loop has ended (``teardown``): a stop signal after it has nothing to stop."""
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        """RQ's SIGTERM/SIGINT handler (a warm shutdown), never inside a log call. When no job
+        runs, RQ raises ``StopRequested`` from the handler, in whatever frame the signal landed;
+        in a log call's ``stream.write`` the logging module caught it and printed "--- Logging
+        error ---" with a traceback, and the worker went on (seen in CI: a worker whose log
+        integrator refused the store, which signals the main thread, printed a traceback beside
+        its one ``LOG REFUSED`` line). There, the stop is remembered and the signal delivered
+        again ``STOP_REDELIVER_S`` later, by then outside the log call; the work loop also stops
+        at its next turn on the flag alone."""
+        if self.left_work_loop:
+            return
+        if self.get_state() != WorkerStatus.BUSY and _inside_logging(frame):
+            self._stop_requested = True
+            main = threading.main_thread().ident
+            assert main is not None  # the main thread has started: it runs this handler
+            again = threading.Timer(STOP_REDELIVER_S, signal.pthread_kill, (main, signum))
+            again.daemon = True
+            again.start()
+            return
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
+
     def _shutdown(self) -> None:
-        """RQ's warm shutdown, with the stop remembered first. When no job runs, RQ raises
-        ``StopRequested`` from the SIGTERM handler, in whatever frame the signal landed; in
-        a log call's ``stream.write`` the logging module catches it ("--- Logging error ---")
-        and the worker went on, next waiting up to ``dequeue_timeout`` (405 s) for a job
-        (seen in CI). With the flag set, the work loop stops at its next turn even then."""
+        """RQ's warm shutdown, with the stop remembered first (``request_stop``)."""
         self._stop_requested = True
         super()._shutdown()  # type: ignore[no-untyped-call]
+
+    def teardown(self) -> None:
+        self.left_work_loop = True
+        super().teardown()  # type: ignore[no-untyped-call]
 
     def run_maintenance_tasks(self) -> None:
         """RQ's (registry cleaning, every 10 minutes and at start), with a lost connection to
