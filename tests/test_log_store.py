@@ -274,6 +274,20 @@ async def test_files_appear_whole_and_nothing_partial_is_left(tmp_path: Path) ->
     assert (tmp_path / ".state/tmp").is_dir()
 
 
+async def test_a_file_store_never_lists_its_own_files(tmp_path: Path) -> None:
+    """The temporary files and the lock are the driver's, not log objects: no listing names
+    them (so ``log export`` never copies them, and needs no names of this driver's)."""
+    objects = FileObjects(tmp_path)
+    await objects.write(".state/tree", b"t")
+    written = await objects.read(".state/tree")
+    assert written is not None
+    assert await objects.replace(".state/tree", b"u", written.version) is not None  # takes the lock
+    (tmp_path / ".state/tmp/left-by-a-writer-that-died").write_bytes(b"x")
+    assert (tmp_path / ".state/lock").exists()
+    assert await objects.names(".state/") == [".state/tree"]
+    assert await objects.names("") == [".state/tree"]
+
+
 def _files_under(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 

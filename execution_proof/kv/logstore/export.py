@@ -128,9 +128,10 @@ async def export(source: LogStore, target: LogStore) -> dict[str, str | int]:
 def _exported_state(name: str, size: int) -> bool:
     """The ``.state/`` objects an export copies: identity, witnesses, halt, resumes, time-
     stamps of the exported checkpoints. Not the tree state (written last, from the copy),
-    the newest stamped size (written from what was copied), the lease, staged batches or
-    temporary files, which belong to the source's integrator."""
-    if name in (TREE, LEASE, STAMPED) or name.startswith((STAGING, ".state/tmp/")):
+    the newest stamped size (written from what was copied), the lease or staged batches,
+    which belong to the source's integrator. A driver's own files (the ``file://`` driver's
+    temporary files and lock) are never among the names it lists."""
+    if name in (TREE, LEASE, STAMPED) or name.startswith(STAGING):
         return False
     return not (name.startswith(TIMESTAMPS) and name > size_name(TIMESTAMPS, size))
 
