@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.harness import new_signing_keys
 from bench.procs import base_env, free_port
 from bench.redis_kinds import start_kind
-from bench.run import new_signing_keys
 
 READY_LINE = b"listening on"
 """What ``serve`` logs just before Sanic's worker manager starts its workers."""

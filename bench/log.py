@@ -78,11 +78,7 @@ import orjson
 import redis
 
 from bench import prom
-from bench.preload import preload
-from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait_http
-from bench.production import ServiceSpec, fly_workers, open_loop
-from bench.redis_kinds import RedisKind, start_kind
-from bench.run import (
+from bench.harness import (
     RAISED_LIMITS,
     Setup,
     Target,
@@ -93,6 +89,10 @@ from bench.run import (
     new_signing_keys,
     run_load,
 )
+from bench.preload import preload
+from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait_http
+from bench.production import ServiceSpec, fly_workers, open_loop
+from bench.redis_kinds import RedisKind, start_kind
 from execution_proof.kv.keys import LogIdentity
 from execution_proof.transparency import cosignature, note
 from execution_proof.transparency.note import Signer

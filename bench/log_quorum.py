@@ -29,11 +29,11 @@ import httpx
 import orjson
 
 from bench import prom
+from bench.harness import RAISED_LIMITS, create_projects, loadavg, machine_info, new_signing_keys
 from bench.log import ORIGIN, _pct, start_metered_worker, start_witness, store_url, witness_key
 from bench.procs import HarnessError, Proc, log
 from bench.production import ServiceSpec, fly_workers
 from bench.redis_kinds import start_kind
-from bench.run import RAISED_LIMITS, create_projects, loadavg, machine_info, new_signing_keys
 from execution_proof.transparency import cosignature, note
 from execution_proof.transparency.note import Signer
 

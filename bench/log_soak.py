@@ -65,11 +65,11 @@ import httpx
 import orjson
 import redis
 
+from bench.harness import RAISED_LIMITS, cpu_busy_share, create_projects, loadavg, machine_info, new_signing_keys
 from bench.log import ORIGIN, SIGNER, log_state, start_worker, store_size, store_url
 from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait_http
 from bench.production import ServiceSpec
 from bench.redis_kinds import RedisKind, persistence
-from bench.run import RAISED_LIMITS, cpu_busy_share, create_projects, loadavg, machine_info, new_signing_keys
 from execution_proof.jobs.worker import RQ_RETRY_MESSAGE
 from execution_proof.runtime.failpoints import STEPS
 from execution_proof.transparency import note, tlog

@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.harness import RAISED_LIMITS
 from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, pinned, wait_http
 from bench.redis_kinds import KINDS, start_kind
-from bench.run import RAISED_LIMITS
 
 SERVICE_CPUS = "0"
 SIDE_CPUS = "1"
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         redis = start_kind(args.redis, tmp, SIDE_CPUS, aof_always=True)
         services: list[Proc] = []
         try:
-            from bench.run import create_projects, new_signing_keys
+            from bench.harness import create_projects, new_signing_keys
 
             projects = create_projects(redis.url, "ab", 32, cluster=redis.cluster)
             api_keys = [project["api_key"] for project in projects]

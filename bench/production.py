@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from bench.chain import check_chain
+from bench.harness import Setup, Target, create_projects, redis_settings, run_pass
 from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait_http
 from bench.redis_kinds import KIND_TITLES, RedisKind, start_kind
 
@@ -136,7 +137,6 @@ def hot_two_processes(
 ) -> dict[str, Any]:
     """One hot project, two service processes (1 worker each) on the same Redis, the
     connections split between them; then the fork check over every 201 answer."""
-    from bench.run import create_projects
 
     project = create_projects(redis_kind.url, "bench-hot-pair", 1, cluster=redis_kind.cluster)[0]
     ports = [services.start(f"hot{n}", redis_kind, 1) for n in range(HOT_PROCESSES)]
@@ -194,7 +194,6 @@ def run_production(
     args: Any, tmp: Path, signing_keys: str, limits: str, projects_count: int, generator: str
 ) -> dict[str, Any]:
     """The whole production pass; returns its results (rendered by bench/production_report.py)."""
-    from bench.run import Setup, Target, create_projects, redis_settings, run_pass
 
     workers = fly_workers()
     kinds = ["tls", "tcp", "unix", *(["cluster"] if args.cluster else [])]

@@ -37,8 +37,8 @@ from pathlib import Path
 import httpx
 import orjson
 
+from bench.harness import new_signing_keys, start_redis
 from bench.procs import REPO, Proc, base_env, free_port, log, wait_http
-from bench.run import new_signing_keys, start_redis
 
 UNKNOWN_KEY = "eps_" + "x" * 43
 RUN = "a." * 128  # 256 characters: the longest code_ref, run_id or tag value
