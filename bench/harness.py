@@ -146,7 +146,7 @@ async def _create_projects(url: str, prefix: str, count: int, cluster: bool) -> 
 
     store = open_store(url, cluster=cluster)
     try:
-        return [await create_project_key(store, project_name=f"{prefix}-{n}", plan="pro") for n in range(count)]
+        return [await create_project_key(store.keys, project_name=f"{prefix}-{n}", plan="pro") for n in range(count)]
     finally:
         await store.close()
 

@@ -231,7 +231,7 @@ def client(app: Any) -> Any:
 @pytest.fixture
 async def api_key(store: Store) -> dict[str, Any]:
     """A fresh project with a free key: api_key, project_id, actor_id, plan, key_hash."""
-    return await create_project_key(store, project_name="tests", plan="free")
+    return await create_project_key(store.keys, project_name="tests", plan="free")
 
 
 def auth(key: dict[str, Any] | str) -> dict[str, str]:

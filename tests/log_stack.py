@@ -309,7 +309,9 @@ class Stack:
             store = setup_store(self.redis_url)
             try:
                 return [
-                    await create_project_key(store, project_name=f"{self.name}-{n}-{secrets.token_hex(3)}", plan="pro")
+                    await create_project_key(
+                        store.keys, project_name=f"{self.name}-{n}-{secrets.token_hex(3)}", plan="pro"
+                    )
                     for n in range(count)
                 ]
             finally:

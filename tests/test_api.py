@@ -251,7 +251,7 @@ async def test_idempotency_key_header(client: Any, api_key: dict[str, Any], stor
 async def test_replays_are_scoped_to_the_project(client: Any, store: Store, api_key: dict[str, Any]) -> None:
     from execution_proof.kv.accounts import create_project_key
 
-    other = await create_project_key(store, project_name="other", plan="free")
+    other = await create_project_key(store.keys, project_name="other", plan="free")
     a = await create(client, api_key, {"input_hash": H1})
     b = await create(client, other, {"input_hash": H1})
     assert a.status_code == b.status_code == 201
@@ -577,7 +577,7 @@ async def test_verify_errors(client: Any, api_key: dict[str, Any], store: Store)
     from execution_proof.kv.accounts import create_project_key
 
     receipt = (await create(client, api_key, {"input_hash": H1})).json["receipt"]
-    other = await create_project_key(store, project_name="other", plan="free")
+    other = await create_project_key(store.keys, project_name="other", plan="free")
     assert_error(await verify(client, other, {"receipt_id": receipt["receipt_id"], "input_hash": H1}), 403, "forbidden")
     assert_error(await verify(client, api_key, {"input_hash": H1}), 400, "bad_request")
     assert_error(await verify(client, api_key, {"receipt_id": receipt["receipt_id"]}), 400, "bad_request")

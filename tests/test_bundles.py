@@ -188,7 +188,7 @@ async def test_bundle_reads_count_against_the_per_ip_read_limit(settings: Settin
     limited = replace(settings, limits=load_limits(orjson.dumps({"ip_per_minute": {"get_receipt": 2}})))
     # A fixed clock: on the real one, a minute boundary between the reads resets the window.
     client = create_app(limited, store=store, clock_ms=Clock("2026-11-21T10:00:15.200Z")).asgi_client
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     receipt = await create(client, key, {"input_hash": hash_of("x")})
     assert (await bundle(client, receipt["receipt_id"])).status_code == 200
     _, read = await client.get(f"/v1/receipts/{receipt['receipt_id']}")

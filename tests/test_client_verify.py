@@ -446,7 +446,7 @@ async def test_trust_root_checks_a_bundles_log_proof_and_quorum_offline(
 
     signer = note.Signer.generate(ORIGIN)
     app = log_app(store, log_store, keyring, signer)
-    key = await create_project_key(store, project_name="trust", plan="pro")
+    key = await create_project_key(store.keys, project_name="trust", plan="pro")
     worker = await integrator(store, log_store, signer)
     [receipt] = await issue(app, key, ["one"])
     await worker.step(force=True)

@@ -106,7 +106,7 @@ def tagged_keys_per_node(cluster: RedisClusterNodes, tag: str) -> dict[int, int]
 
 async def test_chain_main_and_branch_and_no_fork_under_concurrency(cluster_store: Store, keyring: KeyRing) -> None:
     client = make_client(cluster_store, keyring)
-    key = await create_project_key(cluster_store, project_name="chain", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="chain", plan="pro")
     first = (await create(client, key, {"input_hash": hash_of("a")})).json["receipt"]
     second = (await create(client, key, {"input_hash": hash_of("b")})).json["receipt"]
     assert second["prev_receipt_hash"] == first["receipt_hash"] and second["chain_status"] == "main"
@@ -133,7 +133,7 @@ async def test_chain_main_and_branch_and_no_fork_under_concurrency(cluster_store
 
 async def test_replay_is_one_201_then_200s_with_the_same_bytes(cluster_store: Store, keyring: KeyRing) -> None:
     client = make_client(cluster_store, keyring)
-    key = await create_project_key(cluster_store, project_name="replay", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="replay", plan="pro")
     body = {"input_hash": hash_of("r"), "tags": {"b": "2", "a": "1"}}
     responses = await asyncio.gather(*(create(client, key, body) for _ in range(8)))
     codes = sorted(r.status_code for r in responses)
@@ -147,7 +147,7 @@ async def test_replay_is_one_201_then_200s_with_the_same_bytes(cluster_store: St
 
 async def test_verify_ok_and_tampered_and_reads_by_id_and_hash(cluster_store: Store, keyring: KeyRing) -> None:
     client = make_client(cluster_store, keyring)
-    key = await create_project_key(cluster_store, project_name="verify", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="verify", plan="pro")
     first = (await create(client, key, {"input_hash": hash_of("1"), "output_hash": hash_of("2")})).json["receipt"]
     second = (await create(client, key, {"input_hash": hash_of("3")})).json["receipt"]
     ok = await verify(client, key, {"receipt_id": second["receipt_id"], "input_hash": hash_of("3")})
@@ -174,10 +174,10 @@ async def test_minute_limit_and_monthly_quota_refuse_exactly_at_the_limit(
     now = [int(time.time() * 1000) // 60_000 * 60_000 + 1_000]  # early in a minute window
     limits = {"plans": {"free": {"per_minute": 5, "monthly": 1000}, "basic": {"per_minute": 1000, "monthly": 4}}}
     client = make_client(cluster_store, keyring, limits, clock_ms=lambda: now[0])
-    minute_key = await create_project_key(cluster_store, project_name="minute", plan="free")
+    minute_key = await create_project_key(cluster_store.keys, project_name="minute", plan="free")
     codes = [(await create(client, minute_key, {"input_hash": hash_of(f"m{i}")})).status_code for i in range(6)]
     assert codes == [201] * 5 + [429]
-    quota_key = await create_project_key(cluster_store, project_name="quota", plan="basic")
+    quota_key = await create_project_key(cluster_store.keys, project_name="quota", plan="basic")
     codes = [(await create(client, quota_key, {"input_hash": hash_of(f"q{i}")})).status_code for i in range(5)]
     assert codes == [201] * 4 + [429]
     _, usage = await client.get("/v1/usage", headers={"Authorization": auth(quota_key)["Authorization"]})
@@ -193,7 +193,7 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
         ref=checkout_ref("cs_test_1"), candidate_project_id=project_id, plan="basic", created_ms=1, indexed_at_ms=2
     )
     assert assigned == project_id
-    key = await create_project_key(cluster_store, project_name="operator", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="operator", plan="pro")
     from execution_proof.kv.accounts import new_key_record
 
     _, record = new_key_record(project_id, "basic", actor_id="act_x", now_ms=1_795_219_200_000)  # 2026-11-21
@@ -207,7 +207,7 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
     refused = await create(client, key, {"input_hash": hash_of("s")})
     assert refused.status_code == 403
     await cluster_store.keys.set_project_suspension(key["project_id"], "")
-    new = await reissue_project_key(cluster_store, key["project_id"])
+    new = await reissue_project_key(cluster_store.keys, key["project_id"])
     assert new is not None
     assert (await create(client, key, {"input_hash": hash_of("old")})).status_code == 401
     assert (await create(client, new, {"input_hash": hash_of("new")})).status_code == 201
@@ -222,7 +222,7 @@ async def test_data_spreads_over_every_master_and_the_sweep_covers_them_all(
     old_client = make_client(cluster_store, keyring, clock_ms=lambda: now - 10 * DAY_MS)
     new_client = make_client(cluster_store, keyring)
     projects = await asyncio.gather(
-        *(create_project_key(cluster_store, project_name=f"spread-{i}", plan="pro") for i in range(PROJECTS))
+        *(create_project_key(cluster_store.keys, project_name=f"spread-{i}", plan="pro") for i in range(PROJECTS))
     )
     old_ids: list[str] = []
     new_ids: list[str] = []
@@ -269,7 +269,7 @@ async def test_data_spreads_over_every_master_and_the_sweep_covers_them_all(
 
 async def test_operator_delete_on_the_cluster(cluster_store: Store, keyring: KeyRing) -> None:
     client = make_client(cluster_store, keyring)
-    key = await create_project_key(cluster_store, project_name="delete", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="delete", plan="pro")
     receipt = (await create(client, key, {"input_hash": hash_of("d")})).json["receipt"]
     removed = await cluster_store.receipts.delete_receipt(receipt["receipt_id"])
     assert removed == {

@@ -94,7 +94,7 @@ async def test_a_moved_slot_is_followed_by_two_stores_without_a_fork(
     keyring: KeyRing,
 ) -> None:
     clients = [make_client(cluster_store, keyring), make_client(second_store, keyring)]
-    key = await create_project_key(cluster_store, project_name="moved", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="moved", plan="pro")
     earlier = [(await create(clients[i % 2], key, {"input_hash": hash_of(f"e{i}")})).json["receipt"] for i in range(4)]
     name = project_key(key["project_id"])
     slot, source = key_slot(name.encode()), node_of_key(redis_cluster, name)
@@ -125,7 +125,7 @@ async def test_during_a_migration_reads_follow_ask_and_a_create_waits_for_its_en
     keyring: KeyRing,
 ) -> None:
     client = make_client(cluster_store, keyring)
-    key = await create_project_key(cluster_store, project_name="ask", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="ask", plan="pro")
     first = (await create(client, key, {"input_hash": hash_of("a1"), "output_hash": hash_of("o1")})).json["receipt"]
     name = project_key(key["project_id"])
     slot, source = key_slot(name.encode()), node_of_key(redis_cluster, name)
@@ -171,7 +171,9 @@ async def test_a_restarted_master_is_503_while_down_and_reconnected_after(
     keyring: KeyRing,
 ) -> None:
     client = make_client(cluster_store, keyring)
-    projects = [await create_project_key(cluster_store, project_name=f"restart-{i}", plan="pro") for i in range(12)]
+    projects = [
+        await create_project_key(cluster_store.keys, project_name=f"restart-{i}", plan="pro") for i in range(12)
+    ]
     receipts = [(await create(client, k, {"input_hash": hash_of(k["project_id"])})).json["receipt"] for k in projects]
     holders = [node_of_key(redis_cluster, project_key(k["project_id"])) for k in projects]
     # Every request also counts its client address in that address's own slot

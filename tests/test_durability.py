@@ -256,7 +256,7 @@ async def test_replica_ack_answers_201_only_once_the_replica_holds_the_receipt(
     ack_app: tuple[Any, Store, RedisServer, RedisServer],
 ) -> None:
     app, store, _, replica = ack_app
-    key = await create_project_key(store, project_name="ack", plan="pro")
+    key = await create_project_key(store.keys, project_name="ack", plan="pro")
     with redis.Redis.from_url(replica.url) as on_replica:
         for i in range(20):
             _, response = await create_receipt(app, key, f"ack-{i}")
@@ -271,7 +271,7 @@ async def test_replica_ack_not_reached_is_a_503_naming_the_written_receipt(
     ack_app: tuple[Any, Store, RedisServer, RedisServer],
 ) -> None:
     app, store, primary, replica = ack_app
-    key = await create_project_key(store, project_name="ack", plan="pro")
+    key = await create_project_key(store.keys, project_name="ack", plan="pro")
     _, first = await create_receipt(app, key, "before")
     assert first.status == 201
     assert replica.process is not None
@@ -376,7 +376,7 @@ async def test_a_full_redis_with_noeviction_answers_503_and_keeps_every_receipt(
     store = Store(aioredis.from_url(server.url))
     try:
         app = create_app(Settings(redis_url=server.url, keyring=keyring, env="test"), store=store)
-        key = await create_project_key(store, project_name="full", plan="pro")
+        key = await create_project_key(store.keys, project_name="full", plan="pro")
         _, first = await create_receipt(app, key, "before-full")
         assert first.status == 201
         with redis.Redis.from_url(server.url) as conn:

@@ -321,8 +321,8 @@ def human() -> Iterator[FakeHumanCheck]:
 async def target(keyring: KeyRing, human: FakeHumanCheck) -> AsyncIterator[Target]:
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
     client = create_app(fuzz_settings(keyring, human.url), store=store).asgi_client
-    key_a = await create_project_key(store, project_name="fuzz-a", plan="pro")
-    key_b = await create_project_key(store, project_name="fuzz-b", plan="free")
+    key_a = await create_project_key(store.keys, project_name="fuzz-a", plan="pro")
+    key_b = await create_project_key(store.keys, project_name="fuzz-b", plan="free")
     _, response = await client.post(
         "/v1/receipts", content=orjson.dumps({"input_hash": hash_of("fuzz-input")}), headers=auth(key_a)
     )
@@ -450,7 +450,7 @@ async def test_429_keeps_the_error_shape(keyring: KeyRing, human: FakeHumanCheck
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
     limits = {"plans": {"free": {"per_minute": 60, "monthly": 1}}}
     client = create_app(fuzz_settings(keyring, human.url, limits), store=store).asgi_client
-    key = await create_project_key(store, project_name="quota", plan="free")
+    key = await create_project_key(store.keys, project_name="quota", plan="free")
     body = orjson.dumps({"input_hash": hash_of("q-1")})
     _, response = await client.post("/v1/receipts", content=body, headers=auth(key))
     assert response.status_code == 201

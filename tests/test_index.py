@@ -40,7 +40,7 @@ async def plant(store: Store, project_id: str, tip: str | None, n: int) -> dict[
 
 
 async def test_buckets_split_as_the_project_grows_and_every_entry_stays_found(store: Store) -> None:
-    project_id = (await create_project_key(store, project_name="grow", plan="pro"))["project_id"]
+    project_id = (await create_project_key(store.keys, project_name="grow", plan="pro"))["project_id"]
     planted, tip = [], None
     for n in range(400):
         planted.append(await plant(store, project_id, tip, n))

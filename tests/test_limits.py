@@ -130,7 +130,7 @@ def test_ratelimit_header_fields() -> None:
 
 async def test_free_key_gets_exactly_60_creates_a_minute(make_client: Any, store: Store, clock: Clock) -> None:
     client = make_client()
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     for i in range(60):
         response = await post(client, key, {"input_hash": hash_of(f"n{i}")})
         assert response.status_code == 201, (i, response.text)
@@ -150,14 +150,14 @@ async def test_free_key_gets_exactly_60_creates_a_minute(make_client: Any, store
 async def test_plans_have_their_own_minute_limits(make_client: Any, store: Store) -> None:
     client = make_client({"plans": {"basic": {"per_minute": 3}, "pro": {"per_minute": 4}}})
     for plan, limit in (("basic", 3), ("pro", 4)):
-        key = await create_project_key(store, project_name=plan, plan=plan)
+        key = await create_project_key(store.keys, project_name=plan, plan=plan)
         codes = [(await post(client, key, {"input_hash": hash_of(f"{plan}{i}")})).status_code for i in range(limit + 1)]
         assert codes == [201] * limit + [429]
 
 
 async def test_replays_count_as_requests_not_as_receipts(make_client: Any, store: Store) -> None:
     client = make_client({"plans": {"free": {"per_minute": 3}}})
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     first = await post(client, key, {"input_hash": hash_of("a")})
     replay = await post(client, key, {"input_hash": hash_of("a")})
     assert (first.status_code, replay.status_code) == (201, 200)
@@ -170,7 +170,7 @@ async def test_replays_count_as_requests_not_as_receipts(make_client: Any, store
 
 async def test_rejected_requests_consume_nothing(make_client: Any, store: Store) -> None:
     client = make_client({"plans": {"free": {"per_minute": 2, "monthly": 2}}})
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     for bad in (
         {"input_hash": "nope"},
         {"input_hash": hash_of("x"), "tags": ["a"]},
@@ -185,7 +185,7 @@ async def test_rejected_requests_consume_nothing(make_client: Any, store: Store)
 
 async def test_verify_counts_against_the_key_limit(make_client: Any, store: Store) -> None:
     client = make_client({"plans": {"free": {"per_minute": 3}}})
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     receipt = (await post(client, key, {"input_hash": hash_of("a")})).json["receipt"]
     body = {"receipt_id": receipt["receipt_id"], "input_hash": hash_of("a")}
     for _ in range(2):
@@ -201,7 +201,7 @@ async def test_verify_counts_against_the_key_limit(make_client: Any, store: Stor
 
 async def test_small_quota_counts_down_then_refuses(make_client: Any, store: Store, clock: Clock) -> None:
     client = make_client({"plans": {"free": {"monthly": 3}}})
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     first = None
     for used in (1, 2, 3):
         response = await post(client, key, {"input_hash": hash_of(f"q{used}")})
@@ -238,7 +238,7 @@ async def test_small_quota_counts_down_then_refuses(make_client: Any, store: Sto
 
 async def test_quota_resets_from_december_to_january(make_client: Any, store: Store, clock: Clock) -> None:
     client = make_client({"plans": {"free": {"monthly": 2}}})
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     clock.set("2026-12-31T23:59:58.000Z")
     assert (await post(client, key, {"input_hash": hash_of("d1")})).status_code == 201
     assert (await post(client, key, {"input_hash": hash_of("d2")})).status_code == 201
@@ -255,8 +255,8 @@ async def test_quota_resets_from_december_to_january(make_client: Any, store: St
 
 async def test_quota_belongs_to_the_project(make_client: Any, store: Store) -> None:
     client = make_client({"plans": {"free": {"monthly": 1}}})
-    a = await create_project_key(store, project_name="a", plan="free")
-    b = await create_project_key(store, project_name="b", plan="free")
+    a = await create_project_key(store.keys, project_name="a", plan="free")
+    b = await create_project_key(store.keys, project_name="b", plan="free")
     assert (await post(client, a, {"input_hash": hash_of("1")})).status_code == 201
     assert (await post(client, b, {"input_hash": hash_of("1")})).status_code == 201
     assert (await post(client, a, {"input_hash": hash_of("2")})).json["error"]["code"] == "quota_exceeded"
@@ -267,7 +267,7 @@ async def test_quota_belongs_to_the_project(make_client: Any, store: Store) -> N
 
 async def test_bad_keys_are_throttled_at_the_11th_attempt(make_client: Any, store: Store, clock: Clock) -> None:
     client = make_client()
-    valid = await create_project_key(store, project_name="p", plan="free")
+    valid = await create_project_key(store.keys, project_name="p", plan="free")
     for i in range(10):
         response = await post(client, f"eps_wrongwrongwrongwrong{i:02d}", {"input_hash": hash_of("x")})
         assert response.status_code == 401, i
@@ -297,7 +297,7 @@ async def test_a_request_refused_for_its_key_or_address_never_reads_its_body(
 
     monkeypatch.setattr(creating, "parse_create_request", counted)
     client = make_client({"ip_per_minute": {"authenticated": 2, "unauthenticated": 2}})
-    valid = await create_project_key(store, project_name="p", plan="free")
+    valid = await create_project_key(store.keys, project_name="p", plan="free")
     body = {"input_hash": hash_of("x"), "code_ref": "a." * 128, "tags": {f"t{i}": "a." * 128 for i in range(7)}}
     refused = [
         await post(client, "eps_wrongwrongwrongwrong00", body),  # unknown key: 401
@@ -324,8 +324,8 @@ async def test_a_request_refused_for_its_body_is_refunded(
     read; a body, claim or header then refused gives it back, so refusals use up nothing."""
     monkeypatch.setattr(store.keys, "one_call_auth", one_call)
     client = make_client({"ip_per_minute": {"authenticated": 3}})
-    key = await create_project_key(store, project_name="p", plan="pro")
-    other = await create_project_key(store, project_name="q", plan="pro")
+    key = await create_project_key(store.keys, project_name="p", plan="pro")
+    other = await create_project_key(store.keys, project_name="q", plan="pro")
     address = keys.ip_counter_key("unknown", "authenticated", minute_window(clock()).id)
     assert (await post(client, key, {"input_hash": hash_of("a")})).status_code == 201
     assert await store.client.get(address) == b"1"
@@ -351,7 +351,7 @@ async def test_a_request_refused_for_its_body_is_refunded(
 
 async def test_authenticated_requests_per_address(make_client: Any, store: Store) -> None:
     client = make_client({"ip_per_minute": {"authenticated": 4}})
-    keys = [await create_project_key(store, project_name=f"p{i}", plan="pro") for i in range(3)]
+    keys = [await create_project_key(store.keys, project_name=f"p{i}", plan="pro") for i in range(3)]
     codes = [(await post(client, keys[i % 3], {"input_hash": hash_of(f"a{i}")})).status_code for i in range(6)]
     assert codes == [201, 201, 201, 201, 429, 429]
 
@@ -436,7 +436,7 @@ def test_proxy_settings_from_environment() -> None:
 
 async def test_usage_endpoint(make_client: Any, store: Store) -> None:
     client = make_client({"plans": {"basic": {"per_minute": 10, "monthly": 100}}})
-    key = await create_project_key(store, project_name="p", plan="basic")
+    key = await create_project_key(store.keys, project_name="p", plan="basic")
     for i in range(3):
         await post(client, key, {"input_hash": hash_of(f"u{i}")})
     await post(client, key, {"input_hash": hash_of("u0")})
@@ -504,13 +504,13 @@ async def _refusal_outcomes(make_client: Any, store: Store, clock: Clock) -> lis
     of what it counted: (case, status, error code, the address's authenticated counter and
     the key's usage after it)."""
     client = make_client({"ip_per_minute": {"authenticated": 12, "unauthenticated": 3}})
-    key = await create_project_key(store, project_name="p", plan="pro")
-    other = await create_project_key(store, project_name="q", plan="pro")
-    revoked = await create_project_key(store, project_name="r", plan="pro")
+    key = await create_project_key(store.keys, project_name="p", plan="pro")
+    other = await create_project_key(store.keys, project_name="q", plan="pro")
+    revoked = await create_project_key(store.keys, project_name="r", plan="pro")
     await store.keys.revoke_api_key(revoked["key_hash"])
-    lapsed = await create_project_key(store, project_name="s", plan="pro")  # a suspension that has ended
+    lapsed = await create_project_key(store.keys, project_name="s", plan="pro")  # a suspension that has ended
     await store.keys.set_project_suspension(lapsed["project_id"], str(ms("2026-11-01T00:00:00.000Z")))
-    suspended = await create_project_key(store, project_name="t", plan="pro")
+    suspended = await create_project_key(store.keys, project_name="t", plan="pro")
     await store.keys.set_project_suspension(suspended["project_id"], "forever")
     window = minute_window(ms("2026-11-21T10:00:15.200Z")).id
     address = keys.ip_counter_key("unknown", "authenticated", window)  # the ASGI client's address bucket

@@ -451,7 +451,7 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
     store = Store(aioredis.from_url(endpoint.url()))
     client = create_app(settings, store=store).asgi_client
     try:
-        key = await create_project_key(store, project_name="trips", plan="pro")
+        key = await create_project_key(store.keys, project_name="trips", plan="pro")
         created = []
         for label in ("first", "second"):
             _, response = await client.post(

@@ -180,7 +180,7 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     # A new log publishes its empty tree at once.
     empty = await served(client, signer)
     assert (empty.size, empty.root) == (0, tlog.EMPTY_ROOT)
-    keys_ = [await create_project_key(store, project_name=f"log-{i}", plan="pro") for i in range(3)]
+    keys_ = [await create_project_key(store.keys, project_name=f"log-{i}", plan="pro") for i in range(3)]
     receipts = []
     for n in range(40):
         body = await create(client, keys_[n % 3], f"r{n}")
@@ -250,7 +250,7 @@ async def test_the_published_directory_is_a_log_tlog_scales_reads(
     checkpoint, root and proofs, and our signature verifies."""
     app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="scales", plan="pro")
+    key = await create_project_key(store.keys, project_name="scales", plan="pro")
     worker = await integrator(store, log_store, signer)
     receipts = []
     old: note.Checkpoint | None = None
@@ -291,7 +291,7 @@ async def test_partial_tiles_go_once_full_and_older_widths_are_still_served(
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="partials", plan="pro")
+    key = await create_project_key(store.keys, project_name="partials", plan="pro")
     worker = await integrator(store, log_store, signer)
     for count in (3, 4, 300):
         await issue(app, key, [f"p{count}-{n}" for n in range(count)])
@@ -310,7 +310,7 @@ async def test_tile_routes_refuse_what_is_not_published(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
     client = log_app(store, log_store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name="tiles", plan="pro")
+    key = await create_project_key(store.keys, project_name="tiles", plan="pro")
     worker = await integrator(store, log_store, signer)
     for n in range(5):
         await create(client, key, f"t{n}")
@@ -339,7 +339,7 @@ async def test_tiles_have_their_own_generous_limit(
     client = log_app(
         store, log_store, keyring, signer, clock_ms=lambda: noon, limits=load_limits(orjson.dumps(limits))
     ).asgi_client
-    key = await create_project_key(store, project_name="tile-limit", plan="pro")
+    key = await create_project_key(store.keys, project_name="tile-limit", plan="pro")
     worker = await integrator(store, log_store, signer)
     await create(client, key, "one")
     await worker.step(force=True)
@@ -358,7 +358,7 @@ async def test_without_a_log_key_the_log_routes_answer_503_and_creates_are_uncha
     store: Store, log_store: LogStore, keyring: Any
 ) -> None:
     client = log_app(store, log_store, keyring, None).asgi_client
-    key = await create_project_key(store, project_name="nolog", plan="pro")
+    key = await create_project_key(store.keys, project_name="nolog", plan="pro")
     body = await create(client, key, "x")
     assert "log" not in body
     for path in (
@@ -378,7 +378,7 @@ async def test_prefer_wait_returns_the_proof_once_a_checkpoint_covers_the_receip
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
     client = log_app(store, log_store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name="wait", plan="pro")
+    key = await create_project_key(store.keys, project_name="wait", plan="pro")
     worker = await integrator(store, log_store, signer, interval_s=0.05)
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(stop))
@@ -410,7 +410,7 @@ async def test_a_waiting_create_whose_wait_meets_an_outage_answers_201_pending(
 
     monkeypatch.setattr(LogService, "wait_for_proof", outage)
     client = log_app(store, log_store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name="wait-outage", plan="pro")
+    key = await create_project_key(store.keys, project_name="wait-outage", plan="pro")
     body = await create(client, key, "w", Prefer="wait=5")
     assert body["log"] == {"status": "pending", "proof_url": f"/v1/receipts/{body['receipt']['receipt_id']}/log-proof"}
     _, kept = await client.get(f"/v1/receipts/{body['receipt']['receipt_id']}")
@@ -446,8 +446,8 @@ async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, point: str
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
-    key_a = await create_project_key(store, project_name="crash-a", plan="pro")
-    key_b = await create_project_key(store, project_name="crash-b", plan="pro")
+    key_a = await create_project_key(store.keys, project_name="crash-a", plan="pro")
+    key_b = await create_project_key(store.keys, project_name="crash-b", plan="pro")
     worker = await integrator(store, log_store, signer)
     first = await issue(app, key_a, ["c0", "c1", "c2"]) + await issue(app, key_b, ["c3", "c4", "c5"])
     await worker.step(force=True)
@@ -482,7 +482,7 @@ async def test_racing_integrators_never_fork_and_lose_nothing(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
-    keys_ = [await create_project_key(store, project_name=f"race-{i}", plan="pro") for i in range(4)]
+    keys_ = [await create_project_key(store.keys, project_name=f"race-{i}", plan="pro") for i in range(4)]
     rivals = [await integrator(store, log_store, signer), await integrator(store, log_store, signer)]
     seen: list[note.Checkpoint] = []
     receipts: list[dict[str, Any]] = []
@@ -509,7 +509,7 @@ async def test_lost_tiles_refuse_to_extend_instead_of_signing_a_fork(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
-    key = await create_project_key(store, project_name="lost", plan="pro")
+    key = await create_project_key(store.keys, project_name="lost", plan="pro")
     worker = await integrator(store, log_store, signer)
     await issue(app, key, [f"l{n}" for n in range(10)])
     await worker.step(force=True)
@@ -540,7 +540,7 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
     and every receipt Redis still has gets a working proof."""
     app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="restore", plan="pro")
+    key = await create_project_key(store.keys, project_name="restore", plan="pro")
     worker = await integrator(store, log_store, signer)
     first = await issue(app, key, [f"one-{n}" for n in range(100)])
     # The snapshot is taken while these 100 still wait: the restore brings them back queued.
@@ -576,7 +576,7 @@ async def test_a_flushed_redis_loses_nothing_the_log_holds(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
-    key = await create_project_key(store, project_name="flush", plan="pro")
+    key = await create_project_key(store.keys, project_name="flush", plan="pro")
     worker = await integrator(store, log_store, signer)
     before = await issue(app, key, [f"f{n}" for n in range(50)])
     await worker.step(force=True)
@@ -584,7 +584,7 @@ async def test_a_flushed_redis_loses_nothing_the_log_holds(
     await store.client.flushall()
     # The store is not empty and Redis knows no log: the log goes on, never starts again.
     again = await integrator(store, log_store, signer)
-    key = await create_project_key(store, project_name="after-flush", plan="pro")
+    key = await create_project_key(store.keys, project_name="after-flush", plan="pro")
     after = await issue(app, key, [f"g{n}" for n in range(20)])
     await again.step(force=True)
     await worker.step(force=True)  # the old one, whose memory predates the flush, adds nothing
@@ -616,7 +616,7 @@ async def test_an_empty_store_beside_a_redis_that_knows_the_log_is_refused(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
-    key = await create_project_key(store, project_name="lost-store", plan="pro")
+    key = await create_project_key(store.keys, project_name="lost-store", plan="pro")
     await integrator(store, log_store, signer)
     await issue(app, key, ["queued"])
     mistyped = LogStore(FileObjects(tmp_path / "mistyped"))
@@ -645,7 +645,7 @@ async def test_two_logs_on_one_redis_never_share_a_queue(
     other = note.Signer.generate("second.example/v1/log")
     first_store, second_store = LogStore(FileObjects(tmp_path / "a")), LogStore(FileObjects(tmp_path / "b"))
     app = log_app(store, first_store, keyring, signer)
-    key = await create_project_key(store, project_name="two-logs", plan="pro")
+    key = await create_project_key(store.keys, project_name="two-logs", plan="pro")
     first = await integrator(store, first_store, signer)
     receipts = await issue(app, key, ["only-the-first"])
     second = Integrator(store.log_queue, second_store, LogConfig(other.name, other))
@@ -660,7 +660,7 @@ async def test_backpressure_refuses_creates_without_using_quota(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
     client = log_app(store, log_store, keyring, signer, log_max_pending=3).asgi_client
-    key = await create_project_key(store, project_name="backlog", plan="free")
+    key = await create_project_key(store.keys, project_name="backlog", plan="free")
     worker = await integrator(store, log_store, signer)
     bodies = [await create(client, key, f"b{n}") for n in range(3)]
     _, usage_before = await client.get("/v1/usage", headers=auth(key))
@@ -716,7 +716,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
         policy = parse_policy(f"log {signer.verifier.encode()}\nwitness w {witness.key.encode()} {url}\nquorum w\n")
         app = log_app(store, log_store, keyring, signer, log_policy=policy, metrics_token="t0ken")
         client = app.asgi_client
-        key = await create_project_key(store, project_name="halt", plan="pro")
+        key = await create_project_key(store.keys, project_name="halt", plan="pro")
         worker = await integrator(store, log_store, signer, policy=policy, witness_timeout_ms=2000)
         await create(client, key, "before")
         await worker.step(force=True)
@@ -755,7 +755,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
 
 
 async def test_the_dirty_set_forgets_empty_projects_but_never_a_queued_entry(store: Store, keyring: Any) -> None:
-    key = await create_project_key(store, project_name="dirty", plan="pro")
+    key = await create_project_key(store.keys, project_name="dirty", plan="pro")
     project = key["project_id"]
     dirty = keys.log_dirty_key(IDENTITY)
     await store.client.sadd(dirty, project)
@@ -767,7 +767,7 @@ async def test_the_dirty_set_forgets_empty_projects_but_never_a_queued_entry(sto
     assert await store.client.sismember(dirty, project)
     assert not await store.client.zcard(keys.log_recheck_key(IDENTITY))
     # Several projects at once: the one with a queued entry stays, the empty one goes.
-    other = (await create_project_key(store, project_name="dirty-2", plan="pro"))["project_id"]
+    other = (await create_project_key(store.keys, project_name="dirty-2", plan="pro"))["project_id"]
     await store.client.sadd(dirty, other)
     await store.log_queue.log_tidy_dirty(IDENTITY, [project, other], now_ms=3_000)
     assert await store.client.smembers(dirty) == {project.encode()}
@@ -818,7 +818,7 @@ async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_f
     store = Store(aioredis.from_url(server.url))
     try:
         app = log_app(store, log_store, keyring, signer)
-        key = await create_project_key(store, project_name="restart", plan="pro")
+        key = await create_project_key(store.keys, project_name="restart", plan="pro")
         worker = await integrator(store, log_store, signer)
         before_kill = await issue(app, key, [f"k{n}" for n in range(300)])
         await worker.step(force=True)
@@ -847,7 +847,7 @@ async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps
 
     app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="sweep", plan="pro")
+    key = await create_project_key(store.keys, project_name="sweep", plan="pro")
     worker = await integrator(store, log_store, signer)
     receipts = await issue(app, key, [f"s{n}" for n in range(4)])
     await worker.step(force=True)
@@ -876,7 +876,7 @@ async def test_a_deleted_receipt_takes_its_log_index_with_it(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
-    key = await create_project_key(store, project_name="delete", plan="pro")
+    key = await create_project_key(store.keys, project_name="delete", plan="pro")
     worker = await integrator(store, log_store, signer)
     [receipt] = await issue(app, key, ["gone"])
     await worker.step(force=True)
@@ -896,7 +896,7 @@ async def test_head_answers_every_log_route_like_get_without_a_body_and_counts_a
     headers), with no body, and takes one from the same limit. (Content-Length over real HTTP:
     tests/test_log_operator_faults.py.)"""
     client = log_app(store, log_store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name="head", plan="pro")
+    key = await create_project_key(store.keys, project_name="head", plan="pro")
     worker = await integrator(store, log_store, signer)
     receipt = (await create(client, key, "head"))["receipt"]
     await worker.step(force=True)
@@ -928,7 +928,7 @@ async def test_a_receipt_of_another_log_or_of_none_is_not_in_this_log(
     never queued into the new log, and a replay of one is still a 200 whose ``log`` is the
     pending form. A receipt issued while the service ran without a log is not in it either."""
     old_client = log_app(store, log_store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name="new-origin", plan="pro")
+    key = await create_project_key(store.keys, project_name="new-origin", plan="pro")
     old_worker = await integrator(store, log_store, signer)
     old = (await create(old_client, key, "old"))["receipt"]
     await old_worker.step(force=True)
@@ -968,7 +968,7 @@ async def test_a_proof_is_checked_before_it_is_served(
     """An index in Redis that names another entry (a Redis of another deployment with the
     same log's key, say) gives 404 ``not_in_log``, not a proof that fails to verify."""
     client = log_app(store, log_store, keyring, signer).asgi_client
-    key = await create_project_key(store, project_name="leaf", plan="pro")
+    key = await create_project_key(store.keys, project_name="leaf", plan="pro")
     worker = await integrator(store, log_store, signer)
     first = (await create(client, key, "first"))["receipt"]
     second = (await create(client, key, "second"))["receipt"]
@@ -990,7 +990,7 @@ async def test_health_counts_a_stall_from_one_moment_in_every_web_process(
     first saw them, both say ``stalled`` (the first set the mark; each used to count from
     when it was first asked, and the second said ``ok`` for ``LOG_STALL_S`` more)."""
     first, second = (log_app(store, log_store, keyring, signer, log_stall_s=0.3) for _ in range(2))
-    key = await create_project_key(store, project_name="stall-clock", plan="pro")
+    key = await create_project_key(store.keys, project_name="stall-clock", plan="pro")
     await integrator(store, log_store, signer)  # creates the log; marks no progress
     await create(first.asgi_client, key, "waits")
     assert await store.log_queue.log_progress(IDENTITY) is None
@@ -1010,7 +1010,7 @@ async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     app = log_app(store, log_store, keyring, signer, log_stall_s=0.5)
     client = app.asgi_client
     service = app.ctx.log
-    key = await create_project_key(store, project_name="stall", plan="pro")
+    key = await create_project_key(store.keys, project_name="stall", plan="pro")
     worker = await integrator(store, log_store, signer)
     await worker.step(force=True)  # nothing waits: its progress is marked
 

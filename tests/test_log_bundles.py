@@ -40,7 +40,7 @@ class Log:
 
     async def grow(self, count: int) -> str:
         """``count`` more receipts, sequenced and published: the signed checkpoint."""
-        key = await create_project_key(self.store, project_name=f"p{len(self.receipts)}", plan="pro")
+        key = await create_project_key(self.store.keys, project_name=f"p{len(self.receipts)}", plan="pro")
         worker = await integrator(self.store, self.log_store, self.signer)
         self.receipts += await issue(self.app, key, [f"r{len(self.receipts) + n}" for n in range(count)])
         await worker.step(force=True)

@@ -51,7 +51,7 @@ async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogSt
     app = cluster_app(cluster_store, log_store, keyring, signer)
     client = app.asgi_client
     worker = await integrator(cluster_store, log_store, signer)
-    project_keys = [await create_project_key(cluster_store, project_name=f"cl-{i}", plan="pro") for i in range(6)]
+    project_keys = [await create_project_key(cluster_store.keys, project_name=f"cl-{i}", plan="pro") for i in range(6)]
     receipts = [(await create(client, project_keys[0], "over-http"))["receipt"]]
     for n, key in enumerate(project_keys):
         receipts += await issue(app, key, [f"c{n}-{i}" for i in range(100)])
@@ -75,7 +75,7 @@ async def test_backpressure_on_a_cluster(cluster_store: Store, log_store: LogSto
     signer = note.Signer.generate(ORIGIN)
     client = cluster_app(cluster_store, log_store, keyring, signer, log_max_pending=4).asgi_client
     worker = await integrator(cluster_store, log_store, signer)
-    key = await create_project_key(cluster_store, project_name="cl-backlog", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="cl-backlog", plan="pro")
     for n in range(4):
         await create(client, key, f"b{n}")
     body = {"input_hash": hash_of("in-refused"), "receipt_kind": "release"}
@@ -95,7 +95,7 @@ async def test_time_stamps_are_kept_and_served_on_a_cluster(
     app = cluster_app(cluster_store, log_store, keyring, signer)
     client = app.asgi_client
     worker = await integrator(cluster_store, log_store, signer)
-    key = await create_project_key(cluster_store, project_name="cl-stamped", plan="pro")
+    key = await create_project_key(cluster_store.keys, project_name="cl-stamped", plan="pro")
     receipts = await issue(app, key, [f"s{i}" for i in range(5)])
     await worker.step(force=True)
     tsa = LocalTsa(tmp_path / "tsa").start()

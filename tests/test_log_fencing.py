@@ -222,8 +222,8 @@ async def test_an_integrator_paused_at_any_step_changes_nothing_when_it_wakes(
     site: Site, step: str, fault: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     history = Published(site)
-    key_a = await create_project_key(site.store, project_name="pause-a", plan="pro")
-    key_b = await create_project_key(site.store, project_name="pause-b", plan="pro")
+    key_a = await create_project_key(site.store.keys, project_name="pause-a", plan="pro")
+    key_b = await create_project_key(site.store.keys, project_name="pause-b", plan="pro")
     active = await integrator(site)
     receipts = await grow(site, active, key_a, [f"first-{n}" for n in range(10)])
     await history.look()
@@ -238,7 +238,7 @@ async def test_an_integrator_paused_at_any_step_changes_nothing_when_it_wakes(
     # While it sleeps, Redis is left alone, flushed or restored, and another carries on.
     if fault == "flushall":
         await site.store.client.flushall()
-        key_a = await create_project_key(site.store, project_name="after-a", plan="pro")
+        key_a = await create_project_key(site.store.keys, project_name="after-a", plan="pro")
     elif fault == "restore":
         await restore(site.store, older)
     successor = await integrator(site)
@@ -282,7 +282,7 @@ async def test_an_integrator_paused_while_finishing_a_stopped_ones_batch_wakes_b
     tree it had advanced and refused the store as one that lost entries, halting a healthy
     log. It must read the tree state again and go back to standby instead."""
     history = Published(site)
-    key = await create_project_key(site.store, project_name="finisher", plan="pro")
+    key = await create_project_key(site.store.keys, project_name="finisher", plan="pro")
     receipts = await grow(site, await integrator(site), key, [f"first-{n}" for n in range(5)])
     receipts += await issue(site.app, key, [f"staged-{n}" for n in range(20)])
     with pytest.raises(BaseException, match="staged"):
@@ -310,7 +310,7 @@ async def test_a_tree_state_put_back_with_its_old_bytes_is_refused_by_the_anchor
     its synced size says nothing). When the sleeper wakes, the published checkpoint (size 41)
     is ahead of the tree state it would work on: refused, recorded as a halt, no tile
     written. A fresh integrator refuses the same way."""
-    key = await create_project_key(site.store, project_name="rollback", plan="pro")
+    key = await create_project_key(site.store.keys, project_name="rollback", plan="pro")
     active = await integrator(site)
     await grow(site, active, key, [f"r{n}" for n in range(10)])
     old_tree = (site.directory / ".state/tree").read_bytes()
@@ -322,7 +322,7 @@ async def test_a_tree_state_put_back_with_its_old_bytes_is_refused_by_the_anchor
     covered = tile_bytes(site.directory)
     if flushed:
         await site.store.client.flushall()
-        key = await create_project_key(site.store, project_name="rollback-2", plan="pro")
+        key = await create_project_key(site.store.keys, project_name="rollback-2", plan="pro")
     await issue(site.app, key, ["late"])
     woke = paused.finish()
     assert isinstance(woke, LogRefused) and "ahead of" in str(woke), woke
@@ -345,14 +345,14 @@ async def test_a_creation_cut_short_is_finished_by_the_next_start(site: Site) ->
     assert not (site.directory / ".state/tree").exists()
     worker = await integrator(site)
     assert (await published(site.log_store, SIGNER)).size == 0
-    key = await create_project_key(site.store, project_name="created", plan="pro")
+    key = await create_project_key(site.store.keys, project_name="created", plan="pro")
     receipts = await grow(site, worker, key, ["one", "two"])
     assert (await published(site.log_store, SIGNER)).size == 2
     await assert_whole(site, Published(site), receipts)
 
 
 async def test_a_store_with_files_but_no_tree_state_is_refused(site: Site) -> None:
-    key = await create_project_key(site.store, project_name="no-tree", plan="pro")
+    key = await create_project_key(site.store.keys, project_name="no-tree", plan="pro")
     await grow(site, await integrator(site), key, ["one"])
     (site.directory / ".state/tree").unlink()
     with pytest.raises(LogRefused, match="no tree state"):
@@ -367,7 +367,7 @@ async def test_an_unreadable_checkpoint_is_published_again_and_never_a_500(site:
     from the tree state, which the tiles prove. With an edge tile damaged too, the tiles prove
     nothing: the log halts instead."""
     client = site.app.asgi_client
-    key = await create_project_key(site.store, project_name="truncated", plan="pro")
+    key = await create_project_key(site.store.keys, project_name="truncated", plan="pro")
     worker = await integrator(site)
     receipts = await grow(site, worker, key, [f"t{n}" for n in range(5)])
     checkpoint_file = site.directory / "checkpoint"
@@ -407,7 +407,7 @@ async def test_temporary_files_a_full_disk_left_are_removed_and_never_left_again
 ) -> None:
     """A write that fails (ENOSPC) leaves no temporary file; files a stopped writer left in
     ``.state/tmp/`` are removed when a process that writes the log starts."""
-    key = await create_project_key(site.store, project_name="disk", plan="pro")
+    key = await create_project_key(site.store.keys, project_name="disk", plan="pro")
     worker = await integrator(site)
     await grow(site, worker, key, ["one"])
     tmp = site.directory / ".state/tmp"

@@ -160,7 +160,7 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
     app = log_app(store, log_store, keyring, signer)
     await integrator(store, log_store, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="stamped", plan="pro")
+    key = await create_project_key(store.keys, project_name="stamped", plan="pro")
     await grow(app, store, log_store, signer, key, [f"s{n}" for n in range(7)])
     both_roots = tuple(roots_of(tsa) + roots_of(other_tsa))
     stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=both_roots))
@@ -201,7 +201,7 @@ async def test_workers_stamp_once_per_interval_between_them(
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
     await integrator(store, log_store, signer)
-    key = await create_project_key(store, project_name="racing", plan="pro")
+    key = await create_project_key(store.keys, project_name="racing", plan="pro")
     await grow(app, store, log_store, signer, key, ["r0", "r1"])
     asked = len(tsa.requests)
     stampers = [Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)) for _ in range(4)]
@@ -216,7 +216,7 @@ async def test_an_answer_that_fails_a_check_is_not_kept(
     app = log_app(store, log_store, keyring, signer)
     await integrator(store, log_store, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="refused", plan="pro")
+    key = await create_project_key(store.keys, project_name="refused", plan="pro")
     await grow(app, store, log_store, signer, key, ["f0"])
     down = f"http://127.0.0.1:{free_port()}/"
     other_tsa.mode = "other_nonce"
@@ -251,7 +251,7 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
     app = log_app(store, log_store, keyring, signer)
     await integrator(store, log_store, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="bundled", plan="pro")
+    key = await create_project_key(store.keys, project_name="bundled", plan="pro")
     early = await grow(app, store, log_store, signer, key, [f"b{n}" for n in range(3)])
     stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url))
     assert await stamper.step() == 3
@@ -302,7 +302,7 @@ async def test_verify_reports_when_the_receipt_existed(
     app = log_app(store, log_store, keyring, signer)
     await integrator(store, log_store, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="timed", plan="pro")
+    key = await create_project_key(store.keys, project_name="timed", plan="pro")
     receipts = await grow(app, store, log_store, signer, key, ["t0", "t1"])
     assert await Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)).step() == 2
     _, response = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/bundle")
@@ -351,7 +351,7 @@ async def test_the_stamper_keeps_a_chain_tsas_answer(
     try:
         app = log_app(store, log_store, keyring, signer)
         await integrator(store, log_store, signer)
-        key = await create_project_key(store, project_name="chained", plan="pro")
+        key = await create_project_key(store.keys, project_name="chained", plan="pro")
         await grow(app, store, log_store, signer, key, ["k0", "k1", "k2"])
         refused = failures(chained.url, "refused")
         pinned = Stamper(

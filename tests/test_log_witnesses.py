@@ -63,7 +63,7 @@ async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="witnessed", plan="pro")
+    key = await create_project_key(store.keys, project_name="witnessed", plan="pro")
     config = LogConfig(ORIGIN, signer, policy=witnesses["policy"], witness_timeout_ms=3000)
     worker = Integrator(store.log_queue, log_store, config)
     await worker.prepare()
@@ -106,7 +106,7 @@ async def test_a_witness_the_log_lost_track_of_answers_409_and_is_caught_up(
 ) -> None:
     app = log_app(store, log_store, keyring, signer)
     client = app.asgi_client
-    key = await create_project_key(store, project_name="caught-up", plan="pro")
+    key = await create_project_key(store.keys, project_name="caught-up", plan="pro")
     config = LogConfig(ORIGIN, signer, policy=witnesses["policy"], witness_timeout_ms=3000)
     worker = Integrator(store.log_queue, log_store, config)
     await worker.prepare()

@@ -142,8 +142,8 @@ async def test_limit_refusals_by_kind(store: Store, keyring: KeyRing) -> None:
         "ip_per_minute": {"public_key": 1, "unauthenticated": 1},
     }
     client = make_app(store, keyring, limits).asgi_client
-    free = await create_project_key(store, project_name="limited", plan="free")
-    basic = await create_project_key(store, project_name="quota", plan="basic")
+    free = await create_project_key(store.keys, project_name="limited", plan="free")
+    basic = await create_project_key(store.keys, project_name="quota", plan="basic")
     kinds = [
         ("key_per_minute", "key"),
         ("quota", "month"),

@@ -155,7 +155,7 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
     now = [1_790_000_000_000 // 60_000 * 60_000]
     limits = load_limits(orjson.dumps({"ip_per_minute": {"public_key": 1, "log_tiles": 4}}))
     app = log_app(store, log_store, keyring, signer, clock_ms=lambda: now[0], limits=limits)
-    key = await create_project_key(store, project_name="monitored", plan="pro")
+    key = await create_project_key(store.keys, project_name="monitored", plan="pro")
     worker = await integrator(store, log_store, signer)
     issued = await issue(app, key, [f"r{i}" for i in range(300)])
     await worker.step(force=True)
@@ -186,7 +186,7 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
     """The directory the integrator writes (a ``file://`` log store) behind http.server."""
     app = log_app(store, log_store, keyring, signer)
     worker = await integrator(store, log_store, signer)
-    keys = [await create_project_key(store, project_name=f"p{i}", plan="pro") for i in range(2)]
+    keys = [await create_project_key(store.keys, project_name=f"p{i}", plan="pro") for i in range(2)]
     for k in keys:
         await issue(app, k, [f"{k['project_id']}-{i}" for i in range(150)])
     await worker.step(force=True)

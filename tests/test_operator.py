@@ -53,7 +53,7 @@ async def create(client: Any, key: Any, label: str) -> Any:
 
 
 async def test_list_shows_hashes_and_states_never_keys(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
-    key = await create_project_key(store, project_name="p", plan="basic")
+    key = await create_project_key(store.keys, project_name="p", plan="basic")
     code, listed = await run(cli._keys_list, store, capsys, project=key["project_id"])
     assert code == 0
     assert listed["keys"] == [
@@ -74,7 +74,7 @@ async def test_list_shows_hashes_and_states_never_keys(store: Store, capsys: pyt
 async def test_reissue_revokes_old_keys_and_keeps_the_project(
     store: Store, client: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key = await create_project_key(store, project_name="p", plan="pro")
+    key = await create_project_key(store.keys, project_name="p", plan="pro")
     first = (await create(client, key, "a")).json["receipt"]
     code, reissued = await run(cli._keys_reissue, store, capsys, project=key["project_id"])
     assert code == 0
@@ -91,7 +91,7 @@ async def test_reissue_revokes_old_keys_and_keeps_the_project(
 
 
 async def test_suspension_forever_then_lifted(store: Store, client: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     code, result = await run(cli._keys_suspend, store, capsys, project=key["project_id"], until=None)
     assert (code, result["suspended_until"], result["keys_updated"]) == (0, "forever", 1)
     response = await create(client, key, "a")
@@ -111,7 +111,7 @@ async def test_suspension_forever_then_lifted(store: Store, client: Any, capsys:
 async def test_timed_suspension_ends_by_itself(
     store: Store, client: Any, clock: Clock, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     code, result = await run(cli._keys_suspend, store, capsys, project=key["project_id"], until="2026-11-21T12:00:00Z")
     assert result["suspended_until"] == "2026-11-21T12:00:00.000Z"
     response = await create(client, key, "a")
@@ -126,7 +126,7 @@ async def test_timed_suspension_ends_by_itself(
 async def test_delete_receipt_leaves_the_chain_reporting_a_missing_link(
     store: Store, client: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     first = (await create(client, key, "a")).json["receipt"]
     second = (await create(client, key, "b")).json["receipt"]
     with caplog.at_level(logging.WARNING, logger="eps.audit"):
@@ -189,7 +189,7 @@ async def test_resending_a_deleted_receipts_request_issues_a_new_receipt(
     store: Store, client: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Deletion leaves the idempotency record behind; it must not answer with a missing receipt."""
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     first = (await create(client, key, "a")).json["receipt"]
     await run(cli._receipts_delete, store, capsys, receipt_id=first["receipt_id"], reason="test")
     again = await create(client, key, "a")
@@ -205,7 +205,7 @@ async def test_resending_a_deleted_receipts_request_issues_a_new_receipt(
 
 async def test_concurrent_creates_of_one_name_make_one_project(store: Store) -> None:
     results = await asyncio.gather(
-        *(create_project_key(store, project_name="demo", plan="free", unique_name=True) for _ in range(8)),
+        *(create_project_key(store.keys, project_name="demo", plan="free", unique_name=True) for _ in range(8)),
         return_exceptions=True,
     )
     created = [r for r in results if isinstance(r, dict)]

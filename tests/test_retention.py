@@ -97,7 +97,7 @@ class Planted:
         self.count = 0
 
     async def project(self) -> str:
-        created = await create_project_key(self.store, project_name="planted", plan="pro")
+        created = await create_project_key(self.store.keys, project_name="planted", plan="pro")
         project_id: str = created["project_id"]
         self.tips[project_id] = None
         return project_id
@@ -155,7 +155,7 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     assert fresh["prev_receipt_hash"] == o4["receipt_hash"]
 
     # A second project whose receipts, tip included, are all old.
-    other = await create_project_key(store, project_name="old-only", plan="free")
+    other = await create_project_key(store.keys, project_name="old-only", plan="free")
     clock.now = OLD
     p1 = (await create(client, other, {"input_hash": hash_of("o1")})).json["receipt"]
     p2 = (await create(client, other, {"input_hash": hash_of("p2")})).json["receipt"]
@@ -388,7 +388,7 @@ async def test_expire_command_sweeps_once_and_prints_a_summary(redis_url: str, k
         settings = Settings(redis_url=redis_url, keyring=keyring, env="test", retention_days=0.0001)
         clock = Clock(int(time.time() * 1000) - 60_000)  # a minute ago: past a window of 8.64 s
         app = create_app(settings, store=store, clock_ms=clock)
-        key = await create_project_key(store, project_name="cli", plan="free")
+        key = await create_project_key(store.keys, project_name="cli", plan="free")
         old = (await create(app.asgi_client, key, {"input_hash": hash_of("cli-old")})).json["receipt"]
         clock.now = int(time.time() * 1000) + 60_000  # a minute ahead: fresh at any sweep now
         fresh = (await create(app.asgi_client, key, {"input_hash": hash_of("cli-fresh")})).json["receipt"]

@@ -103,7 +103,7 @@ async def test_replays_do_not_duplicate_entries(client: Any, store: Store, api_k
 
 
 async def test_never_across_projects(client: Any, store: Store, api_key: dict[str, Any]) -> None:
-    other = await create_project_key(store, project_name="other", plan="free")
+    other = await create_project_key(store.keys, project_name="other", plan="free")
     mine = (await create(client, api_key, {"input_hash": hash_of("shared"), "output_hash": hash_of("o")})).json
     theirs = (await create(client, other, {"input_hash": hash_of("shared"), "output_hash": hash_of("o")})).json
     for key, receipt in ((api_key, mine["receipt"]), (other, theirs["receipt"])):
@@ -172,7 +172,7 @@ async def test_search_needs_a_key_and_counts_like_verify(settings: Settings, sto
     client = create_app(replace(settings, limits=load_limits(orjson.dumps(limits))), store=store).asgi_client
     _, anonymous = await client.get("/v1/receipts", params={"input_hash": hash_of("a")})
     assert anonymous.status_code == 401
-    key = await create_project_key(store, project_name="p", plan="free")
+    key = await create_project_key(store.keys, project_name="p", plan="free")
     assert (await search(client, key, input_hash=hash_of("a"))).status_code == 200
     assert (await search(client, key, input_hash=hash_of("a"))).status_code == 200
     limited = await search(client, key, input_hash=hash_of("a"))

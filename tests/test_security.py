@@ -78,8 +78,8 @@ def key_hash_forms(key: dict[str, Any]) -> list[bytes]:
 async def two_projects(keyring: KeyRing) -> Any:
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
     client = create_app(Settings(redis_url="redis://injected", keyring=keyring, env="test"), store=store).asgi_client
-    a = await create_project_key(store, project_name="alpha", plan="pro")
-    b = await create_project_key(store, project_name="beta", plan="pro")
+    a = await create_project_key(store.keys, project_name="alpha", plan="pro")
+    b = await create_project_key(store.keys, project_name="beta", plan="pro")
     yield client, store, a, b
     await store.close()
 
@@ -195,7 +195,7 @@ def test_webhook_uses_compare_digest_and_keys_are_looked_up_by_hash() -> None:
     auth_source = (REPO / "execution_proof/usecases/limiting.py").read_text()
     # The raw key is hashed at once; the store is asked for the hash (a Redis key lookup),
     # so no secret-dependent byte comparison runs in the service.
-    assert "store.keys.find_api_key(hash_api_key(token))" in auth_source
+    assert "self.keys.find_api_key(hash_api_key(token))" in auth_source
 
 
 # --- secret hygiene on a real service --------------------------------------------------------

@@ -135,7 +135,7 @@ async def issue(store: Store, project_id: str, tip: str | None, label: str, **ov
 
 
 async def test_issue_script_outcomes(store: Store) -> None:
-    created = await create_project_key(store, project_name="p", plan="free")
+    created = await create_project_key(store.keys, project_name="p", plan="free")
     pid = created["project_id"]
     assert await store.receipts.read_tip(pid) == (True, None)
     result, rid = await issue(store, pid, None, "a")
@@ -156,7 +156,7 @@ async def test_issue_script_outcomes(store: Store) -> None:
 
 
 async def test_refused_issue_writes_nothing(store: Store) -> None:
-    created = await create_project_key(store, project_name="p", plan="free")
+    created = await create_project_key(store.keys, project_name="p", plan="free")
     pid = created["project_id"]
     await issue(store, pid, None, "a")
     before = await dump(store)
@@ -180,7 +180,7 @@ async def dump(store: Store) -> dict[bytes, Any]:
 
 
 async def test_issue_counts_minute_and_month_once(store: Store) -> None:
-    created = await create_project_key(store, project_name="p", plan="free")
+    created = await create_project_key(store.keys, project_name="p", plan="free")
     pid = created["project_id"]
     result, _ = await issue(store, pid, None, "a")
     assert (result.minute_used, result.month_used) == (1, 1)
@@ -197,7 +197,7 @@ async def test_issue_counts_minute_and_month_once(store: Store) -> None:
 @pytest.mark.parametrize("store", ["redis-server"], indirect=True)
 async def test_scripts_survive_a_flushed_script_cache(store: Store) -> None:
     """A Redis restart empties the script cache; register_script reloads on NOSCRIPT."""
-    created = await create_project_key(store, project_name="p", plan="free")
+    created = await create_project_key(store.keys, project_name="p", plan="free")
     await store.client.script_flush()
     result, _ = await issue(store, created["project_id"], None, "a")
     assert result.outcome is IssueOutcome.ISSUED

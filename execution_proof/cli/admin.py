@@ -131,7 +131,7 @@ async def _keys_create(store: Any, args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        created = await create_project_key(store, project_name=name, plan=args.plan, unique_name=True)
+        created = await create_project_key(store.keys, project_name=name, plan=args.plan, unique_name=True)
     except ProjectNameTaken as exc:
         print(
             f"error: {exc}; nothing was created. Choose another name, or for a new key of that "
@@ -148,7 +148,7 @@ async def _project_id(store: Any, ref: str) -> str | None:
     from execution_proof.kv.accounts import UnknownProject, resolve_project
 
     try:
-        return await resolve_project(store, ref)
+        return await resolve_project(store.keys, ref)
     except UnknownProject as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
@@ -185,7 +185,7 @@ async def _keys_reissue(store: Any, args: argparse.Namespace) -> int:
     project_id = await _project_id(store, args.project)
     if project_id is None:
         return 1
-    reissued = await reissue_project_key(store, project_id)
+    reissued = await reissue_project_key(store.keys, project_id)
     if reissued is None:
         print(f"error: no project {project_id}", file=sys.stderr)
         return 1

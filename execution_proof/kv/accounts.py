@@ -9,7 +9,7 @@ from typing import TypedDict
 
 from execution_proof.errors import Error
 from execution_proof.kv.records import KeyRecord
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_keys import KeyStore
 from execution_proof.receipts.apikeys import hash_api_key, new_api_key
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.receipts.ids import is_project_id, new_actor_id, new_project_id
@@ -77,7 +77,7 @@ def new_key_record(
 
 
 async def create_project_key(
-    store: Store, *, project_name: str, plan: str, now_ms: int | None = None, unique_name: bool = False
+    keys: KeyStore, *, project_name: str, plan: str, now_ms: int | None = None, unique_name: bool = False
 ) -> dict[str, str]:
     """A new project, actor and API key (api_key, project_id, actor_id, plan, project_name,
     key_hash). The raw key is returned once and never stored.
@@ -92,17 +92,15 @@ async def create_project_key(
     project_id = new_project_id()
     api_key, record = new_key_record(project_id, plan, now_ms=now_ms)
     if unique_name:
-        holder = await store.keys.claim_project_name(project_name, project_id)
+        holder = await keys.claim_project_name(project_name, project_id)
         if holder is not None:
             raise ProjectNameTaken(project_name, holder)
     try:
-        await store.keys.create_project(
-            project_id=project_id, name=project_name, created_at=record.created_at, key=record
-        )
+        await keys.create_project(project_id=project_id, name=project_name, created_at=record.created_at, key=record)
     except BaseException:
         if unique_name:
             with contextlib.suppress(StoreUnavailable):
-                await store.keys.release_project_name(project_name, project_id)
+                await keys.release_project_name(project_name, project_id)
         raise
     return {
         "api_key": api_key,
@@ -114,7 +112,7 @@ async def create_project_key(
     }
 
 
-async def resolve_project(store: Store, ref: str) -> str:
+async def resolve_project(keys: KeyStore, ref: str) -> str:
     """The id of the project ``ref`` names: a project id (``prj_…``) or the name it was
     created with by ``keys create``. Names are unique, so a name is never ambiguous.
 
@@ -122,7 +120,7 @@ async def resolve_project(store: Store, ref: str) -> str:
     """
     if is_project_id(ref):
         project_id = ref
-    elif (found := await store.keys.find_project_by_name(ref)) is not None:
+    elif (found := await keys.find_project_by_name(ref)) is not None:
         project_id = found
     else:
         raise UnknownProject(
@@ -130,31 +128,31 @@ async def resolve_project(store: Store, ref: str) -> str:
             if ref.startswith("prj_")
             else f"no project named {ref!r} (a project made before names were recorded is named by its id, prj_…)"
         )
-    if await store.keys.get_project(project_id) is None:
+    if await keys.get_project(project_id) is None:
         named = "" if project_id == ref else f" named {ref!r}"
         raise UnknownProject(f"no project {project_id}{named}")
     return project_id
 
 
-async def reissue_project_key(store: Store, project_id: str, *, now_ms: int | None = None) -> ReissuedKey | None:
+async def reissue_project_key(keys: KeyStore, project_id: str, *, now_ms: int | None = None) -> ReissuedKey | None:
     """Revoke every key of the project and make one new key with the same plan.
 
     The new key inherits the project's suspension, if any. Returns the new key's JSON
     (shown once), or None when the project does not exist.
     """
-    project = await store.keys.get_project(project_id)
+    project = await keys.get_project(project_id)
     if project is None:
         return None
-    existing = await store.keys.list_project_keys(project_id)
+    existing = await keys.list_project_keys(project_id)
     plan = existing[-1].plan if existing else "free"
     actor_id = existing[-1].actor_id if existing else new_actor_id()
     for record in existing:
         if not record.revoked:
-            await store.keys.revoke_api_key(record.key_hash)
+            await keys.revoke_api_key(record.key_hash)
     api_key, record = new_key_record(
         project_id, plan, actor_id=actor_id, now_ms=now_ms, suspended_until=project.get("suspended_until", "")
     )
-    await store.keys.add_project_key(record)
+    await keys.add_project_key(record)
     return {
         "api_key": api_key,
         "project_id": project_id,

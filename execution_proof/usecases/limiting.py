@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from execution_proof.kv.records import AuthOutcome, AuthResult, Counter, KeyRecord
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_counters import CounterStore
+from execution_proof.kv.store_keys import KeyStore
 from execution_proof.receipts.apikeys import hash_api_key, is_plausible_key
 from execution_proof.receipts.errors import Forbidden, QuotaExceeded, RateLimited, Unauthorized
 from execution_proof.receipts.limits import Limits, Usage, Window, minute_window, ratelimit_headers
@@ -66,8 +67,19 @@ def quota_exceeded(usage: Usage, plan: str, extra_headers: dict[str, str]) -> Qu
 
 
 class Limiter:
-    def __init__(self, store: Store, limits: Limits, clock_ms: Callable[[], int], operator_contact: str):
-        self.store = store
+    """The limit verdicts: the address's and the key's per-minute counters and the monthly
+    quota (``counters``), the key's lookup and the failed-auth throttle (``keys``)."""
+
+    def __init__(
+        self,
+        counters: CounterStore,
+        keys: KeyStore,
+        limits: Limits,
+        clock_ms: Callable[[], int],
+        operator_contact: str,
+    ):
+        self.counters = counters
+        self.keys = keys
         self.limits = limits
         self.clock_ms = clock_ms
         self.operator_contact = operator_contact
@@ -77,7 +89,7 @@ class Limiter:
         """Count the request in its address's ``scope`` bucket; raise ``RateLimited`` when full."""
         limit = self.limits.ip_per_minute[scope]
         window = minute_window(self.clock_ms())
-        allowed, count = await self.store.counters.hit_ip_counter(client, scope, minute_counter(window, limit))
+        allowed, count = await self.counters.hit_ip_counter(client, scope, minute_counter(window, limit))
         usage = Usage(f"ip-{scope}", limit, count, window, MINUTE_S)
         if not allowed:
             raise ip_rate_limited(usage)
@@ -87,7 +99,7 @@ class Limiter:
         """Before authentication: refuse an address that used up its failed-auth allowance."""
         limit = self.limits.ip_per_minute["unauthenticated"]
         window = minute_window(self.clock_ms())
-        count = await self.store.counters.read_ip_counter(client, "unauthenticated", window.id)
+        count = await self.counters.read_ip_counter(client, "unauthenticated", window.id)
         _refuse_if_throttled(count, limit, window)
 
     async def find_key_unless_throttled(self, client: str, key_hash: str) -> KeyRecord | None:
@@ -95,9 +107,7 @@ class Limiter:
         ``RateLimited`` when the address has used up its allowance (the record is not used)."""
         limit = self.limits.ip_per_minute["unauthenticated"]
         window = minute_window(self.clock_ms())
-        record, count = await self.store.keys.find_api_key_and_read_ip_counter(
-            key_hash, client, "unauthenticated", window.id
-        )
+        record, count = await self.keys.find_api_key_and_read_ip_counter(key_hash, client, "unauthenticated", window.id)
         _refuse_if_throttled(count, limit, window)
         return record
 
@@ -115,7 +125,7 @@ class Limiter:
         failed_limit = self.limits.ip_per_minute["unauthenticated"]
         limit = self.limits.ip_per_minute[scope]
         window = minute_window(self.clock_ms())
-        result = await self.store.keys.authenticate(
+        result = await self.keys.authenticate(
             key_hash,
             client,
             minute_counter(window, limit),
@@ -132,7 +142,7 @@ class Limiter:
     async def refund_ip(self, client: str, scope: str, usage: Usage) -> None:
         """Take back a request that ``hit_ip`` (or ``authenticate``) counted in its address's
         ``scope`` bucket and that was then refused for its body: it uses up nothing."""
-        await self.store.counters.refund_ip_counter(client, scope, usage.window.id)
+        await self.counters.refund_ip_counter(client, scope, usage.window.id)
 
     async def count_failed_auth(self, client: str) -> None:
         """After a failed authentication: count it; past the limit the answer is 429, not 401."""
@@ -142,7 +152,7 @@ class Limiter:
         """Count a request against the key's per-minute plan limit (verify, which writes nothing)."""
         limit = self.limits.plan(key.plan).per_minute
         window = minute_window(self.clock_ms())
-        allowed, count = await self.store.counters.hit_key_counter(
+        allowed, count = await self.counters.hit_key_counter(
             key.project_id, key.key_hash, minute_counter(window, limit)
         )
         usage = Usage("key", limit, count, window, MINUTE_S)
@@ -161,7 +171,7 @@ class Limiter:
             raise Unauthorized("missing or malformed Authorization header; send 'Authorization: Bearer <API key>'")
         if not is_plausible_key(token):
             raise Unauthorized("invalid API key")
-        return usable_key(await self.store.keys.find_api_key(hash_api_key(token)))
+        return usable_key(await self.keys.find_api_key(hash_api_key(token)))
 
     async def authenticate_limited(self, caller: Caller) -> KeyRecord:
         """``find_key`` behind the failed-auth throttle (docs/limits.md).
@@ -209,7 +219,7 @@ class Limiter:
         address's counters live in different slots, and the two steps run one after the other.
         """
         token = caller.token
-        if token is None or not is_plausible_key(token) or not self.store.keys.one_call_auth:
+        if token is None or not is_plausible_key(token) or not self.keys.one_call_auth:
             record = await self.authenticate_limited(caller)
             return record, (await self.hit_ip(caller.client, scope) if count else None)
         result, usage = await self.authenticate(caller.client, hash_api_key(token), scope, count=count)

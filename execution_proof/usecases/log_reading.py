@@ -21,7 +21,7 @@ import orjson
 
 from execution_proof.kv.logstore import LogStore, LogStoreError
 from execution_proof.kv.logstore.log import Identity
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import NotInLog, StoreUnavailable
 from execution_proof.receipts.shapes import JSONObject, Receipt
 from execution_proof.transparency import note, tlog
@@ -47,7 +47,8 @@ class Published:
 class LogService:
     """What the routes and the create handler need of the log."""
 
-    store: Store
+    queue: LogQueueStore
+    """What the log has in flight in Redis (entries waiting, each receipt's index)."""
     log: LogStore
     identity: Identity
     verifier: note.Verifier
@@ -149,7 +150,7 @@ class LogService:
         if await self.log.halted() is not None:
             return "halted"
         pending, progress_ms = await asyncio.gather(
-            self.store.log_queue.log_pending(self.identity), self.store.log_queue.log_progress(self.identity)
+            self.queue.log_pending(self.identity), self.queue.log_progress(self.identity)
         )
         waiting = pending > 0
         if not waiting:
@@ -165,13 +166,13 @@ class LogService:
         # wait sets it: every web process then counts from the same moment, not each from when
         # it was first asked (one asked late said ok long after the others said stalled).
         if progress_ms is None:
-            progress_ms = await self.store.log_queue.log_progress_or_start(self.identity, int(time.time() * 1000))
+            progress_ms = await self.queue.log_progress_or_start(self.identity, int(time.time() * 1000))
         quiet_s = time.time() - progress_ms / 1000
         return "stalled" if quiet_s >= self.stall_s else "ok"
 
     async def index_of(self, receipt: Receipt) -> int | None:
         """The receipt's index in this log, None while pending; ``NotInLog``."""
-        return await self.store.log_queue.log_index(
+        return await self.queue.log_index(
             self.identity, receipt["project_id"], receipt["receipt_id"], receipt["receipt_hash"]
         )
 

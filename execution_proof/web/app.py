@@ -224,7 +224,7 @@ def _attach_store(app: App, store: Store, receipts: ReceiptStore) -> None:
     if settings.log_signer is not None:
         identity = Identity(settings.log_origin, settings.log_signer.verifier.encode())
         app.ctx.log = LogService(
-            store,
+            store.log_queue,
             app.ctx.log_store,
             identity,
             settings.log_signer.verifier,
@@ -236,7 +236,7 @@ def _attach_store(app: App, store: Store, receipts: ReceiptStore) -> None:
     app.ctx.queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     if store.embedded_server is not None:
         use_embedded_server(store.embedded_server)
-    app.ctx.limiter = Limiter(store, settings.limits, app.ctx.clock_ms, settings.operator_contact)
+    app.ctx.limiter = Limiter(store.counters, store.keys, settings.limits, app.ctx.clock_ms, settings.operator_contact)
     app.ctx.creator = Creator(app.ctx.limiter, app.ctx.issuer, getattr(app.ctx, "log", None))
 
 

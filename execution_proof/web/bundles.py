@@ -13,7 +13,7 @@ from typing import TypedDict
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_receipts import ReceiptStore
 from execution_proof.receipts.errors import BadRequest, CorruptRecord, NotFound
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.limits import ratelimit_headers
@@ -50,7 +50,7 @@ def parse_depth(value: str | None) -> int:
 
 
 async def collect_chain(
-    request: Request, store: Store, receipt: Receipt, depth: int
+    request: Request, receipts: ReceiptStore, receipt: Receipt, depth: int
 ) -> tuple[list[bytes], list[Receipt], bool]:
     """Up to ``depth`` earlier receipts of ``receipt``'s project, newest first, following
     ``prev_receipt_hash`` through the project's hash index: (stored bytes, parsed, complete).
@@ -67,9 +67,9 @@ async def collect_chain(
     while isinstance(prev_hash := current.get("prev_receipt_hash"), str):
         if len(raw) >= depth:
             return raw, parsed, False
-        prev_id = await store.receipts.find_receipt_id_by_hash(project_id, prev_hash)
+        prev_id = await receipts.find_receipt_id_by_hash(project_id, prev_hash)
         try:
-            stored = await store.receipts.get_receipt_json(prev_id, project_id) if prev_id else None
+            stored = await receipts.get_receipt_json(prev_id, project_id) if prev_id else None
         except CorruptRecord as exc:
             report_corrupt_record(request, exc)
             return raw, parsed, False
@@ -100,12 +100,12 @@ def bundle_keys(keyring: KeyRing, receipts: list[Receipt]) -> BundleKeys:
 async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
     usage = await request.app.ctx.limiter.hit_ip(caller_of(request).client, "get_receipt")
     depth = parse_depth(request.get_args(keep_blank_values=True).get("depth"))
-    store: Store = request.app.ctx.store
-    stored = await store.receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
+    receipts: ReceiptStore = request.app.ctx.store.receipts
+    stored = await receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
     if stored is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
     receipt: Receipt = orjson.loads(stored)
-    chain_raw, chain, complete = await collect_chain(request, store, receipt, depth)
+    chain_raw, chain, complete = await collect_chain(request, receipts, receipt, depth)
     keyring: KeyRing = request.app.ctx.settings.keyring
     parts = [
         ("format", orjson.dumps(BUNDLE_FORMAT)),

@@ -309,7 +309,7 @@ async def claim_free(request: Request) -> HTTPResponse:
     )
     if not allowed:
         raise _free_limited(request, count)
-    created = await create_project_key(store, project_name="free claim", plan="free", now_ms=_now(request))
+    created = await create_project_key(store.keys, project_name="free claim", plan="free", now_ms=_now(request))
     log.info("free claim: project %s created", created["project_id"])
     return _ok(
         {

@@ -22,7 +22,7 @@ def demo_base_url(app: Any) -> str:
 async def announce_demo_key(app: Any) -> None:
     """Create a demo project and print its key and the first commands to try (embedded mode only)."""
     store: Store = app.ctx.store
-    created = await create_project_key(store, project_name="demo", plan="free")
+    created = await create_project_key(store.keys, project_name="demo", plan="free")
     base = demo_base_url(app)
     key = created["api_key"]
     digest = "sha256:" + "0" * 63 + "1"

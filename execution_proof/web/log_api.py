@@ -13,6 +13,7 @@ import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
 from execution_proof.kv.logstore import LogStoreError
+from execution_proof.kv.store import Store
 from execution_proof.receipts.errors import LogPending, LogUnavailable, NotFound, StoreUnavailable
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.limits import ratelimit_headers
@@ -157,7 +158,8 @@ def _parse_tile_path(path: str) -> tuple[str, int, int]:
 async def log_proof(request: Request, receipt_id: str) -> HTTPResponse:
     headers = await _counted(request)
     service = log_of(request)
-    stored = await service.store.receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
+    store: Store = request.app.ctx.store
+    stored = await store.receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
     if stored is None:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
     found = await service.proof(orjson.loads(stored))

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_receipts import ReceiptStore
 from execution_proof.receipts.encoding import is_hash_str
 from execution_proof.receipts.errors import BadRequest, CorruptRecord, Forbidden, NotFound, ServiceError
 from execution_proof.receipts.ids import is_project_id, is_receipt_id
@@ -77,19 +77,19 @@ def _checked(parse: Callable[[], T]) -> tuple[T | None, ServiceError | None]:
         return None, exc
 
 
-async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes:
+async def _load_receipt(receipts: ReceiptStore, ref: str, project_id: str | None) -> bytes:
     """Stored bytes for a receipt id, or for a receipt hash within ``project_id``."""
     if is_receipt_id(ref):
-        stored = await store.receipts.get_receipt_json(ref)
+        stored = await receipts.get_receipt_json(ref)
     elif is_hash_str(ref):
         if project_id is None or not is_project_id(project_id):
             raise BadRequest(
                 "looking a receipt up by its hash needs the project: add ?project_id=prj_...",
                 {"field": "project_id"},
             )
-        receipt_id = await store.receipts.find_receipt_id_by_hash(project_id, ref.lower())
+        receipt_id = await receipts.find_receipt_id_by_hash(project_id, ref.lower())
         # The record must be the id's, and of the project whose index named it (CorruptRecord).
-        stored = await store.receipts.get_receipt_json(receipt_id, project_id) if receipt_id else None
+        stored = await receipts.get_receipt_json(receipt_id, project_id) if receipt_id else None
         if stored is not None and orjson.loads(stored).get("receipt_hash") != ref.lower():
             stored = None  # the index keys a truncated hash: this is another receipt
     else:
@@ -101,17 +101,17 @@ async def _load_receipt(store: Store, ref: str, project_id: str | None) -> bytes
 
 @bp.get("/v1/receipts/<receipt_ref:str>")
 async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
-    store: Store = request.app.ctx.store
+    receipts: ReceiptStore = request.app.ctx.store.receipts
     # A read by id leaves together with the address's limit check (one round trip); a
     # refused request simply drops what was read.
-    prefetched = store.receipts.prefetch_receipt_json(receipt_ref) if is_receipt_id(receipt_ref) else None
+    prefetched = receipts.prefetch_receipt_json(receipt_ref) if is_receipt_id(receipt_ref) else None
     usage = await request.app.ctx.limiter.hit_ip(caller_of(request).client, "get_receipt")
     if prefetched is not None:
-        stored = await store.receipts.prefetched_receipt_json(prefetched, receipt_ref)
+        stored = await receipts.prefetched_receipt_json(prefetched, receipt_ref)
         if stored is None:
             raise NotFound("receipt not found (unknown id, or past its retention window)")
     else:
-        stored = await _load_receipt(store, receipt_ref, request.args.get("project_id"))
+        stored = await _load_receipt(receipts, receipt_ref, request.args.get("project_id"))
     body = _splice([("ok", b"true"), ("receipt", stored)])
     headers = {**PUBLIC_READ_HEADERS, **ratelimit_headers([usage])}
     return HTTPResponse(body, status=200, headers=headers, content_type=JSON)
@@ -119,7 +119,7 @@ async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
 
 @bp.post("/v1/verify")
 async def verify(request: Request) -> HTTPResponse:
-    store: Store = request.app.ctx.store
+    receipts: ReceiptStore = request.app.ctx.store.receipts
     check_body_size(request, VERIFY_BODY_LIMIT)
     req, body_error = _checked(lambda: parse_verify_request(json_body(request)))
     # The receipt is read in the same round trip as the key lookup and the address's limit
@@ -127,7 +127,7 @@ async def verify(request: Request) -> HTTPResponse:
     # share the next.
     prefetched = None
     if req is not None and is_receipt_id(req.receipt_id):
-        prefetched = store.receipts.prefetch_receipt_json(req.receipt_id)
+        prefetched = receipts.prefetch_receipt_json(req.receipt_id)
     limiter: Limiter = request.app.ctx.limiter
     key, ip_usage = await limiter.authenticate_counted(caller_of(request), count=body_error is None)
     if body_error is not None:
@@ -136,15 +136,13 @@ async def verify(request: Request) -> HTTPResponse:
     assert ip_usage is not None  # counted: nothing above refused the request
     unreadable: CorruptRecord | None = None
     try:
-        stored = (
-            await store.receipts.prefetched_receipt_json(prefetched, req.receipt_id) if prefetched is not None else None
-        )
+        stored = await receipts.prefetched_receipt_json(prefetched, req.receipt_id) if prefetched is not None else None
     except CorruptRecord as exc:  # answered below, after the key's limit, as a failed verification
         stored, unreadable = None, exc
     receipt: JSONObject | None = orjson.loads(stored) if stored is not None else None
     prev_hash = receipt.get("prev_receipt_hash") if receipt is not None else None
     prev_id_sent = (
-        store.receipts.prefetch_receipt_id_by_hash(key.project_id, prev_hash)
+        receipts.prefetch_receipt_id_by_hash(key.project_id, prev_hash)
         if isinstance(prev_hash, str) and receipt is not None and receipt.get("project_id") == key.project_id
         else None
     )
@@ -158,7 +156,7 @@ async def verify(request: Request) -> HTTPResponse:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
     if receipt.get("project_id") != key.project_id:
         raise Forbidden("this receipt belongs to another project")
-    prev = await _find_prev(request, store, receipt, prev_id_sent)
+    prev = await _find_prev(request, receipts, receipt, prev_id_sent)
     result = verify_receipt(
         receipt,
         request.app.ctx.settings.keyring,
@@ -169,18 +167,20 @@ async def verify(request: Request) -> HTTPResponse:
     return HTTPResponse(orjson.dumps(result), status=200, headers=headers, content_type=JSON)
 
 
-async def _find_prev(request: Request, store: Store, receipt: JSONObject, prev_id_sent: Any) -> JSONObject | None:
+async def _find_prev(
+    request: Request, receipts: ReceiptStore, receipt: JSONObject, prev_id_sent: Any
+) -> JSONObject | None:
     """The previous receipt the stored one links to, as stored (the verifier checks both)."""
     prev_hash = receipt.get("prev_receipt_hash")
     project_id = receipt.get("project_id")
     if not isinstance(prev_hash, str) or not isinstance(project_id, str):
         return None
     if prev_id_sent is not None:
-        prev_id = await store.receipts.prefetched_text(prev_id_sent)
+        prev_id = await receipts.prefetched_text(prev_id_sent)
     else:
-        prev_id = await store.receipts.find_receipt_id_by_hash(project_id, prev_hash)
+        prev_id = await receipts.find_receipt_id_by_hash(project_id, prev_hash)
     try:
-        prev_json = await store.receipts.get_receipt_json(prev_id, project_id) if prev_id else None
+        prev_json = await receipts.get_receipt_json(prev_id, project_id) if prev_id else None
     except CorruptRecord as exc:  # an unusable previous record is not found: chain_link fails
         report_corrupt_record(request, exc)
         return None

@@ -17,7 +17,7 @@ import binascii
 import orjson
 from sanic import Blueprint, HTTPResponse, Request
 
-from execution_proof.kv.store import Store
+from execution_proof.kv.store_receipts import ReceiptStore
 from execution_proof.receipts.encoding import b64url_decode, b64url_encode, is_hash_str
 from execution_proof.receipts.errors import BadRequest
 from execution_proof.receipts.ids import is_receipt_id, receipt_slot_tag, slot_tag
@@ -94,8 +94,8 @@ async def search_receipts(request: Request) -> HTTPResponse:
     after = decode_cursor(cursor, key.project_id) if cursor is not None else None
     ip_usage = await limiter.hit_ip(caller.client, "authenticated")
     key_usage = await limiter.hit_key(key)
-    store: Store = request.app.ctx.store
-    found, last = await store.receipts.search_receipts(key.project_id, field, hash_str.lower(), limit, after)
+    receipts: ReceiptStore = request.app.ctx.store.receipts
+    found, last = await receipts.search_receipts(key.project_id, field, hash_str.lower(), limit, after)
     if also:
         found = [receipt for receipt in found if _matches(receipt, also)]
     body = _splice(
