@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from bench.monitor import chain_entries, write_static_log
 from execution_proof.cli.main import SERVER_MODULES
-from execution_proof.cli.monitor import Fetcher, Pass, Progress
+from execution_proof.cli.monitor import Pass, Progress
+from execution_proof.cli.monitor_fetch import Fetcher
 from execution_proof.cli.monitor_state import SCHEMA, MonitorDb
 from execution_proof.client.http import Reply
 from execution_proof.kv.accounts import create_project_key

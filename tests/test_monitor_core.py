@@ -1,5 +1,5 @@
 """The monitor's pure core (transparency/monitor.py: the frontier it extends bundle by bundle, the
-chain rules) and its fetcher's retries (cli/monitor.py), without processes."""
+chain rules) and its fetcher's retries (cli/monitor_fetch.py), without processes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from bench.monitor import chain_entries, write_static_log
-from execution_proof.cli import monitor
-from execution_proof.cli.monitor import Fetcher, Progress
+from execution_proof.cli import monitor_fetch
+from execution_proof.cli.monitor import Progress
+from execution_proof.cli.monitor_fetch import Fetcher
 from execution_proof.client.http import HttpError, Reply, Unreachable
 from execution_proof.client.log_checks import LogInputError
 from execution_proof.transparency import note, tlog
@@ -220,7 +221,7 @@ async def test_a_log_silent_for_the_silence_limit_ends_the_fetch() -> None:
 async def test_a_request_without_a_reply_is_given_up_on_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reply that never comes (real time, a deadline of 50 ms) is a failure retried like a
     refused connection, and the silence limit ends the fetch."""
-    monkeypatch.setattr(monitor, "REQUEST_DEADLINE_S", 0.05)
+    monkeypatch.setattr(monitor_fetch, "REQUEST_DEADLINE_S", 0.05)
 
     async def never(url: str) -> Reply:
         await asyncio.Event().wait()

@@ -31,24 +31,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import queue
-import random
-import ssl  # asyncio loads it anyway (unlike http_client, no start-up to save by deferring it)
 import sys
-import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from urllib.parse import urlsplit
 
 import orjson
 
+from execution_proof.cli.monitor_fetch import SILENCE_S, Fetcher, Workers
 from execution_proof.cli.monitor_state import MonitorDb, PassReport, Seen, StateError
-from execution_proof.client.http import Client, HttpError, Reply, Unreachable
 from execution_proof.client.log_checks import LogInputError, env_skew
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.monitor import (
@@ -65,23 +59,12 @@ from execution_proof.transparency.monitor import (
 )
 from execution_proof.transparency.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, check_quorum, parse_policy
 
-CONCURRENCY = 16  # requests in flight
 AHEAD = 64  # bundles fetched ahead of the one being hashed
 SAVE_EVERY = 16  # bundles between two saves of the progress (or SAVE_SECONDS, whichever first)
 SAVE_SECONDS = 1.0
-ATTEMPTS = 6  # tries of a request that fails without the server saying when to come back
-PATIENCE = 60  # 429s with Retry-After ridden out for one request before giving up
-BACKOFF_S = 0.25
-BACKOFF_CAP_S = 20.0
-REQUEST_TIMEOUT_S = 10.0  # connect, and between two reads of a reply
-REQUEST_DEADLINE_S = 20.0  # one request in all (a reply that trickles in)
-SILENCE_S = 30.0  # without an answer from the log, a pass stops: --once ends well within a minute
 MIN_INTERVAL_S = 1.0  # asking more often gains nothing: a pass reads all that is new
 MAX_INTERVAL_S = 86_400.0
-MAX_RESOURCE_BYTES = 16 << 20  # a tile is 8 KiB, a bundle 256 entries of about 250 bytes
 
-Get = Callable[[str], Awaitable[Reply]]
-Sleep = Callable[[float], Awaitable[None]]
 
 EPILOG = f"""\
 exit status:
@@ -214,164 +197,6 @@ async def run_monitor(
             return await Pass(Fetcher(workers.get, prefix), log_key, policy, db, progress, skew_s).run()
         finally:
             progress.close()
-
-
-class Workers:
-    """The fetch threads: ``size`` threads, each with its own ``Client`` (one keep-alive
-    connection to the log's host, redirects followed, TLS verified), so a blocking request
-    never waits on another's connection; ``get`` hands one request to them and awaits it.
-
-    Daemon threads: a request the pass stopped waiting for (its deadline passed) finishes in
-    its thread, and neither the next pass nor the process's exit waits for it. One TLS
-    context for them all (each ``Client`` would otherwise load the system's CA store for its
-    first https connection)."""
-
-    def __init__(self, size: int = CONCURRENCY, *, tls: bool = False) -> None:
-        self._jobs: queue.SimpleQueue[tuple[str, asyncio.Future[Reply]] | None] = queue.SimpleQueue()
-        self._tls = ssl.create_default_context() if tls else None
-        self._threads = [threading.Thread(target=self._work, name="monitor-fetch", daemon=True) for _ in range(size)]
-        for thread in self._threads:
-            thread.start()
-
-    def __enter__(self) -> Workers:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Each thread ends after the request it is in (bounded by ``REQUEST_TIMEOUT_S`` per
-        read), closing its connection; none is waited for."""
-        for _ in self._threads:
-            self._jobs.put(None)
-
-    async def get(self, url: str) -> Reply:
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._jobs.put((url, future))
-        return await future
-
-    def _work(self) -> None:
-        with Client(timeout=REQUEST_TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES, tls=self._tls) as client:
-            while (job := self._jobs.get()) is not None:
-                url, future = job
-                if future.cancelled():  # given up while it waited for a thread
-                    continue
-                try:
-                    outcome: Reply | Exception = client.get(url)
-                except Exception as exc:  # noqa: BLE001 - raised again by the coroutine that awaits it
-                    outcome = exc
-                _settle(future, outcome)
-
-
-def _settle(future: asyncio.Future[Reply], outcome: Reply | Exception) -> None:
-    """Hand a request's outcome to the coroutine awaiting ``future``, in its loop; nothing
-    when that coroutine gave up on it or its loop has ended."""
-
-    def resolve() -> None:
-        if future.done():
-            return
-        if isinstance(outcome, Exception):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-
-    with contextlib.suppress(RuntimeError):  # the loop is closed: the pass ended without this reply
-        future.get_loop().call_soon_threadsafe(resolve)
-
-
-@dataclass
-class Fetcher:
-    """GETs under the log's prefix: 200 is the body, 404 None; connection errors (refused,
-    reset, timed out, TLS), a request past ``REQUEST_DEADLINE_S``, 429 and 5xx are retried
-    with exponential backoff and full jitter (a 429's or 503's ``Retry-After`` is waited out
-    as given); anything else (another status, too many redirects, a reply over the size
-    ceiling, a certificate that does not verify), retries exhausted, or no answer from the
-    log for ``silence_s`` (across every request of the pass), is ``LogInputError``."""
-
-    get: Get
-    prefix: str
-    sleep: Sleep = asyncio.sleep
-    concurrency: int = CONCURRENCY
-    silence_s: float = SILENCE_S
-    clock: Callable[[], float] = time.monotonic
-    requests: int = 0
-    retries: int = 0
-    waits: list[float] = field(default_factory=list)
-    heard: float = field(init=False)
-    """When the log last answered (or the pass began, or a wait it asked for ended)."""
-
-    def __post_init__(self) -> None:
-        self._gate = asyncio.Semaphore(self.concurrency)
-        self.heard = self.clock()
-
-    def _time_left(self) -> float:
-        """Seconds left before the log's silence ends the pass."""
-        return self.heard + self.silence_s - self.clock()
-
-    async def fetch(self, path: str) -> bytes | None:
-        url = self.prefix + path
-        failures = limited = 0
-        problem = f"{url}: no reply"
-        while True:
-            wait: float | None
-            async with self._gate:
-                left = self._time_left()
-                if left <= 0:
-                    raise LogInputError(f"the log has not answered for {self.silence_s:g} s ({problem})")
-                self.requests += 1
-                bound = min(REQUEST_DEADLINE_S, left)
-                timer = asyncio.timeout(bound)
-                try:
-                    async with timer:
-                        reply: Reply | None = await self.get(url)
-                except TimeoutError:
-                    if not timer.expired():
-                        raise
-                    reply, problem = None, f"{url}: no reply within {bound:.3g} s"
-                except HttpError as exc:
-                    if not transient(exc):
-                        raise LogInputError(str(exc)) from exc
-                    reply, problem = None, str(exc)
-            if reply is None:
-                wait = None
-            else:
-                self.heard = self.clock()
-                status = reply.status
-                if status == 200:
-                    return reply.body
-                if status == 404:
-                    return None
-                if status != 429 and status < 500:
-                    raise LogInputError(f"{url} answered HTTP {status}")
-                problem = f"{url} answered HTTP {status}"
-                wait = retry_after(reply) if status in (429, 503) else None
-            if wait is not None and limited < PATIENCE:
-                limited += 1
-                asked = True
-            else:
-                failures += 1
-                if failures >= ATTEMPTS:
-                    raise LogInputError(f"{problem} ({failures} attempts)")
-                wait = min(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * 2**failures)), max(self._time_left(), 0))
-                asked = False
-            self.retries += 1
-            self.waits.append(wait)
-            await self.sleep(wait)
-            if asked:  # the log asked for this pause: it is not silence
-                self.heard = max(self.heard, self.clock())
-
-
-def transient(exc: HttpError) -> bool:
-    """Whether a failed request may succeed if tried again: the connection failed (refused,
-    reset, timed out, a TLS error), not the reply (too many redirects, too large), the URL or
-    the server's certificate (not trusted, or not for this host: no retry mends that)."""
-    return isinstance(exc, Unreachable)
-
-
-def retry_after(reply: Reply) -> float | None:
-    """Seconds from a ``Retry-After`` header in seconds (None when absent or a date)."""
-    value = reply.headers.get("retry-after", "")
-    return float(value) if value.strip().isdigit() else None
 
 
 class Progress:

@@ -1,5 +1,5 @@
-"""What a log monitor checks, pure (the I/O, the state on disk and the fetching are
-cli/monitor.py and cli/monitor_state.py).
+"""What a log monitor checks, pure (the I/O, the fetching and the state on disk are
+cli/monitor.py, cli/monitor_fetch.py and cli/monitor_state.py).
 
 The tree. The monitor recomputes the log's Merkle tree from the entries it reads, in one pass,
 linear in the log. It keeps a ``Frontier``: for each tile level, the hashes it computed of
