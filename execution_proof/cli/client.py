@@ -84,6 +84,14 @@ class _ReceiptKinds:
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """The client's verbs: hash, submit, bundle, verify."""
+    _add_hash(verbs)
+    _add_submit(verbs)
+    _add_bundle(verbs)
+    _add_verify(verbs)
+
+
+def _add_hash(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     digest = verbs.add_parser(
         "hash",
         help="print sha256:<hex> of files (or - for standard input), computed locally",
@@ -98,6 +106,8 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     digest.add_argument("--json", action="store_true", help="one JSON document (a list for several files)")
     digest.set_defaults(run=_hash)
 
+
+def _add_submit(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     submit = verbs.add_parser(
         "submit",
         help="hash files locally and ask the service for a receipt",
@@ -108,6 +118,8 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     submit.add_argument("--json", action="store_true", help="print one JSON document (the saved receipt and where)")
     submit.set_defaults(run=_submit)
 
+
+def _add_bundle(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     bundle = verbs.add_parser(
         "bundle",
         help="fetch a receipt's offline bundle, waiting for its log proof",
@@ -129,6 +141,8 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     bundle.add_argument("--json", action="store_true", help="with --out: print a JSON summary of what was saved")
     bundle.set_defaults(run=_bundle)
 
+
+def _add_verify(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     verify = verbs.add_parser(
         "verify",
         help="verify receipts or bundles without trusting the service",

@@ -101,58 +101,61 @@ def create_app(
     if settings.metrics_token:
         add_metrics_route(app, settings.metrics_token)
 
-    @app.before_server_start
-    async def open_resources(app: App) -> None:
-        if getattr(app.ctx, "started", False):
-            return
-        app.ctx.started = True
-        if getattr(app.ctx, "store", None) is None:
-            opened = open_store(
-                settings.redis_url, cluster=settings.redis_cluster, ack=settings.store_ack, log=_log_queue(settings)
-            )
-            _attach_store(app, opened, opened.receipts)
-            app.ctx.owns_store = True
-        if settings.embedded:
-            warn(
-                "no REDIS_URL: using the embedded in-process store. NOTHING SURVIVES A RESTART, "
-                "and every worker would have its own store. Set REDIS_URL for real use."
-            )
-            if settings.ephemeral_signing_key:
-                await announce_demo_key(app)
-            # No worker serves the embedded store, so the server sweeps expired receipts itself,
-            # and integrates the log.
-            app.add_task(_sweep_until_stopped(app.ctx.store.retention, settings.retention_days), name="retention-sweep")
-        elif not settings.keyring.can_sign:
-            warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
-        if settings.log_signer is not None:
-            integrator = (
-                Integrator(app.ctx.store.log_queue, app.ctx.log_store, log_config(settings))
-                if settings.embedded
-                else None
-            )
-            if await _prepare_log(app, settings, integrator) and integrator is not None:
-                app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
-        if not settings.embedded:
-            # Durability of the Redis behind us (docs/redis.md); StoreAckError stops start-up.
-            try:
-                warnings = await check_store_at_startup(app.ctx.store.client, settings.store_ack)
-            except StoreAckError as exc:
-                print(f"error: {exc}", file=sys.stderr, flush=True)
-                raise
-            for message in warnings:
-                warn(message)
-
-        if settings.log_signer is not None and settings.metrics_port is not None:
-            app.add_task(_refresh_gauges_until_stopped(app), name="log-gauges")
-
-    @app.after_server_stop
-    async def close_resources(app: App) -> None:
-        if getattr(app.ctx, "owns_store", False):
-            await app.ctx.store.close()
-        release_worker_metrics()
-        flush_request_lines()
-
+    app.register_listener(_open_resources, "before_server_start")
+    app.register_listener(_close_resources, "after_server_stop")
     return app
+
+
+async def _open_resources(app: App) -> None:
+    """Before the server serves: the store (unless one was handed in), the embedded mode's own
+    sweep and integrator, the log store's checks, and the durability of the Redis behind us."""
+    settings: Settings = app.ctx.settings
+    if getattr(app.ctx, "started", False):
+        return
+    app.ctx.started = True
+    if getattr(app.ctx, "store", None) is None:
+        opened = open_store(
+            settings.redis_url, cluster=settings.redis_cluster, ack=settings.store_ack, log=_log_queue(settings)
+        )
+        _attach_store(app, opened, opened.receipts)
+        app.ctx.owns_store = True
+    if settings.embedded:
+        warn(
+            "no REDIS_URL: using the embedded in-process store. NOTHING SURVIVES A RESTART, "
+            "and every worker would have its own store. Set REDIS_URL for real use."
+        )
+        if settings.ephemeral_signing_key:
+            await announce_demo_key(app)
+        # No worker serves the embedded store, so the server sweeps expired receipts itself,
+        # and integrates the log.
+        app.add_task(_sweep_until_stopped(app.ctx.store.retention, settings.retention_days), name="retention-sweep")
+    elif not settings.keyring.can_sign:
+        warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
+    if settings.log_signer is not None:
+        integrator = (
+            Integrator(app.ctx.store.log_queue, app.ctx.log_store, log_config(settings)) if settings.embedded else None
+        )
+        if await _prepare_log(app, settings, integrator) and integrator is not None:
+            app.add_task(_integrate_until_stopped(integrator), name="log-integrator")
+    if not settings.embedded:
+        # Durability of the Redis behind us (docs/redis.md); StoreAckError stops start-up.
+        try:
+            warnings = await check_store_at_startup(app.ctx.store.client, settings.store_ack)
+        except StoreAckError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            raise
+        for message in warnings:
+            warn(message)
+
+    if settings.log_signer is not None and settings.metrics_port is not None:
+        app.add_task(_refresh_gauges_until_stopped(app), name="log-gauges")
+
+
+async def _close_resources(app: App) -> None:
+    if getattr(app.ctx, "owns_store", False):
+        await app.ctx.store.close()
+    release_worker_metrics()
+    flush_request_lines()
 
 
 async def _prepare_log(app: App, settings: Settings, integrator: Integrator | None) -> bool:
