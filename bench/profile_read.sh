@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Profile the service's public read path under load (bench/PROFILE.md, "Profile 5"): a Redis on
+# port 6391, the service on 8391 (1 worker, CPU 0), 200 receipts made, bench/loadgen.py reading
+# them over 16 connections on CPU 1 for 22 s, and py-spy on the Sanic worker for 15 s. Writes
+# /tmp/prof/read/read.raw (py-spy raw stacks) and the load's result line. Needs redis-server and
+# py-spy (pip install py-spy); no wrk. Run from the checkout's venv: bash bench/profile_read.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=/tmp/prof/read
+rm -rf "$out"
+mkdir -p "$out"
+redis-server --port 6391 --save "" --appendonly no --daemonize yes --dir "$out" --logfile "$out/redis.log"
+trap 'kill $(jobs -p) 2>/dev/null || true; redis-cli -p 6391 shutdown nosave >/dev/null 2>&1 || true' EXIT
+sleep 0.5
+export REDIS_URL=redis://127.0.0.1:6391/0 LOG_FORMAT=json METRICS_PORT=9391
+SIGNING_KEYS="$(python service.py signing-key new --kid prof)"
+export SIGNING_KEYS
+big=1000000000
+export LIMITS="{\"plans\":{\"free\":{\"per_minute\":$big,\"monthly\":$big},\"basic\":{\"per_minute\":$big,\"monthly\":$big},\"pro\":{\"per_minute\":$big,\"monthly\":$big}},\"ip_per_minute\":{\"public_key\":$big,\"get_receipt\":$big,\"unauthenticated\":$big,\"authenticated\":$big}}"
+key=$(python service.py keys create --project prof-read --plan pro | python -c "import json,sys; print(json.load(sys.stdin)['api_key'])")
+taskset -c 0 python service.py serve --port 8391 --workers 1 2> "$out/service.log" &
+for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:8391/health && break; sleep 0.2; done
+python - "$key" "$out/spec.json" <<'PY'
+import hashlib, json, sys
+import httpx
+key, spec_path = sys.argv[1], sys.argv[2]
+ids = []
+with httpx.Client(base_url="http://127.0.0.1:8391", headers={"Authorization": f"Bearer {key}"}) as client:
+    for n in range(200):
+        made = client.post("/v1/receipts", json={"input_hash": "sha256:" + hashlib.sha256(str(n).encode()).hexdigest()})
+        assert made.status_code == 201, made.text
+        ids.append(made.json()["receipt"]["receipt_id"])
+spec = {"target_host": "127.0.0.1", "target_port": 8391, "host": "127.0.0.1:8391", "connections": 16,
+        "seconds": 22, "mode": "read", "items": ids, "nonce": "0123456789abcdef"}
+json.dump(spec, open(spec_path, "w"))
+PY
+taskset -c 1 python -m bench.loadgen run "$out/spec.json" > "$out/load.txt" &
+sleep 4
+worker=$(ps -eo pid,pcpu,args --sort=-pcpu | awk '/python/ && /spawn_main/ && !/awk/ {print $1; exit}')
+py-spy record -p "$worker" -d 15 -r 200 -f raw -o "$out/read.raw" --nonblocking > /dev/null 2>&1
+wait %2 || true
+grep -o 'BENCHJSON.*' "$out/load.txt"
