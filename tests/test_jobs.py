@@ -301,12 +301,13 @@ def test_two_workers_one_owner_and_each_slot_enqueued_once(make_queue: Callable[
 
 def test_owner_handover_after_a_crash_and_after_a_release(make_queue: Callable[[], Queue]) -> None:
     clock = FakeClock(IN_SLOT)
-    a = ScheduleOwner(make_queue(), "worker-a", clock=clock, owner_ttl_ms=300)
-    b = ScheduleOwner(make_queue(), "worker-b", clock=clock, owner_ttl_ms=300)
+    # A lock of 1 s: b's first tick comes well within it even on a loaded machine.
+    a = ScheduleOwner(make_queue(), "worker-a", clock=clock, owner_ttl_ms=1_000)
+    b = ScheduleOwner(make_queue(), "worker-b", clock=clock, owner_ttl_ms=1_000)
     assert len(a.tick()) == 2
     # a "crashes": it stops ticking. b cannot take over until the lock expires.
     assert b.tick() == [] and not b.owning
-    time.sleep(0.4)
+    wait_until(lambda: holder(b.queue) is None, 10, "a's lock to expire")
     assert b.tick() == [] and b.owning, "b owns now, and finds both slots already enqueued"
     assert holder(b.queue) == "worker-b"
     assert a.tick() == [] and not a.owning, "a, back, is not the owner any more"
