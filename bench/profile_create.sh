@@ -7,14 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=/tmp/prof
 mkdir -p "$out"
-redis-server --port 6390 --save "" --appendonly no --daemonize yes --dir "$out" --logfile "$out/redis.log"
-trap 'kill %1 2>/dev/null || true; redis-cli -p 6390 shutdown nosave >/dev/null 2>&1 || true' EXIT
-sleep 0.5
-export REDIS_URL=redis://127.0.0.1:6390/0 LOG_FORMAT=json METRICS_PORT=9399
-SIGNING_KEYS="$(python service.py signing-key new --kid prof)"
-export SIGNING_KEYS
-big=1000000000
-export LIMITS="{\"plans\":{\"free\":{\"per_minute\":$big,\"monthly\":$big},\"basic\":{\"per_minute\":$big,\"monthly\":$big},\"pro\":{\"per_minute\":$big,\"monthly\":$big}},\"ip_per_minute\":{\"public_key\":$big,\"get_receipt\":$big,\"unauthenticated\":$big,\"authenticated\":$big}}"
+. bench/profile_setup.sh
+profile_setup "$out" 6390 9399
 : > "$out/keys.txt"
 for i in 1 2 3 4; do
   python service.py keys create --project "prof-$i" --plan pro | python -c "import json,sys; print(json.load(sys.stdin)['api_key'])" >> "$out/keys.txt"

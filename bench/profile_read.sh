@@ -9,14 +9,8 @@ cd "$(dirname "$0")/.."
 out=/tmp/prof/read
 rm -rf "$out"
 mkdir -p "$out"
-redis-server --port 6391 --save "" --appendonly no --daemonize yes --dir "$out" --logfile "$out/redis.log"
-trap 'kill $(jobs -p) 2>/dev/null || true; redis-cli -p 6391 shutdown nosave >/dev/null 2>&1 || true' EXIT
-sleep 0.5
-export REDIS_URL=redis://127.0.0.1:6391/0 LOG_FORMAT=json METRICS_PORT=9391
-SIGNING_KEYS="$(python service.py signing-key new --kid prof)"
-export SIGNING_KEYS
-big=1000000000
-export LIMITS="{\"plans\":{\"free\":{\"per_minute\":$big,\"monthly\":$big},\"basic\":{\"per_minute\":$big,\"monthly\":$big},\"pro\":{\"per_minute\":$big,\"monthly\":$big}},\"ip_per_minute\":{\"public_key\":$big,\"get_receipt\":$big,\"unauthenticated\":$big,\"authenticated\":$big}}"
+. bench/profile_setup.sh
+profile_setup "$out" 6391 9391
 key=$(python service.py keys create --project prof-read --plan pro | python -c "import json,sys; print(json.load(sys.stdin)['api_key'])")
 taskset -c 0 python service.py serve --port 8391 --workers 1 2> "$out/service.log" &
 for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:8391/health && break; sleep 0.2; done

@@ -39,6 +39,7 @@ import orjson
 import redis
 
 from bench.harness import (
+    BENCH,
     RAISED_LIMITS,
     Setup,
     Target,
@@ -57,7 +58,6 @@ from bench.procs import HarnessError, Proc, base_env, free_port, log, pinned, wa
 from bench.production import run_production
 from bench.report import PROJECTS, Report, memory_markdown
 
-BENCH = Path(__file__).resolve().parent
 SCENARIOS = ("create32", "hot", "read", "verify")
 PRELOAD_PROJECTS = 256
 ITEMS_SAMPLE = 10_000
