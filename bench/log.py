@@ -47,8 +47,8 @@ Phases (``--only`` runs some of them, in this order):
    (``/proc/PID/status``) is sampled as the checkpoint passes every tenth of the run, with
    entries/s; then the store's bytes per entry (``du``, apparent and on disk), and the whole
    tree checked in one pass (``receipts.tiles.check_tree``: every entry hashes to its leaf,
-   every tile to its place, the edge to the checkpoint's root), every queue empty, the synced
-   size at the tree's, and one entry in 1,000 found at its index in its receipt's hash-index
+   every tile to its place, the edge to the checkpoint's root), every queue empty, the log's
+   size told to Redis at the tree's, and one entry in 1,000 found at its index in its receipt's hash-index
    field.
 
 Prints a markdown section (bench/RESULTS.md holds it, with notes) and a JSON line. Loopback
@@ -93,6 +93,7 @@ from bench.preload import preload
 from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait_http
 from bench.production import ServiceSpec, fly_workers, open_loop
 from bench.redis_kinds import RedisKind, start_kind
+from execution_proof.kv import keys
 from execution_proof.kv.keys import LogIdentity
 from execution_proof.transparency import cosignature, note
 from execution_proof.transparency.note import Signer
@@ -267,12 +268,10 @@ class Backlog:
 
     def _run(self) -> None:
         # One GET a sample (log_state's SCAN of the whole keyspace would load the Redis measured).
-        from execution_proof.kv.keys import log_pending_key
-
         with redis.Redis.from_url(self.redis_url) as client:
             while not self._stop.is_set():
                 with contextlib.suppress(redis.RedisError, OSError, note.NoteError):
-                    pending = int(client.get(log_pending_key(IDENTITY)) or 0)
+                    pending = int(client.get(keys.log_pending_key(IDENTITY)) or 0)
                     self.samples.append((time.monotonic(), pending, store_size(self.store)))
                 self._stop.wait(0.5)
 
@@ -535,18 +534,18 @@ def redis_memory(url: str) -> dict[str, Any]:
 
 def log_state(url: str) -> dict[str, int]:
     """What the log has in flight in a Redis: entries counted pending, entries in queues,
-    queues, the synced size (-1: none), projects in the dirty set."""
+    queues, the log's size as told to Redis (-1: none), projects in the dirty set."""
     with redis.Redis.from_url(url) as client:
         tag = IDENTITY.tag_hex
         queues = list(client.scan_iter(match=f"lq:*:{tag}:*", count=1000))
         queued = sum(int(client.llen(name)) for name in queues)
-        synced = client.get(f"log:{tag}:synced")
+        synced = client.get(keys.log_size_key(IDENTITY))
         return {
-            "pending": int(client.get(f"log:{tag}:pending") or 0),
+            "pending": int(client.get(keys.log_pending_key(IDENTITY)) or 0),
             "queued": queued,
             "queues": len(queues),
             "synced": -1 if synced is None else int(synced),
-            "dirty": int(client.scard(f"log:{tag}:dirty")),
+            "dirty": int(client.scard(keys.log_dirty_key(IDENTITY))),
         }
 
 

@@ -454,11 +454,14 @@ class Stack:
         with redis.Redis.from_url(self.redis_url) as conn:
             return int(conn.get(keys.log_pending_key(self.identity)) or 0)
 
-    def synced(self) -> int | None:
-        """Redis's synced size: up to where the queues are in line with the tree."""
+    def synced(self, size: int) -> bool:
+        """Whether Redis is in line with a tree of ``size``: an integrator told it the size,
+        and no entry waits."""
         with redis.Redis.from_url(self.redis_url) as conn:
-            value = conn.get(keys.log_synced_key(self.identity))
-            return None if value is None else int(value)
+            told = conn.get(keys.log_size_key(self.identity))
+            return (
+                told is not None and int(told) == size and int(conn.get(keys.log_pending_key(self.identity)) or 0) == 0
+            )
 
     def close(self) -> None:
         if self.observer is not None:

@@ -31,7 +31,7 @@ def test_every_step_and_action_parses() -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("nowhere=stop", "STEP one of created, batch"),
+        ("nowhere=stop", "STEP one of created, caught_half, batch"),
         ("staged", "a fault point is STEP=ACTION"),
         ("staged=pause", "the action is stop, kill or sleep:MS"),
         ("staged=sleep:", "the action is stop, kill or sleep:MS"),

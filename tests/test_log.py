@@ -224,9 +224,9 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     }
     assert described.json["tiles_url"].endswith("/v1/log/")
     assert described.headers["access-control-allow-origin"] == "*"
-    # Nothing of the log is left in Redis but the synced size and the indices.
+    # Nothing of the log is left in Redis but the sizes and the indices.
     assert await queued(store) == 0
-    assert await store.log_queue.log_synced(IDENTITY) == 41
+    assert await store.log_queue.log_size(IDENTITY) == 41
     assert [name async for name in store.client.scan_iter(match="lt:*")] == []
 
 
@@ -433,7 +433,7 @@ class CrashAt:
             raise Crash(step)
 
 
-BATCH_STEPS = [step for step in STEPS if step not in ("created", "batch")]
+BATCH_STEPS = [step for step in STEPS if step not in ("created", "caught_half", "batch")]
 INNER_LOOP_STEPS = ("acked_half",)
 """The crash point the inner loop runs (Redis half acknowledged, the one that needs the tiles,
 the tree state and Redis to agree); every point runs under ``slow``."""
@@ -553,7 +553,7 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
     await store.client.flushall()
     for name, value in snapshot.items():
         await store.client.restore(name, 0, value)
-    assert await store.log_queue.log_synced(IDENTITY) == 0 and await queued(store) == 100
+    assert await store.log_queue.log_size(IDENTITY) == 0 and await queued(store) == 100
     restarted = await integrator(store, log_store, signer)
     third = await issue(app, key, [f"three-{n}" for n in range(100)])
     await restarted.step(force=True)
@@ -623,9 +623,9 @@ async def test_an_empty_store_beside_a_redis_that_knows_the_log_is_refused(
     with pytest.raises(LogRefused, match="LOG_STORE"):
         await Integrator(store.log_queue, mistyped, LogConfig(ORIGIN, signer)).prepare()
     assert not (tmp_path / "mistyped/checkpoint").exists()
-    # A Redis that only knows the log's synced size is enough to refuse.
+    # A Redis that only knows the log's size is enough to refuse.
     await store.client.flushall()
-    await store.log_queue.log_mark_synced(IDENTITY, None, 0)
+    await store.log_queue.log_tell_size(IDENTITY, 0)
     with pytest.raises(LogRefused, match="LOG_STORE"):
         await Integrator(store.log_queue, mistyped, LogConfig(ORIGIN, signer)).prepare()
     # And a store that holds tiles but no identity is nobody's log.
@@ -975,7 +975,7 @@ async def test_a_proof_is_checked_before_it_is_served(
     await worker.step(force=True)
     # Swap the two receipts' recorded indices.
     await store.log_queue.log_ack(
-        IDENTITY, key["project_id"], [(tlog.entry_bytes(first), 1), (tlog.entry_bytes(second), 0)]
+        IDENTITY, key["project_id"], 2, 2, [(tlog.entry_bytes(first), 1), (tlog.entry_bytes(second), 0)]
     )
     for receipt in (first, second):
         _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}/log-proof")

@@ -58,7 +58,7 @@ async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogSt
     assert await cluster_store.log_queue.log_pending(ident(signer)) == 601
     assert await worker.step(force=True) == 601
     assert await cluster_store.log_queue.log_pending(ident(signer)) == 0
-    assert await cluster_store.log_queue.log_synced(ident(signer)) == 601
+    assert await cluster_store.log_queue.log_size(ident(signer)) == 601
     checkpoint = await published(log_store, signer)
     assert checkpoint.size == 601
     for receipt in receipts[::37]:

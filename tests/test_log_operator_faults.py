@@ -634,7 +634,7 @@ def _a_redis_restored_from_another_deployment_is_not_taken_for_this_log(lane: La
         assert int(conn.get(keys.log_pending_key(x.identity)) or 0) == 100, "X's queue was touched"
         x_waiting = sum(conn.llen(keys.log_queue_key(x.identity, key["project_id"])) for key in x_keys)
         assert x_waiting == 100
-        assert int(conn.get(keys.log_synced_key(y.identity)) or 0) == 50
+        assert int(conn.get(keys.log_size_key(y.identity)) or 0) == 50
     assert y.pending() == 0
     ids = assert_whole(
         y.store_dir, y.verifier, final, observers=[observer], receipts=y_receipts,

@@ -146,7 +146,7 @@ async def prepare_log(
             log.warning(
                 "finished creating the transparency log %s in %s (size 0): it was cut short", origin, log_store.url
             )
-        await store.log_mark_synced(mine, None, 0)  # this Redis's trace of the log
+        await store.log_tell_size(mine, 0)  # this Redis's trace of the log
     return identity
 
 

@@ -49,9 +49,15 @@ from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, 
 from execution_proof.jobs.log_sync import ack_batch, catch_up
 from execution_proof.jobs.log_timestamps import Stamper
 from execution_proof.jobs.log_witnesses import Evidence, WitnessClient
-from execution_proof.kv import keys
 from execution_proof.kv.logstore import LogStore, LogStoreConflict, LogStoreError
-from execution_proof.kv.logstore.log import Batch, CheckpointUnreadable, Identity, TileMismatch, TreeState
+from execution_proof.kv.logstore.log import (
+    Batch,
+    CheckpointUnreadable,
+    Identity,
+    TileMismatch,
+    TreeState,
+    entry_created_ms,
+)
 from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.receipts.shapes import JSONObject
@@ -114,6 +120,9 @@ class Integrator:
         """(checkpoint size, root, tree size, root): a published checkpoint found a prefix of the tree."""
         self._publish_due = False
         """The tree advanced (or was found ahead of the checkpoint) and its checkpoint is not out yet."""
+        self._recent: Batch | None = None
+        """The last batch this integrator wrote: a queue found one batch behind is looked for
+        there, not in the store (jobs/log_sync.py, ``catch_up``)."""
         self.halted: dict[str, Any] | None = None
         self._halt_checked = 0.0
         self._last_batch = time.monotonic()
@@ -220,15 +229,16 @@ class Integrator:
         if self._publish_due:
             await self._publish(tree)
         projects = await self.store.log_dirty_projects(self.identity, DIRTY_SAMPLE)
-        # Lengths first (cheap): a pass that only waits for the interval or the trigger reads
-        # no entries; they are read once, when the batch is made.
-        lengths = await self.store.log_queue_lengths(self.identity, projects) if projects else {}
+        # Lengths and synced sizes first (cheap): a pass that only waits for the interval or
+        # the trigger reads no entries; they are read once, when the batch is made.
+        states = await self.store.log_queue_states(self.identity, projects) if projects else {}
+        lengths = {queue: length for queue, (length, _) in states.items()}
         now_ms = int(time.time() * 1000)
         await self.store.log_tidy_dirty(self.identity, [pid for pid in projects if not lengths[pid]], now_ms)
         await self.store.log_recheck(self.identity, now_ms - RECHECK_AFTER_MS)
         waiting = sum(lengths.values())
-        if self.store.is_cluster and len(projects) < DIRTY_SAMPLE:
-            await self.store.log_set_pending(self.identity, waiting)  # the count drifts on a Cluster
+        if len(projects) < DIRTY_SAMPLE:
+            await self.store.log_measured_pending(self.identity, waiting)
         if not waiting:
             if time.monotonic() - self._progress_at >= PROGRESS_EVERY_S and await self._check_anchor(tree, "idle"):
                 await self._publish(tree)  # idle, it still looks at the checkpoint (1.): no silent wedge
@@ -237,6 +247,13 @@ class Integrator:
         waited = time.monotonic() - self._last_batch
         if not force and waiting < self.config.trigger and waited < self.config.interval_s:
             return 0
+        ahead = max((synced for length, synced in states.values() if length), default=0)
+        if ahead > tree.size:
+            await self._refuse_behind_redis(tree, ahead, "synced")
+        behind = [queue for queue, (length, synced) in states.items() if length and synced < tree.size]
+        if behind:
+            await self._check_anchor(tree, "synced")
+            await catch_up(self.store, self.identity, self.reader, tree, behind, self._point, self._recent)
         # Each queue is read only as far as this batch takes from it (projects in order, as the
         # batch is filled): under a backlog every queue holds thousands of entries, and reading
         # ``max_batch`` of each would read and drop all but one queue's share.
@@ -247,22 +264,17 @@ class Integrator:
                 room -= limits[pid]
         queued = await self.store.log_queued(self.identity, limits)
         self._point("batch")
-        # Read after the entries: had Redis been restored from an older snapshot before they
-        # were read, its synced size is behind the tree, and they may be in the tree already.
-        synced = await self.store.log_synced(self.identity)
-        if synced != tree.size:
-            await self._check_current(tree, "synced")  # another integrator may have moved both
-            await self._check_anchor(tree, "synced")
-            await self._catch_up(tree, synced)
-            return 0
+        # Only a queue in line with the tree gives entries (jobs/log_sync.py): one that moved
+        # since it was looked at (a restore put it back) is looked at again next pass.
         entries: list[bytes] = []
-        for project_entries in queued.values():
-            entries += project_entries[: self.config.max_batch - len(entries)]
+        for read in queued.values():
+            if read.synced == tree.size:
+                entries += read.entries[: self.config.max_batch - len(entries)]
         if not entries:
             return 0
         edge = await self._edge_of(tree)
         extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in entries])
-        newest = max(keys.receipt_created_ms(tlog.LogEntry.receipt_id_of(entry)) for entry in entries)
+        newest = max((made for entry in entries if (made := entry_created_ms(entry)) is not None), default=0)
         batch = Batch(tree.size, tree.root, extension.size, extension.root, newest, entries)
         await self._check_anchor(tree, "stage")
         staged = await self.log.stage(tree, batch)
@@ -271,7 +283,7 @@ class Integrator:
         self.tree = staged
         self._point("staged")
         started = time.monotonic()
-        await self._finish(staged, batch, extension, edge)
+        await self._finish(staged, batch, extension, edge, others=projects)
         self._last_batch = time.monotonic()
         metrics.LOG_ENTRIES.inc(len(entries))
         metrics.LOG_BATCH_SECONDS.observe(time.monotonic() - started)
@@ -279,11 +291,14 @@ class Integrator:
 
     # -- the phases
 
-    async def _finish(self, tree: TreeState, batch: Batch, extension: tlog.Extension, edge: _Edge) -> None:
+    async def _finish(
+        self, tree: TreeState, batch: Batch, extension: tlog.Extension, edge: _Edge, others: list[str] | None = None
+    ) -> None:
         """Write the batch ``tree`` has staged: its tiles and bundles, then advance the tree,
-        sync Redis, publish. ``Overtaken`` when another integrator advanced the tree first or
-        the store holds other bytes where the tree has moved past; a refusal (and a halt)
-        when it holds other bytes where the tree state still names this batch."""
+        sync Redis (``others``: queues sampled with the batch, ``ack_batch``), publish.
+        ``Overtaken`` when another integrator advanced the tree first or the store holds
+        other bytes where the tree has moved past; a refusal (and a halt) when it holds other
+        bytes where the tree state still names this batch."""
         staged = tree.staged
         assert staged is not None
         assert (tree.size, tree.root) == (batch.size, batch.root)
@@ -327,7 +342,8 @@ class Integrator:
         # Side by side: each needs only the advanced tree, and a proof needs both (its index
         # from Redis, the checkpoint from the store). What a failure leaves undone is done from
         # the store again (``_load``: the synced size behind, the checkpoint due).
-        syncing = asyncio.ensure_future(ack_batch(self.store, self.identity, batch, self._point))
+        self._recent = batch
+        syncing = asyncio.ensure_future(ack_batch(self.store, self.identity, batch, self._point, others or ()))
         try:
             await self._publish(advanced)
         except BaseException:
@@ -337,20 +353,16 @@ class Integrator:
             raise
         await syncing
 
-    async def _catch_up(self, tree: TreeState, synced: int | None) -> None:
-        """Redis's synced size is not the tree's: bring Redis in line (``catch_up``), or
-        refuse a store whose tree is behind what Redis knows. Ahead of a tree this integrator
-        read a while ago, it is first read again: another integrator may have moved both
-        meanwhile (this one paused while it finished a stopped one's batch, say)."""
-        if synced is not None and synced > tree.size:
-            await self._check_current(tree, "synced")
-            raise await refuse(
-                self.log,
-                f"Redis says {synced} entries of the log {self.origin} are in the tree, the log store {self.log.url} "
-                f"holds {tree.size}: the store lost entries (restored from an older copy?) or LOG_STORE names "
-                "another store. Nothing is signed until the store is the log's again",
-            )
-        await catch_up(self.store, self.identity, self.reader, tree, synced)
+    async def _refuse_behind_redis(self, tree: TreeState, size: int, step: str) -> None:
+        """Redis knows a larger tree than ``tree``: an integrator that read it a while ago was
+        overtaken (another moved both meanwhile); a tree still current lost entries."""
+        await self._check_current(tree, step)
+        raise await refuse(
+            self.log,
+            f"Redis says the log {self.origin} has {size} entries in its tree, the log store {self.log.url} holds "
+            f"{tree.size}: the store lost entries (restored from an older copy?) or LOG_STORE names another store. "
+            "Nothing is signed until the store is the log's again",
+        )
 
     async def _publish(self, tree: TreeState) -> None:
         """Sign the tree, collect cosignatures, publish; halt instead on evidence of a fork. A
@@ -427,9 +439,9 @@ class Integrator:
         tree = self.tree
         assert tree is not None
         await self.log.clear_staging(below=tree.size)
-        synced = await self.store.log_synced(self.identity)
-        if synced != tree.size:
-            await self._catch_up(tree, synced)
+        known = await self.store.log_tell_size(self.identity, tree.size)
+        if known > tree.size:
+            await self._refuse_behind_redis(tree, known, "load")
         if self._publish_due:
             await self._publish(tree)
 

@@ -252,9 +252,25 @@ class LogIdentity:
         return self.tag.hex()
 
 
-def log_queue_key(log: LogIdentity, project_id: str) -> str:
-    """List: the project's log entries not yet in the tree, oldest first (entry bytes)."""
-    return f"lq:{{{slot_tag(project_id)}}}:{log.tag_hex}:{project_id}"
+LOG_OWN_QUEUE = "~log"
+"""The queue of entries that belong to no project (a key certificate, a revocation): in the
+dirty set and in key names like a project's, in a slot of its own."""
+
+
+def _queue_slot(log: LogIdentity, queue: str) -> str:
+    return f"log-{log.tag_hex}" if queue == LOG_OWN_QUEUE else slot_tag(queue)
+
+
+def log_queue_key(log: LogIdentity, queue: str) -> str:
+    """List: a queue's log entries not yet in the tree, oldest first (entry bytes). A queue is
+    a project's (named by its id, in the project's slot) or ``LOG_OWN_QUEUE``."""
+    return f"lq:{{{_queue_slot(log, queue)}}}:{log.tag_hex}:{queue}"
+
+
+def log_synced_key(log: LogIdentity, queue: str) -> str:
+    """Integer: the queue's synced size, in the queue's slot: no entry of the tree below it is
+    in the queue (jobs/log_sync.py). A restore puts a queue and its synced size back together."""
+    return f"ls:{{{_queue_slot(log, queue)}}}:{log.tag_hex}:{queue}"
 
 
 def log_dirty_key(log: LogIdentity) -> str:
@@ -267,12 +283,12 @@ def log_recheck_key(log: LogIdentity) -> str:
     return f"log:{log.tag_hex}:recheck"
 
 
-def log_synced_key(log: LogIdentity) -> str:
-    """Integer: the tree size up to which every entry in the log has left its queue and has
-    its index recorded here. Older than the store's tree after a crash between the two, or a
-    restore from an older snapshot: the integrator then reconciles (jobs/log_integrator.py).
-    Its presence is this Redis's trace of the log: an empty log store beside it is refused."""
-    return f"log:{log.tag_hex}:synced"
+def log_size_key(log: LogIdentity) -> str:
+    """Integer: a size the log's tree has reached, as an integrator last told this Redis (never
+    more than the tree's). A create that starts an empty queue sets the queue's synced size
+    to it: the new entry cannot be in the tree below it (jobs/log_sync.py). Its presence is
+    this Redis's trace of the log: an empty log store beside it is refused."""
+    return f"log:{log.tag_hex}:size"
 
 
 def log_pending_key(log: LogIdentity) -> str:

@@ -80,7 +80,8 @@ class Store:
             link,
             is_cluster,
             log_ack=register(client, "log_ack.lua", on_index=True),
-            log_synced=register(client, "log_synced.lua"),
+            log_read=register(client, "log_read.lua"),
+            log_size=register(client, "log_size.lua"),
             find_index_field=find_index_field,
         )
         self.receipts = ReceiptStore(

@@ -2,11 +2,12 @@
 (tiles, bundles, checkpoints, its tree state) lives in the log store (kv/logstore).
 
 - Each project's queue of entries waiting to be sequenced (filled by the create script, in
-  chain order), the dirty set naming projects whose queue may hold entries, and the count
-  of entries waiting (``LOG_MAX_PENDING``).
+  chain order; entries of no project wait in the log's own queue), the dirty set naming
+  queues that may hold entries, and the count of entries waiting (``LOG_MAX_PENDING``).
+- Each queue's synced size, in the queue's slot: no entry of the tree below it is in the
+  queue (jobs/log_sync.py); and the log's size as an integrator last told this Redis.
 - Each receipt's index in the log, appended to its hash-index field once integrated, so it
   expires and is deleted with the receipt.
-- The synced size: every entry of the tree below it has left its queue and has its index.
 - The claim of the current time-stamping interval.
 
 Every key, and each receipt's index, carries the log's tag, made of its origin and key
@@ -17,13 +18,33 @@ is not in another.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.records import Client, lenient_text, unavailable_as_503
 from execution_proof.receipts.errors import NotInLog
+from execution_proof.transparency import tlog
 from execution_proof.transparency.tlog import LogEntry
+
+
+@dataclass(frozen=True)
+class QueueRead:
+    """A queue's first entries and its synced size, read together (kv/lua/log_read.lua)."""
+
+    synced: int
+    entries: list[bytes]
+
+
+@dataclass(frozen=True)
+class Acked:
+    """What ``log_ack`` did: ``done`` (the synced size moved; ``taken`` entries left the queue),
+    else nothing, the synced size being ``synced``."""
+
+    done: bool
+    taken: int
+    synced: int
 
 
 class LogQueueStore:
@@ -37,14 +58,16 @@ class LogQueueStore:
         is_cluster: bool,
         *,
         log_ack: LuaScript,
-        log_synced: LuaScript,
+        log_read: LuaScript,
+        log_size: LuaScript,
         find_index_field: LuaScript,
     ) -> None:
         self.client = client
         self.link = link
         self.is_cluster = is_cluster
         self._log_ack = log_ack
-        self._log_synced = log_synced
+        self._log_read = log_read
+        self._log_size = log_size
         self._find_index_field = find_index_field
 
     # -- the queues
@@ -66,16 +89,37 @@ class LogQueueStore:
         return sorted(found)
 
     @unavailable_as_503
-    async def log_queued(self, log: keys.LogIdentity, limits: dict[str, int]) -> dict[str, list[bytes]]:
-        """Up to ``limits[project]`` queued entries of each project, oldest first (-1: all)."""
-        wanted = {pid: limit for pid, limit in limits.items() if limit}  # LRANGE 0 -1 would be all
+    async def log_queued(self, log: keys.LogIdentity, limits: dict[str, int]) -> dict[str, QueueRead]:
+        """Up to ``limits[queue]`` entries of each queue, oldest first (-1: all), each queue's
+        read together with its synced size (kv/lua/log_read.lua), side by side."""
+        wanted = {queue: limit for queue, limit in limits.items() if limit}  # LRANGE 0 -1 would be all
+        replies = await asyncio.gather(
+            *(
+                self.link.run_script(
+                    self._log_read,
+                    [keys.log_queue_key(log, queue), keys.log_synced_key(log, queue)],
+                    [limit],
+                )
+                for queue, limit in wanted.items()
+            )
+        )
+        found = {queue: QueueRead(int(reply[0]), list(reply[1:])) for queue, reply in zip(wanted, replies, strict=True)}
+        return {queue: found.get(queue, QueueRead(0, [])) for queue in limits}
+
+    @unavailable_as_503
+    async def log_queue_states(self, log: keys.LogIdentity, queues: list[str]) -> dict[str, tuple[int, int]]:
+        """Each queue's length and synced size (one round trip; not read together: a hint of
+        which queues to read, never what a batch is made of)."""
         sends = [
-            self.link.send("LRANGE", keys.log_queue_key(log, pid), 0, limit - 1 if limit > 0 else -1)
-            for pid, limit in wanted.items()
+            send
+            for queue in queues
+            for send in (
+                self.link.send("LLEN", keys.log_queue_key(log, queue)),
+                self.link.send("GET", keys.log_synced_key(log, queue)),
+            )
         ]
         replies = await asyncio.gather(*sends)
-        found = {pid: list(entries) for pid, entries in zip(wanted, replies, strict=True)}
-        return {pid: found.get(pid, []) for pid in limits}
+        return {queue: (int(replies[2 * n]), int(replies[2 * n + 1] or 0)) for n, queue in enumerate(queues)}
 
     @unavailable_as_503
     async def log_queue_lengths(self, log: keys.LogIdentity, project_ids: list[str]) -> dict[str, int]:
@@ -124,25 +168,35 @@ class LogQueueStore:
         return back
 
     @unavailable_as_503
-    async def log_ack(self, log: keys.LogIdentity, project_id: str, acks: list[tuple[bytes, int]]) -> int:
-        """Entries of the project are in the log at these indices: take them off its queue
-        and record each receipt's index (kv/lua/log_ack.lua). Returns how many left the
-        queue; a repeat takes none and records the same indices."""
-        args: list[Any] = ["0" if self.is_cluster else "1", log.tag]
+    async def log_ack(
+        self, log: keys.LogIdentity, queue: str, was: int, size: int, acks: list[tuple[bytes, int]]
+    ) -> Acked:
+        """The queue's ``acks`` (entries, each with its index) are in the tree of ``size``: take
+        them off the queue, record each receipt's index and move the queue's synced size from
+        ``was`` to ``size``, at once (kv/lua/log_ack.lua), if it is still ``was``. With no
+        ``acks``, the synced size alone moves (the tree grew by entries of other queues)."""
+        args: list[Any] = ["0" if self.is_cluster else "1", log.tag, was, size]
         for entry, index in acks:
-            fields = LogEntry.parse(entry)
+            key = tlog.entry_key(entry)
+            receipt = LogEntry.parse(entry) if key is not None and key.receipt_id is not None else None
             args += [
                 entry,
-                keys.receipt_id_bytes(fields.receipt_id),
-                keys.hash_index_field(fields.receipt_hash),
+                keys.receipt_id_bytes(receipt.receipt_id) if receipt is not None else b"",
+                keys.hash_index_field(receipt.receipt_hash) if receipt is not None else b"",
                 index.to_bytes(keys.LOG_INDEX_BYTES, "big"),
             ]
-        queue = keys.log_queue_key(log, project_id)
-        pending = queue if self.is_cluster else keys.log_pending_key(log)
-        taken = int(await self.link.run_script(self._log_ack, [queue, keys.index_meta_key(project_id), pending], args))
+        queue_key = keys.log_queue_key(log, queue)
+        meta = queue_key if queue == keys.LOG_OWN_QUEUE else keys.index_meta_key(queue)
+        pending = queue_key if self.is_cluster else keys.log_pending_key(log)
+        code, value = await self.link.run_script(
+            self._log_ack, [queue_key, keys.log_synced_key(log, queue), meta, pending], args
+        )
+        if int(code):
+            return Acked(False, 0, int(value))
+        taken = int(value)
         if self.is_cluster and taken:
             await self.link.send("DECRBY", keys.log_pending_key(log), taken)
-        return taken
+        return Acked(True, taken, size)
 
     # -- counts and marks
 
@@ -157,34 +211,45 @@ class LogQueueStore:
         await self.link.send("INCRBY", keys.log_pending_key(log), count)
 
     @unavailable_as_503
-    async def log_set_pending(self, log: keys.LogIdentity, count: int) -> None:
-        """On a Cluster: set the count to what the integrator just measured (it drifts when a
-        process dies between a create and its count)."""
-        await self.link.send("SET", keys.log_pending_key(log), count)
+    async def log_measured_pending(self, log: keys.LogIdentity, count: int) -> None:
+        """The integrator counted ``count`` entries waiting in every queue of the dirty set. On
+        a Cluster, where creates count outside their script, the count is set to it (it drifts
+        when a process dies between a create and its count); a plain Redis counts exactly."""
+        if self.is_cluster:
+            await self.link.send("SET", keys.log_pending_key(log), count)
 
     @unavailable_as_503
-    async def log_synced(self, log: keys.LogIdentity) -> int | None:
-        value = await self.link.send("GET", keys.log_synced_key(log))
+    async def log_pending_and_size(self, log: keys.LogIdentity) -> tuple[str, str]:
+        """A Cluster's create reads these before its script (they live in other slots): the
+        count of entries waiting and the log's size, side by side ("0" for none)."""
+        pending, size = await asyncio.gather(
+            self.link.send("GET", keys.log_pending_key(log)), self.link.send("GET", keys.log_size_key(log))
+        )
+        return lenient_text(pending or b"0"), lenient_text(size or b"0")
+
+    @unavailable_as_503
+    async def log_size(self, log: keys.LogIdentity) -> int | None:
+        """The log's size as an integrator last told this Redis (None: never, or forgotten)."""
+        value = await self.link.send("GET", keys.log_size_key(log))
         return None if value is None else int(value)
 
     @unavailable_as_503
-    async def log_mark_synced(self, log: keys.LogIdentity, was: int | None, size: int) -> bool:
-        """Move the synced size from ``was`` (None: none recorded) to ``size``; False when it
-        was another (a restore moved it back: the integrator reconciles)."""
-        args = ["" if was is None else str(was), str(size)]
-        return bool(int(await self.link.run_script(self._log_synced, [keys.log_synced_key(log)], args)))
+    async def log_tell_size(self, log: keys.LogIdentity, size: int) -> int:
+        """Tell this Redis the tree has reached ``size`` (kv/lua/log_size.lua: the size kept
+        only grows); returns the size kept, larger than ``size`` when Redis knew a larger tree."""
+        return int(await self.link.run_script(self._log_size, [keys.log_size_key(log)], [size]))
 
     @unavailable_as_503
     async def log_has_trace(self, log: keys.LogIdentity) -> bool:
-        """Whether this Redis knows of a log with this origin: its synced size, entries
+        """Whether this Redis knows of a log with this origin: its size, entries
         waiting, or projects named dirty. An empty log store beside such a Redis is a lost or
         mistyped ``LOG_STORE``, never the start of a new log."""
-        synced, pending, dirty = await asyncio.gather(
-            self.link.send("EXISTS", keys.log_synced_key(log)),
+        size, pending, dirty = await asyncio.gather(
+            self.link.send("EXISTS", keys.log_size_key(log)),
             self.link.send("GET", keys.log_pending_key(log)),
             self.link.send("SCARD", keys.log_dirty_key(log)),
         )
-        return bool(int(synced)) or int(pending or 0) > 0 or int(dirty) > 0
+        return bool(int(size)) or int(pending or 0) > 0 or int(dirty) > 0
 
     @unavailable_as_503
     async def log_index(self, log: keys.LogIdentity, project_id: str, receipt_id: str, receipt_hash: str) -> int | None:

@@ -149,14 +149,17 @@ class ReceiptStore:
         log = self.log
         logged = log is not None and any(item.log_entry for item in items)
         log_queue = keys.log_queue_key(log.identity, project_id) if log is not None else project_key
-        # The count of waiting entries lives in another slot on a Cluster: read it here
-        # (approximate, the contract allows it), and count the queued entries after the script.
-        observed = (
-            str(await self._log_queue.log_pending(log.identity))
+        log_synced = keys.log_synced_key(log.identity, project_id) if log is not None else project_key
+        # The count of waiting entries and the log's size live in other slots on a Cluster:
+        # read them here, side by side (the count is approximate, docs/log.md "Backpressure"),
+        # and count the queued entries after the script.
+        observed, log_size = (
+            await self._log_queue.log_pending_and_size(log.identity)
             if log is not None and self.is_cluster and logged
-            else ""
+            else ("", "")
         )
         log_count = keys.log_pending_key(log.identity) if log is not None and not self.is_cluster else log_queue
+        log_size_key = keys.log_size_key(log.identity) if log is not None and not self.is_cluster else log_queue
         log_tag = log.identity.tag if log is not None else b""
         max_pending = str(log.max_pending) if log is not None else "0"
         for item in items:
@@ -170,6 +173,8 @@ class ReceiptStore:
                 *self._search_keys(project_id, item.input_hash, item.output_hash),
                 log_queue,
                 log_count,
+                log_synced,
+                log_size_key,
             ]
             stale = item.stale_receipt_id
             script_args += [
@@ -192,6 +197,7 @@ class ReceiptStore:
                 max_pending,
                 observed,
                 log_tag if item.log_entry else b"",
+                log_size,
             ]
         marked = (
             await self._mark_for_log(log.identity, project_id, not self.ack.enabled)

@@ -30,6 +30,7 @@ log = logging.getLogger("eps.log")
 
 STEPS = (
     "created",
+    "caught_half",
     "batch",
     "staged",
     "tiles_half",
@@ -44,14 +45,17 @@ STEPS = (
 """Every step, in the order a batch reaches them (``created``: once, when a store is created).
 
 - ``created``: store creation, the identity written, no tree state yet;
-- ``batch``: a batch's entries read from Redis, Redis's synced size not read, nothing staged;
+- ``caught_half``: a catch-up (queues found behind the tree, before a batch is made): half of
+  those queues in line with the tree again, their entries found in it off their queues;
+- ``batch``: a batch's entries read from Redis (each queue with its synced size), nothing staged;
 - ``staged``: the batch staged (the tree state names it), no tile written;
 - ``tiles_half``: half its tiles and bundles written;
 - ``tiles``: every tile and bundle durable, the tree not advanced;
 - ``advanced``: the tree state advanced past the batch, its staged entries not yet removed;
 - ``unstaged``: the staged entries removed, Redis not yet told;
-- ``acked_half``: half the batch's projects' entries off their queues with their indices;
-- ``synced``: Redis's synced size moved to the new tree;
+- ``acked_half``: half the batch's queues' entries off them with their indices, each queue's
+  synced size moved to the new tree;
+- ``synced``: every queue of the batch so (and the log's size told to Redis before them);
 - ``signed``: the checkpoint signed (and cosigned), not yet published;
 - ``published``: the checkpoint published.
 """

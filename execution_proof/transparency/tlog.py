@@ -15,6 +15,7 @@ consistency proofs. Pure: no I/O; callers hand in the hashes (tiles) they read.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +88,42 @@ class LogEntry:
             "prev_receipt_hash": self.prev_receipt_hash,
             "chain_status": self.chain_status,
         }
+
+
+KEY_CERTIFICATE_HEADER = b"execution-proof-key-certificate/v1\n"
+KEY_REVOCATION_HEADER = b"execution-proof-key-revocation/v1\n"
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKey:
+    """What the log's own bookkeeping knows of an entry, whatever its kind (fixed by its first
+    bytes): ``entry_id``, the id every kind has (a receipt entry's receipt id; a key
+    certificate's ``kid``; a revocation's ``kid`` and ``revoked_after``); ``project_id``, the
+    project whose queue it waits in (None: the log's own queue); ``receipt_id`` when it is a
+    receipt entry (its index is recorded beside the receipt)."""
+
+    entry_id: str
+    project_id: str | None
+    receipt_id: str | None
+
+
+def entry_key(entry: bytes) -> EntryKey | None:
+    """The entry's ``EntryKey``; None for a kind whose id is not in its bytes (the ``dsse``
+    leaf, which travels with its receipt's entry) or bytes of no known kind."""
+    if entry.startswith(ENTRY_HEADER.encode() + b"\n"):
+        lines = entry.split(b"\n", 4)
+        if len(lines) < 5:
+            return None
+        receipt_id = lines[1].decode(errors="replace")
+        return EntryKey(receipt_id, lines[3].decode(errors="replace"), receipt_id)
+    for header, fields in ((KEY_CERTIFICATE_HEADER, ("kid",)), (KEY_REVOCATION_HEADER, ("kid", "revoked_after"))):
+        if entry.startswith(header):
+            try:
+                body = json.loads(entry[len(header) :])
+                return EntryKey(" ".join(str(body[name]) for name in fields), None, None)
+            except (ValueError, TypeError, KeyError):
+                return None
+    return None
 
 
 def leaf_hash(entry: bytes) -> bytes:

@@ -7,7 +7,6 @@ import asyncio
 
 import orjson
 
-from execution_proof.kv import keys
 from execution_proof.kv.logstore.log import (
     LEASE,
     STAGING,
@@ -19,6 +18,7 @@ from execution_proof.kv.logstore.log import (
     LogStoreConflict,
     TreeState,
     checkpoint_size,
+    entry_created_ms,
     size_name,
 )
 from execution_proof.transparency import note, tlog
@@ -111,7 +111,7 @@ async def export(source: LogStore, target: LogStore) -> dict[str, str | int]:
     def note_entries(first: int, entries: list[bytes]) -> None:
         nonlocal newest
         for entry in entries:
-            newest = max(newest, _created_ms(entry))
+            newest = max(newest, entry_created_ms(entry) or 0)
 
     try:
         await check_tree(TileReader(target.fetch), size, root, note_entries)
@@ -134,7 +134,3 @@ def _exported_state(name: str, size: int) -> bool:
     if name in (TREE, LEASE, STAMPED) or name.startswith(STAGING):
         return False
     return not (name.startswith(TIMESTAMPS) and name > size_name(TIMESTAMPS, size))
-
-
-def _created_ms(entry: bytes) -> int:
-    return keys.receipt_created_ms(tlog.LogEntry.receipt_id_of(entry))

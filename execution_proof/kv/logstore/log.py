@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from execution_proof.kv.keys import LogIdentity
+from execution_proof.kv.keys import LogIdentity, receipt_created_ms
 from execution_proof.kv.logstore.objects import LogStoreError, ObjectStore
 from execution_proof.receipts.shapes import JSONObject
 from execution_proof.transparency import note, tlog
@@ -179,6 +179,13 @@ class Batch:
             int(fields["newest_ms"]),
             tlog.split_bundle(body),
         )
+
+
+def entry_created_ms(entry: bytes) -> int | None:
+    """When a receipt entry's receipt was made (its id says: a tree state's ``newest_ms``);
+    None for an entry of another kind."""
+    key = tlog.entry_key(entry)
+    return receipt_created_ms(key.receipt_id) if key is not None and key.receipt_id is not None else None
 
 
 def size_name(prefix: str, size: int) -> str:

@@ -2,8 +2,8 @@
 -- why not (group commit: the receipts of one batch were chained on each other in memory).
 -- Runs after index_buckets.lua (its idx_* functions).
 --
--- The call holds N receipts: KEYS has 9 per receipt and ARGV 19 per receipt, receipt i
--- (from 0) at KEYS[9i+1..9i+9] and ARGV[19i+1..19i+19], each laid out as below. They are
+-- The call holds N receipts: KEYS has 11 per receipt and ARGV 20 per receipt, receipt i
+-- (from 0) at KEYS[11i+1..11i+11] and ARGV[20i+1..20i+20], each laid out as below. They are
 -- processed in order; the first that is not issued (code 1-6) ends the call: the receipts
 -- after it were built on it and are not looked at (the caller rebuilds and sends them
 -- again). N = 1 is a single receipt, with the same reply.
@@ -19,6 +19,10 @@
 -- KEYS[8] the project's log queue (list of entries waiting for the integrator)
 -- KEYS[9] the log's count of entries waiting (on a plain Redis; on a Cluster, where it lives
 --         in another slot, KEYS[8] again: see ARGV[18])
+-- KEYS[10] the queue's synced size (jobs/log_sync.py: no entry of the tree below it is in
+--          the queue)
+-- KEYS[11] the log's size as an integrator last told this Redis (on a plain Redis; on a
+--          Cluster, KEYS[8] again: see ARGV[20])
 -- ARGV[1] the tip the receipt was built on ("" = the project had no tip)
 -- ARGV[2] the receipt's stored value (compact record, or JSON)
 -- ARGV[3] receipt_hash
@@ -47,6 +51,10 @@
 -- ARGV[19] the tag of the log ARGV[16] is queued for (4 bytes, kv.keys.LogIdentity; "" =
 --          no log): the hash-index value names it, so the receipt is known to be in that log
 --          only (the integrator appends its index there)
+-- ARGV[20] "" = read the log's size from KEYS[11]; else the log's size as the caller read it
+--          ("0" when none). An entry that starts an empty queue cannot be in the tree below
+--          it: the queue's synced size rises to it (never falls), so a queue that waited empty
+--          while the log grew is in line with the tree again without reading it back
 -- A search set scores each id by its creation time (Unix ms), read from the id's first
 -- six bytes.
 --
@@ -148,7 +156,12 @@ local function issue_one(k, a)
     redis.call('HSET', KEYS[k + 1], 'tip', ARGV[a + 3])
   end
   if ARGV[a + 16] ~= '' then
-    redis.call('RPUSH', KEYS[k + 8], ARGV[a + 16])
+    if redis.call('RPUSH', KEYS[k + 8], ARGV[a + 16]) == 1 then
+      local size = tonumber(ARGV[a + 20] == '' and (redis.call('GET', KEYS[k + 11]) or '0') or ARGV[a + 20])
+      if size > tonumber(redis.call('GET', KEYS[k + 10]) or '0') then
+        redis.call('SET', KEYS[k + 10], size)
+      end
+    end
     if counted then
       redis.call('INCR', KEYS[k + 9])
     end
@@ -165,8 +178,8 @@ local function issue_one(k, a)
 end
 
 local replies = {}
-for i = 0, #KEYS / 9 - 1 do
-  local reply = issue_one(9 * i, 19 * i)
+for i = 0, #KEYS / 11 - 1 do
+  local reply = issue_one(11 * i, 20 * i)
   for _, value in ipairs(reply) do
     replies[#replies + 1] = value
   end
