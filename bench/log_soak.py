@@ -15,9 +15,15 @@ serve`` with the log (``LOG_SIGNING_KEY``, ``LOG_ORIGIN``, ``LOG_STORE``) and ``
   batch, each ``stop``, ``kill`` or ``sleep:MS`` with MS below or beyond the 5-s lease); a
   stopped worker gets SIGCONT after a random delay (some past the lease); a killed or exited
   worker is replaced, a worker whose life is over is stopped (SIGTERM) and replaced; Redis is
-  saved now and then (``SAVE``, the dump kept aside), and now and then restarted from an older
-  dump (restore) or flushed (``FLUSHALL``); after either, new API keys. Every fault that acted
-  is counted by kind (a fault point says so in the worker's log).
+  saved now and then (``SAVE``, the dump kept aside, and a copy of the store taken beside it:
+  checkpoint, then ``.state/``, then the tiles), and now and then restarted from an older dump
+  (restore), put back from one under its open connections (``DEBUG RELOAD NOSAVE``: reload),
+  flushed (``FLUSHALL``), or an older copy of the store is copied over the live one with Redis
+  restarted from the dump of the same moment (``cp -a BACKUP/. STORE/``, no ``--delete``:
+  overwrite). An overwrite of a store that grew since must be refused (``.state/halt``) before
+  anything is signed on the older tree; the harness then puts the live files back, as an
+  operator would, and runs ``log resume``. After each Redis fault, new API keys. Every fault
+  that acted is counted by kind (a fault point says so in the worker's log).
 - **Observe**: the checkpoint ``GET /v1/log/checkpoint`` serves and the store's ``checkpoint``
   file, polled every 50 ms: every distinct signed checkpoint kept, its signature checked as it
   arrives, each source's size never going back; the first bytes of every full tile.
@@ -44,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 import random
@@ -80,7 +87,14 @@ LEASE_S = 5.0
 FAULT_STEPS = tuple(step for step in STEPS if step != "created")
 """The steps of a batch (``created`` acts only while a store is created: once, at the start)."""
 ACTIONS = ("stop", "kill", "sleep")
-FAULT_KINDS = ("stop", "kill", "sleep", "restore", "flushall")
+FAULT_KINDS = ("stop", "kill", "sleep", "restore", "reload", "flushall", "overwrite")
+REDIS_FAULTS = ("restore", "reload", "flushall", "overwrite")
+"""The faults the harness makes (the others are the workers' fault points)."""
+BACKUPS_KEPT = 3
+"""Copies of the store kept (one per save, the newest): an overwrite puts back one of them."""
+REFUSAL_WAIT_S = 30.0
+"""How long an overwrite may go unnoticed before it is a finding: the workers look at the store
+before each batch and at least once a second while idle, but may be stopped or asleep."""
 SHORT_MS = (200, 4_500)
 LONG_MS = (5_500, 12_000)
 """``sleep:MS`` below and beyond the lease, half of them each."""
@@ -97,7 +111,8 @@ SAVE_EVERY_S = (10.0, 25.0)
 REDIS_FAULT_FIRST_S = (20.0, 40.0)
 REDIS_FAULT_EVERY_S = (25.0, 60.0)
 RESTORE_BACK = (1, 3)
-"""A restore puts back the dump this many saves before the newest (1: the newest)."""
+"""A restore, a reload or an overwrite puts back the dump (and the store's copy) this many saves
+before the newest (1: the newest)."""
 PROJECTS = 4
 WAIT_SHARE = 0.3
 """The share of creates sent with ``Prefer: wait=10``."""
@@ -121,6 +136,9 @@ READ_BACK = re.compile(r"(\d+) queued entries were in the log already")
 UNREACHABLE = "error: the job queue at JOBS_REDIS_URL (or REDIS_URL) is unreachable"
 """All a worker says when Redis does not answer as it starts (exit 2, cli/worker.py)."""
 TRACEBACK = "Traceback (most recent call last)"
+REFUSED = "LOG REFUSED"
+"""A refused worker's one line (exit 2): expected while an overwrite lies over the store."""
+REFUSAL_LINES = ("LOG REFUSED", "LOG HALTED", "the worker does not integrate")
 MAX_MINUTES = 120.0
 MAX_RATE = 200.0
 
@@ -144,9 +162,9 @@ class Life:
 class RedisEvent:
     at_s: float
     kind: str
-    """``save``, ``restore`` or ``flushall``."""
+    """``save``, or one of ``REDIS_FAULTS``."""
     back: int = 0
-    """``restore``: the dump this many saves before the newest (1: the newest)."""
+    """``restore``, ``reload``, ``overwrite``: the dump this many saves before the newest (1: the newest)."""
 
 
 @dataclass(frozen=True)
@@ -195,8 +213,8 @@ def make_plan(seed: int, seconds: float, workers: int) -> Plan:
         events.append(RedisEvent(round(at, 2), "save"))
     at = rng.uniform(*REDIS_FAULT_FIRST_S)
     while at < seconds:
-        kind = rng.choice(("restore", "flushall"))
-        events.append(RedisEvent(round(at, 2), kind, rng.randint(*RESTORE_BACK) if kind == "restore" else 0))
+        kind = rng.choice(REDIS_FAULTS)
+        events.append(RedisEvent(round(at, 2), kind, rng.randint(*RESTORE_BACK) if kind != "flushall" else 0))
         at += rng.uniform(*REDIS_FAULT_EVERY_S)
     return Plan(seed, seconds, tuple(lives), tuple(sorted(events, key=lambda e: e.at_s)))
 
@@ -257,6 +275,14 @@ def without_queue_outage(text: str, lines: list[str]) -> tuple[list[str], int]:
     left = [line for line in lines if RQ_RETRY_MESSAGE not in line and line not in scheduler]
     if raw and len(raw) == reported and "Process Scheduler:" in text:
         left = [line for line in left if line != "a traceback"]
+    return left, len(lines) - len(left)
+
+
+def without_refusals(lines: list[str], reasons: list[str]) -> tuple[list[str], int]:
+    """``lines`` less those that say a refusal an overwrite brought (``REFUSAL_LINES`` with one
+    of ``reasons``): how many went."""
+    heads = [reason[:60] for reason in reasons if reason]
+    left = [line for line in lines if not (any(s in line for s in REFUSAL_LINES) and any(h in line for h in heads))]
     return left, len(lines) - len(left)
 
 
@@ -410,6 +436,10 @@ class Observer:
         self.findings: list[str] = []
         self.tiles: dict[str, str] = {}
         self.polls = 0
+        self.allow_back_until = 0.0
+        """While an older copy of the store lies over the live one (an overwrite), its
+        checkpoint is older: going back is the operator's doing then, counted, not a finding."""
+        self.forgiven = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="soak-observer", daemon=True)
 
@@ -454,6 +484,10 @@ class Observer:
         latest = self.latest.get(source)
         if latest is not None:
             size, root = latest
+            if checkpoint.size < size and time.monotonic() < self.allow_back_until:
+                self.forgiven += 1
+                self.latest[source] = (checkpoint.size, checkpoint.root)
+                return
             if checkpoint.size < size:
                 self.findings.append(f"the {source} checkpoint went back from {size} to {checkpoint.size}")
             elif checkpoint.size == size and checkpoint.root != root:
@@ -498,7 +532,7 @@ class SoakRedis:
         cmd = [
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--save", "",
             *(persistence(True) if aof else ["--appendonly", "no"]), "--maxmemory-policy", "noeviction",
-            "--logfile", str(self.dir / "redis.log"),
+            "--logfile", str(self.dir / "redis.log"), "--enable-debug-command", "yes",
         ]  # fmt: skip
         name = f"redis-{self.starts}"
         self.proc = Proc.start(name, cmd, env=base_env(), log_path=self.tmp / f"{name}.out")
@@ -520,11 +554,37 @@ class SoakRedis:
         shutil.copyfile(self.dir / "dump.rdb", kept)
         self.snapshots.append(kept)
 
+    def snapshot(self, back: int) -> Path:
+        """The dump kept ``back`` saves before the newest (1: the newest)."""
+        return self.snapshots[-min(back, len(self.snapshots))]
+
+    def reload(self, back: int) -> Path:
+        """A dump kept earlier put back under every open connection (``DEBUG RELOAD NOSAVE``):
+        the clients' next commands succeed on the older data, as after a replica promoted under
+        them. The AOF is then rewritten from the reloaded data, so a later restart agrees."""
+        snapshot = self.snapshot(back)
+        shutil.copyfile(snapshot, self.dir / "dump.rdb")
+        with redis.Redis.from_url(self.url) as client:
+            client.execute_command("DEBUG", "RELOAD", "NOSAVE")
+            client.bgrewriteaof()
+            self._wait_for_aof(client)
+        return snapshot
+
+    def _wait_for_aof(self, client: redis.Redis) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            info = client.info("persistence")
+            if info["aof_enabled"] and not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
+                return
+            if time.monotonic() > deadline:
+                raise HarnessError("Redis did not finish rewriting its AOF within 60 s")
+            time.sleep(0.05)
+
     def restore(self, back: int) -> Path:
         """Killed, then started again on the same port from a dump kept earlier: what a restore
         from a backup does. Redis 7 ignores ``dump.rdb`` when the AOF is on and none exists,
         so it starts with the AOF off and turns it on (a rewrite of the restored data)."""
-        snapshot = self.snapshots[-min(back, len(self.snapshots))]
+        snapshot = self.snapshot(back)
         assert self.proc is not None
         self.proc.process.kill()
         self.proc.process.wait(STOP_TIMEOUT_S)
@@ -533,14 +593,7 @@ class SoakRedis:
         self.start(aof=False)
         with redis.Redis.from_url(self.url) as client:
             client.config_set("appendonly", "yes")
-            deadline = time.monotonic() + 60
-            while True:
-                info = client.info("persistence")
-                if info["aof_enabled"] and not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
-                    break
-                if time.monotonic() > deadline:
-                    raise HarnessError("the restored Redis did not turn its AOF on within 60 s")
-                time.sleep(0.05)
+            self._wait_for_aof(client)
         return snapshot
 
     def flushall(self) -> None:
@@ -550,6 +603,121 @@ class SoakRedis:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.stop()
+
+
+def store_files(folder: Path) -> list[str]:
+    """Every file of a ``file://`` store by relative name, but its driver's own (``.state/tmp/``
+    and ``.state/lock``); files that vanish while it looks are left out."""
+    names = []
+    for directory, subdirectories, files in os.walk(folder):
+        relative = Path(directory).relative_to(folder)
+        if relative == Path(".state"):
+            subdirectories[:] = [name for name in subdirectories if name != "tmp"]
+        names += [(relative / name).as_posix() for name in files if (relative / name).as_posix() != ".state/lock"]
+    return sorted(names)
+
+
+@dataclass
+class Overwritten:
+    """A copy of the store put over the live one: what it overwrote and created, to undo it."""
+
+    copy: Path
+    saved: dict[str, bytes]
+    """The live bytes of every file the copy overwrote."""
+    created: list[str]
+    """The files the copy added to the live store."""
+    live_size: int
+    copy_size: int
+    at: float = field(default_factory=time.monotonic)
+
+
+class StoreCopies:
+    """Copies of the live store taken beside Redis's saves, and one of them copied over the live
+    store the way ``cp -a BACKUP/. STORE/`` does (no ``--delete``), then undone the way an
+    operator recovers (docs/log.md: the live files put back, ``log resume``)."""
+
+    def __init__(self, tmp: Path, store: Path) -> None:
+        self.folder = tmp / "store-copies"
+        self.folder.mkdir()
+        self.store = store
+        self.copies: list[Path] = []
+        """One per save, in order (the older ones' folders removed past ``BACKUPS_KEPT``)."""
+
+    def take(self) -> None:
+        """A copy of the live store: its checkpoint first, then ``.state/``, then the tiles, so
+        the copy's checkpoint is never ahead of its tree state."""
+        target = self.folder / f"{len(self.copies):03d}"
+        names = store_files(self.store)
+        order = {"checkpoint": 0, ".state": 1}
+        for name in sorted(names, key=lambda n: order.get(n.split("/", 1)[0], 2)):
+            with contextlib.suppress(FileNotFoundError):
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.store / name, target / name)
+        self.copies.append(target)
+        if len(self.copies) > BACKUPS_KEPT:
+            shutil.rmtree(self.copies[-BACKUPS_KEPT - 1], ignore_errors=True)
+
+    def overwrite(self, back: int) -> Overwritten:
+        """Copy the copy taken ``back`` saves ago over the live store, file by file, in place.
+        The store's lock (``.state/lock``, which every compare-and-swap of the ``file://``
+        driver holds) is held meanwhile, so what is saved to undo it is what was overwritten."""
+        copy = self.copies[-min(back, len(self.copies))]
+        lock = os.open(self.store / ".state" / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            live = set(store_files(self.store))
+            live_size = store_size(self.store)
+            saved: dict[str, bytes] = {}
+            created: list[str] = []
+            for name in store_files(copy):
+                target = self.store / name
+                if name in live:
+                    with contextlib.suppress(FileNotFoundError):
+                        saved[name] = target.read_bytes()
+                else:
+                    created.append(name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(copy / name, target)
+        finally:
+            os.close(lock)
+        return Overwritten(copy, saved, created, live_size, store_size(copy))
+
+    def undo(self, overwritten: Overwritten) -> None:
+        """Put the live files back (each written whole, then renamed into place) and remove the
+        files the copy added; the halt stays, for ``log resume``."""
+        for name, data in overwritten.saved.items():
+            target = self.store / name
+            temporary = target.with_name(f".{target.name}.undo")
+            temporary.write_bytes(data)
+            os.replace(temporary, target)
+        for name in overwritten.created:
+            if name != ".state/halt":
+                with contextlib.suppress(FileNotFoundError):
+                    (self.store / name).unlink()
+
+
+def halt_record(store: Path) -> dict[str, Any] | None:
+    """The store's ``.state/halt`` (``{"reason": "unreadable halt record"}`` if it is damaged)."""
+    try:
+        data = (store / ".state" / "halt").read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        record = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return {"reason": "unreadable halt record"}
+    return record if isinstance(record, dict) else {"reason": "unreadable halt record"}
+
+
+def resume_log(store: Path, reason: str, tmp: Path) -> None:
+    """``python service.py log resume --reason REASON``, as an operator runs it."""
+    env = {**base_env(), "LOG_STORE": store_url(store)}
+    done = subprocess.run(  # noqa: S603 - our own command line
+        [sys.executable, "service.py", "log", "resume", "--reason", reason], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise HarnessError(f"log resume failed ({done.returncode}): {done.stdout}{done.stderr}")
 
 
 def process_state(pid: int) -> str:
@@ -589,6 +757,12 @@ class Tally:
     unexpected: list[str] = field(default_factory=list)
     """Workers that exited in a way no fault explains (``exit_kind``)."""
     events: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    """The reason of each halt an overwrite brought (``.state/halt``): the workers' lines that
+    say it are the refusal working, not findings."""
+    refused_after_s: list[float] = field(default_factory=list)
+    """How long after each overwrite of a grown store its halt was there."""
+    refusals_expected_until: float = 0.0
 
 
 class Workers:
@@ -693,7 +867,10 @@ class Workers:
         code = proc.process.returncode
         self.tally.exits[str(code)] += 1
         self.note(f"{proc.name} exited {code}")
-        kind = exit_kind(code, proc.log_path.read_text(errors="replace") if proc.log_path.exists() else "")
+        text = proc.log_path.read_text(errors="replace") if proc.log_path.exists() else ""
+        kind = exit_kind(code, text)
+        if kind is None and code == 2 and time.monotonic() < self.tally.refusals_expected_until and REFUSED in text:
+            kind = "refused the store an overwrite put back (exit 2)"
         if kind is None:
             self.tally.unexpected.append(f"{proc.name} exited {code}: {proc.tail(1500)}")
         else:
@@ -829,20 +1006,65 @@ def new_keys(redis_url: str, label: str) -> list[str]:
     return [project["api_key"] for project in create_projects(redis_url, f"soak-{label}", PROJECTS)]
 
 
-def redis_event(event: RedisEvent, soak_redis: SoakRedis, load: Load, tally: Tally, say: Any) -> None:
+def redis_event(
+    event: RedisEvent, soak_redis: SoakRedis, copies: StoreCopies, load: Load, tally: Tally, say: Any
+) -> Overwritten | None:
+    """Carry out one event of the plan; an overwrite is returned, to be watched and undone."""
     if event.kind == "save":
         soak_redis.save()
+        copies.take()
         tally.details["saves"] += 1
-        say(f"redis SAVE, dump {len(soak_redis.snapshots) - 1} kept")
-        return
+        say(f"redis SAVE, dump {len(soak_redis.snapshots) - 1} kept, and a copy of the store")
+        return None
+    overwritten = None
     if event.kind == "restore":
         snapshot = soak_redis.restore(event.back)
         say(f"redis restarted from dump {snapshot.stem} (of {len(soak_redis.snapshots)})")
+    elif event.kind == "reload":
+        snapshot = soak_redis.reload(event.back)
+        say(f"redis put back from dump {snapshot.stem} under its connections (DEBUG RELOAD NOSAVE)")
+    elif event.kind == "overwrite":
+        tally.refusals_expected_until = float("inf")
+        overwritten = copies.overwrite(event.back)
+        snapshot = soak_redis.restore(event.back)
+        say(
+            f"copy {overwritten.copy.name} of the store (size {overwritten.copy_size}) copied over the live one "
+            f"(size {overwritten.live_size}), redis restarted from dump {snapshot.stem}"
+        )
     else:
         soak_redis.flushall()
         say("redis FLUSHALL")
     tally.faults[event.kind] += 1
     load.keys = new_keys(soak_redis.url, f"{event.kind}-{tally.faults[event.kind]}")
+    return overwritten
+
+
+def watch_overwrite(
+    overwritten: Overwritten, copies: StoreCopies, tally: Tally, findings: list[str], tmp: Path, say: Any
+) -> bool:
+    """One look at an overwrite in progress: once the store grown since its copy is refused
+    (``.state/halt``), or at once when it had not grown, the live files are put back and the
+    log resumed. True when it is over. Not refused within ``REFUSAL_WAIT_S``: a finding."""
+    waited = time.monotonic() - overwritten.at
+    record = halt_record(copies.store)
+    grown = overwritten.live_size > overwritten.copy_size
+    if record is None and grown and waited < REFUSAL_WAIT_S:
+        return False
+    if record is not None:
+        tally.refusals.append(str(record.get("reason", "")))
+        tally.refused_after_s.append(round(waited, 2))
+        say(f"refused after {waited:.1f} s: {str(record.get('reason', ''))[:200]}")
+    elif grown:
+        findings.append(
+            f"a copy of the store of size {overwritten.copy_size} lay over the live store of size "
+            f"{overwritten.live_size} for {REFUSAL_WAIT_S:.0f} s and the log was not refused"
+        )
+    copies.undo(overwritten)
+    resume_log(copies.store, "soak: the live files put back after an older copy was copied over them", tmp)
+    tally.refusals_expected_until = time.monotonic() + 15.0
+    tally.details["overwrites refused" if record is not None else "overwrites of a store that had not grown"] += 1
+    say("the live files put back, log resume")
+    return True
 
 
 def drain(tmp: Path, redis_url: str, signing_keys: str, store: Path) -> tuple[Proc, float, str | None]:
@@ -883,6 +1105,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     checker = build_tlogcheck(tmp)
     signing_keys = new_signing_keys()
     soak_redis = SoakRedis(tmp)
+    copies = StoreCopies(tmp, store)
+    overwrite_findings: list[str] = []
     services = ServiceSpec(signing_keys, orjson.dumps(RAISED_LIMITS).decode(), "json", False, tmp)
     workers: Workers | None = None
     load: Load | None = None
@@ -901,9 +1125,17 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         faults_began = time.monotonic()
         events = list(plan.redis)
         progress_at = faults_began
-        while (now := time.monotonic()) - faults_began < plan.seconds:
-            while events and now - faults_began >= events[0].at_s:
-                redis_event(events.pop(0), soak_redis, load, tally, workers.note)
+        overwriting: Overwritten | None = None
+        while (now := time.monotonic()) - faults_began < plan.seconds or overwriting is not None:
+            if overwriting is not None and watch_overwrite(
+                overwriting, copies, tally, overwrite_findings, tmp, workers.note
+            ):
+                overwriting = None
+                observer.allow_back_until = time.monotonic() + 5.0
+            while overwriting is None and events and now - faults_began >= events[0].at_s:
+                if events[0].kind == "overwrite":
+                    observer.allow_back_until = float("inf")  # before the older checkpoint is copied in
+                overwriting = redis_event(events.pop(0), soak_redis, copies, load, tally, workers.note)
             workers.tick(now)
             if now - progress_at > 30:
                 progress_at = now
@@ -938,7 +1170,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     assert workers is not None
     log("judging: check_tree, consistency, receipts, then Go's tlogcheck")
     judged_at = time.monotonic()
-    findings = list(observer.findings)  # the log's: what a monitor would see
+    findings = list(observer.findings) + overwrite_findings  # the log's: what a monitor would see
     if not_drained:
         findings.append(not_drained)
     olds = list(observer.texts)
@@ -959,13 +1191,16 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         findings.append(f"Go's tlogcheck checked fewer older checkpoints than the {len(go_olds)} given: {go_output}")
     log_findings = len(findings)
     loud: dict[str, list[str]] = {}  # the processes': what an operator would see
-    outage_lines = fenced = read_back = 0
+    outage_lines = fenced = read_back = refusal_lines = 0
     for path in workers.logs:
         text = path.read_text(errors="replace") if path.exists() else ""
         fenced += text.count(FENCED)
         read_back += sum(int(n) for n in READ_BACK.findall(text))
         lines = loud_lines(text)
-        if tally.faults["restore"]:  # the job queue's own report of a Redis restart, not a pause's
+        if tally.refusals:  # an overwrite's refusal saying so: the refusal working
+            lines, said = without_refusals(lines, tally.refusals)
+            refusal_lines += said
+        if tally.faults["restore"] or tally.faults["overwrite"]:  # the job queue's own report of a Redis restart
             lines, reported = without_queue_outage(text, lines)
             outage_lines += reported
         if lines:
@@ -973,7 +1208,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             findings.append(f"{path.stem} logged: {lines[:3]}")
     findings += [f"unexpected exit: {what}" for what in tally.unexpected]
     unreachable = tally.details[f"exits: {exit_kind(2, UNREACHABLE)}"]
-    if unreachable and not tally.faults["restore"]:
+    if unreachable and not (tally.faults["restore"] or tally.faults["overwrite"]):
         findings.append(f"{unreachable} workers found Redis unreachable at their start, and no restore restarted it")
     ids = {tlog.LogEntry.parse(entry).receipt_id for entry in verdict.entries}
     if findings:  # for whoever looks into them: what the load was told
@@ -1008,6 +1243,12 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "redis_outage_lines": outage_lines,
             "fenced": fenced,
             "read_back_from_tree": read_back,
+            "overwrites": {
+                "refused_after_s": tally.refused_after_s,
+                "reasons": [reason[:300] for reason in tally.refusals],
+                "checkpoints_going_back_while_a_copy_lay_over_the_store": observer.forgiven,
+                "refusal_lines": refusal_lines,
+            },
             "corruptions": len(findings),
             "corruptions_of_the_log": log_findings,
             "corruptions_of_the_processes": len(findings) - log_findings,

@@ -59,8 +59,8 @@ def test_the_plan_draws_every_kind_of_fault_within_its_bounds() -> None:
     assert times == sorted(times) and times[-1] < 600
     assert plan.redis[0].kind == "save"
     kinds = {event.kind for event in plan.redis}
-    assert kinds == {"save", "restore", "flushall"}
-    assert all(1 <= e.back <= 3 for e in plan.redis if e.kind == "restore")
+    assert kinds == {"save", "restore", "reload", "flushall", "overwrite"}
+    assert all(1 <= e.back <= 3 for e in plan.redis if e.kind in ("restore", "reload", "overwrite"))
 
 
 def test_fault_points_and_loud_lines_are_read_from_a_workers_log() -> None:
@@ -234,6 +234,59 @@ def test_the_observer_flags_a_checkpoint_going_back_or_forged(tmp_path: Path) ->
     assert observer.findings[0] == "the served checkpoint went back from 20 to 15"
     assert observer.findings[1] == "the file checkpoint showed two roots for size 20"
     assert "the file checkpoint does not verify" in observer.findings[2]
+
+
+def test_the_observer_forgives_going_back_only_while_a_copy_lies_over_the_store(tmp_path: Path) -> None:
+    entries = [tlog.entry_bytes(receipt(n)) for n in range(20)]
+    observer = Observer("http://127.0.0.1:9", tmp_path, SIGNER.verifier)
+    observer.keep("file", signed(entries[:20]))
+    observer.allow_back_until = float("inf")
+    observer.keep("file", signed(entries[:10]))
+    observer.allow_back_until = 0.0
+    observer.keep("file", signed(entries[:20]))
+    observer.keep("file", signed(entries[:15]))
+    assert observer.forgiven == 1
+    assert observer.findings == ["the file checkpoint went back from 20 to 15"]
+
+
+def test_an_overwrite_is_undone_to_the_live_files(store: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+    """A copy taken at 100 entries, copied over the store grown to 300 (``cp -a``: newer files
+    stay, the copy's replace theirs, its own are added), then undone: the live store again."""
+    folder, entries = store
+    (folder / ".state").mkdir()
+    (folder / ".state" / "tree").write_bytes(b"live tree")
+    live = {name: (folder / name).read_bytes() for name in log_soak.store_files(folder)}
+    older = tmp_path / "older"
+    write_tree(older, entries[:100])
+    (older / "checkpoint").write_bytes(signed(entries[:100]))
+    (older / ".state").mkdir()
+    (older / ".state" / "tree").write_bytes(b"older tree")
+    (tmp_path / "soak").mkdir()
+    copies = log_soak.StoreCopies(tmp_path / "soak", folder)
+    copies.store = older
+    copies.take()
+    copies.store = folder
+    overwritten = copies.overwrite(1)
+    assert (overwritten.live_size, overwritten.copy_size) == (300, 100)
+    assert (folder / ".state" / "tree").read_bytes() == b"older tree"
+    assert (folder / "tile/0/000.p/100").exists(), "the copy's own partial tile was not added"
+    assert (folder / "tile/0/001.p/44").exists(), "a newer file went: cp -a keeps them"
+    assert "tile/0/000.p/100" in overwritten.created
+    copies.undo(overwritten)
+    undone = {name: (folder / name).read_bytes() for name in log_soak.store_files(folder)}
+    assert undone == live
+
+
+def test_only_the_lines_of_an_overwrites_refusal_are_forgiven() -> None:
+    reason = "tile/0/000.p/80 is beyond the tree state of size 50: the store held a larger tree"
+    lines = [
+        f"critical: LOG REFUSED: the integrator stops and signs nothing: {reason}",
+        f"critical: LOG HALTED: {reason}. The integrator signs nothing",
+        "critical: LOG REFUSED: the integrator stops and signs nothing: another reason",
+        "error: something else",
+    ]
+    left, taken = log_soak.without_refusals(lines, [reason])
+    assert (left, taken) == (lines[2:], 2)
 
 
 # --------------------------------------------------------------------------- arguments

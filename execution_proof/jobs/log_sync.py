@@ -122,7 +122,7 @@ async def catch_up(
     count = sum(len(acks) for acks in found.values())
     if count:
         log.warning(
-            "%d queued entries of %d queues were in the log already (a worker stopped before it synced, or Redis was "
+            "%d queued entries were in the log already (in %d queues: a worker stopped before it synced, or Redis was "
             "put back): taken off their queues, indices recorded",
             count,
             len(found),
