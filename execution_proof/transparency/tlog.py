@@ -55,8 +55,7 @@ def entry_bytes(receipt: Mapping[str, object]) -> bytes:
 @dataclass(frozen=True, slots=True)
 class LogEntry:
     """One log entry's fields (the inverse of ``entry_bytes``): the one parser of the entry
-    format. ``receipt_id_of`` and ``project_id_of`` read one field without the rest, for the
-    integrator's per-entry work on well-formed entries it wrote itself."""
+    format (``entry_key`` tells an entry's kind and id without the rest)."""
 
     receipt_id: str
     receipt_hash: str
@@ -71,14 +70,6 @@ class LogEntry:
         if len(lines) != 7 or lines[6] != "" or lines[0] != ENTRY_HEADER:
             raise ProofError("not an execution-proof-log-entry/v1")
         return cls(lines[1], lines[2], lines[3], lines[4] or None, lines[5] or None)
-
-    @staticmethod
-    def receipt_id_of(entry: bytes) -> str:
-        return entry.split(b"\n", 2)[1].decode()
-
-    @staticmethod
-    def project_id_of(entry: bytes) -> str:
-        return entry.split(b"\n", 4)[3].decode()
 
     def to_dict(self) -> dict[str, str | None]:
         return {
