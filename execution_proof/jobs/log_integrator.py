@@ -46,6 +46,7 @@ from typing import Any
 
 from execution_proof.errors import Error
 from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, refuse
+from execution_proof.jobs.log_evidence import refuse_evidence_beyond
 from execution_proof.jobs.log_sync import ack_batch, catch_up
 from execution_proof.jobs.log_timestamps import Stamper
 from execution_proof.jobs.log_witnesses import Evidence, WitnessClient
@@ -265,6 +266,7 @@ class Integrator:
         newest = max(keys.receipt_created_ms(tlog.LogEntry.receipt_id_of(entry)) for entry in entries)
         batch = Batch(tree.size, tree.root, extension.size, extension.root, newest, entries)
         await self._check_anchor(tree, "stage")
+        await refuse_evidence_beyond(self.log, tree, self._check_current)
         staged = await self.log.stage(tree, batch)
         if staged is None:
             raise Overtaken("stage")
@@ -412,6 +414,7 @@ class Integrator:
             self._log_halt(self.halted)
             return
         self._publish_due = await self._check_anchor(tree, "load")
+        await refuse_evidence_beyond(self.log, tree, self._check_current)
         if tree.staged is not None:
             try:
                 batch = await self.log.staged_batch(tree)
