@@ -7,6 +7,9 @@ halts again while the file is there. Not evidence: the files of the batch the tr
 names (a finisher writes them again), partial tiles at or below the tree, and the current
 tree's files seen by a stale integrator (it goes back to standby). The cost: a few store
 calls per staging, one more per level of the tree.
+
+The operator's case with real processes: tests/test_log_operator_faults.py
+``test_a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go``.
 """
 
 from __future__ import annotations
