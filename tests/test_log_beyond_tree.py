@@ -23,6 +23,7 @@ from typing import Any
 
 import fakeredis
 import pytest
+import redis.asyncio as aioredis
 
 from execution_proof.jobs import log_evidence
 from execution_proof.jobs.log_config import LogConfig, LogRefused
@@ -251,18 +252,22 @@ async def test_the_staged_batchs_own_files_are_not_evidence_and_it_is_finished(p
 
 @pytest.fixture
 async def site(store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Site]:
-    """tests/test_log_fencing.py's site, for ``Paused`` (another thread's integrator)."""
-    if not isinstance(store.client, fakeredis.FakeAsyncRedis):
-        pytest.skip("the pause runs on fakeredis")
-    server = store.client.connection_pool.connection_kwargs["server"]
+    """tests/test_log_fencing.py's site, for ``Paused`` (an integrator in a thread of its own,
+    on its own client of the same Redis)."""
+    if isinstance(store.client, fakeredis.FakeAsyncRedis):
+        server = store.client.connection_pool.connection_kwargs["server"]
+
+        def open_store() -> Store:
+            return Store(fakeredis.FakeAsyncRedis(server=server))
+    else:
+        where = store.client.connection_pool.connection_kwargs
+        redis_url = f"redis://{where['host']}:{where['port']}/0"
+
+        def open_store() -> Store:
+            return Store(aioredis.from_url(redis_url))
+
     log_store = LogStore(FileObjects(tmp_path / "log"))
-    yield Site(
-        store,
-        log_store,
-        log_app(store, log_store, keyring, SIGNER),
-        lambda: Store(fakeredis.FakeAsyncRedis(server=server)),
-        tmp_path / "log",
-    )
+    yield Site(store, log_store, log_app(store, log_store, keyring, SIGNER), open_store, tmp_path / "log")
     await log_store.close()
 
 
