@@ -118,6 +118,27 @@ def assert_included(store_dir: Path, entry: bytes, index: int, checkpoint: note.
     tlog.verify_inclusion(tlog.leaf_hash(entry), index, checkpoint.size, path, checkpoint.root)
 
 
+def files_beyond(names: list[str], size: int) -> list[str]:
+    """The tile and bundle names that a tree of ``size`` does not reach, worked out from each
+    name alone (independently of the code under test): hash tile ``tile/L/N[.p/W]`` holds
+    level-L hashes ``N*256`` to ``N*256 + W`` (W 256 for a full one), of which a tree of
+    ``size`` has ``size >> 8L``; a bundle likewise, of ``size`` entries."""
+    found = []
+    for name in names:
+        parts = name.split("/")
+        if parts[0] != "tile":
+            continue
+        width = tlog.TILE_WIDTH
+        if len(parts) > 3 and parts[-2].endswith(".p"):
+            width = int(parts[-1])
+            parts = [*parts[:-2], parts[-2].removesuffix(".p")]
+        index = tlog.parse_tile_index(parts[2:])
+        held = size if parts[1] == "entries" else size >> (tlog.TILE_HEIGHT * int(parts[1]))
+        if index * tlog.TILE_WIDTH + width > held:
+            found.append(name)
+    return found
+
+
 def full_tiles(store_dir: Path) -> dict[str, str]:
     """SHA-256 of each full tile and bundle in the store (partial ones, ``….p/<W>``, may go)."""
     found: dict[str, str] = {}

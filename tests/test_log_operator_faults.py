@@ -1,6 +1,7 @@
 """Faults that are operator actions (docs/log.md, "Never fork: what each fault
 does"), reproduced by those actions against real processes: ``.state/`` copied aside and put
-back with Redis flushed, a new ``LOG_ORIGIN`` on the old Redis, a Redis restored from another
+back with Redis flushed, a backup copied over the live store (newer tiles left behind) with
+Redis restored, a new ``LOG_ORIGIN`` on the old Redis, a Redis restored from another
 deployment's snapshot, a worker killed inside store creation, a truncated ``checkpoint`` (and a
 damaged edge tile), ``/health`` across several web processes, junk in ``.state/tmp/``, and
 ``HEAD`` over real HTTP. Each test starts its own ``redis-server``, store, ``service.py serve``
@@ -19,6 +20,7 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
+import re
 import secrets
 import shutil
 import signal
@@ -46,6 +48,7 @@ from tests.log_stack import (
     assert_included,
     directory_state,
     entry_ids,
+    files_beyond,
     go_check,
     log_entries,
     loud_records,
@@ -1049,11 +1052,123 @@ def _head_over_http_answers_like_get_with_its_content_length(lane: Lane) -> None
                 assert got.content == (stack.store_dir / path.removeprefix("/v1/log/")).read_bytes(), path
 
 
+# --------------------------------------------------------------------------- 9. a backup copied over the store
+
+
+def test_a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go(
+    runs: dict[str, Future[None]], request: pytest.FixtureRequest
+) -> None:
+    """The operator's case, no witness: the log at 50, the worker stopped, the store copied
+    aside and Redis saved; the log goes on to 80 (two receipts acknowledged with their proofs
+    past 50); the worker stopped, the copy put back over the store without deleting anything
+    (``cp -a BACKUP/. STORE/``: ``.state/`` and the checkpoint at 50, ``tile/0/000.p/80`` and
+    the other newer files left) and Redis restored from its dump. The tree state and the
+    checkpoint agree, yet a worker started then exits 2 with one ``LOG REFUSED`` line naming a
+    file beyond 50, ``.state/halt`` records the refusal, ``/health`` says ``halted``, no
+    checkpoint beyond 50 is published and no public byte changes. ``log resume`` alone: the
+    next worker refuses again. With the newer files moved aside and ``log resume`` (and the
+    web process restarted: it never serves a checkpoint older than one it has served), the log
+    goes on from 50 and checks whole with Go's sumdb/tlog; the checkpoints signed past 50 are
+    abandoned (the new tree does not extend them), as docs/log.md says of this recovery."""
+    runs[request.node.name].result()
+
+
+def _a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go(lane: Lane) -> None:
+    stack = lane.stacks("copied-over")
+    store_dir = stack.store_dir
+    stack.start_redis()
+    stack.serve()
+    before = stack.observe()
+    worker = stack.worker()
+    api_keys = stack.make_keys(2)
+    acknowledged = stack.create_waiting(api_keys, 2)
+    receipts = acknowledged + stack.create(api_keys, 48)
+    assert stack.wait_for_size(50).size == 50
+    assert wait_for_stored(stack, 50).size == 50
+    assert worker.stop() == 0
+    backup = lane.tmp_path / "backup"
+    shutil.copytree(store_dir, backup, symlinks=True)  # cp -a STORE BACKUP
+    dump = lane.tmp_path / "dump-50.rdb"
+    stack.save_redis(dump)
+
+    worker = stack.worker()
+    abandoned = stack.create_waiting(api_keys, 2)
+    stack.create(api_keys, 28)
+    at_80 = stack.wait_for_size(80)
+    assert at_80.size == 80
+    assert worker.stop() == 0
+    before.stop()
+    before.assert_history(at_80)
+    newer = {name: value[0] for name, value in public_state(store_dir).items() if name.startswith("tile/")}
+
+    shutil.copytree(backup, store_dir, symlinks=True, dirs_exist_ok=True)  # cp -a BACKUP/. STORE/
+    stack.restore_redis(dump)
+    assert stored_checkpoint(store_dir, stack.verifier).size == 50
+    copied = public_state(store_dir)
+    assert {name: value[0] for name, value in copied.items() if name.startswith("tile/")} == newer
+    beyond = files_beyond([name for name in copied if not name.endswith("/")], 50)
+    assert "tile/0/000.p/80" in beyond and "tile/entries/000.p/80" in beyond, beyond
+    published = Observer(None, store_dir, stack.verifier).start()  # the store's checkpoint, from now on
+
+    reason = assert_refused_once(stack.worker(), "beyond its tree state (size 50)")
+    named = re.search(r"holds (tile/\S+), beyond", reason)
+    assert named is not None and named.group(1) in beyond, reason
+    halted = orjson.loads((store_dir / ".state/halt").read_bytes())
+    assert halted["evidence"]["kind"] == "refused" and named.group(1) in halted["evidence"]["detail"], halted
+    wait_until(lambda: log_state(stack.base_url) == "halted", SEEN_WITHIN_S + 5, "/health to say halted")
+    assert public_state(store_dir) == copied, "a refused worker changed a public file"
+
+    done = run_cli("log", "resume", "--reason", "resumed without looking", env={"LOG_STORE": stack.env["LOG_STORE"]})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (store_dir / ".state/halt").exists()
+    assert_refused_once(stack.worker(), "beyond its tree state (size 50)")
+    assert (store_dir / ".state/halt").exists(), "a resume alone halts again: the newer files are there"
+    wait_until(lambda: log_state(stack.base_url) == "halted", SEEN_WITHIN_S + 5, "/health to say halted again")
+    assert public_state(store_dir) == copied, "a refused worker changed a public file"
+    published.stop()
+    assert {checkpoint.size for checkpoint in published.seen["file"]} == {50}, published.seen
+    assert not published.problems, published.problems
+
+    # The documented recovery: the newer files moved aside, then `log resume`.
+    aside = lane.tmp_path / "newer-files"
+    for name in beyond:
+        (aside / name).parent.mkdir(parents=True, exist_ok=True)
+        (store_dir / name).rename(aside / name)
+    done = run_cli(
+        "log", "resume", "--reason", "moved the files beyond 50 aside", env={"LOG_STORE": stack.env["LOG_STORE"]}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stack.service is not None
+    stack.service.stop()  # it holds the checkpoint of 80 it read, and never serves an older one
+    stack.serve()
+    after = stack.observe()
+    worker = stack.worker()
+    more = stack.create_waiting(api_keys, 2)
+    acknowledged += more
+    receipts += more + stack.create(api_keys, 38)
+    final = stack.wait_for_size(90)
+    assert final.size == 90
+    assert worker.process.poll() is None and loud_records(worker) == []
+    wait_until(lambda: log_state(stack.base_url) == "ok", SEEN_WITHIN_S + 5, "/health to say ok")
+    up_to_50 = [text for (size, _), text in before.texts.items() if size <= 50]
+    assert_whole(
+        store_dir, stack.verifier, final, observers=[after, published], receipts=receipts,
+        acknowledged=acknowledged, checker=lane.tlogcheck, tmp=lane.tmp_path / "go", more_texts=up_to_50,
+    )  # fmt: skip
+    for receipt in abandoned:
+        checkpoint, _ = note.open_checkpoint(note.parse_tlog_proof(receipt["_proof"]).checkpoint, stack.verifier)
+        assert 50 < checkpoint.size <= 80
+        with pytest.raises(tlog.ProofError):
+            assert_extends(store_dir, checkpoint, final)
+
+
 SCENARIOS: dict[str, tuple[Callable[[Lane], None], float]] = {
     "test_health_says_stalled_then_ok_and_a_refusal_is_halted_in_every_web_process": (
         _health_says_stalled_then_ok_and_a_refusal_is_halted_in_every_web_process, 45),
     "test_a_truncated_checkpoint_is_published_again_and_no_route_answers_500": (
         _a_truncated_checkpoint_is_published_again_and_no_route_answers_500, 25),
+    "test_a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go": (
+        _a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go, 25),
     "test_a_state_directory_put_back_with_redis_flushed_is_refused_and_signs_nothing[s3]": (
         functools.partial(_a_state_directory_put_back_with_redis_flushed_is_refused_and_signs_nothing, backend="s3"), 22),
     "test_a_state_directory_put_back_with_redis_flushed_is_refused_and_signs_nothing[file]": (

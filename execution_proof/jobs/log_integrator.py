@@ -46,6 +46,7 @@ from typing import Any
 
 from execution_proof.errors import Error
 from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, refuse
+from execution_proof.jobs.log_evidence import refuse_evidence_beyond
 from execution_proof.jobs.log_sync import ack_batch, catch_up
 from execution_proof.jobs.log_timestamps import Stamper
 from execution_proof.jobs.log_witnesses import Evidence, WitnessClient
@@ -277,6 +278,7 @@ class Integrator:
         newest = max((made for entry in entries if (made := entry_created_ms(entry)) is not None), default=0)
         batch = Batch(tree.size, tree.root, extension.size, extension.root, newest, entries)
         await self._check_anchor(tree, "stage")
+        await refuse_evidence_beyond(self.log, tree, self._check_current)
         staged = await self.log.stage(tree, batch)
         if staged is None:
             raise Overtaken("stage")
@@ -424,6 +426,7 @@ class Integrator:
             self._log_halt(self.halted)
             return
         self._publish_due = await self._check_anchor(tree, "load")
+        await refuse_evidence_beyond(self.log, tree, self._check_current)
         if tree.staged is not None:
             try:
                 batch = await self.log.staged_batch(tree)
