@@ -1051,7 +1051,9 @@ def watch_overwrite(
     if record is None and grown and waited < REFUSAL_WAIT_S:
         return False
     if record is not None:
-        tally.refusals.append(str(record.get("reason", "")))
+        evidence = record.get("evidence")
+        detail = evidence.get("detail") if isinstance(evidence, dict) else None
+        tally.refusals.append(str(detail or record.get("reason", "")))  # what the workers' lines say
         tally.refused_after_s.append(round(waited, 2))
         say(f"refused after {waited:.1f} s: {str(record.get('reason', ''))[:200]}")
     elif grown:
