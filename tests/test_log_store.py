@@ -14,11 +14,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from execution_proof.kv.logstore import LogStoreError, open_objects
 from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.logstore.log import (
+    UNREADABLE_HALT,
     Batch,
     CheckpointUnreadable,
     Identity,
@@ -26,6 +28,7 @@ from execution_proof.kv.logstore.log import (
     LogStoreConflict,
     TileMismatch,
     TreeState,
+    TreeUnreadable,
     size_name,
 )
 from execution_proof.kv.logstore.memory import MemoryObjects
@@ -215,6 +218,22 @@ class ObjectStoreContract:
         assert await store.lease("b", -1, "keep")  # renewed into the past: expired at once
         assert await store.lease("c", 60_000)
 
+    @pytest.mark.parametrize(
+        "damaged",
+        [b"", b'{"token": "a", "until', b"\x00\xff\xfe binary", b"[]", b"null", b'{"token": 7, "until_ms": 1}',
+         b'{"token": "a", "until_ms": "later"}'],
+    )  # fmt: skip
+    async def test_a_lease_that_cannot_be_read_has_expired(self, objects: ObjectStore, damaged: bytes) -> None:
+        """Any integrator takes an unreadable ``.state/lease`` (replacing those bytes by
+        compare-and-swap); nobody renews it."""
+        store = LogStore(objects)
+        await objects.write(".state/lease", damaged)
+        assert await store.lease("a", 60_000, "keep") is False
+        assert await store.lease("b", 60_000) is True
+        blob = await objects.read(".state/lease")
+        assert blob is not None and orjson.loads(blob.data)["token"] == "b"
+        assert await store.lease("a", 60_000) is False
+
     async def test_halt_and_resume(self, objects: ObjectStore) -> None:
         store = LogStore(objects)
         assert await store.halted() is None
@@ -226,6 +245,32 @@ class ObjectStoreContract:
         assert await store.resume("checked: our own test witness") == halted
         assert await store.halted() is None
         assert len(await objects.names(".state/resumed/")) == 1
+
+    @pytest.mark.parametrize(
+        "damaged", [b"", b'{"reason": "witness w answered 4', b"\x00\xff\xfe binary", b"[]", b'{"at": 5}']
+    )
+    async def test_a_halt_record_that_cannot_be_read_is_still_a_halt(
+        self, objects: ObjectStore, damaged: bytes
+    ) -> None:
+        """``.state/halt`` there is a halt whatever its bytes: its reason is "unreadable halt
+        record", with what could be read of it; ``resume`` lifts it and keeps that under
+        ``.state/resumed/``."""
+        store = LogStore(objects)
+        await objects.write(".state/halt", damaged)
+        halted = await store.halted()
+        assert halted == {"reason": UNREADABLE_HALT, "bytes": len(damaged), "text": damaged.decode(errors="replace")}
+        assert not await store.halt("a witness answered 422", {})  # halted already
+        assert await store.resume("looked: a damaged halt record") == halted
+        assert await store.halted() is None
+        [kept] = await objects.names(".state/resumed/")
+        blob = await objects.read(kept)
+        assert blob is not None and orjson.loads(blob.data)["halt"] == halted
+
+    async def test_a_tree_state_that_cannot_be_read_says_so(self, objects: ObjectStore) -> None:
+        store = LogStore(objects)
+        await objects.write(".state/tree", b'{"size": 3, "ro')
+        with pytest.raises(TreeUnreadable, match="cannot be read"):
+            await store.tree()
 
     async def test_time_stamps_are_found_by_the_index_they_cover(self, objects: ObjectStore) -> None:
         store = LogStore(objects)

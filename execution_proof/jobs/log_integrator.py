@@ -180,7 +180,9 @@ class Integrator:
 
     async def _hold_lease(self) -> bool:
         """Whether this integrator holds the lease: renewed a third of the way through, and
-        looked for by a standby four times a lease."""
+        looked for by a standby four times a lease. The holder looks at ``.state/halt`` at
+        each renewal too (a halt recorded by another process: within 2 s it integrates
+        nothing)."""
         now = time.monotonic()
         if self.holding and now - self._lease_checked < self.config.lease_ms / 3000:
             return True
@@ -191,7 +193,20 @@ class Integrator:
         if held != self.holding:
             self.tree = None  # taken (or lost): read the tree state again before anything
         self.holding = held
+        if held:
+            await self._look_for_halt()
         return held
+
+    async def _look_for_halt(self) -> None:
+        """A halt recorded while this integrator holds the lease and its tree state (by
+        another process: a refusal, an operator): it stops integrating, and says so."""
+        if self.halted is not None or self.tree is None:
+            return  # halted already, or the next pass reads the halt with the tree state
+        halted = await self.log.halted()
+        if halted is not None:
+            self.halted = halted
+            metrics.LOG_HALTED.set(1)
+            self._log_halt(halted)
 
     # -- one pass
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from execution_proof.kv.logstore import LogStore, LogStoreError
-from execution_proof.kv.logstore.log import Identity
+from execution_proof.kv.logstore.log import Identity, TreeUnreadable
 from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import NotInLog, StoreUnavailable
 from execution_proof.receipts.shapes import JSONObject, Receipt
@@ -132,9 +132,10 @@ class LogService:
         return await self.state() == "halted"
 
     async def state(self) -> str:
-        """``halted`` while ``.state/halt`` is there (a witness showed a fork, or a store was
-        refused); ``stalled`` when entries wait, or the tree state is ahead of the published
-        checkpoint, and nothing was published for ``stall_s``; else ``ok``. Judged from Redis
+        """``halted`` while ``.state/halt`` is there, whatever its bytes (a witness showed a
+        fork, or a store was refused); ``stalled`` when entries wait, or the tree state is
+        ahead of the published checkpoint, and nothing was published for ``stall_s``, or at
+        once when ``.state/tree`` cannot be read; else ``ok``. Judged from Redis
         and the store at most every ``STATE_TTL_S``, so every web process sees what workers do.
         An unreachable store or Redis keeps what was last known (``/health``'s ``store`` says
         whether Redis answers)."""
@@ -152,9 +153,12 @@ class LogService:
         pending, progress_ms = await asyncio.gather(
             self.queue.log_pending(self.identity), self.queue.log_progress(self.identity)
         )
+        try:
+            tree = await self.log.tree()
+        except TreeUnreadable:
+            return "stalled"  # nothing can be integrated until it is put right
         waiting = pending > 0
         if not waiting:
-            tree = await self.log.tree()
             published = await self.published()
             waiting = tree is not None and (
                 self.unreadable or published is None or tree.size > published.checkpoint.size

@@ -16,8 +16,9 @@ exists, as tlog-tiles allows. Private, under ``.state/`` (Tessera's convention):
 - ``staging/<size>.<nonce>``: a staged batch's entries, written (create-only, under a name
   no one else uses) before the tree state names it and before any of its tiles, so whoever
   finishes it writes the same bytes;
-- ``lease``: which integrator is active, until when;
-- ``halt`` (present while the log is halted) and ``resumed/<ms>`` (each ``log resume``);
+- ``lease``: which integrator is active, until when; one that cannot be read has expired;
+- ``halt`` (present while the log is halted, whatever its bytes) and ``resumed/<ms>`` (each
+  ``log resume``);
 - ``witnesses``: the size each witness last cosigned;
 - ``timestamps/<size, 7 groups of 3 digits>``: a checkpoint's RFC 3161 time-stamps, and
   ``stamped``: the newest size stamped.
@@ -30,6 +31,7 @@ import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -68,6 +70,17 @@ class TileMismatch(LogStoreConflict):
 
 class CheckpointUnreadable(LogStoreError):
     """The published ``checkpoint`` is not a checkpoint (truncated, overwritten)."""
+
+
+class TreeUnreadable(LogStoreError):
+    """``.state/tree`` is there but is not a tree state (truncated, overwritten): nothing can
+    be integrated until it is put right, which the integrator retries like any store error."""
+
+
+UNREADABLE_HALT = "unreadable halt record"
+"""The reason of a ``.state/halt`` whose bytes are not a halt record: still a halt."""
+HALT_TEXT_KEPT = 4096
+"""How much of an unreadable halt record is kept (as text) in the record ``halted`` returns."""
 
 
 class Identity(LogIdentity):
@@ -143,7 +156,7 @@ class TreeState:
                 version,
             )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise LogStoreError(f"{TREE} cannot be read ({type(exc).__name__}: {exc})") from exc
+            raise TreeUnreadable(f"{TREE} cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
 @dataclass(frozen=True)
@@ -408,17 +421,19 @@ class LogStore:
 
     async def lease(self, token: str, hold_ms: int, action: str = "take") -> bool:
         """Take (``take``: if free or expired), renew (``keep``: if held by ``token``) or give
-        up (``drop``) the integrator's lease: whether ``token`` holds it afterwards. The lease
-        saves work (one integrator at a time); correctness rests on the tree's compare-and-swap."""
+        up (``drop``) the integrator's lease: whether ``token`` holds it afterwards. A lease
+        record that cannot be read has expired: taking it replaces those bytes by
+        compare-and-swap. The lease saves work (one integrator at a time); correctness rests
+        on the tree's compare-and-swap."""
         now = int(time.time() * 1000)
         current = await self.objects.read(LEASE)
-        holder = orjson.loads(current.data) if current is not None else None
-        mine = holder is not None and holder.get("token") == token
+        holder = _lease_record(current.data) if current is not None else None
+        mine = holder is not None and holder["token"] == token
         if action == "drop":
             if mine and current is not None:
                 await self.objects.replace(LEASE, orjson.dumps({"token": "", "until_ms": 0}), current.version)
             return False
-        free = holder is None or int(holder.get("until_ms", 0)) < now
+        free = holder is None or holder["until_ms"] < now
         if not (mine or (action == "take" and free)):
             return False
         record = orjson.dumps({"token": token, "until_ms": now + hold_ms})
@@ -429,9 +444,12 @@ class LogStore:
     # -- halting
 
     async def halted(self) -> JSONObject | None:
-        """The halt record (``reason``, ``at``, ``evidence``) while the log is halted."""
+        """The halt record (``reason``, ``at``, ``evidence``) while the log is halted. A
+        ``.state/halt`` that is there is a halt whatever its bytes: one that is not a halt
+        record (truncated, binary, empty, not a JSON object, no reason) is given as
+        ``{"reason": "unreadable halt record", "text", "bytes"}``, keeping what can be read."""
         data = await self._read(HALT)
-        return None if data is None else dict(orjson.loads(data))
+        return None if data is None else _halt_record(data)
 
     async def halt(self, reason: str, evidence: JSONObject) -> bool:
         """Record a halt (kept until ``log resume``): False when the log was halted already."""
@@ -483,6 +501,37 @@ class LogStore:
     async def last_stamped(self) -> int:
         data = await self._read(STAMPED)
         return int(orjson.loads(data)["size"]) if data else 0
+
+
+def _lease_record(data: bytes) -> dict[str, Any] | None:
+    """A lease record's token and expiry; None when its bytes are not one (an unreadable
+    lease has expired)."""
+    try:
+        fields = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    token, until_ms = fields.get("token"), fields.get("until_ms", 0)
+    if not isinstance(token, str) or not isinstance(until_ms, int) or isinstance(until_ms, bool):
+        return None
+    return {"token": token, "until_ms": until_ms}
+
+
+def _halt_record(data: bytes) -> JSONObject:
+    """The halt record ``.state/halt`` holds, or, when its bytes are not one, a record saying
+    so with what could be read of them."""
+    try:
+        fields = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        fields = None
+    if isinstance(fields, dict) and isinstance(fields.get("reason"), str):
+        return fields
+    return {
+        "reason": UNREADABLE_HALT,
+        "bytes": len(data),
+        "text": data[:HALT_TEXT_KEPT].decode("utf-8", "replace"),
+    }
 
 
 def _now_iso() -> str:
