@@ -24,6 +24,7 @@ from execution_proof.kv.logstore.log import (
     Batch,
     CheckpointUnreadable,
     Identity,
+    Lease,
     LogStore,
     LogStoreConflict,
     TileMismatch,
@@ -208,15 +209,17 @@ class ObjectStoreContract:
 
     async def test_the_lease_is_held_by_one_until_it_expires_or_is_dropped(self, objects: ObjectStore) -> None:
         store = LogStore(objects)
-        assert await store.lease("a", 60_000)
-        assert not await store.lease("b", 60_000)
-        assert await store.lease("a", 60_000, "keep")
-        assert not await store.lease("b", 60_000, "keep")
+        assert (await store.lease("a", 60_000, deployment="blue")).held
+        assert await store.lease("b", 60_000, deployment="green") == Lease(False, "blue")  # who holds it
+        assert (await store.lease("a", 60_000, "keep", "blue")).held
+        assert await store.lease("b", 60_000, "keep", "green") == Lease(False, "blue")
         await store.lease("a", 0, "drop")
-        assert await store.lease("b", 60_000)
-        assert await store.lease("c", -1) is False
-        assert await store.lease("b", -1, "keep")  # renewed into the past: expired at once
-        assert await store.lease("c", 60_000)
+        assert (await store.lease("b", 60_000, deployment="green")).held
+        assert await store.lease("c", -1) == Lease(False, "green")
+        assert (await store.lease("b", -1, "keep", "green")).held  # renewed into the past: expired at once
+        assert (await store.lease("c", 60_000, deployment="green")).held
+        blob = await objects.read(".state/lease")
+        assert blob is not None and orjson.loads(blob.data)["deployment"] == "green"
 
     @pytest.mark.parametrize(
         "damaged",
@@ -225,14 +228,14 @@ class ObjectStoreContract:
     )  # fmt: skip
     async def test_a_lease_that_cannot_be_read_has_expired(self, objects: ObjectStore, damaged: bytes) -> None:
         """Any integrator takes an unreadable ``.state/lease`` (replacing those bytes by
-        compare-and-swap); nobody renews it."""
+        compare-and-swap); nobody is named as its holder, and nobody renews it."""
         store = LogStore(objects)
         await objects.write(".state/lease", damaged)
-        assert await store.lease("a", 60_000, "keep") is False
-        assert await store.lease("b", 60_000) is True
+        assert await store.lease("a", 60_000, "keep", "blue") == Lease(False, None)
+        assert await store.lease("b", 60_000, deployment="green") == Lease(True, None)
         blob = await objects.read(".state/lease")
         assert blob is not None and orjson.loads(blob.data)["token"] == "b"
-        assert await store.lease("a", 60_000) is False
+        assert await store.lease("a", 60_000, deployment="blue") == Lease(False, "green")
 
     async def test_halt_and_resume(self, objects: ObjectStore) -> None:
         store = LogStore(objects)

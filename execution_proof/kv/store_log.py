@@ -7,6 +7,8 @@
 - Each receipt's index in the log, appended to its hash-index field once integrated, so it
   expires and is deleted with the receipt.
 - The synced size: every entry of the tree below it has left its queue and has its index.
+- The progress mark (``/health``), and the id of the deployment this Redis serves (the lease
+  in the store names it).
 - The claim of the current time-stamping interval.
 
 Every key, and each receipt's index, carries the log's tag, made of its origin and key
@@ -23,7 +25,12 @@ from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.records import Client, lenient_text, unavailable_as_503
 from execution_proof.receipts.errors import NotInLog
+from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.transparency.tlog import LogEntry
+
+OLDEST_SAMPLE = 1024
+"""How many projects of the dirty set ``log_oldest_waiting_ms`` looks at, at most (at random
+beyond that: the integrator's own sample)."""
 
 
 class LogQueueStore:
@@ -225,6 +232,35 @@ class LogQueueStore:
         return now_ms if value is None else int(value)
 
     @unavailable_as_503
+    async def log_oldest_waiting_ms(self, log: keys.LogIdentity, sample: int = OLDEST_SAMPLE) -> int | None:
+        """When (Unix ms) the oldest entry waiting in this Redis was made: the oldest of the
+        heads of the queues of the dirty projects (up to ``sample`` of them), by the creation
+        time in each head's receipt id; None when none waits. Two round trips."""
+        projects = await self.log_dirty_projects(log, sample)
+        if not projects:
+            return None
+        heads = await asyncio.gather(*(self.link.send("LINDEX", keys.log_queue_key(log, pid), 0) for pid in projects))
+        made = [ms for head in heads if isinstance(head, bytes) and (ms := _made_ms(head)) is not None]
+        return min(made, default=None)
+
+    @unavailable_as_503
+    async def log_deployment(self, log: keys.LogIdentity, proposed: str) -> str:
+        """The id of the deployment this Redis serves, ``proposed`` made it if there is none
+        (SET NX): every integrator working from this Redis reads the same one."""
+        await self.link.send("SET", keys.log_deployment_key(log), proposed, "NX")
+        value = await self.link.send("GET", keys.log_deployment_key(log))
+        return proposed if value is None else lenient_text(value)
+
+    @unavailable_as_503
     async def log_stamp_claim(self, log: keys.LogIdentity, token: str, hold_ms: int) -> bool:
         """Claim this interval's stamping (SET NX PX): true for one caller per interval."""
         return bool(await self.link.send("SET", keys.log_stamping_key(log), token, "NX", "PX", hold_ms))
+
+
+def _made_ms(entry: bytes) -> int | None:
+    """The creation time of a queued entry's receipt (its id's), None if it names none."""
+    try:
+        receipt_id = LogEntry.receipt_id_of(entry)
+    except (IndexError, UnicodeDecodeError):
+        return None
+    return keys.receipt_created_ms(receipt_id) if is_receipt_id(receipt_id) else None

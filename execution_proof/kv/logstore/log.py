@@ -16,7 +16,8 @@ exists, as tlog-tiles allows. Private, under ``.state/`` (Tessera's convention):
 - ``staging/<size>.<nonce>``: a staged batch's entries, written (create-only, under a name
   no one else uses) before the tree state names it and before any of its tiles, so whoever
   finishes it writes the same bytes;
-- ``lease``: which integrator is active, until when; one that cannot be read has expired;
+- ``lease``: which integrator is active, until when, and its deployment (the id its Redis
+  keeps: kv/store_log.py); one that cannot be read has expired;
 - ``halt`` (present while the log is halted, whatever its bytes) and ``resumed/<ms>`` (each
   ``log resume``);
 - ``witnesses``: the size each witness last cosigned;
@@ -81,6 +82,19 @@ UNREADABLE_HALT = "unreadable halt record"
 """The reason of a ``.state/halt`` whose bytes are not a halt record: still a halt."""
 HALT_TEXT_KEPT = 4096
 """How much of an unreadable halt record is kept (as text) in the record ``halted`` returns."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What ``LogStore.lease`` found: whether the caller holds the lease now, and, when
+    another integrator holds it (and has not let it expire), that integrator's deployment
+    (``""`` when its record names none)."""
+
+    held: bool
+    holder: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.held
 
 
 class Identity(LogIdentity):
@@ -419,27 +433,29 @@ class LogStore:
 
     # -- the integrator's lease
 
-    async def lease(self, token: str, hold_ms: int, action: str = "take") -> bool:
+    async def lease(self, token: str, hold_ms: int, action: str = "take", deployment: str = "") -> Lease:
         """Take (``take``: if free or expired), renew (``keep``: if held by ``token``) or give
-        up (``drop``) the integrator's lease: whether ``token`` holds it afterwards. A lease
-        record that cannot be read has expired: taking it replaces those bytes by
-        compare-and-swap. The lease saves work (one integrator at a time); correctness rests
-        on the tree's compare-and-swap."""
+        up (``drop``) the integrator's lease, recording ``deployment`` (which Redis the holder
+        works from) beside ``token``: whether ``token`` holds it afterwards, and who holds it
+        when another does. A lease record that cannot be read has expired: taking it replaces
+        those bytes by compare-and-swap. The lease saves work (one integrator at a time);
+        correctness rests on the tree's compare-and-swap."""
         now = int(time.time() * 1000)
         current = await self.objects.read(LEASE)
         holder = _lease_record(current.data) if current is not None else None
         mine = holder is not None and holder["token"] == token
         if action == "drop":
             if mine and current is not None:
-                await self.objects.replace(LEASE, orjson.dumps({"token": "", "until_ms": 0}), current.version)
-            return False
+                released = orjson.dumps({"token": "", "until_ms": 0, "deployment": ""})
+                await self.objects.replace(LEASE, released, current.version)
+            return Lease(False)
         free = holder is None or holder["until_ms"] < now
         if not (mine or (action == "take" and free)):
-            return False
-        record = orjson.dumps({"token": token, "until_ms": now + hold_ms})
+            return Lease(False, None if free or holder is None else holder["deployment"])
+        record = orjson.dumps({"token": token, "until_ms": now + hold_ms, "deployment": deployment})
         if current is None:
-            return await self.objects.create(LEASE, record)
-        return await self.objects.replace(LEASE, record, current.version) is not None
+            return Lease(await self.objects.create(LEASE, record), None)
+        return Lease(await self.objects.replace(LEASE, record, current.version) is not None, None)
 
     # -- halting
 
@@ -504,18 +520,18 @@ class LogStore:
 
 
 def _lease_record(data: bytes) -> dict[str, Any] | None:
-    """A lease record's token and expiry; None when its bytes are not one (an unreadable
-    lease has expired)."""
+    """A lease record's token, expiry and deployment; None when its bytes are not one (an
+    unreadable lease has expired)."""
     try:
         fields = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(fields, dict):
         return None
-    token, until_ms = fields.get("token"), fields.get("until_ms", 0)
+    token, until_ms, deployment = fields.get("token"), fields.get("until_ms", 0), fields.get("deployment", "")
     if not isinstance(token, str) or not isinstance(until_ms, int) or isinstance(until_ms, bool):
         return None
-    return {"token": token, "until_ms": until_ms}
+    return {"token": token, "until_ms": until_ms, "deployment": deployment if isinstance(deployment, str) else ""}
 
 
 def _halt_record(data: bytes) -> JSONObject:
