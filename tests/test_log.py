@@ -13,6 +13,7 @@ import contextlib
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from execution_proof.runtime.failpoints import STEPS
 from execution_proof.runtime.settings import Settings
 from execution_proof.transparency import note, tlog
 from execution_proof.web.app import create_app
+from tests.clock import Clock
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
 from tests.servers import RAISED_LIMITS
 
@@ -1004,15 +1006,19 @@ async def test_health_counts_a_stall_from_one_moment_in_every_web_process(
 async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
 ) -> None:
-    """``/health``: ``ok`` while the log keeps up; ``stalled`` once entries have waited with
-    nothing published for ``LOG_STALL_S`` (by the integrators' progress mark in Redis);
-    ``ok`` again once an integrator publishes; ``halted`` over ``stalled``."""
+    """``/health``: ``ok`` while the log keeps up; ``stalled`` once the oldest entry waiting in
+    Redis is older than ``LOG_STALL_S`` and nothing was published for as long (by the
+    integrators' progress mark in Redis); ``ok`` again once an integrator publishes; ``halted``
+    over ``stalled``. An entry's age is its receipt id's time: the app's clock makes it."""
     # 5 s: "a fresh entry is not a stall" holds however loaded the machine; a stall is made
-    # below by setting the progress mark to 0, not by waiting.
-    app = log_app(store, log_store, keyring, signer, log_stall_s=5)
+    # below by setting the progress mark to 0 and the clock back, not by waiting.
+    now_ms = int(time.time() * 1000)
+    clock = Clock(now_ms)
+    app = log_app(store, log_store, keyring, signer, clock_ms=clock, log_stall_s=5)
     client = app.asgi_client
     service = app.ctx.log
     key = await create_project_key(store.keys, project_name="stall", plan="pro")
+    older = await create_project_key(store.keys, project_name="stall-older", plan="pro")
     worker = await integrator(store, log_store, signer)
     await worker.step(force=True)  # nothing waits: its progress is marked
 
@@ -1026,6 +1032,14 @@ async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     await create(client, key, "waits")
     assert await health() == "ok", "a fresh entry is not a stall"
     await store.client.set(keys.log_progress_key(IDENTITY), 0)  # no integrator for a long time
+    assert await health() == "ok", "a fresh entry is not a stall, however long no integrator ran"
+    clock.set(now_ms - 60_000)
+    await create(client, older, "waited")  # its receipt was made a minute ago: it has waited that long
+    clock.set(now_ms)
+    assert await health() == "stalled"
+    await store.client.set(keys.log_progress_key(IDENTITY), int(time.time() * 1000))
+    assert await health() == "ok", "an integrator marked its progress just now"
+    await store.client.set(keys.log_progress_key(IDENTITY), 0)
     assert await health() == "stalled"
     await worker.step(force=True)
     assert await health() == "ok"
@@ -1035,7 +1049,6 @@ async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     with pytest.raises(Crash):
         await worker.step(force=True)
     await store.client.set(keys.log_progress_key(IDENTITY), 0)
-    await store.client.set(keys.log_pending_key(IDENTITY), 0)  # Redis says nothing waits: the tree does
-    assert await health() == "stalled"
+    assert await health() == "stalled"  # its entry is fresh: the tree ahead of the checkpoint waits
     await log_store.halt("a test", {"kind": "refused", "detail": "a test"})
     assert await health() == "halted"

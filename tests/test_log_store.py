@@ -14,18 +14,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from execution_proof.kv.logstore import LogStoreError, open_objects
 from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.logstore.log import (
+    UNREADABLE_HALT,
     Batch,
     CheckpointUnreadable,
     Identity,
+    Lease,
     LogStore,
     LogStoreConflict,
     TileMismatch,
     TreeState,
+    TreeUnreadable,
     size_name,
 )
 from execution_proof.kv.logstore.memory import MemoryObjects
@@ -205,15 +209,33 @@ class ObjectStoreContract:
 
     async def test_the_lease_is_held_by_one_until_it_expires_or_is_dropped(self, objects: ObjectStore) -> None:
         store = LogStore(objects)
-        assert await store.lease("a", 60_000)
-        assert not await store.lease("b", 60_000)
-        assert await store.lease("a", 60_000, "keep")
-        assert not await store.lease("b", 60_000, "keep")
+        assert (await store.lease("a", 60_000, deployment="blue")).held
+        assert await store.lease("b", 60_000, deployment="green") == Lease(False, "blue")  # who holds it
+        assert (await store.lease("a", 60_000, "keep", "blue")).held
+        assert await store.lease("b", 60_000, "keep", "green") == Lease(False, "blue")
         await store.lease("a", 0, "drop")
-        assert await store.lease("b", 60_000)
-        assert await store.lease("c", -1) is False
-        assert await store.lease("b", -1, "keep")  # renewed into the past: expired at once
-        assert await store.lease("c", 60_000)
+        assert (await store.lease("b", 60_000, deployment="green")).held
+        assert await store.lease("c", -1) == Lease(False, "green")
+        assert (await store.lease("b", -1, "keep", "green")).held  # renewed into the past: expired at once
+        assert (await store.lease("c", 60_000, deployment="green")).held
+        blob = await objects.read(".state/lease")
+        assert blob is not None and orjson.loads(blob.data)["deployment"] == "green"
+
+    @pytest.mark.parametrize(
+        "damaged",
+        [b"", b'{"token": "a", "until', b"\x00\xff\xfe binary", b"[]", b"null", b'{"token": 7, "until_ms": 1}',
+         b'{"token": "a", "until_ms": "later"}'],
+    )  # fmt: skip
+    async def test_a_lease_that_cannot_be_read_has_expired(self, objects: ObjectStore, damaged: bytes) -> None:
+        """Any integrator takes an unreadable ``.state/lease`` (replacing those bytes by
+        compare-and-swap); nobody is named as its holder, and nobody renews it."""
+        store = LogStore(objects)
+        await objects.write(".state/lease", damaged)
+        assert await store.lease("a", 60_000, "keep", "blue") == Lease(False, None)
+        assert await store.lease("b", 60_000, deployment="green") == Lease(True, None)
+        blob = await objects.read(".state/lease")
+        assert blob is not None and orjson.loads(blob.data)["token"] == "b"
+        assert await store.lease("a", 60_000, deployment="blue") == Lease(False, "green")
 
     async def test_halt_and_resume(self, objects: ObjectStore) -> None:
         store = LogStore(objects)
@@ -226,6 +248,32 @@ class ObjectStoreContract:
         assert await store.resume("checked: our own test witness") == halted
         assert await store.halted() is None
         assert len(await objects.names(".state/resumed/")) == 1
+
+    @pytest.mark.parametrize(
+        "damaged", [b"", b'{"reason": "witness w answered 4', b"\x00\xff\xfe binary", b"[]", b'{"at": 5}']
+    )
+    async def test_a_halt_record_that_cannot_be_read_is_still_a_halt(
+        self, objects: ObjectStore, damaged: bytes
+    ) -> None:
+        """``.state/halt`` there is a halt whatever its bytes: its reason is "unreadable halt
+        record", with what could be read of it; ``resume`` lifts it and keeps that under
+        ``.state/resumed/``."""
+        store = LogStore(objects)
+        await objects.write(".state/halt", damaged)
+        halted = await store.halted()
+        assert halted == {"reason": UNREADABLE_HALT, "bytes": len(damaged), "text": damaged.decode(errors="replace")}
+        assert not await store.halt("a witness answered 422", {})  # halted already
+        assert await store.resume("looked: a damaged halt record") == halted
+        assert await store.halted() is None
+        [kept] = await objects.names(".state/resumed/")
+        blob = await objects.read(kept)
+        assert blob is not None and orjson.loads(blob.data)["halt"] == halted
+
+    async def test_a_tree_state_that_cannot_be_read_says_so(self, objects: ObjectStore) -> None:
+        store = LogStore(objects)
+        await objects.write(".state/tree", b'{"size": 3, "ro')
+        with pytest.raises(TreeUnreadable, match="cannot be read"):
+            await store.tree()
 
     async def test_time_stamps_are_found_by_the_index_they_cover(self, objects: ObjectStore) -> None:
         store = LogStore(objects)

@@ -12,7 +12,7 @@ from execution_proof.kv.logstore import LogStore, LogStoreError
 from execution_proof.kv.logstore.log import Identity, checkpoint_size
 from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.runtime.failpoints import Failpoints
-from execution_proof.runtime.settings import Settings
+from execution_proof.runtime.settings import DEFAULT_LOG_STALL_S, Settings
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.errors import LogError
 from execution_proof.transparency.policy import Policy
@@ -59,6 +59,9 @@ class LogConfig:
     """``LOG_TSA_URLS`` and friends: RFC 3161 time-stamps over checkpoints (jobs/log_timestamps.py)."""
     failpoints: Failpoints | None = None
     """``LOG_FAILPOINTS``: the integrator's fault points (runtime/failpoints.py), tests and drills only."""
+    stall_s: float = DEFAULT_LOG_STALL_S
+    """``LOG_STALL_S``: a standby whose Redis holds entries older than this while another
+    deployment holds the lease says so (jobs/log_integrator.py)."""
 
     @property
     def identity(self) -> Identity:
@@ -78,6 +81,7 @@ def log_config(settings: Settings) -> LogConfig:
         witness_timeout_ms=settings.log_witness_timeout_ms,
         tsa=tsa,
         failpoints=settings.log_failpoints,
+        stall_s=settings.log_stall_s,
     )
 
 

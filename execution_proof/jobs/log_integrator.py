@@ -111,6 +111,11 @@ class Integrator:
             else None
         )
         self.token = secrets.token_hex(16)
+        self.deployment: str | None = None
+        """The id of the deployment this integrator's Redis serves (``log_deployment``), read
+        before its first look at the lease and written into the lease it holds."""
+        self._warned_holders: set[str] = set()
+        """The other deployments this standby has said hold the lease while its entries wait."""
         self.prepared = False
         self.holding = False
         self._lease_checked = 0.0
@@ -190,18 +195,68 @@ class Integrator:
 
     async def _hold_lease(self) -> bool:
         """Whether this integrator holds the lease: renewed a third of the way through, and
-        looked for by a standby four times a lease."""
+        looked for by a standby four times a lease. The holder looks at ``.state/halt`` at
+        each renewal too (a halt recorded by another process: within 2 s it integrates
+        nothing); a standby that finds another deployment holding it says so when this
+        Redis's entries wait (``_behind_another_deployment``)."""
         now = time.monotonic()
         if self.holding and now - self._lease_checked < self.config.lease_ms / 3000:
             return True
         if not self.holding and now - self._lease_checked < self.config.lease_ms / 4000:
             return False
         self._lease_checked = now
-        held = await self.log.lease(self.token, self.config.lease_ms, "keep" if self.holding else "take")
-        if held != self.holding:
+        if self.deployment is None:
+            self.deployment = await self.store.log_deployment(self.identity, secrets.token_hex(8))
+        action = "keep" if self.holding else "take"
+        lease = await self.log.lease(self.token, self.config.lease_ms, action, self.deployment)
+        if lease.held != self.holding:
             self.tree = None  # taken (or lost): read the tree state again before anything
-        self.holding = held
-        return held
+        self.holding = lease.held
+        if lease.held:
+            await self._look_for_halt()
+        elif lease.holder and lease.holder != self.deployment:
+            await self._behind_another_deployment(lease.holder)
+        return lease.held
+
+    async def _look_for_halt(self) -> None:
+        """A halt recorded while this integrator holds the lease and its tree state (by
+        another process: a refusal, an operator): it stops integrating, and says so."""
+        if self.halted is not None or self.tree is None:
+            return  # halted already, or the next pass reads the halt with the tree state
+        halted = await self.log.halted()
+        if halted is not None:
+            self.halted = halted
+            metrics.LOG_HALTED.set(1)
+            self._log_halt(halted)
+
+    async def _behind_another_deployment(self, holder: str) -> None:
+        """Another deployment holds the lease: one with this log's key, origin and store but
+        another Redis, whose integrator never reads this one. Once entries have waited here
+        longer than ``LOG_STALL_S``, said once per holder at WARNING: they never enter the
+        log while it holds it."""
+        if holder in self._warned_holders:
+            return
+        oldest = await self.store.log_oldest_waiting_ms(self.identity)
+        waited_s = time.time() - oldest / 1000 if oldest is not None else 0.0
+        if oldest is None or waited_s < self.config.stall_s:
+            return
+        assert self.deployment is not None
+        self.deployment = await self.store.log_deployment(self.identity, self.deployment)  # as Redis says now
+        if holder == self.deployment:
+            return
+        self._warned_holders.add(holder)
+        log.warning(
+            "the lease of the log %s in %s is held by another deployment (%s); this one is %s, and entries have "
+            "waited %.0f s in its Redis. Another deployment with this log's key, origin and store (LOG_SIGNING_KEY, "
+            "LOG_ORIGIN, LOG_STORE) but another Redis holds the lease: this Redis's entries never enter the log while "
+            "it does, and their receipts wait for a proof. Give each deployment a log of its own (its own LOG_ORIGIN, "
+            "LOG_SIGNING_KEY and LOG_STORE), or point both at one Redis",
+            self.origin,
+            self.log.url,
+            holder,
+            self.deployment,
+            waited_s,
+        )
 
     # -- one pass
 
@@ -404,7 +459,10 @@ class Integrator:
 
     async def _mark_progress(self, force: bool = False) -> None:
         """Tell Redis this integrator keeps up (at most every ``PROGRESS_EVERY_S``): ``/health``
-        says ``stalled`` once entries wait and this is older than ``LOG_STALL_S``."""
+        says ``stalled`` once the oldest waiting entry and this are older than ``LOG_STALL_S``.
+        Only a pass marks it, and only the holder of the lease makes passes (``_integrate``): a
+        standby never does, so a Redis whose entries wait behind another deployment's lease
+        shows the stall."""
         now = time.monotonic()
         if force or now - self._progress_at >= PROGRESS_EVERY_S:
             self._progress_at = now

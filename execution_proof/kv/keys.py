@@ -298,9 +298,17 @@ def log_pending_key(log: LogIdentity) -> str:
 
 def log_progress_key(log: LogIdentity) -> str:
     """Integer (Unix ms): the last time an integrator published a checkpoint or found nothing
-    waiting; ``/health`` says ``stalled`` when entries wait and this is older than
-    ``LOG_STALL_S``."""
+    waiting (only the integrator that holds the lease sets it); ``/health`` says ``stalled``
+    when the oldest waiting entry and this are older than ``LOG_STALL_S``."""
     return f"log:{log.tag_hex}:progress"
+
+
+def log_deployment_key(log: LogIdentity) -> str:
+    """String: a random id of the deployment this Redis serves, made by the first integrator
+    that asks (SET NX). An integrator writes it into the store's lease, so a standby can tell
+    an integrator of its own deployment (which reads this Redis) from one of another
+    deployment that shares the log's store but not this Redis."""
+    return f"log:{log.tag_hex}:deployment"
 
 
 def log_stamping_key(log: LogIdentity) -> str:

@@ -8,6 +8,8 @@
   queue (jobs/log_sync.py); and the log's size as an integrator last told this Redis.
 - Each receipt's index in the log, appended to its hash-index field once integrated, so it
   expires and is deleted with the receipt.
+- The progress mark (``/health``), and the id of the deployment this Redis serves (the lease
+  in the store names it).
 - The claim of the current time-stamping interval.
 
 Every key, and each receipt's index, carries the log's tag, made of its origin and key
@@ -23,10 +25,15 @@ from typing import Any
 
 from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
+from execution_proof.kv.logstore.log import entry_created_ms
 from execution_proof.kv.records import Client, lenient_text, unavailable_as_503
 from execution_proof.receipts.errors import NotInLog
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tlog import LogEntry
+
+OLDEST_SAMPLE = 1024
+"""How many projects of the dirty set ``log_oldest_waiting_ms`` looks at, at most (at random
+beyond that: the integrator's own sample)."""
 
 
 @dataclass(frozen=True)
@@ -288,6 +295,26 @@ class LogQueueStore:
         await self.link.send("SET", keys.log_progress_key(log), now_ms, "NX")
         value = await self.link.send("GET", keys.log_progress_key(log))
         return now_ms if value is None else int(value)
+
+    @unavailable_as_503
+    async def log_oldest_waiting_ms(self, log: keys.LogIdentity, sample: int = OLDEST_SAMPLE) -> int | None:
+        """When (Unix ms) the oldest entry waiting in this Redis was made: the oldest of the
+        heads of the queues of the dirty projects (up to ``sample`` of them), by the creation
+        time in each head's receipt id; None when none waits. Two round trips."""
+        projects = await self.log_dirty_projects(log, sample)
+        if not projects:
+            return None
+        heads = await asyncio.gather(*(self.link.send("LINDEX", keys.log_queue_key(log, pid), 0) for pid in projects))
+        made = [ms for head in heads if isinstance(head, bytes) and (ms := entry_created_ms(head)) is not None]
+        return min(made, default=None)
+
+    @unavailable_as_503
+    async def log_deployment(self, log: keys.LogIdentity, proposed: str) -> str:
+        """The id of the deployment this Redis serves, ``proposed`` made it if there is none
+        (SET NX): every integrator working from this Redis reads the same one."""
+        await self.link.send("SET", keys.log_deployment_key(log), proposed, "NX")
+        value = await self.link.send("GET", keys.log_deployment_key(log))
+        return proposed if value is None else lenient_text(value)
 
     @unavailable_as_503
     async def log_stamp_claim(self, log: keys.LogIdentity, token: str, hold_ms: int) -> bool:

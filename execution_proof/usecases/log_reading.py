@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from execution_proof.kv.logstore import LogStore, LogStoreError
-from execution_proof.kv.logstore.log import Identity
+from execution_proof.kv.logstore.log import Identity, TreeUnreadable
 from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import NotInLog, StoreUnavailable
 from execution_proof.receipts.shapes import JSONObject, Receipt
@@ -132,12 +132,13 @@ class LogService:
         return await self.state() == "halted"
 
     async def state(self) -> str:
-        """``halted`` while ``.state/halt`` is there (a witness showed a fork, or a store was
-        refused); ``stalled`` when entries wait, or the tree state is ahead of the published
-        checkpoint, and nothing was published for ``stall_s``; else ``ok``. Judged from Redis
-        and the store at most every ``STATE_TTL_S``, so every web process sees what workers do.
-        An unreachable store or Redis keeps what was last known (``/health``'s ``store`` says
-        whether Redis answers)."""
+        """``halted`` while ``.state/halt`` is there, whatever its bytes (a witness showed a
+        fork, or a store was refused); ``stalled`` when the oldest entry waiting in this Redis
+        is older than ``stall_s``, or the tree state is ahead of the published checkpoint, and
+        no integrator marked progress for ``stall_s``, or at once when ``.state/tree`` cannot
+        be read; else ``ok``. Judged from Redis and the store at most every ``STATE_TTL_S``, so
+        every web process sees what workers do. An unreachable store or Redis keeps what was
+        last known (``/health``'s ``store`` says whether Redis answers)."""
         read_at, state = self._state
         if time.monotonic() - read_at < STATE_TTL_S:
             return state
@@ -149,26 +150,27 @@ class LogService:
     async def _judge(self) -> str:
         if await self.log.halted() is not None:
             return "halted"
-        pending, progress_ms = await asyncio.gather(
-            self.queue.log_pending(self.identity), self.queue.log_progress(self.identity)
+        oldest_ms, progress_ms = await asyncio.gather(
+            self.queue.log_oldest_waiting_ms(self.identity), self.queue.log_progress(self.identity)
         )
-        waiting = pending > 0
-        if not waiting:
+        try:
             tree = await self.log.tree()
-            published = await self.published()
-            waiting = tree is not None and (
-                self.unreadable or published is None or tree.size > published.checkpoint.size
-            )
-        if not waiting:
+        except TreeUnreadable:
+            return "stalled"  # nothing can be integrated until it is put right
+        published = await self.published()
+        behind = tree is not None and (self.unreadable or published is None or tree.size > published.checkpoint.size)
+        if oldest_ms is None and not behind:
             return "ok"
         # Nothing published for stall_s: by the integrators' mark in Redis. Without one (no
         # integrator ever ran on this Redis, or it forgot), the first web process to see entries
         # wait sets it: every web process then counts from the same moment, not each from when
         # it was first asked (one asked late said ok long after the others said stalled).
+        now_ms = int(time.time() * 1000)
         if progress_ms is None:
-            progress_ms = await self.queue.log_progress_or_start(self.identity, int(time.time() * 1000))
-        quiet_s = time.time() - progress_ms / 1000
-        return "stalled" if quiet_s >= self.stall_s else "ok"
+            progress_ms = await self.queue.log_progress_or_start(self.identity, now_ms)
+        quiet = now_ms - progress_ms >= self.stall_s * 1000
+        waited = behind or (oldest_ms is not None and now_ms - oldest_ms >= self.stall_s * 1000)
+        return "stalled" if quiet and waited else "ok"
 
     async def index_of(self, receipt: Receipt) -> int | None:
         """The receipt's index in this log, None while pending; ``NotInLog``."""

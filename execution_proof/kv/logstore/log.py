@@ -16,8 +16,10 @@ exists, as tlog-tiles allows. Private, under ``.state/`` (Tessera's convention):
 - ``staging/<size>.<nonce>``: a staged batch's entries, written (create-only, under a name
   no one else uses) before the tree state names it and before any of its tiles, so whoever
   finishes it writes the same bytes;
-- ``lease``: which integrator is active, until when;
-- ``halt`` (present while the log is halted) and ``resumed/<ms>`` (each ``log resume``);
+- ``lease``: which integrator is active, until when, and its deployment (the id its Redis
+  keeps: kv/store_log.py); one that cannot be read has expired;
+- ``halt`` (present while the log is halted, whatever its bytes) and ``resumed/<ms>`` (each
+  ``log resume``);
 - ``witnesses``: the size each witness last cosigned;
 - ``timestamps/<size, 7 groups of 3 digits>``: a checkpoint's RFC 3161 time-stamps, and
   ``stamped``: the newest size stamped.
@@ -30,11 +32,13 @@ import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
 from execution_proof.kv.keys import LogIdentity, receipt_created_ms
 from execution_proof.kv.logstore.objects import LogStoreError, ObjectStore
+from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.shapes import JSONObject
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import tile_name
@@ -70,6 +74,30 @@ class CheckpointUnreadable(LogStoreError):
     """The published ``checkpoint`` is not a checkpoint (truncated, overwritten)."""
 
 
+class TreeUnreadable(LogStoreError):
+    """``.state/tree`` is there but is not a tree state (truncated, overwritten): nothing can
+    be integrated until it is put right, which the integrator retries like any store error."""
+
+
+UNREADABLE_HALT = "unreadable halt record"
+"""The reason of a ``.state/halt`` whose bytes are not a halt record: still a halt."""
+HALT_TEXT_KEPT = 4096
+"""How much of an unreadable halt record is kept (as text) in the record ``halted`` returns."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What ``LogStore.lease`` found: whether the caller holds the lease now, and, when
+    another integrator holds it (and has not let it expire), that integrator's deployment
+    (``""`` when its record names none)."""
+
+    held: bool
+    holder: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.held
+
+
 class Identity(LogIdentity):
     """The log's origin and verifier key (signed-note form: its name is the origin), as the
     store keeps it; the same identity binds the log's records in Redis (kv/keys.py)."""
@@ -99,7 +127,7 @@ class TreeState:
     root: bytes
     newest_ms: int = 0
     """The creation time (Unix ms) of the newest receipt in the tree: a queued entry created
-    later cannot already be in it (kv/store_log.py, reconciling after a Redis restore)."""
+    later cannot already be in it (jobs/log_sync.py: a queue caught up reads nothing back for it)."""
     staged: Staged | None = None
     """The batch being added to this tree, if one was staged: every integrator finishes it
     before anything else (the same bytes, from the same entries)."""
@@ -143,7 +171,7 @@ class TreeState:
                 version,
             )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise LogStoreError(f"{TREE} cannot be read ({type(exc).__name__}: {exc})") from exc
+            raise TreeUnreadable(f"{TREE} cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
 @dataclass(frozen=True)
@@ -185,7 +213,8 @@ def entry_created_ms(entry: bytes) -> int | None:
     """When a receipt entry's receipt was made (its id says: a tree state's ``newest_ms``);
     None for an entry of another kind."""
     key = tlog.entry_key(entry)
-    return receipt_created_ms(key.receipt_id) if key is not None and key.receipt_id is not None else None
+    receipt_id = key.receipt_id if key is not None else None
+    return receipt_created_ms(receipt_id) if receipt_id is not None and is_receipt_id(receipt_id) else None
 
 
 def size_name(prefix: str, size: int) -> str:
@@ -413,32 +442,39 @@ class LogStore:
 
     # -- the integrator's lease
 
-    async def lease(self, token: str, hold_ms: int, action: str = "take") -> bool:
+    async def lease(self, token: str, hold_ms: int, action: str = "take", deployment: str = "") -> Lease:
         """Take (``take``: if free or expired), renew (``keep``: if held by ``token``) or give
-        up (``drop``) the integrator's lease: whether ``token`` holds it afterwards. The lease
-        saves work (one integrator at a time); correctness rests on the tree's compare-and-swap."""
+        up (``drop``) the integrator's lease, recording ``deployment`` (which Redis the holder
+        works from) beside ``token``: whether ``token`` holds it afterwards, and who holds it
+        when another does. A lease record that cannot be read has expired: taking it replaces
+        those bytes by compare-and-swap. The lease saves work (one integrator at a time);
+        correctness rests on the tree's compare-and-swap."""
         now = int(time.time() * 1000)
         current = await self.objects.read(LEASE)
-        holder = orjson.loads(current.data) if current is not None else None
-        mine = holder is not None and holder.get("token") == token
+        holder = _lease_record(current.data) if current is not None else None
+        mine = holder is not None and holder["token"] == token
         if action == "drop":
             if mine and current is not None:
-                await self.objects.replace(LEASE, orjson.dumps({"token": "", "until_ms": 0}), current.version)
-            return False
-        free = holder is None or int(holder.get("until_ms", 0)) < now
+                released = orjson.dumps({"token": "", "until_ms": 0, "deployment": ""})
+                await self.objects.replace(LEASE, released, current.version)
+            return Lease(False)
+        free = holder is None or holder["until_ms"] < now
         if not (mine or (action == "take" and free)):
-            return False
-        record = orjson.dumps({"token": token, "until_ms": now + hold_ms})
+            return Lease(False, None if free or holder is None else holder["deployment"])
+        record = orjson.dumps({"token": token, "until_ms": now + hold_ms, "deployment": deployment})
         if current is None:
-            return await self.objects.create(LEASE, record)
-        return await self.objects.replace(LEASE, record, current.version) is not None
+            return Lease(await self.objects.create(LEASE, record), None)
+        return Lease(await self.objects.replace(LEASE, record, current.version) is not None, None)
 
     # -- halting
 
     async def halted(self) -> JSONObject | None:
-        """The halt record (``reason``, ``at``, ``evidence``) while the log is halted."""
+        """The halt record (``reason``, ``at``, ``evidence``) while the log is halted. A
+        ``.state/halt`` that is there is a halt whatever its bytes: one that is not a halt
+        record (truncated, binary, empty, not a JSON object, no reason) is given as
+        ``{"reason": "unreadable halt record", "text", "bytes"}``, keeping what can be read."""
         data = await self._read(HALT)
-        return None if data is None else dict(orjson.loads(data))
+        return None if data is None else _halt_record(data)
 
     async def halt(self, reason: str, evidence: JSONObject) -> bool:
         """Record a halt (kept until ``log resume``): False when the log was halted already."""
@@ -490,6 +526,37 @@ class LogStore:
     async def last_stamped(self) -> int:
         data = await self._read(STAMPED)
         return int(orjson.loads(data)["size"]) if data else 0
+
+
+def _lease_record(data: bytes) -> dict[str, Any] | None:
+    """A lease record's token, expiry and deployment; None when its bytes are not one (an
+    unreadable lease has expired)."""
+    try:
+        fields = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    token, until_ms, deployment = fields.get("token"), fields.get("until_ms", 0), fields.get("deployment", "")
+    if not isinstance(token, str) or not isinstance(until_ms, int) or isinstance(until_ms, bool):
+        return None
+    return {"token": token, "until_ms": until_ms, "deployment": deployment if isinstance(deployment, str) else ""}
+
+
+def _halt_record(data: bytes) -> JSONObject:
+    """The halt record ``.state/halt`` holds, or, when its bytes are not one, a record saying
+    so with what could be read of them."""
+    try:
+        fields = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        fields = None
+    if isinstance(fields, dict) and isinstance(fields.get("reason"), str):
+        return fields
+    return {
+        "reason": UNREADABLE_HALT,
+        "bytes": len(data),
+        "text": data[:HALT_TEXT_KEPT].decode("utf-8", "replace"),
+    }
 
 
 def _now_iso() -> str:
