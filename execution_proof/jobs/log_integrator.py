@@ -10,7 +10,9 @@ version is the fencing token (docs/log.md, "Fencing"). From the tree state as re
 version V), a batch goes:
 
 1. **anchor**: the published checkpoint (before each staging, and once a second while idle)
-   must be a prefix of the tree state, else it is refused (``.state/`` put back from a copy);
+   must be a prefix of the tree state, and no tile or bundle may lie beyond it (before each
+   staging and at every read of the store: jobs/log_evidence.py), else it is refused
+   (``.state/`` put back from a copy, with or without the checkpoint);
 2. **stage**: its entries are written under a name of their own, then the tree state is
    compare-and-swapped from V to (S, R, this batch staged). Only a batch whose staging won
    has any tile written, so every byte even a stale writer writes belongs to the one history;
@@ -18,14 +20,15 @@ version V), a batch goes:
    once and compared where it exists: whoever writes them writes the same bytes, from the
    staged entries and the stored edge;
 4. **advance**: the tree state moves from (S, R, staged) to (S', R') by compare-and-swap;
-5. **sync**: each entry leaves its project's queue and its receipt gets its index; Redis's
-   synced size moves from S to S' (compare-and-set);
+5. **sync**: each entry leaves its queue and its receipt gets its index as the queue's synced
+   size moves from S to S' (one compare-and-set per queue: jobs/log_sync.py);
 6. **publish**: the checkpoint of (S', R') is signed, sent to the witnesses, published.
 
-Killed anywhere, the next integrator finishes the batch the tree state names (3-4), syncs the
-queues with the tree (5: every queued entry found in the tree after Redis's synced size
-leaves its queue with its index; this is also how a Redis restored from an older snapshot
-catches up, and why no receipt ever enters the log twice) and publishes the tree state (6).
+Killed anywhere, the next integrator finishes the batch the tree state names (3-4), catches
+up each queue found behind the tree before it batches from it (5: its entries found in the
+tree from its synced size on leave it with their indices; this is also how a Redis put back
+from an older snapshot catches up, and why no receipt ever enters the log twice) and
+publishes the tree state (6).
 Paused anywhere (its lease lost), it finds out at its next compare-and-swap, or when a write
 meets other bytes, or when Redis or a witness knows a larger tree: it reads the tree state
 again and, finding it moved, goes back to standby without a word above INFO. Only what the
