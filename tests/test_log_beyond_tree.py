@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fakeredis
 import pytest
-import redis.asyncio as aioredis
 
 from execution_proof.jobs import log_evidence
 from execution_proof.jobs.log_config import LogConfig, LogRefused
@@ -40,6 +38,7 @@ from execution_proof.transparency.tiles import TileReader, check_tree
 from tests.log_stack import files_beyond
 from tests.test_log import ORIGIN, SIGNER, CrashAt, assert_extends, issue, log_app, published
 from tests.test_log_fencing import Paused, Site, restore, snapshot
+from tests.test_log_fencing import site as site
 from tests.test_log_store_s3 import fresh_prefix, moto, s3_env, s3_objects  # noqa: F401
 
 BACKENDS = ["file", "memory", pytest.param("s3", marks=pytest.mark.slow)]
@@ -248,27 +247,6 @@ async def test_the_staged_batchs_own_files_are_not_evidence_and_it_is_finished(p
 
 
 # --------------------------------------------------------------------------- a stale integrator
-
-
-@pytest.fixture
-async def site(store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Site]:
-    """tests/test_log_fencing.py's site, for ``Paused`` (an integrator in a thread of its own,
-    on its own client of the same Redis)."""
-    if isinstance(store.client, fakeredis.FakeAsyncRedis):
-        server = store.client.connection_pool.connection_kwargs["server"]
-
-        def open_store() -> Store:
-            return Store(fakeredis.FakeAsyncRedis(server=server))
-    else:
-        where = store.client.connection_pool.connection_kwargs
-        redis_url = f"redis://{where['host']}:{where['port']}/0"
-
-        def open_store() -> Store:
-            return Store(aioredis.from_url(redis_url))
-
-    log_store = LogStore(FileObjects(tmp_path / "log"))
-    yield Site(store, log_store, log_app(store, log_store, keyring, SIGNER), open_store, tmp_path / "log")
-    await log_store.close()
 
 
 async def test_a_stale_integrator_that_meets_the_current_trees_files_goes_back_to_standby(

@@ -107,9 +107,10 @@ class Paused:
     """An integrator in a thread of its own (its own event loop, Redis client and log store
     on the same Redis and directory), running one ``step`` that blocks at ``step``."""
 
-    def __init__(self, site: Site, step: str) -> None:
+    def __init__(self, site: Site, step: str, pause: Any = None) -> None:
         self.site = site
-        self.pause = PauseAt(step)
+        self.pause = pause if pause is not None else PauseAt(step)
+        """``PauseAt(step)``, or any stand-in for ``Failpoints`` with ``reached`` and ``resume``."""
         self.result: int | BaseException | None = None
         self.records: list[logging.LogRecord] = []
         self._thread = threading.Thread(target=self._main, name=f"paused-at-{step}", daemon=True)

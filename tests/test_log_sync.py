@@ -19,19 +19,16 @@ from typing import Any
 import pytest
 
 from execution_proof.jobs import log_sync
-from execution_proof.jobs.log_config import LogConfig
 from execution_proof.jobs.log_integrator import Integrator
 from execution_proof.kv import keys
 from execution_proof.kv.accounts import create_project_key
-from execution_proof.kv.logstore import LogStore
-from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.store import Store
 from execution_proof.receipts.ids import new_receipt_id
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tiles import TileReader
 from tests.conftest import hash_of
-from tests.test_log import IDENTITY, ORIGIN, SIGNER, Crash, CrashAt, issue, published
-from tests.test_log_fencing import Published, Site, assert_whole, integrator, restore, snapshot
+from tests.test_log import IDENTITY, SIGNER, Crash, CrashAt, issue, published
+from tests.test_log_fencing import Paused, Published, Site, assert_whole, integrator, restore, snapshot
 from tests.test_log_fencing import site as site
 
 
@@ -40,6 +37,7 @@ class PauseAtEach:
     event loop with it) until ``resume``, once each, as ``LOG_FAILPOINTS=STEP=stop`` does."""
 
     def __init__(self, *steps: str) -> None:
+        self.step = ", ".join(steps)
         self.steps = set(steps)
         self.at: str | None = None
         self.reached = threading.Event()
@@ -60,42 +58,6 @@ class PauseAtEach:
 
     def resume(self) -> None:
         self._go.set()
-
-
-class Running:
-    """An integrator in a thread of its own (its own event loop, Redis client and log store on
-    the same Redis and directory), running one ``step`` that pauses at ``pause``'s steps."""
-
-    def __init__(self, site: Site, pause: PauseAtEach) -> None:
-        self.site = site
-        self.pause = pause
-        self.result: int | BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="paused", daemon=True)
-        self._thread.start()
-
-    def _main(self) -> None:
-        async def run() -> int:
-            store = self.site.open_store()
-            log_store = LogStore(FileObjects(self.site.directory))
-            try:
-                running = Integrator(store.log_queue, log_store, LogConfig(ORIGIN, SIGNER))
-                running.failpoints = self.pause
-                await running.prepare()
-                return await running.step(force=True)
-            finally:
-                await store.close()
-                await log_store.close()
-
-        try:
-            self.result = asyncio.run(run())
-        except BaseException as exc:
-            self.result = exc
-
-    def finish(self) -> int | BaseException | None:
-        self.pause.resume()
-        self._thread.join(60)
-        assert not self._thread.is_alive()
-        return self.result
 
 
 async def drain(worker: Integrator) -> None:
@@ -126,7 +88,7 @@ async def test_a_restore_between_a_batchs_two_halves_adds_no_entry_twice(site: S
     await history.look()
     made += await issue(site.app, one, ["c0", "c1", "c2"]) + await issue(site.app, two, ["d0", "d1", "d2"])
     pause = PauseAtEach("staged", "acked_half")
-    running = Running(site, pause)
+    running = Paused(site, "staged", pause).start()
     pause.wait_for("staged")
     saved = await snapshot(site.store)
     pause.resume()
