@@ -208,8 +208,8 @@ class Integrator:
         if not self.holding and now - self._lease_checked < self.config.lease_ms / 4000:
             return False
         self._lease_checked = now
-        if self.deployment is None:
-            self.deployment = await self.store.log_deployment(self.identity, secrets.token_hex(8))
+        # Read at every look (Redis flushed, a new id is made): the lease names this Redis's id as it is now.
+        self.deployment = await self.store.log_deployment(self.identity, self.deployment or secrets.token_hex(8))
         action = "keep" if self.holding else "take"
         lease = await self.log.lease(self.token, self.config.lease_ms, action, self.deployment)
         if lease.held != self.holding:
@@ -242,10 +242,6 @@ class Integrator:
         oldest = await self.store.log_oldest_waiting_ms(self.identity)
         waited_s = time.time() - oldest / 1000 if oldest is not None else 0.0
         if oldest is None or waited_s < self.config.stall_s:
-            return
-        assert self.deployment is not None
-        self.deployment = await self.store.log_deployment(self.identity, self.deployment)  # as Redis says now
-        if holder == self.deployment:
             return
         self._warned_holders.add(holder)
         log.warning(
