@@ -238,7 +238,7 @@ def exit_kind(code: int, text: str) -> str | None:
         return "killed (its fault point, or not stopped within STOP_TIMEOUT_S)"
     if code == -signal.SIGTERM and not text.strip():
         return "SIGTERM before it had started"
-    if code == 2 and text.strip() == UNREACHABLE:
+    if code == 2 and UNREACHABLE in text.splitlines() and not loud_lines(text):
         return "Redis unreachable at its start (a restore restarting it)"
     return None
 
@@ -858,6 +858,10 @@ class Workers:
                 slot.proc.process.send_signal(signal.SIGTERM)
         for slot in self.slots:
             if slot.proc is not None:
+                # One SIGTERM: a second one landing in the interpreter's shutdown (its handlers
+                # gone) ended a worker that was exiting 0 with -15.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    slot.proc.process.wait(STOP_TIMEOUT_S)
                 self._read_log(slot)
                 slot.proc.stop()
                 self._exited(slot.proc)

@@ -116,6 +116,9 @@ def test_only_the_exits_a_fault_or_the_harness_explains_pass() -> None:
     assert log_soak.exit_kind(-9, started) is not None  # its kill
     assert log_soak.exit_kind(-15, "") is not None  # SIGTERM before Python had started it
     assert log_soak.exit_kind(2, log_soak.UNREACHABLE + "\n") is not None  # Redis restarting
+    outage = '{"level": "warning", "msg": "log integrator pass failed (StoreUnavailable)"}\n'
+    assert log_soak.exit_kind(2, log_soak.UNREACHABLE + "\n" + outage) is not None  # its integrator saw it too
+    assert log_soak.exit_kind(2, log_soak.UNREACHABLE + '\n{"level": "error", "msg": "x"}\n') is None
     assert log_soak.exit_kind(-15, started) is None
     refused = started + '{"level": "critical", "msg": "LOG REFUSED: the integrator stops and signs nothing"}\n'
     assert log_soak.exit_kind(2, refused) is None
