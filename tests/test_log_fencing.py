@@ -279,7 +279,7 @@ async def test_an_integrator_paused_while_finishing_a_stopped_ones_batch_wakes_b
 ) -> None:
     """Found by the soak (bench.log_soak, seed 20261127): an integrator that starts, finds a
     batch a killed one staged, finishes it and pauses at ``advanced``; another carries the log
-    on and syncs Redis past that tree. Woken, the first read Redis's synced size ahead of the
+    on and syncs Redis past that tree. Woken, the first read a synced size in Redis ahead of the
     tree it had advanced and refused the store as one that lost entries, halting a healthy
     log. It must read the tree state again and go back to standby instead."""
     history = Published(site)

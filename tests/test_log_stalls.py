@@ -524,7 +524,7 @@ def assert_changed_nothing(run: StallRun) -> None:
     moved = [r for r in run.sleeper_records if "the tree state moved under this integrator" in str(r.get("msg"))]
     assert all(record["level"] == "info" for record in moved), moved
     if BATCH_STEPS.index(run.step) < BATCH_STEPS.index("advanced"):
-        # Before its tree advanced, its next compare-and-swap (or Redis's synced size) finds
+        # Before its tree advanced, its next compare-and-swap (or a queue's synced size in Redis) finds
         # the tree moved, and it says so (eps_log_fenced counts it). After, what is left of its batch is idempotent
         # (acks, a synced size set only from its old value, a checkpoint never published
         # over a larger one): it goes back to standby when its lease is not renewed.
