@@ -53,7 +53,7 @@ async def worker(store: Store, log_store: LogStore, **config: Any) -> Integrator
 
 async def look(integrator: Integrator) -> bool:
     """The integrator's next look at the lease, now (the time between its looks passed)."""
-    integrator._lease_checked = -1e9
+    integrator.lease._checked = -1e9
     return await integrator._hold_lease()
 
 
@@ -96,30 +96,32 @@ async def test_a_standby_behind_another_deployments_lease_warns_once_per_holder(
     for _ in range(3):
         assert not await look(standby)
     [said] = behind_warnings(caplog)
-    assert first.deployment and standby.deployment and first.deployment != standby.deployment
-    assert f"held by another deployment ({first.deployment}); this one is {standby.deployment}" in said, said
+    assert first.lease.deployment and standby.lease.deployment and first.lease.deployment != standby.lease.deployment
+    assert f"held by another deployment ({first.lease.deployment}); this one is {standby.lease.deployment}" in said, (
+        said
+    )
     assert "never enter the log" in said and "or point both at one Redis" in said, said
     assert [r.levelno for r in caplog.records if r.levelno >= logging.WARNING] == [logging.WARNING]
 
     # Another worker of green's own deployment (the same Redis) takes the lease: no warning.
-    await shared.lease(first.token, 0, "drop")
+    await shared.lease(first.lease.token, 0, "drop")
     sibling = await worker(green, shared)
     assert await look(sibling)
-    assert sibling.deployment == standby.deployment
+    assert sibling.lease.deployment == standby.lease.deployment
     for _ in range(2):
         assert not await look(standby)
     assert len(behind_warnings(caplog)) == 1
 
     # Deployment red holds it next: said once more, naming red.
-    await shared.lease(sibling.token, 0, "drop")
+    await shared.lease(sibling.lease.token, 0, "drop")
     third = await worker(red, shared)
     assert await look(third)
     lease = orjson.loads((Path(shared.url.removeprefix("file://")) / ".state/lease").read_bytes())
-    assert lease["token"] == third.token and lease["deployment"] == third.deployment
+    assert lease["token"] == third.lease.token and lease["deployment"] == third.lease.deployment
     for _ in range(3):
         assert not await look(standby)
     warnings = behind_warnings(caplog)
-    assert len(warnings) == 2 and f"({third.deployment}); this one is {standby.deployment}" in warnings[1]
+    assert len(warnings) == 2 and f"({third.lease.deployment}); this one is {standby.lease.deployment}" in warnings[1]
     assert not await look(first)  # blue, a standby now, has nothing waiting: says nothing
     assert len(behind_warnings(caplog)) == 2
 
@@ -155,7 +157,7 @@ async def test_a_standby_never_marks_progress(shared: LogStore, keyring: Any, ca
         stop.set()
         await asyncio.wait_for(task, 10)
         await standby_store.close()
-    assert not standby.holding
+    assert not standby.lease.holding
     assert await green.client.get(keys.log_progress_key(IDENTITY)) is None, "a standby marked progress"
     assert await green.client.llen(keys.log_queue_key(IDENTITY, key["project_id"])) == 2
     assert await published(shared, SIGNER) == before

@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +49,7 @@ from typing import Any
 from execution_proof.errors import Error
 from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, refuse
 from execution_proof.jobs.log_evidence import refuse_evidence_beyond
+from execution_proof.jobs.log_lease import LeaseKeeper
 from execution_proof.jobs.log_sync import ack_batch, catch_up
 from execution_proof.jobs.log_timestamps import Stamper
 from execution_proof.jobs.log_witnesses import Evidence, WitnessClient
@@ -113,15 +113,8 @@ class Integrator:
             if config.policy is not None
             else None
         )
-        self.token = secrets.token_hex(16)
-        self.deployment: str | None = None
-        """The id of the deployment this integrator's Redis serves (``log_deployment``), read
-        before its first look at the lease and written into the lease it holds."""
-        self._warned_holders: set[str] = set()
-        """The other deployments this standby has said hold the lease while its entries wait."""
+        self.lease = LeaseKeeper(store, log_store, config)
         self.prepared = False
-        self.holding = False
-        self._lease_checked = 0.0
         self.tree: TreeState | None = None
         """The tree state as this integrator last read or wrote it; None: read it again."""
         self._edge: _Edge | None = None
@@ -192,34 +185,20 @@ class Integrator:
         finally:
             if self.witnesses is not None:
                 await self.witnesses.close()
-            if self.holding:
-                with contextlib.suppress(LogStoreError):  # the lease expires by itself
-                    await self.log.lease(self.token, 0, "drop")
+            with contextlib.suppress(LogStoreError):  # the lease expires by itself
+                await self.lease.drop()
 
     async def _hold_lease(self) -> bool:
-        """Whether this integrator holds the lease: renewed a third of the way through, and
-        looked for by a standby four times a lease. The holder looks at ``.state/halt`` at
-        each renewal too (a halt recorded by another process: within 2 s it integrates
-        nothing); a standby that finds another deployment holding it says so when this
-        Redis's entries wait (``_behind_another_deployment``)."""
-        now = time.monotonic()
-        if self.holding and now - self._lease_checked < self.config.lease_ms / 3000:
-            return True
-        if not self.holding and now - self._lease_checked < self.config.lease_ms / 4000:
-            return False
-        self._lease_checked = now
-        # Read at every look (Redis flushed, a new id is made): the lease names this Redis's id as it is now.
-        self.deployment = await self.store.log_deployment(self.identity, self.deployment or secrets.token_hex(8))
-        action = "keep" if self.holding else "take"
-        lease = await self.log.lease(self.token, self.config.lease_ms, action, self.deployment)
-        if lease.held != self.holding:
-            self.tree = None  # taken (or lost): read the tree state again before anything
-        self.holding = lease.held
-        if lease.held:
+        """Whether this integrator holds the lease (jobs/log_lease.py). Taken or lost, the tree
+        state is read again before anything; the holder looks at ``.state/halt`` at each
+        renewal too (a halt recorded by another process: within 2 s it integrates nothing)."""
+        was = self.lease.holding
+        held = await self.lease.hold()
+        if held != was:
+            self.tree = None
+        if held:
             await self._look_for_halt()
-        elif lease.holder and lease.holder != self.deployment:
-            await self._behind_another_deployment(lease.holder)
-        return lease.held
+        return held
 
     async def _look_for_halt(self) -> None:
         """A halt recorded while this integrator holds the lease and its tree state (by
@@ -231,31 +210,6 @@ class Integrator:
             self.halted = halted
             metrics.LOG_HALTED.set(1)
             self._log_halt(halted)
-
-    async def _behind_another_deployment(self, holder: str) -> None:
-        """Another deployment holds the lease: one with this log's key, origin and store but
-        another Redis, whose integrator never reads this one. Once entries have waited here
-        longer than ``LOG_STALL_S``, said once per holder at WARNING: they never enter the
-        log while it holds it."""
-        if holder in self._warned_holders:
-            return
-        oldest = await self.store.log_oldest_waiting_ms(self.identity)
-        waited_s = time.time() - oldest / 1000 if oldest is not None else 0.0
-        if oldest is None or waited_s < self.config.stall_s:
-            return
-        self._warned_holders.add(holder)
-        log.warning(
-            "the lease of the log %s in %s is held by another deployment (%s); this one is %s, and entries have "
-            "waited %.0f s in its Redis. Another deployment with this log's key, origin and store (LOG_SIGNING_KEY, "
-            "LOG_ORIGIN, LOG_STORE) but another Redis holds the lease: this Redis's entries never enter the log while "
-            "it does, and their receipts wait for a proof. Give each deployment a log of its own (its own LOG_ORIGIN, "
-            "LOG_SIGNING_KEY and LOG_STORE), or point both at one Redis",
-            self.origin,
-            self.log.url,
-            holder,
-            self.deployment,
-            waited_s,
-        )
 
     # -- one pass
 
