@@ -50,7 +50,7 @@ from execution_proof.errors import Error
 from execution_proof.jobs.log_config import LogConfig, LogRefused, prepare_log, refuse
 from execution_proof.jobs.log_evidence import refuse_evidence_beyond
 from execution_proof.jobs.log_lease import LeaseKeeper
-from execution_proof.jobs.log_sync import ack_batch, catch_up
+from execution_proof.jobs.log_sync import Sampled, ack_batch, catch_up
 from execution_proof.jobs.log_timestamps import Stamper
 from execution_proof.jobs.log_witnesses import Evidence, WitnessClient
 from execution_proof.kv.logstore import LogStore, LogStoreConflict, LogStoreError
@@ -60,7 +60,7 @@ from execution_proof.kv.logstore.log import (
     Identity,
     TileMismatch,
     TreeState,
-    entry_created_ms,
+    newest_created_ms,
 )
 from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import StoreUnavailable
@@ -276,14 +276,17 @@ class Integrator:
         # Only a queue in line with the tree gives entries (jobs/log_sync.py): one that moved
         # since it was looked at (a restore put it back) is looked at again next pass.
         entries: list[bytes] = []
-        for read in queued.values():
+        sources: list[str] = []
+        for queue, read in queued.items():
             if read.synced == tree.size:
-                entries += read.entries[: self.config.max_batch - len(entries)]
+                taken = read.entries[: self.config.max_batch - len(entries)]
+                entries += taken
+                sources += [queue] * len(taken)
         if not entries:
             return 0
         edge = await self._edge_of(tree)
         extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in entries])
-        newest = max((made for entry in entries if (made := entry_created_ms(entry)) is not None), default=0)
+        newest = newest_created_ms(entries)
         batch = Batch(tree.size, tree.root, extension.size, extension.root, newest, entries)
         await self._check_anchor(tree, "stage")
         await refuse_evidence_beyond(self.log, tree, self._check_current)
@@ -293,7 +296,7 @@ class Integrator:
         self.tree = staged
         self._point("staged")
         started = time.monotonic()
-        await self._finish(staged, batch, extension, edge, others=projects)
+        await self._finish(staged, batch, extension, edge, Sampled(sources, projects))
         self._last_batch = time.monotonic()
         metrics.LOG_ENTRIES.inc(len(entries))
         metrics.LOG_BATCH_SECONDS.observe(time.monotonic() - started)
@@ -302,10 +305,10 @@ class Integrator:
     # -- the phases
 
     async def _finish(
-        self, tree: TreeState, batch: Batch, extension: tlog.Extension, edge: _Edge, others: list[str] | None = None
+        self, tree: TreeState, batch: Batch, extension: tlog.Extension, edge: _Edge, sampled: Sampled | None = None
     ) -> None:
         """Write the batch ``tree`` has staged: its tiles and bundles, then advance the tree,
-        sync Redis (``others``: queues sampled with the batch, ``ack_batch``), publish.
+        sync Redis (``sampled``: where this pass read the batch from, ``ack_batch``), publish.
         ``Overtaken`` when another integrator advanced the tree first or the store holds
         other bytes where the tree has moved past; a refusal (and a halt) when it holds other
         bytes where the tree state still names this batch."""
@@ -353,7 +356,7 @@ class Integrator:
         # from Redis, the checkpoint from the store). What a failure leaves undone is done from
         # the store again (``_load``: the synced size behind, the checkpoint due).
         self._recent = batch
-        syncing = asyncio.ensure_future(ack_batch(self.store, self.identity, batch, self._point, others or ()))
+        syncing = asyncio.ensure_future(ack_batch(self.store, self.identity, batch, self._point, sampled))
         try:
             await self._publish(advanced)
         except BaseException:

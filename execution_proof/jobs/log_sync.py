@@ -33,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from execution_proof.kv import keys
 from execution_proof.kv.logstore.log import Batch, TreeState, entry_created_ms
@@ -56,21 +57,33 @@ def _entry_ref(entry: bytes) -> str:
     return key.entry_id if key is not None else tlog.leaf_hash(entry).hex()
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """Where a pass read its batch from: each entry's queue, in the batch's order, and every
+    queue it sampled (those that gave nothing move with the batch too)."""
+
+    sources: list[str]
+    queues: list[str]
+
+
 async def ack_batch(
     store: LogQueueStore,
     identity: keys.LogIdentity,
     batch: Batch,
     point: Callable[[str], None],
-    others: Iterable[str] = (),
+    sampled: Sampled | None = None,
 ) -> None:
     """The batch is in the tree: tell Redis the new size, then take each queue's entries off
-    it with their indices, moving its synced size from the batch's tree to the new one;
-    ``others``, queues this pass sampled that gave the batch nothing, move too. A queue whose
+    it with their indices, moving its synced size from the batch's tree to the new one; the
+    queues ``sampled`` that gave the batch nothing move too (a batch finished for a stopped
+    integrator knows no more than its entries: each one's queue by its kind). A queue whose
     synced size is no longer the batch's tree is left as it is (put back by a restore: the
     next pass catches it up). ``point``: the fault points ``acked_half`` and ``synced``."""
+    sources = sampled.sources if sampled is not None else [queue_of(entry) for entry in batch.entries]
     by_queue: dict[str, list[tuple[bytes, int]]] = {}
-    for offset, entry in enumerate(batch.entries):
-        by_queue.setdefault(queue_of(entry), []).append((entry, batch.size + offset))
+    for offset, (entry, queue) in enumerate(zip(batch.entries, sources, strict=True)):
+        by_queue.setdefault(queue, []).append((entry, batch.size + offset))
+    others = sampled.queues if sampled is not None else []
     moves = list(by_queue.items()) + [(queue, []) for queue in dict.fromkeys(others) if queue not in by_queue]
     await store.log_tell_size(identity, batch.new_size)
     half = max(1, len(moves) // 2)

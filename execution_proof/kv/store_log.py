@@ -31,6 +31,8 @@ from execution_proof.receipts.errors import NotInLog
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tlog import LogEntry
 
+RECEIPT_ENTRY = tlog.ENTRY_HEADER.encode() + b"\n"
+"""How a receipt entry starts (the kind whose index is recorded beside its receipt)."""
 OLDEST_SAMPLE = 1024
 """How many projects of the dirty set ``log_oldest_waiting_ms`` looks at, at most (at random
 beyond that: the integrator's own sample)."""
@@ -184,8 +186,7 @@ class LogQueueStore:
         ``acks``, the synced size alone moves (the tree grew by entries of other queues)."""
         args: list[Any] = ["0" if self.is_cluster else "1", log.tag, was, size]
         for entry, index in acks:
-            key = tlog.entry_key(entry)
-            receipt = LogEntry.parse(entry) if key is not None and key.receipt_id is not None else None
+            receipt = LogEntry.parse(entry) if entry.startswith(RECEIPT_ENTRY) else None
             args += [
                 entry,
                 keys.receipt_id_bytes(receipt.receipt_id) if receipt is not None else b"",

@@ -18,7 +18,7 @@ from execution_proof.kv.logstore.log import (
     LogStoreConflict,
     TreeState,
     checkpoint_size,
-    entry_created_ms,
+    newest_created_ms,
     size_name,
 )
 from execution_proof.transparency import note, tlog
@@ -110,8 +110,7 @@ async def export(source: LogStore, target: LogStore) -> dict[str, str | int]:
 
     def note_entries(first: int, entries: list[bytes]) -> None:
         nonlocal newest
-        for entry in entries:
-            newest = max(newest, entry_created_ms(entry) or 0)
+        newest = max(newest, newest_created_ms(entries))
 
     try:
         await check_tree(TileReader(target.fetch), size, root, note_entries)

@@ -217,6 +217,24 @@ def entry_created_ms(entry: bytes) -> int | None:
     return receipt_created_ms(receipt_id) if receipt_id is not None and is_receipt_id(receipt_id) else None
 
 
+_RECEIPT_ENTRY = tlog.ENTRY_HEADER.encode() + b"\nrcpt_"
+_ULID_TIME = slice(len(_RECEIPT_ENTRY), len(_RECEIPT_ENTRY) + 10)
+
+
+def newest_created_ms(entries: list[bytes]) -> int:
+    """The newest receipt's creation time among ``entries`` (0 when none is a receipt entry):
+    ``entry_created_ms`` of the one whose id's time is the largest. A ULID's first ten
+    characters sort as the time they encode, so only that one is decoded (a batch's 4,096
+    entries cost what a few did)."""
+    receipts = [entry for entry in entries if entry.startswith(_RECEIPT_ENTRY)]
+    if not receipts:
+        return 0
+    newest = entry_created_ms(max(receipts, key=lambda entry: entry[_ULID_TIME]))
+    if newest is not None:
+        return newest
+    return max((made for entry in receipts if (made := entry_created_ms(entry)) is not None), default=0)
+
+
 def size_name(prefix: str, size: int) -> str:
     """``prefix`` + the size as 21 zero-padded digits in 7 groups of 3 (``000/…/067``):
     names sort as the sizes do, and no directory holds more than 1,000 entries."""
