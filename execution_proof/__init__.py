@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from execution_proof.client.verifying import verify
     from execution_proof.errors import Error
     from execution_proof.receipts.errors import InvalidInput, ServiceError, Unreachable
-    from execution_proof.receipts.errors import LogPending as ProofPending
+    from execution_proof.receipts.errors import ProofPending
     from execution_proof.receipts.trust_root import TrustRoot
 
 _WHERE = {
@@ -49,7 +49,7 @@ _WHERE = {
     "Error": ("execution_proof.errors", "Error"),
     "ServiceError": ("execution_proof.receipts.errors", "ServiceError"),
     "Unreachable": ("execution_proof.receipts.errors", "Unreachable"),
-    "ProofPending": ("execution_proof.receipts.errors", "LogPending"),
+    "ProofPending": ("execution_proof.receipts.errors", "ProofPending"),
     "InvalidInput": ("execution_proof.receipts.errors", "InvalidInput"),
 }
 

@@ -44,7 +44,7 @@ def test_every_public_name_is_there_and_every_error_has_one_root() -> None:
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["dynamic"]["version"] == {"attr": "execution_proof.__version__"}, "one place for the version"
     assert re.fullmatch(r"\d+\.\d+\.\d+", execution_proof.__version__)
-    assert ProofPending is errors.LogPending and ProofPending.code == "log_pending" and ProofPending.status == 409
+    assert ProofPending is errors.ProofPending and ProofPending.code == "log_pending" and ProofPending.status == 409
     for error in (ServiceError, Unreachable, InvalidInput, ProofPending, LogError, errors.NotFound):
         assert issubclass(error, Error), error
     assert issubclass(InvalidInput, ValueError)
@@ -56,7 +56,7 @@ def test_every_public_name_is_there_and_every_error_has_one_root() -> None:
     ("status", "code", "expected", "kept_status"),
     [
         (401, "unauthorized", errors.Unauthorized, 401),
-        (409, "log_pending", errors.LogPending, 409),
+        (409, "log_pending", errors.ProofPending, 409),
         (404, "not_in_log", errors.NotInLog, 404),
         (404, "claim_pending", errors.ClaimUnknown, 404),
         (409, "claim_pending", errors.ClaimPending, 409),

@@ -437,7 +437,7 @@ def _bundle(args: argparse.Namespace) -> int:
     from execution_proof.client.models import Bundle, Receipt, read_json
     from execution_proof.client.service import Client
     from execution_proof.errors import Error
-    from execution_proof.receipts.errors import LogPending
+    from execution_proof.receipts.errors import ProofPending
 
     try:
         receipt_id, service_url = args.receipt, None
@@ -451,7 +451,7 @@ def _bundle(args: argparse.Namespace) -> int:
                 receipt_id, service_url = saved.receipt_id, saved.service_url
         with Client(args.base_url or service_url) as client:
             bundle = client.bundle(receipt_id, wait=args.wait, on_wait=_progress() if sys.stderr.isatty() else None)
-    except LogPending as exc:
+    except ProofPending as exc:
         _end_progress()
         print(f"error: {exc}; nothing saved", file=sys.stderr)
         return 1

@@ -122,7 +122,7 @@ class Client:
     ) -> Bundle:
         """The receipt's offline bundle. From a service with a log, its proof: asked again
         every second until one comes or ``wait`` seconds have passed, then ``ProofPending``
-        (``errors.LogPending``). A service without a log: the bundle at once (it carries no
+        (``errors.ProofPending``). A service without a log: the bundle at once (it carries no
         proof). ``on_wait(waited, wait)`` is called before each new try."""
         if wait < 0:
             raise errors.InvalidInput("wait must be 0 or more seconds")
@@ -136,7 +136,7 @@ class Client:
             if not bundle.pending:
                 return bundle
             if waited >= wait:
-                raise errors.LogPending(
+                raise errors.ProofPending(
                     f"no published checkpoint covers {receipt_id} yet"
                     + (f" (waited {waited:.0f} s)" if wait else "")
                     + ": its bundle has no log proof; ask again later"

@@ -5,7 +5,7 @@ library's own two (``InvalidInput``, ``Unreachable``); all derive from ``executi
 The web layer renders any ``ServiceError`` as the JSON error body of docs/api.md; anything
 else becomes a 500 ``internal_error`` without details. The client library (``client/``)
 raises the same classes for the service's replies (``from_reply``): a 409 ``log_pending`` is
-``LogPending`` (``execution_proof.ProofPending``) on both sides.
+``ProofPending`` (``execution_proof.ProofPending``) on both sides.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class LogUnavailable(ServiceError):
     status = 503
 
 
-class LogPending(ServiceError):
+class ProofPending(ServiceError):
     """No published checkpoint covers the receipt yet (the integrator adds it within seconds)."""
 
     code = "log_pending"

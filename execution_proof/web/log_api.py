@@ -14,7 +14,7 @@ from sanic import Blueprint, HTTPResponse, Request
 
 from execution_proof.kv.logstore import LogStoreError
 from execution_proof.kv.store import Store
-from execution_proof.receipts.errors import LogPending, LogUnavailable, NotFound, StoreUnavailable
+from execution_proof.receipts.errors import ProofPending, LogUnavailable, NotFound, StoreUnavailable
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.limits import ratelimit_headers
 from execution_proof.transparency import tlog
@@ -164,7 +164,7 @@ async def log_proof(request: Request, receipt_id: str) -> HTTPResponse:
         raise NotFound("receipt not found (unknown id, or past its retention window)")
     found = await service.proof(orjson.loads(stored))
     if found is None:
-        raise LogPending("no published checkpoint covers this receipt yet; try again in a second")
+        raise ProofPending("no published checkpoint covers this receipt yet; try again in a second")
     return HTTPResponse(found[1], headers={**headers, "Cache-Control": CHECKPOINT_CACHE}, content_type=TEXT)
 
 
