@@ -33,8 +33,7 @@ if TYPE_CHECKING:
     from execution_proof.client.service import Client
     from execution_proof.client.verifying import verify
     from execution_proof.errors import Error
-    from execution_proof.receipts.errors import InvalidInput, ServiceError, Unreachable
-    from execution_proof.receipts.errors import ProofPending
+    from execution_proof.receipts.errors import InvalidInput, ProofPending, ServiceError, Unreachable
     from execution_proof.receipts.trust_root import TrustRoot
 
 _WHERE = {

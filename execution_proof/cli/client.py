@@ -14,22 +14,17 @@ Ctrl-C (cli/main.py). Several items: the worst of their codes.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from execution_proof.client.models import Bundle, Receipt
-    from execution_proof.errors import Error
-    from execution_proof.receipts.shapes import JSONObject, JSONValue
+from execution_proof.cli import verify as verify_verb
+from execution_proof.cli.output import DEFAULT_BASE_URL, EXIT_CODES, SERVICE_ENV, fail, print_json
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000"
-EXIT_CODES = "exit status: 0 {ok}; 1 {one}; 2 {two}; 130 interrupted (Ctrl-C). No traceback in any of them."
-SERVICE_ENV = (
-    "environment: SERVICE_BASE_URL (the service, when --base-url is not given; default " + DEFAULT_BASE_URL + ")"
-)
+if TYPE_CHECKING:
+    pass
+
 HASH_EPILOG = "environment: none (it works offline). " + EXIT_CODES.format(
     ok="hashed", one="(not used)", two="a file cannot be read, or bad usage"
 )
@@ -52,17 +47,6 @@ BUNDLE_EPILOG = (
         ok="the bundle with its log proof (or from a service without a log, whose bundles carry none)",
         one="still pending when --wait ends (nothing is saved), no such receipt, or refused by the service",
         two="could not ask (the service unreachable, bad usage, the file cannot be written)",
-    )
-)
-VERIFY_EPILOG = (
-    SERVICE_ENV
-    + ". "
-    + EXIT_CODES.format(
-        ok="valid (every check asked for passed, against keys pinned with --keys or --trust-root, or fetched "
-        "from the service)",
-        one="invalid or not verified (a check failed, or a bundle's keys were not pinned), or no such receipt",
-        two="could not check (an unreadable or malformed file, trust root or key set, or the service "
-        "unreachable where it was needed)",
     )
 )
 
@@ -88,7 +72,7 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     _add_hash(verbs)
     _add_submit(verbs)
     _add_bundle(verbs)
-    _add_verify(verbs)
+    verify_verb.add_parser(verbs)
 
 
 def _add_hash(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -142,82 +126,6 @@ def _add_bundle(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     bundle.set_defaults(run=_bundle)
 
 
-def _add_verify(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    verify = verbs.add_parser(
-        "verify",
-        help="verify receipts or bundles without trusting the service",
-        description="Verify receipt or bundle files, receipt ids (fetched from the service) or - (standard input).",
-        epilog=VERIFY_EPILOG,
-    )
-    verify.add_argument(
-        "receipts",
-        nargs="+",
-        metavar="RECEIPT",
-        help="a file (a receipt, a create/read response body, the file submit saved, or an offline bundle), - for "
-        "standard input, or a receipt id (rcpt_..., or its receipt_hash) read from the service",
-    )
-    for name, field in (("input", "input_hash"), ("output", "output_hash"), ("params", "params_hash")):
-        verify.add_argument(
-            f"--{name}", metavar="FILE", help=f"local {name} file; its hash must equal {field} (one receipt only)"
-        )
-    verify.add_argument("--env", metavar="FILE", help="local environment file; its hash must equal env_hash")
-    verify.add_argument(
-        "--salt",
-        metavar="HEX",
-        help="the salt of a blinded input hash: input_hash = sha256(salt || input file); overrides the "
-        "input's salt that `submit --salt` saved in the file (the saved salts are used automatically)",
-    )
-    verify.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="the service to fetch public keys (unless pinned), the chain, the log proof and receipt ids from; "
-        "without it, the service_url the file was saved with, else the default $SERVICE_BASE_URL, else "
-        f"{DEFAULT_BASE_URL}. A bundle is checked offline against keys pinned with --keys or --trust-root, "
-        "else against the keys of --base-url or SERVICE_BASE_URL (the only request made); a bundle with none "
-        "of them is NOT VERIFIED (exit 1)",
-    )
-    pin = verify.add_mutually_exclusive_group()
-    pin.add_argument(
-        "--keys",
-        metavar="KEYS.json",
-        help="saved key set (GET /v1/public-key body) to pin; with --base-url the service is still used "
-        "for the chain and the log proof",
-    )
-    pin.add_argument(
-        "--trust-root",
-        metavar="FILE",
-        help="a trust root (`trust-root` writes it): verify against it alone, offline: the signature with its "
-        "receipt keys and, for a bundle, the log inclusion, witness quorum and time-stamps",
-    )
-    verify.add_argument(
-        "--online",
-        action="store_true",
-        help="with --trust-root: also ask the service (its service_url, or --base-url) that the receipt still "
-        "exists, walk --chain and check a plain receipt's log proof; the pinned keys stay",
-    )
-    verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
-    verify.add_argument(
-        "--max-links", type=_count, default=1000, help="stop the chain walk after this many links (default 1000)"
-    )
-    verify.add_argument("--json", action="store_true", help="one JSON document (a list for several receipts)")
-    verify.add_argument(
-        "--log-key", help="the transparency log's verifier key (GET /v1/log's log_vkey) to pin: check inclusion"
-    )
-    verify.add_argument(
-        "--since-checkpoint", metavar="FILE", help="an older checkpoint you kept: check the log still extends it"
-    )
-    verify.add_argument(
-        "--log-policy", metavar="FILE", help="a C2SP tlog-policy: its log key, and the witness quorum to meet"
-    )
-    verify.add_argument(
-        "--tsa-roots",
-        metavar="PEM",
-        help="root certificates of the time-stamp authorities you trust: check the RFC 3161 time-stamps of the "
-        "proof's checkpoint and report the latest time the receipt provably existed (needs --log-key or --log-policy)",
-    )
-    verify.set_defaults(run=_verify)
-
-
 def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input", metavar="FILE", required=True, help="input file (hashed locally; its bytes are never sent)"
@@ -261,43 +169,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
-
-
 # -- output
-
-
-def _print_json(value: object) -> None:
-    """``value`` as indented JSON: a document built here, or a typed one (a receipt, a report's)."""
-    import orjson
-
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
-def _fail(error: Error) -> int:
-    """Print an error the library raised; its exit code (1: the service refused, 2: could not)."""
-    print(f"error: {describe(error)}", file=sys.stderr)
-    return exit_code(error)
-
-
-def describe(error: BaseException) -> str:
-    """An error's one line: a refusal names the request, the status and the service's code."""
-    from execution_proof.receipts.errors import ServiceError
-
-    if isinstance(error, ServiceError) and error.code != "http_error":
-        return f"{error.request or 'the service'} answered {error.status} {error.code}: {error.message}"
-    return str(error)
-
-
-def exit_code(error: BaseException) -> int:
-    """1 for a refusal of the service (an error reply with its code), 2 for everything else
-    (no reply, a reply without an error body, bad input)."""
-    from execution_proof.receipts.errors import ServiceError
-
-    return 1 if isinstance(error, ServiceError) and error.code != "http_error" else 2
 
 
 # -- hash
@@ -321,7 +193,7 @@ def _hash(args: argparse.Namespace) -> int:
             return 2
         results.append({"path": path, "hash": digest, **({"salt": salt.hex()} if salt else {})})
     if args.json:
-        _print_json(results[0] if len(results) == 1 else results)
+        print_json(results[0] if len(results) == 1 else results)
     elif len(results) == 1:
         print(results[0]["hash"])
         if "salt" in results[0]:
@@ -393,7 +265,7 @@ def _submit(args: argparse.Namespace) -> int:
                 salt=args.salt,
             )
     except Error as exc:
-        return _fail(exc)
+        return fail(exc)
     save = args.save or default_save_path(args.input, receipt.receipt_id)
     try:
         receipt.save(save)
@@ -406,7 +278,7 @@ def _submit(args: argparse.Namespace) -> int:
         return 2
     verify_url = f"{receipt.service_url}/verify?receipt_id={receipt.receipt_id}"
     if args.json:
-        _print_json(
+        print_json(
             {
                 "receipt_id": receipt.receipt_id,
                 "replayed": receipt.replayed,
@@ -457,7 +329,7 @@ def _bundle(args: argparse.Namespace) -> int:
         return 1
     except Error as exc:
         _end_progress()
-        return _fail(exc)
+        return fail(exc)
     _end_progress()
     if args.out is None:
         import orjson
@@ -471,7 +343,7 @@ def _bundle(args: argparse.Namespace) -> int:
         return 2
     summary = {"receipt_id": bundle.receipt_id, "saved": args.out, "log": bundle.has_log, "proof": bundle.proof}
     if args.json:
-        _print_json({**summary, "proof": bundle.proof is not None})
+        print_json({**summary, "proof": bundle.proof is not None})
     elif bundle.has_log:
         print(f"saved {args.out}: receipt {bundle.receipt_id} with its log proof")
     else:
@@ -497,92 +369,3 @@ def _end_progress() -> None:
     if _progress_shown:
         sys.stderr.write("\n")
         _progress_shown = False
-
-
-# -- verify
-
-
-def _verify(args: argparse.Namespace) -> int:
-    per_receipt = (args.input, args.output, args.params, args.env, args.salt)
-    if len(args.receipts) > 1 and any(option is not None for option in per_receipt):
-        print(
-            "error: --input, --output, --params, --env and --salt go with one receipt: verify it alone",
-            file=sys.stderr,
-        )
-        return 2
-    if args.receipts.count("-") > 1:
-        print("error: standard input (-) can be read once", file=sys.stderr)
-        return 2
-    codes, documents, texts = [], [], []
-    for item in args.receipts:
-        code, document, text = _verify_one(item, args)
-        codes.append(code)
-        documents.append(document)
-        texts.append(text)
-    if args.json:
-        _print_json(documents[0] if len(documents) == 1 else documents)
-    else:
-        print("\n\n".join(texts))
-    return 2 if 2 in codes else max(codes)
-
-
-def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, JSONObject, str]:
-    """(exit code, the ``--json`` document, the text) of one receipt, bundle or id."""
-    from execution_proof.cli.verify import render_report
-    from execution_proof.client.verifying import VerifyOptions, run_verify
-
-    options = VerifyOptions(
-        input_path=args.input,
-        output_path=args.output,
-        params_path=args.params,
-        env_path=args.env,
-        base_url=args.base_url or None,
-        env_base_url=os.environ.get("SERVICE_BASE_URL") or None,
-        keys_path=args.keys,
-        trust_root_path=args.trust_root,
-        online=args.online,
-        chain=args.chain,
-        max_links=args.max_links,
-        salt_hex=args.salt,
-        log_key=args.log_key,
-        since_checkpoint=args.since_checkpoint,
-        log_policy=args.log_policy,
-        tsa_roots=args.tsa_roots,
-    )
-    found, failure = _document_of(item, args)
-    if failure is not None:
-        code = exit_code(failure)
-        text = describe(failure)
-        return code, {"item": item, "ok": False, "error": text, "verdict": "ERROR"}, f"error: {text}"
-    report = run_verify(dataclasses.replace(options, receipt_path=item, document=found))
-    report.item = item
-    code = 2 if report.error else 0 if report.ok else 1
-    return code, report.to_dict(), render_report(report)
-
-
-def _document_of(item: str, args: argparse.Namespace) -> tuple[JSONValue, Error | None]:
-    """The document to verify for ``-`` (standard input) or a receipt id (read from the
-    service); None for a file (the verifier reads it)."""
-    from execution_proof.client.models import parse_json
-    from execution_proof.errors import Error
-    from execution_proof.receipts.errors import NotFound
-
-    if item == "-":
-        try:
-            return parse_json(sys.stdin.buffer.read(), "standard input"), None
-        except Error as exc:
-            return None, exc
-    if os.path.exists(item):
-        return None, None
-    from execution_proof.client.service import Client  # not a file: a receipt id (README "Command line")
-
-    try:
-        with Client(args.base_url) as client:
-            receipt: Receipt | Bundle = client.get(item)
-    except NotFound as exc:
-        missing = NotFound(f"{item} is no file here, and as a receipt id: {exc.message}")
-        missing.request = exc.request
-        return None, missing
-    except Error as exc:
-        return None, exc
-    return receipt.to_dict(), None

@@ -178,7 +178,7 @@ def _run(argv: list[str]) -> int:
     except Exception as exc:
         if not _is_known_error(exc):
             raise
-        from execution_proof.cli.client import describe, exit_code
+        from execution_proof.cli.output import describe, exit_code
 
         print(f"error: {describe(exc)}", file=sys.stderr)
         return exit_code(exc)

@@ -66,7 +66,7 @@ def run_trust_root(args: argparse.Namespace) -> int:
         previous = out.read_bytes() if out.is_file() else None
         write_atomically(out, data)
     except (CouldNotWrite, Error) as exc:
-        from execution_proof.cli.client import describe
+        from execution_proof.cli.output import describe
 
         print(f"error: {describe(exc)}; no trust root written", file=sys.stderr)
         return 2

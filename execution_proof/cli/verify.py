@@ -3,11 +3,20 @@ document) as a person reads it. Nothing is checked here."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import os
+import sys
 from typing import TYPE_CHECKING
+
+from execution_proof.cli.output import DEFAULT_BASE_URL, EXIT_CODES, SERVICE_ENV, count, describe, exit_code, print_json
 
 if TYPE_CHECKING:
     from execution_proof.client.log_checks import LogCheck
+    from execution_proof.client.models import Bundle, Receipt
     from execution_proof.client.reports import ChainCheck, KeyCheck, VerifyReport
+    from execution_proof.errors import Error
+    from execution_proof.receipts.shapes import JSONObject, JSONValue
 
 
 def _mark(ok: bool) -> str:
@@ -119,3 +128,180 @@ def _log_lines(log: LogCheck) -> list[str]:
         for stamp in log.time.stamps or ():
             lines.append(f"      {_mark(stamp.ok)} {stamp.tsa}: {stamp.reason}")
     return lines
+
+
+VERIFY_EPILOG = (
+    SERVICE_ENV
+    + ". "
+    + EXIT_CODES.format(
+        ok="valid (every check asked for passed, against keys pinned with --keys or --trust-root, or fetched "
+        "from the service)",
+        one="invalid or not verified (a check failed, or a bundle's keys were not pinned), or no such receipt",
+        two="could not check (an unreadable or malformed file, trust root or key set, or the service "
+        "unreachable where it was needed)",
+    )
+)
+
+
+def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    verify = verbs.add_parser(
+        "verify",
+        help="verify receipts or bundles without trusting the service",
+        description="Verify receipt or bundle files, receipt ids (fetched from the service) or - (standard input).",
+        epilog=VERIFY_EPILOG,
+    )
+    verify.add_argument(
+        "receipts",
+        nargs="+",
+        metavar="RECEIPT",
+        help="a file (a receipt, a create/read response body, the file submit saved, or an offline bundle), - for "
+        "standard input, or a receipt id (rcpt_..., or its receipt_hash) read from the service",
+    )
+    for name, field in (("input", "input_hash"), ("output", "output_hash"), ("params", "params_hash")):
+        verify.add_argument(
+            f"--{name}", metavar="FILE", help=f"local {name} file; its hash must equal {field} (one receipt only)"
+        )
+    verify.add_argument("--env", metavar="FILE", help="local environment file; its hash must equal env_hash")
+    verify.add_argument(
+        "--salt",
+        metavar="HEX",
+        help="the salt of a blinded input hash: input_hash = sha256(salt || input file); overrides the "
+        "input's salt that `submit --salt` saved in the file (the saved salts are used automatically)",
+    )
+    verify.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the service to fetch public keys (unless pinned), the chain, the log proof and receipt ids from; "
+        "without it, the service_url the file was saved with, else the default $SERVICE_BASE_URL, else "
+        f"{DEFAULT_BASE_URL}. A bundle is checked offline against keys pinned with --keys or --trust-root, "
+        "else against the keys of --base-url or SERVICE_BASE_URL (the only request made); a bundle with none "
+        "of them is NOT VERIFIED (exit 1)",
+    )
+    pin = verify.add_mutually_exclusive_group()
+    pin.add_argument(
+        "--keys",
+        metavar="KEYS.json",
+        help="saved key set (GET /v1/public-key body) to pin; with --base-url the service is still used "
+        "for the chain and the log proof",
+    )
+    pin.add_argument(
+        "--trust-root",
+        metavar="FILE",
+        help="a trust root (`trust-root` writes it): verify against it alone, offline: the signature with its "
+        "receipt keys and, for a bundle, the log inclusion, witness quorum and time-stamps",
+    )
+    verify.add_argument(
+        "--online",
+        action="store_true",
+        help="with --trust-root: also ask the service (its service_url, or --base-url) that the receipt still "
+        "exists, walk --chain and check a plain receipt's log proof; the pinned keys stay",
+    )
+    verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
+    verify.add_argument(
+        "--max-links", type=count, default=1000, help="stop the chain walk after this many links (default 1000)"
+    )
+    verify.add_argument("--json", action="store_true", help="one JSON document (a list for several receipts)")
+    verify.add_argument(
+        "--log-key", help="the transparency log's verifier key (GET /v1/log's log_vkey) to pin: check inclusion"
+    )
+    verify.add_argument(
+        "--since-checkpoint", metavar="FILE", help="an older checkpoint you kept: check the log still extends it"
+    )
+    verify.add_argument(
+        "--log-policy", metavar="FILE", help="a C2SP tlog-policy: its log key, and the witness quorum to meet"
+    )
+    verify.add_argument(
+        "--tsa-roots",
+        metavar="PEM",
+        help="root certificates of the time-stamp authorities you trust: check the RFC 3161 time-stamps of the "
+        "proof's checkpoint and report the latest time the receipt provably existed (needs --log-key or --log-policy)",
+    )
+    verify.set_defaults(run=_verify)
+
+
+# -- verify
+
+
+def _verify(args: argparse.Namespace) -> int:
+    per_receipt = (args.input, args.output, args.params, args.env, args.salt)
+    if len(args.receipts) > 1 and any(option is not None for option in per_receipt):
+        print(
+            "error: --input, --output, --params, --env and --salt go with one receipt: verify it alone",
+            file=sys.stderr,
+        )
+        return 2
+    if args.receipts.count("-") > 1:
+        print("error: standard input (-) can be read once", file=sys.stderr)
+        return 2
+    codes, documents, texts = [], [], []
+    for item in args.receipts:
+        code, document, text = _verify_one(item, args)
+        codes.append(code)
+        documents.append(document)
+        texts.append(text)
+    if args.json:
+        print_json(documents[0] if len(documents) == 1 else documents)
+    else:
+        print("\n\n".join(texts))
+    return 2 if 2 in codes else max(codes)
+
+
+def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, JSONObject, str]:
+    """(exit code, the ``--json`` document, the text) of one receipt, bundle or id."""
+    from execution_proof.client.verifying import VerifyOptions, run_verify
+
+    options = VerifyOptions(
+        input_path=args.input,
+        output_path=args.output,
+        params_path=args.params,
+        env_path=args.env,
+        base_url=args.base_url or None,
+        env_base_url=os.environ.get("SERVICE_BASE_URL") or None,
+        keys_path=args.keys,
+        trust_root_path=args.trust_root,
+        online=args.online,
+        chain=args.chain,
+        max_links=args.max_links,
+        salt_hex=args.salt,
+        log_key=args.log_key,
+        since_checkpoint=args.since_checkpoint,
+        log_policy=args.log_policy,
+        tsa_roots=args.tsa_roots,
+    )
+    found, failure = _document_of(item, args)
+    if failure is not None:
+        code = exit_code(failure)
+        text = describe(failure)
+        return code, {"item": item, "ok": False, "error": text, "verdict": "ERROR"}, f"error: {text}"
+    report = run_verify(dataclasses.replace(options, receipt_path=item, document=found))
+    report.item = item
+    code = 2 if report.error else 0 if report.ok else 1
+    return code, report.to_dict(), render_report(report)
+
+
+def _document_of(item: str, args: argparse.Namespace) -> tuple[JSONValue, Error | None]:
+    """The document to verify for ``-`` (standard input) or a receipt id (read from the
+    service); None for a file (the verifier reads it)."""
+    from execution_proof.client.models import parse_json
+    from execution_proof.errors import Error
+    from execution_proof.receipts.errors import NotFound
+
+    if item == "-":
+        try:
+            return parse_json(sys.stdin.buffer.read(), "standard input"), None
+        except Error as exc:
+            return None, exc
+    if os.path.exists(item):
+        return None, None
+    from execution_proof.client.service import Client  # not a file: a receipt id (README "Command line")
+
+    try:
+        with Client(args.base_url) as client:
+            receipt: Receipt | Bundle = client.get(item)
+    except NotFound as exc:
+        missing = NotFound(f"{item} is no file here, and as a receipt id: {exc.message}")
+        missing.request = exc.request
+        return None, missing
+    except Error as exc:
+        return None, exc
+    return receipt.to_dict(), None

@@ -14,7 +14,7 @@ from sanic import Blueprint, HTTPResponse, Request
 
 from execution_proof.kv.logstore import LogStoreError
 from execution_proof.kv.store import Store
-from execution_proof.receipts.errors import ProofPending, LogUnavailable, NotFound, StoreUnavailable
+from execution_proof.receipts.errors import LogUnavailable, NotFound, ProofPending, StoreUnavailable
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.limits import ratelimit_headers
 from execution_proof.transparency import tlog
