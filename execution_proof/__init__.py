@@ -13,7 +13,9 @@ The client library (docs/python-api.md)::
 
 Every name is loaded when it is first used, so that ``import execution_proof`` costs almost
 nothing (bench/RESULTS.md, "The client"). Every exception the package raises on purpose is
-an ``execution_proof.Error``.
+an ``execution_proof.Error``; the service's refusals are its subclasses by their documented
+names (``NotFound``, ``Unauthorized``, ``RateLimited``, ``ProofPending``, ...), and
+``report.raise_for_failure()`` raises ``VerificationFailed`` for a verdict that is not VALID.
 
 The one import name the installed distribution puts into site-packages. Its subpackages are
 the layers, each a folder here (README "Layout").
@@ -33,7 +35,37 @@ if TYPE_CHECKING:
     from execution_proof.client.service import Client
     from execution_proof.client.verifying import verify
     from execution_proof.errors import Error
-    from execution_proof.receipts.errors import InvalidInput, ProofPending, ServiceError, Unreachable
+    from execution_proof.receipts.errors import (
+        AlreadyClaimed,
+        BadRequest,
+        ChainContention,
+        ClaimExpired,
+        ClaimNotReady,
+        ClaimPending,
+        ClaimUnknown,
+        Forbidden,
+        ForbiddenContent,
+        IdempotencyConflict,
+        InternalError,
+        InvalidInput,
+        LogBacklog,
+        LogUnavailable,
+        MethodNotAllowed,
+        NotConfigured,
+        NotFound,
+        NotInLog,
+        PayloadTooLarge,
+        ProofPending,
+        QuotaExceeded,
+        RateLimited,
+        ServiceError,
+        SigningKeyUnavailable,
+        StoreUnavailable,
+        Unauthorized,
+        Unreachable,
+        UnsupportedMediaType,
+        VerificationFailed,
+    )
     from execution_proof.receipts.trust_root import TrustRoot
 
 _WHERE = {
@@ -50,19 +82,69 @@ _WHERE = {
     "Unreachable": ("execution_proof.receipts.errors", "Unreachable"),
     "ProofPending": ("execution_proof.receipts.errors", "ProofPending"),
     "InvalidInput": ("execution_proof.receipts.errors", "InvalidInput"),
+    "BadRequest": ("execution_proof.receipts.errors", "BadRequest"),
+    "ForbiddenContent": ("execution_proof.receipts.errors", "ForbiddenContent"),
+    "Unauthorized": ("execution_proof.receipts.errors", "Unauthorized"),
+    "Forbidden": ("execution_proof.receipts.errors", "Forbidden"),
+    "NotFound": ("execution_proof.receipts.errors", "NotFound"),
+    "MethodNotAllowed": ("execution_proof.receipts.errors", "MethodNotAllowed"),
+    "IdempotencyConflict": ("execution_proof.receipts.errors", "IdempotencyConflict"),
+    "PayloadTooLarge": ("execution_proof.receipts.errors", "PayloadTooLarge"),
+    "UnsupportedMediaType": ("execution_proof.receipts.errors", "UnsupportedMediaType"),
+    "RateLimited": ("execution_proof.receipts.errors", "RateLimited"),
+    "QuotaExceeded": ("execution_proof.receipts.errors", "QuotaExceeded"),
+    "InternalError": ("execution_proof.receipts.errors", "InternalError"),
+    "SigningKeyUnavailable": ("execution_proof.receipts.errors", "SigningKeyUnavailable"),
+    "StoreUnavailable": ("execution_proof.receipts.errors", "StoreUnavailable"),
+    "ChainContention": ("execution_proof.receipts.errors", "ChainContention"),
+    "LogUnavailable": ("execution_proof.receipts.errors", "LogUnavailable"),
+    "NotInLog": ("execution_proof.receipts.errors", "NotInLog"),
+    "LogBacklog": ("execution_proof.receipts.errors", "LogBacklog"),
+    "ClaimUnknown": ("execution_proof.receipts.errors", "ClaimUnknown"),
+    "ClaimPending": ("execution_proof.receipts.errors", "ClaimPending"),
+    "AlreadyClaimed": ("execution_proof.receipts.errors", "AlreadyClaimed"),
+    "ClaimExpired": ("execution_proof.receipts.errors", "ClaimExpired"),
+    "ClaimNotReady": ("execution_proof.receipts.errors", "ClaimNotReady"),
+    "NotConfigured": ("execution_proof.receipts.errors", "NotConfigured"),
+    "VerificationFailed": ("execution_proof.receipts.errors", "VerificationFailed"),
 }
 
 __all__ = [
+    "AlreadyClaimed",
+    "BadRequest",
     "Bundle",
+    "ChainContention",
     "Check",
+    "ClaimExpired",
+    "ClaimNotReady",
+    "ClaimPending",
+    "ClaimUnknown",
     "Client",
     "Error",
+    "Forbidden",
+    "ForbiddenContent",
+    "IdempotencyConflict",
+    "InternalError",
     "InvalidInput",
+    "LogBacklog",
+    "LogUnavailable",
+    "MethodNotAllowed",
+    "NotConfigured",
+    "NotFound",
+    "NotInLog",
+    "PayloadTooLarge",
     "ProofPending",
+    "QuotaExceeded",
+    "RateLimited",
     "Receipt",
     "ServiceError",
+    "SigningKeyUnavailable",
+    "StoreUnavailable",
     "TrustRoot",
+    "Unauthorized",
     "Unreachable",
+    "UnsupportedMediaType",
+    "VerificationFailed",
     "VerifyReport",
     "__version__",
     "hash_file",

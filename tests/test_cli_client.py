@@ -178,15 +178,24 @@ def test_bundle_pending_saves_nothing_then_waits_for_the_proof(logged: Any, tmp_
     several = cli("verify", str(out), saved, str(tampered), "--trust-root", str(root), "--json")
     assert several.returncode == 1, several.stdout + several.stderr
     reports = orjson.loads(several.stdout)
-    assert [r["verdict"] for r in reports] == ["VALID", "VALID", "INVALID"]
+    # The trust root pins the log: the saved create response carries no proof (offline).
+    assert [r["verdict"] for r in reports] == ["VALID", "NOT VERIFIED", "INVALID"]
+    assert [r["reason"] for r in reports] == [None, "no_log_proof", "bad_signature"]
     assert [r["item"] for r in reports] == [str(out), saved, str(tampered)]
-    # Not a file: a receipt id. The service has none by that name: 1, and the worst code wins.
-    absent = str(tmp_path / "absent.json")
+    # Not a file but shaped like a receipt id: the service has none by that name: 1, the worst code wins.
+    absent = "rcpt_01M8D2AV7NHB8HP9811GDZDKQQ"
     with_missing = cli("verify", str(out), absent, "--trust-root", str(root), "--base-url", logged.base_url)
     assert with_missing.returncode == 1, with_missing.stdout + with_missing.stderr
-    assert f"{absent} is no file here, and as a receipt id" in with_missing.stdout
+    assert f"the service has no receipt {absent}" in with_missing.stdout
     unreachable_too = cli("verify", str(out), absent, "--trust-root", str(root), "--base-url", "http://127.0.0.1:9")
     assert unreachable_too.returncode == 2 and "cannot reach" in unreachable_too.stdout
+    # Neither a file nor shaped like a receipt id: a mistyped file name, never sent: 2.
+    typo = str(tmp_path / "absent.reciept.json")
+    mistyped = cli("verify", typo, "--trust-root", str(root), "--base-url", "http://127.0.0.1:9", "--json")
+    assert mistyped.returncode == 2, mistyped.stdout + mistyped.stderr
+    failed = orjson.loads(mistyped.stdout)
+    assert failed["verdict"] == "ERROR" and failed["error"]["kind"] == "InvalidInput"
+    assert "no such file" in failed["error"]["message"] and "cannot reach" not in failed["error"]["message"]
     one_only = cli("verify", str(out), saved, "--input", str(data))
     assert one_only.returncode == 2 and "one receipt" in one_only.stderr
 
@@ -198,12 +207,19 @@ def test_bundle_pending_saves_nothing_then_waits_for_the_proof(logged: Any, tmp_
     online = cli("verify", saved, "--trust-root", str(root), "--online")
     assert online.returncode == 1, online.stdout + online.stderr
     assert "does NOT have it (404)" in online.stdout and "Traceback" not in online.stderr
+    assert "Verdict: NOT VERIFIED (deleted)" in online.stdout
     gone = cli("verify", receipt_id, "--base-url", logged.base_url)
     assert gone.returncode == 1 and "not found" in gone.stdout
 
 
 def test_verify_without_a_service_names_the_options_that_give_one(tmp_path: Path) -> None:
-    receipt = {"receipt_id": "rcpt_x", "receipt_hash": "sha256:" + "1" * 64, "sig_kid": "k"}
+    receipt = {
+        **dict.fromkeys(("output_hash", "params_hash", "env_hash", "code_ref", "run_id", "receipt_kind", "tags")),
+        **dict.fromkeys(("prev_receipt_hash", "chain_status", "expected_prev_receipt_hash")),
+        **{"receipt_id": "rcpt_x", "project_id": "p", "actor_id": "a", "created_at": "2026-01-15T10:00:00.000Z"},
+        **{"input_hash": "sha256:" + "0" * 64, "status": "issued", "receipt_hash": "sha256:" + "1" * 64},
+        **{"signature": "A" * 86, "sig_kid": "k"},
+    }
     raw = tmp_path / "raw.json"
     raw.write_bytes(orjson.dumps({"receipt": receipt}))
     done = cli("verify", str(raw), env={"SERVICE_BASE_URL": None})  # the default URL: nothing listens here

@@ -319,10 +319,14 @@ def test_trust_root_verifies_a_receipt_offline(
     root = trust_root_file(tmp_path, url, log=pinned_log(note.Signer.generate("fake.example/log")))
     service.requests.clear()
     code, out = run(capsys, "verify", saved, "--trust-root", root, *file_options(files))
-    assert code == 0, out
+    # The trust root pins a log: offline, a receipt without its proof is never VALID.
+    assert code == 1, out
     assert service.requests == [], "offline: not one request"
     assert f"from the trust root {root}: pinned by you" in out
-    assert "log checks need a bundle" in out and "--online" in out
+    assert "Verdict: NOT VERIFIED (no_log_proof)" in out and "--online" in out
+    code, out = run(capsys, "verify", saved, "--trust-root", root, "--no-log", *file_options(files))
+    assert code == 0 and "Verdict: VALID (signature_only)" in out, out
+    assert service.requests == []
     # A receipt re-signed by a stranger's key under the same kid: the pinned key refutes it.
     document = orjson.loads(saved.read_bytes())
     stranger = load_key_ring(new_key_set(document["receipt"]["sig_kid"]))
@@ -401,6 +405,8 @@ def chain_bundle(service: FakeService) -> dict[str, Any]:
     return {
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "service": UNREACHABLE,
         "receipt": second,
         "keys": service.keyring.public_keys_json(),
         "chain": [first],
@@ -549,8 +555,8 @@ def test_submit_then_verify_against_a_trust_root_of_the_real_service(
             assert made.returncode == 0, made.stdout + made.stderr
 
             done = run_cli("verify", str(saved), "--input", str(data), "--trust-root", str(root))
-            assert done.returncode == 0, done.stdout + done.stderr
-            assert "(salted)" in done.stdout and "log checks need a bundle" in done.stdout
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert "(salted)" in done.stdout and "Verdict: NOT VERIFIED (no_log_proof)" in done.stdout
             done = run_cli("verify", str(saved), "--input", str(data), "--trust-root", str(root), "--online")
             assert done.returncode == 0, done.stdout + done.stderr
             assert "answers it" in done.stdout and "transparency log: in the log at index" in done.stdout

@@ -81,7 +81,7 @@ def test_hash_file_and_its_salt(tmp_path: Path) -> None:
 
     assert hash_file(path) == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     assert hash_file(str(path), salt=b"s") == "sha256:" + hashlib.sha256(b"s" + path.read_bytes()).hexdigest()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(InvalidInput, match=r"cannot read .*absent"):  # an execution_proof.Error, by design
         hash_file(tmp_path / "absent")
 
 
@@ -93,6 +93,12 @@ RECEIPT = {
     **{"signature": "A" * 86, "sig_kid": "k1"},
 }
 """A receipt object's shape (docs/receipt-format.md): every member, of its JSON type."""
+BUNDLE = {
+    **{"format": "eps-receipt-bundle", "version": 1, "created_at": "2026-01-15T10:00:01.000Z"},
+    **{"service": "https://proofs.example", "receipt": RECEIPT, "keys": {"keys": []}, "chain": []},
+    "chain_complete": False,
+}
+"""A bundle of a service without a log (docs/bundles.md): every required member."""
 
 
 def test_documents_load_what_they_save(tmp_path: Path) -> None:
@@ -114,7 +120,7 @@ def test_documents_load_what_they_save(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="the receipt has no chain_status"):
         Receipt.from_dict({k: v for k, v in RECEIPT.items() if k != "chain_status"})
     with pytest.raises(InvalidInput, match="tags are not an object of strings"):
-        Bundle.from_dict({"format": "eps-receipt-bundle", "version": 1, "receipt": {**RECEIPT, "tags": {"a": 1}}})
+        Bundle.from_dict({**BUNDLE, "receipt": {**RECEIPT, "tags": {"a": 1}}})
     assert loaded.receipt["sig_kid"] == "k1" and loaded.project_id == "p", "the receipt, typed"
     (tmp_path / "not.json").write_bytes(b"{")
     with pytest.raises(InvalidInput, match="not valid JSON"):
@@ -122,13 +128,11 @@ def test_documents_load_what_they_save(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="cannot read"):
         Receipt.load(tmp_path / "absent.json")
 
-    pending = Bundle.from_dict(
-        {"format": "eps-receipt-bundle", "version": 1, "receipt": body["receipt"], "log": {"proof": None}}
-    )
+    pending = Bundle.from_dict({**BUNDLE, "log": {"origin": "o", "log_vkey": "v", "proof": None}, "timestamps": []})
     assert pending.pending and pending.has_log and pending.proof is None
     pending.save(tmp_path / "b.json")
     assert Bundle.load(tmp_path / "b.json") == pending
-    without_log = Bundle.from_dict({"format": "eps-receipt-bundle", "version": 1, "receipt": body["receipt"]})
+    without_log = Bundle.from_dict(BUNDLE)
     assert not without_log.pending and not without_log.has_log
     with pytest.raises(InvalidInput):
         Bundle.from_dict(body)
@@ -136,8 +140,10 @@ def test_documents_load_what_they_save(tmp_path: Path) -> None:
 
 def test_bad_arguments_raise_invalid_input_before_anything_is_sent(tmp_path: Path) -> None:
     with Client("http://127.0.0.1:9", api_key="eps_x") as client:
-        with pytest.raises(InvalidInput, match="64 lower-case hex"):
+        with pytest.raises(InvalidInput, match="followed by 64 hex digits"):
             client.submit(input="sha256:ABC")
+        with pytest.raises(InvalidInput, match="followed by 64 hex digits"):
+            client.submit(input="SHA256:not-a-path")  # a hash value in any case, never a path
         with pytest.raises(InvalidInput, match="cannot read"):
             client.submit(input=tmp_path / "absent.bin")
         with pytest.raises(InvalidInput):
@@ -189,11 +195,15 @@ def test_the_library_against_a_service_with_a_log_and_no_worker_then_one(logged:
 
     saved = tmp_path / "receipt.json"
     receipt.save(saved)
-    with_salts = verify(saved, input=data, trust_root=root)
-    assert with_salts.ok, with_salts.to_dict()
+    offline = verify(saved, input=data, trust_root=root)
+    assert (offline.verdict, offline.reason) == ("NOT VERIFIED", "no_log_proof"), offline.to_dict()
+    assert all(check.ok for check in offline.checks) and "--online" in offline.notes[-1]
+    with_salts = verify(saved, input=data, trust_root=root, online=True)
+    assert with_salts.ok and with_salts.reason is None, with_salts.to_dict()
+    assert verify(saved, input=data, trust_root=root, require_log=False).reason == "signature_only"
     other = tmp_path / "other.bin"
     other.write_bytes(b"another file")
-    refused = verify(Receipt.load(saved), input=other, trust_root=root)
+    refused = verify(Receipt.load(saved), input=other, trust_root=root, require_log=False)
     assert not refused.ok and refused.verdict == "INVALID"
     assert [c.name for c in refused.checks if not c.ok] == ["input_hash"]
 

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from execution_proof.cli.output import DEFAULT_BASE_URL, EXIT_CODES, SERVICE_ENV, count, describe, exit_code, print_json
+from execution_proof.client.reports import ERROR, NOT_VERIFIED
 
 if TYPE_CHECKING:
     from execution_proof.client.log_checks import LogCheck
@@ -27,7 +28,7 @@ def render_report(report: VerifyReport) -> str:
     """A report a person can read."""
     if report.error:
         return f"error: {report.error}"
-    checks, key = report.results, report.key
+    key = report.key
     receipt = report.receipt or {}
     lines = [f"Receipt {receipt.get('receipt_id')} (project {receipt.get('project_id')}, {receipt.get('created_at')})"]
     if key is not None:
@@ -50,17 +51,8 @@ def render_report(report: VerifyReport) -> str:
     if report.log is not None:
         lines.extend(_log_lines(report.log))
     lines.extend(f"  note: {text}" for text in report.notes)
-    if report.ok:
-        lines.append("Verdict: VALID")
-    elif not report.keys_pinned and all(checks.values()):
-        lines.append(
-            "Verdict: NOT VERIFIED. The bundle is consistent with the keys it carries, but nothing "
-            "shows those keys are the service's: anyone can make a key and sign a bundle with it. "
-            "Pin the keys: --keys KEYS.json (a GET /v1/public-key body you saved) or --base-url URL "
-            "(or SERVICE_BASE_URL) of the service."
-        )
-    else:
-        lines.append("Verdict: INVALID")
+    verdict, reason = report.verdict, report.reason
+    lines.append(f"Verdict: {verdict}" + (f" ({reason})" if reason else ""))
     lines.append(
         "(A valid receipt proves these hashes were signed by the service's key; it does not prove the raw data.)"
     )
@@ -155,7 +147,8 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
         nargs="+",
         metavar="RECEIPT",
         help="a file (a receipt, a create/read response body, the file submit saved, or an offline bundle), - for "
-        "standard input, or a receipt id (rcpt_..., or its receipt_hash) read from the service",
+        "standard input, or a receipt id (rcpt_ and 26 characters) read from the service; anything else is "
+        "no such file, and nothing is sent",
     )
     for name, field in (("input", "input_hash"), ("output", "output_hash"), ("params", "params_hash")):
         verify.add_argument(
@@ -200,6 +193,11 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
     verify.add_argument(
         "--max-links", type=count, default=1000, help="stop the chain walk after this many links (default 1000)"
     )
+    verify.add_argument(
+        "--no-log",
+        action="store_true",
+        help="check the signature alone, although the trust root names a log (VALID with reason signature_only)",
+    )
     verify.add_argument("--json", action="store_true", help="one JSON document (a list for several receipts)")
     verify.add_argument(
         "--log-key", help="the transparency log's verifier key (GET /v1/log's log_vkey) to pin: check inclusion"
@@ -224,14 +222,15 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 def _verify(args: argparse.Namespace) -> int:
     per_receipt = (args.input, args.output, args.params, args.env, args.salt)
+    usage = None
     if len(args.receipts) > 1 and any(option is not None for option in per_receipt):
-        print(
-            "error: --input, --output, --params, --env and --salt go with one receipt: verify it alone",
-            file=sys.stderr,
-        )
-        return 2
-    if args.receipts.count("-") > 1:
-        print("error: standard input (-) can be read once", file=sys.stderr)
+        usage = "--input, --output, --params, --env and --salt go with one receipt: verify it alone"
+    elif args.receipts.count("-") > 1:
+        usage = "standard input (-) can be read once"
+    if usage is not None:
+        if args.json:
+            print_json({"ok": False, "error": {"kind": "UsageError", "message": usage}, "verdict": ERROR})
+        print(f"error: {usage}", file=sys.stderr)
         return 2
     codes, documents, texts = [], [], []
     for item in args.receipts:
@@ -267,39 +266,55 @@ def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, JSONObject, s
         since_checkpoint=args.since_checkpoint,
         log_policy=args.log_policy,
         tsa_roots=args.tsa_roots,
+        require_log=not args.no_log,
     )
     found, failure = _document_of(item, args)
     if failure is not None:
-        code = exit_code(failure)
-        text = describe(failure)
-        return code, {"item": item, "ok": False, "error": text, "verdict": "ERROR"}, f"error: {text}"
+        return _failed(item, failure)
     report = run_verify(dataclasses.replace(options, receipt_path=item, document=found))
     report.item = item
     code = 2 if report.error else 0 if report.ok else 1
     return code, report.to_dict(), render_report(report)
 
 
+def _failed(item: str, failure: Error) -> tuple[int, JSONObject, str]:
+    """An item that could not be read: ERROR (exit 2), or, for a receipt id the service does
+    not have, NOT VERIFIED ``deleted`` (exit 1: no such receipt)."""
+    from execution_proof.receipts.errors import NotFound, error_kind
+
+    code, text = exit_code(failure), describe(failure)
+    document: JSONObject = {"item": item, "ok": False, "error": {"kind": error_kind(failure), "message": text}}
+    if isinstance(failure, NotFound):
+        document.update(verdict=NOT_VERIFIED, reason="deleted")
+    else:
+        document.update(verdict=ERROR, reason=None)
+    return code, document, f"error: {text}"
+
+
 def _document_of(item: str, args: argparse.Namespace) -> tuple[JSONValue, Error | None]:
     """The document to verify for ``-`` (standard input) or a receipt id (read from the
-    service); None for a file (the verifier reads it)."""
+    service); None for a file (the verifier reads it). An argument that is neither an existing
+    file nor shaped like a receipt id is "no such file": nothing is sent."""
+    from execution_proof.client.arguments import classify
     from execution_proof.client.models import parse_json
     from execution_proof.errors import Error
     from execution_proof.receipts.errors import NotFound
 
-    if item == "-":
-        try:
+    try:
+        kind = classify(item)
+        if kind == "stdin":
             return parse_json(sys.stdin.buffer.read(), "standard input"), None
-        except Error as exc:
-            return None, exc
-    if os.path.exists(item):
+    except Error as exc:
+        return None, exc
+    if kind == "file":
         return None, None
-    from execution_proof.client.service import Client  # not a file: a receipt id (README "Command line")
+    from execution_proof.client.service import Client
 
     try:
         with Client(args.base_url) as client:
             receipt: Receipt | Bundle = client.get(item)
     except NotFound as exc:
-        missing = NotFound(f"{item} is no file here, and as a receipt id: {exc.message}")
+        missing = NotFound(f"the service has no receipt {item}: {exc.message}")
         missing.request = exc.request
         return None, missing
     except Error as exc:

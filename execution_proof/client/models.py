@@ -3,9 +3,9 @@
 plus what only the client knows (the service's URL, the salts it never sent); ``load`` reads
 what ``save`` wrote, and also the bare documents the service serves.
 
-Documents are JSON values narrowed where they are read: ``from_dict`` checks the receipt's
-shape (``is_receipt``: every member of docs/receipt-format.md's receipt object, each of its
-JSON type), so ``receipt`` is a ``receipts.shapes.Receipt``. Whether its values are genuine
+Documents are JSON values read strictly where they are read (client/documents.py: one reader
+per shape, the receipt object's members exactly), so ``receipt`` is a
+``receipts.shapes.Receipt``. Whether its values are genuine
 is what ``verify`` decides, on the document as read (client/verifying.py)."""
 
 from __future__ import annotations
@@ -14,44 +14,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING
 
 import orjson
 
+from execution_proof.client.documents import read_document, read_receipt
 from execution_proof.receipts.errors import InvalidInput
-from execution_proof.receipts.verifier import BUNDLE_FORMAT, is_bundle
+from execution_proof.receipts.verifier import BUNDLE_FORMAT
 from execution_proof.runtime.files import write_atomically
 
 if TYPE_CHECKING:
     from execution_proof.receipts import shapes
     from execution_proof.receipts.shapes import JSONObject, JSONValue
-
-SALTED = ("input", "output", "params", "env")
-"""The files a receipt hashes, as ``salts`` names them."""
-TEXT = (
-    "receipt_id",
-    "project_id",
-    "actor_id",
-    "created_at",
-    "input_hash",
-    "status",
-    "receipt_hash",
-    "signature",
-    "sig_kid",
-)
-NULLABLE = (
-    "output_hash",
-    "params_hash",
-    "env_hash",
-    "code_ref",
-    "run_id",
-    "receipt_kind",
-    "prev_receipt_hash",
-    "chain_status",
-    "expected_prev_receipt_hash",
-)
-"""A receipt's members by JSON type (docs/receipt-format.md, "The receipt object"): strings,
-and strings or null; ``tags`` is an object of strings, or null."""
 
 
 def read_json(path: str | os.PathLike[str]) -> JSONValue:
@@ -71,36 +45,9 @@ def parse_json(data: bytes, where: str) -> JSONValue:
     return document
 
 
-def receipt_fault(value: JSONValue) -> str | None:
-    """What keeps ``value`` from being a receipt object (a member missing or not of its JSON
-    type), None when it is one."""
-    if not isinstance(value, dict):
-        return "the receipt is not an object"
-    for name in TEXT:
-        if not isinstance(value.get(name), str):
-            return f"the receipt's {name} is not a string"
-    for name in (*NULLABLE, "tags"):
-        if name not in value:
-            return f"the receipt has no {name}"
-    if any(value[name] is not None and not isinstance(value[name], str) for name in NULLABLE):
-        return "a member of the receipt is neither a string nor null"
-    tags = value["tags"]
-    if tags is not None and not (isinstance(tags, dict) and all(isinstance(tag, str) for tag in tags.values())):
-        return "the receipt's tags are not an object of strings (nor null)"
-    return None
-
-
-def is_receipt(value: JSONValue) -> TypeGuard[shapes.Receipt]:
-    """``value`` has the receipt object's shape (``receipt_fault``); its values are unchecked."""
-    return receipt_fault(value) is None
-
-
 def receipt_in(document: Mapping[str, JSONValue], where: str) -> shapes.Receipt:
     """The ``receipt`` member of a document, narrowed; ``InvalidInput`` if it is not a receipt."""
-    receipt = document.get("receipt")
-    if not is_receipt(receipt):
-        raise InvalidInput(f"{where}: {receipt_fault(receipt)} (docs/receipt-format.md)")
-    return receipt
+    return read_receipt(document.get("receipt"), where)
 
 
 class _Document:
@@ -144,25 +91,13 @@ class Receipt(_Document):
 
     @classmethod
     def from_dict(cls, document: JSONValue, *, where: str = "the document") -> Receipt:
-        """From a saved file's document, a service's reply, or a bare receipt object;
-        ``InvalidInput`` if it holds none, or one not of the receipt object's shape."""
-        if not isinstance(document, dict):
-            raise InvalidInput(f"{where} holds no receipt (expected a receipt object or a response body)")
-        if is_bundle(document):
+        """From a saved file's document, a service's reply, or a bare receipt object, each
+        read strictly (client/documents.py); ``InvalidInput`` for anything else, a bundle
+        included (``Bundle.load`` reads it)."""
+        read = read_document(document, where)
+        if read.bundle is not None:
             raise InvalidInput(f"{where} is a bundle, not a receipt: Bundle.load reads it")
-        inner = document.get("receipt")
-        receipt = inner if isinstance(inner, dict) else document
-        if "receipt_hash" not in receipt or "receipt_id" not in receipt:
-            raise InvalidInput(f"{where} holds no receipt (expected a receipt object or a response body)")
-        body: JSONObject = document if isinstance(inner, dict) else {"receipt": document}
-        receipt_in(body, where)
-        members = {k: v for k, v in body.items() if k not in ("service_url", "salts")}
-        url, salts = body.get("service_url"), body.get("salts") or {}
-        if url is not None and not isinstance(url, str):
-            raise InvalidInput(f"{where}: service_url is not a string")
-        if not isinstance(salts, dict) or not all(k in SALTED and isinstance(v, str) for k, v in salts.items()):
-            raise InvalidInput(f"{where}: salts must map input, output, params or env to hex")
-        return cls(members, url, {k: v for k, v in salts.items() if isinstance(v, str)})
+        return cls(read.members, read.service_url, dict(read.salts))
 
     @classmethod
     def from_reply(
@@ -226,14 +161,10 @@ class Bundle(_Document):
 
     @classmethod
     def from_dict(cls, document: JSONValue, *, where: str = "the document") -> Bundle:
-        """``InvalidInput`` if it is not a bundle, or its receipt not of the receipt object's shape."""
-        receipt = document.get("receipt") if isinstance(document, dict) and is_bundle(document) else None
-        if not isinstance(document, dict) or not isinstance(receipt, dict):
+        """``InvalidInput`` if it is not a well-formed bundle (client/documents.py)."""
+        if not isinstance(document, dict) or "format" not in document:
             raise InvalidInput(f"{where} is not a receipt bundle (format {BUNDLE_FORMAT!r})")
-        if "receipt_id" not in receipt:
-            raise InvalidInput(f"{where}: the bundle's receipt has no receipt_id")
-        receipt_in(document, where)
-        return cls(document)
+        return cls(read_document(document, where).members)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Bundle:

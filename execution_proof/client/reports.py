@@ -18,6 +18,51 @@ if TYPE_CHECKING:
     from execution_proof.receipts.verifier import ReceiptCheck
 
 VALID, INVALID, NOT_VERIFIED, ERROR = "VALID", "INVALID", "NOT VERIFIED", "ERROR"
+"""The verdicts (docs/verdicts.md): ERROR only in the command line's report of an item it
+could not check; the library raises instead."""
+
+NOT_VERIFIED_REASONS = (
+    "no_keys",
+    "deleted",
+    "pending",
+    "no_log_proof",
+    "no_quorum",
+    "no_key_certificate",
+    "chain_unavailable",
+)
+"""Why a report is NOT VERIFIED, first applicable first: nothing is wrong, something needed
+to say VALID is missing."""
+INVALID_REASONS = (
+    "bad_signature",
+    "hash_mismatch",
+    "bad_chain",
+    "receipt_changed",
+    "bad_log_proof",
+    "bad_checkpoint_signature",
+    "bad_timestamp",
+)
+"""Why a report is INVALID: evidence, first found first."""
+SIGNATURE_ONLY = "signature_only"
+"""The reason of a VALID report for which the log was not asked (``require_log=False``)."""
+
+WHAT_IS_MISSING = {
+    "no_keys": "nothing pins the receipt keys, and the keys a bundle carries prove nothing: give --trust-root FILE "
+    "(`execution-proof trust-root` writes it), or --keys KEYS.json, or --base-url URL of the service",
+    "deleted": "the service no longer has the receipt (deleted, or past retention): verify a bundle you saved, "
+    "with --trust-root FILE",
+    "pending": "the log has not included the receipt yet: wait and retry (`execution-proof bundle RECEIPT_ID "
+    "--wait 60` fetches it with its proof; or --trust-root FILE --online later)",
+    "no_log_proof": "the pinned log requires the receipt's inclusion proof and none was checked: add --online to "
+    "--trust-root FILE to fetch it, or verify the bundle (`execution-proof bundle RECEIPT_ID --wait 60`); "
+    "--no-log checks the signature alone",
+    "no_quorum": "the proof's checkpoint has fewer witness cosignatures than the policy of --trust-root FILE (or "
+    "--log-policy) requires, as when a witness is down: fetch the bundle again later",
+    "no_key_certificate": "the receipt's key has no certificate from a root of --trust-root FILE: fetch a newer "
+    "trust root or bundle",
+    "chain_unavailable": "an earlier receipt of the chain is no longer on the service (deleted, or past "
+    "retention): verify a bundle that carries the chain, with --trust-root FILE",
+}
+"""The note of each NOT VERIFIED report: the option that supplies what is missing."""
 
 
 @dataclass(frozen=True)
@@ -145,17 +190,25 @@ class ChainCheck:
 
 @dataclass
 class VerifyReport:
-    """What ``verify`` found. ``ok``: every check held, against keys you pinned or the
-    service's; ``verdict``: ``VALID``, ``INVALID`` or ``NOT VERIFIED`` (a bundle whose
-    carried keys were not pinned; ``ERROR`` in the command line's report of an item it could
-    not check); ``checks``: each check by name; ``to_dict()``: the ``verify --json`` document.
+    """What ``verify`` found. ``verdict``: ``VALID``, ``INVALID`` (evidence: something checked
+    is wrong) or ``NOT VERIFIED`` (something needed is missing: ``notes`` names the option that
+    supplies it); ``reason``: why, from docs/verdicts.md's closed lists; ``ok``: the verdict is
+    VALID; ``checks``: each check by name; ``to_dict()``: the ``verify --json`` document;
+    ``raise_for_failure()``: ``VerificationFailed`` unless VALID.
 
     The verifier fills it as it checks: a part is None (or empty) until checked. ``error``
     is set by the command line only, when it could not check (``verify`` raises instead);
     what was checked before stays in the report."""
 
     error: str | None = None
-    notes: list[str] = field(default_factory=list)
+    error_kind: str | None = None
+    """The class name of the exception that stopped the check (with ``error``)."""
+    remarks: list[str] = field(default_factory=list)
+    """What the verifier noted while checking (``notes`` adds what a NOT VERIFIED lacks)."""
+    missing: list[str] = field(default_factory=list)
+    """NOT VERIFIED reasons the verifier found with no check to show them (``no_log_proof``)."""
+    signature_only: bool = False
+    """The log was not asked for (``require_log=False``, ``--no-log``)."""
     bundle: bool | None = None
     """The item was an offline bundle (None: not read)."""
     receipt: JSONObject | None = None
@@ -190,19 +243,93 @@ class VerifyReport:
     def keys_pinned(self) -> bool:
         return self.key is None or self.key.pinned
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.key is not None and self.key.pinned and all(self.results.values())
+    def findings(self) -> tuple[list[str], list[str]]:
+        """(INVALID reasons, NOT VERIFIED reasons) of what was checked, in the lists' orders."""
+        invalid: set[str] = set()
+        missing: set[str] = set(self.missing)
+        key = self.key
+        if key is None:
+            missing.add("no_keys")
+        else:
+            if not key.pinned:
+                missing.add("no_keys")
+            if key.bundle_keys is False or not (key.receipt.receipt_hash_recompute and key.receipt.signature):
+                invalid.add("bad_signature")
+        if any(not checked.ok for checked in self.files):
+            invalid.add("hash_mismatch")
+        if self.online is not None and not self.online.same:
+            (invalid.add("receipt_changed") if self.online.found else missing.add("deleted"))
+        if self.chain is not None and not self.chain.ok:
+            links = self.chain.links
+            lost_only = any(not link.found for link in links) and all(link.ok or not link.found for link in links)
+            (missing.add("chain_unavailable") if lost_only else invalid.add("bad_chain"))
+        if self.log is not None:
+            self._log_findings(self.log, invalid, missing)
+        return (
+            [reason for reason in INVALID_REASONS if reason in invalid],
+            [reason for reason in NOT_VERIFIED_REASONS if reason in missing],
+        )
+
+    @staticmethod
+    def _log_findings(log: LogCheck, invalid: set[str], missing: set[str]) -> None:
+        inclusion = log.inclusion
+        if inclusion is None:
+            missing.add("pending")
+        elif not inclusion.ok:
+            unsigned = inclusion.checkpoint is None and bool(inclusion.checkpoint_note)
+            invalid.add("bad_checkpoint_signature" if unsigned else "bad_log_proof")
+        if log.consistency is not None and not log.consistency.ok:
+            invalid.add("bad_log_proof")
+        if log.quorum is not None and not log.quorum.ok:
+            missing.add("no_quorum")
+        if log.time is not None and not log.time.ok and inclusion is not None and inclusion.ok:
+            # No time-stamp yet is a wait; a time-stamp that does not verify is evidence.
+            (invalid.add("bad_timestamp") if log.time.stamps else missing.add("pending"))
 
     @property
     def verdict(self) -> str:
         if self.error:
             return ERROR
-        if self.ok:
-            return VALID
-        if not self.keys_pinned and all(self.results.values()):
+        invalid, missing = self.findings()
+        if invalid:
+            return INVALID
+        if missing:
             return NOT_VERIFIED
-        return INVALID
+        return VALID
+
+    @property
+    def reason(self) -> str | None:
+        """Why the verdict (docs/verdicts.md): None for a VALID report of every check asked
+        for, and for ERROR (``error`` says why)."""
+        if self.error:
+            return None
+        invalid, missing = self.findings()
+        if invalid:
+            return invalid[0]
+        if missing:
+            return missing[0]
+        return SIGNATURE_ONLY if self.signature_only else None
+
+    @property
+    def ok(self) -> bool:
+        """The verdict is VALID."""
+        return self.verdict == VALID
+
+    @property
+    def notes(self) -> list[str]:
+        """What the verifier noted, then, for a NOT VERIFIED report, the option that supplies
+        what is missing."""
+        reason = self.reason
+        if self.verdict == NOT_VERIFIED and reason in WHAT_IS_MISSING:
+            return [*self.remarks, WHAT_IS_MISSING[reason]]
+        return [*self.remarks]
+
+    def raise_for_failure(self) -> None:
+        """``VerificationFailed`` (carrying this report) unless the verdict is VALID."""
+        if not self.ok:
+            from execution_proof.receipts.errors import VerificationFailed
+
+            raise VerificationFailed(self)
 
     @property
     def receipt_id(self) -> str | None:
@@ -216,7 +343,8 @@ class VerifyReport:
     def to_dict(self) -> JSONObject:
         """The ``verify --json`` document (its members in the order the checks were made)."""
         notes: list[JSONValue] = [*self.notes]
-        document: JSONObject = {"ok": self.ok, "checks": {**self.results}, "error": self.error, "notes": notes}
+        error: JSONValue = None if self.error is None else {"kind": self.error_kind, "message": self.error}
+        document: JSONObject = {"ok": self.ok, "checks": {**self.results}, "error": error, "notes": notes}
         if self.bundle is not None:
             document["bundle"] = self.bundle
         if self.receipt is not None:
@@ -242,6 +370,7 @@ class VerifyReport:
         if self.item is not None:
             document["item"] = self.item
         document["verdict"] = self.verdict
+        document["reason"] = self.reason
         return document
 
     def _detail(self, name: str) -> str:
@@ -257,7 +386,16 @@ class VerifyReport:
         if self.online is not None and name == "service_has_receipt":
             return f"{self.online.url}: found {self.online.found}, same {self.online.same}"
         if self.chain is not None and name == "chain":
-            return f"{len(self.chain.links)} earlier link(s)"
+            return f"{len(self.chain.links)} earlier link(s)" + (", complete" if self.chain.complete else "")
+        log = self.log
+        if log is not None and name == "log_inclusion":
+            return log.reason
+        if log is not None and log.quorum is not None and name == "log_quorum":
+            return f"witnesses: {log.quorum.reason}"
+        if log is not None and log.consistency is not None and name == "log_consistency":
+            return log.consistency.reason
+        if log is not None and log.time is not None and name == "log_time":
+            return log.time.reason
         return name.replace("_", " ")
 
 

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import orjson
 
 from execution_proof.client import http
-from execution_proof.client.hashing import HashSource, fresh_salt, hash_source
+from execution_proof.client.hashing import HashSource, fresh_salt, hash_source, is_given_hash
 from execution_proof.client.models import Bundle, Receipt
 from execution_proof.receipts import errors
 
@@ -95,7 +95,7 @@ class Client:
         for (name, field), source in zip(HASHES, (input, output, params, env), strict=True):
             if source is None:
                 continue
-            fresh = fresh_salt() if salt and not _is_given_hash(source) else None
+            fresh = fresh_salt() if salt and not is_given_hash(source) else None
             body[field] = hash_source(source, salt=fresh)
             if fresh is not None:
                 salts[name] = fresh.hex()
@@ -192,10 +192,6 @@ class Client:
         refused = errors.from_reply(reply.status, code, message, details if isinstance(details, dict) else None)
         refused.request = f"{reply.method} {reply.url}"
         raise refused
-
-
-def _is_given_hash(source: HashSource) -> bool:
-    return isinstance(source, str) and source.startswith("sha256:")
 
 
 def _segment(receipt_id: str) -> str:

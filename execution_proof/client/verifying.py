@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from execution_proof.client.hashing import hash_file
+from execution_proof.client.documents import Document, read_document
+from execution_proof.client.hashing import HashSource, hash_source, is_given_hash
 from execution_proof.client.reports import ChainCheck, CheckedLink, FileCheck, KeyCheck, OnlineCheck, VerifyReport
 from execution_proof.errors import Error
 from execution_proof.receipts import errors
@@ -43,12 +44,10 @@ from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 from execution_proof.receipts.verifier import (
     BundleError,
     BundleParts,
-    bundle_parts,
     carried_key_ring,
     carried_keys_match,
     check_bundle_chain,
     check_receipt,
-    is_bundle,
     walk_step,
 )
 
@@ -77,10 +76,11 @@ class VerifyOptions:
     """The receipt or bundle document itself (a ``Receipt``'s or ``Bundle``'s ``to_dict()``)."""
     trust_root: TrustRoot | None = None
     """A trust root already loaded (else ``trust_root_path`` is read)."""
-    input_path: str | None = None
-    output_path: str | None = None
-    params_path: str | None = None
-    env_path: str | None = None
+    input_path: HashSource | None = None
+    """The input to check: a path, bytes (hashed here) or a ``sha256:`` value (as it is)."""
+    output_path: HashSource | None = None
+    params_path: HashSource | None = None
+    env_path: HashSource | None = None
     base_url: str | None = None
     """``--base-url``: the service for every network check, and for keys when none are pinned."""
     env_base_url: str | None = None
@@ -103,14 +103,12 @@ class VerifyOptions:
     """A C2SP tlog-policy file: its log key, and the witness quorum the checkpoint must meet."""
     tsa_roots: str | None = None
     """A PEM file of trusted TSA roots: check the proof's checkpoint's RFC 3161 time-stamps."""
+    require_log: bool = True
+    """False (``--no-log``): the signature alone, even when the pinned material names a log."""
 
-    def path_of(self, name: str) -> str | None:
-        path: str | None = getattr(self, f"{name}_path")
-        return path
-
-
-class VerifyInputError(errors.InvalidInput):
-    """A file or the service could not be read; the report carries the message (exit 2)."""
+    def path_of(self, name: str) -> HashSource | None:
+        source: HashSource | None = getattr(self, f"{name}_path")
+        return source
 
 
 class _Network:
@@ -129,7 +127,7 @@ class _Network:
         return self._client
 
     def get_json(self, url: str, params: dict[str, str] | None = None) -> JSONValue:
-        """GET a JSON document; None for 404; ``VerifyInputError`` for anything else."""
+        """GET a JSON document; None for 404; ``errors.InvalidInput`` for anything else."""
         response = self.client().get(url, params=params)  # no reply: an ``errors.Unreachable``
         if response.status == 404:
             return None
@@ -147,38 +145,35 @@ class _Network:
             self._client.close()
 
 
-def extract_receipt(document: JSONValue) -> JSONObject:
-    """The receipt inside a saved document: a bare receipt or a create/read response body.
-    Only its ``receipt_hash`` is required: the checks judge the rest (a receipt that lost a
-    field is INVALID, not unreadable)."""
-    if isinstance(document, dict):
-        inner = document.get("receipt")
-        if isinstance(inner, dict):
-            document = inner
-    if not isinstance(document, dict) or "receipt_hash" not in document:
-        raise VerifyInputError("the file holds no receipt (expected a receipt object or a response body)")
-    return document
+def served_receipt(document: JSONValue, url: str) -> JSONObject:
+    """The receipt in the service's reply to a read (``{"ok", "receipt"}``): the checks judge
+    it (a receipt the service changed is INVALID, not unreadable)."""
+    inner = document.get("receipt") if isinstance(document, dict) else None
+    if not isinstance(inner, dict) or "receipt_hash" not in inner:
+        raise errors.ServiceError(f"{url} answered no receipt", code="http_error", status=200)
+    return inner
 
 
-def _bundle_parts(document: JSONObject) -> BundleParts:
+def read_item(document: JSONValue, where: str) -> Document:
+    """The document to verify, read strictly (client/documents.py); ``errors.InvalidInput``."""
     try:
-        return bundle_parts(document)
-    except BundleError as exc:
-        raise VerifyInputError(str(exc)) from exc
+        return read_document(document, where)
+    except errors.InvalidInput as exc:
+        raise errors.InvalidInput(str(exc)) from exc
 
 
 def _read(path: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
+        raise errors.InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
 
 
 def _load_json_file(path: str) -> JSONValue:
     try:
         document: JSONValue = orjson.loads(_read(path))
     except orjson.JSONDecodeError as exc:
-        raise VerifyInputError(f"{path} is not valid JSON") from exc
+        raise errors.InvalidInput(f"{path} is not valid JSON") from exc
     return document
 
 
@@ -188,7 +183,7 @@ def _key_ring(document: JSONValue, source: str) -> KeyRing:
             raise KeySetError('key set must be an object with a "keys" list')
         return load_key_ring(document)
     except KeySetError as exc:
-        raise VerifyInputError(f"key set from {source} is malformed: {exc}") from exc
+        raise errors.InvalidInput(f"key set from {source} is malformed: {exc}") from exc
 
 
 def _fetch_keys(net: _Network, base: str, hint: str | None = None) -> tuple[KeyRing, str]:
@@ -202,7 +197,7 @@ def _fetch_keys(net: _Network, base: str, hint: str | None = None) -> tuple[KeyR
             raise
         raise type(exc)(f"{exc}. {hint}") from exc
     if document is None:
-        raise VerifyInputError(f"{source} not found")
+        raise errors.InvalidInput(f"{source} not found")
     return _key_ring(document, source), source
 
 
@@ -213,41 +208,34 @@ def load_trust_root(path: str) -> TrustRoot:
     try:
         return parse_trust_root(data)
     except TrustRootError as exc:
-        raise VerifyInputError(f"trust root {path} is malformed: {exc}") from exc
+        raise errors.InvalidInput(f"trust root {path} is malformed: {exc}") from exc
 
 
-def service_url(options: VerifyOptions, document: JSONValue, trust: TrustRoot | None) -> str:
+def service_url(options: VerifyOptions, saved: str | None, trust: TrustRoot | None) -> str:
     """The service of the network checks: ``--base-url``, else the trust root's, else the
     ``service_url`` that ``submit`` saved in the file, else ``SERVICE_BASE_URL``, else the default."""
-    saved = document.get("service_url") if isinstance(document, dict) else None
     for url in (options.base_url, trust.service_url if trust else None, saved, options.env_base_url):
         if isinstance(url, str) and url.strip():
             return url.strip().rstrip("/")
     return DEFAULT_BASE_URL
 
 
-def _salts(document: JSONValue, options: VerifyOptions) -> dict[str, bytes]:
+def _salts(document: Document, options: VerifyOptions) -> dict[str, bytes]:
     """The salt of each salted file: the file's ``salts`` (saved by ``submit --salt``), and
     ``--salt`` for the input."""
     found: dict[str, bytes] = {}
-    saved = document.get("salts") if isinstance(document, dict) else None
-    if saved is not None:
-        if not isinstance(saved, dict):
-            raise VerifyInputError("the file's salts member is not an object")
-        for name, value in saved.items():
-            if name not in dict(FILES) or not isinstance(value, str):
-                raise VerifyInputError(f"the file's salts member has an unknown or malformed entry {name!r}")
-            try:
-                found[name] = bytes.fromhex(value)
-            except ValueError as exc:
-                raise VerifyInputError(f"the file's salt for {name} is not hexadecimal") from exc
+    for name, value in document.salts.items():
+        try:
+            found[name] = bytes.fromhex(value)
+        except ValueError as exc:
+            raise errors.InvalidInput(f"the file's salt for {name} is not hexadecimal") from exc
     if options.salt_hex is not None:
         if options.input_path is None:
-            raise VerifyInputError("--salt applies to the input: give --input FILE too")
+            raise errors.InvalidInput("--salt applies to the input: give --input FILE too")
         try:
             found["input"] = bytes.fromhex(options.salt_hex)
         except ValueError as exc:
-            raise VerifyInputError("--salt must be hexadecimal (as `hash --salt` printed it)") from exc
+            raise errors.InvalidInput("--salt must be hexadecimal (as `hash --salt` printed it)") from exc
     return found
 
 
@@ -258,13 +246,12 @@ def _walk_chain(receipt: JSONObject, keyring: KeyRing, net: _Network, base: str,
     while isinstance(prev_hash := current.get("prev_receipt_hash"), str):
         if len(links) >= max_links:
             return ChainCheck(tuple(links), all(link.ok for link in links), truncated=True)
-        document = net.get_json(
-            f"{base}/v1/receipts/{prev_hash}", params={"project_id": str(current.get("project_id"))}
-        )
+        url = f"{base}/v1/receipts/{prev_hash}"
+        document = net.get_json(url, params={"project_id": str(current.get("project_id"))})
         if document is None:
             links.append(CheckedLink.judged(walk_step(receipt, prev_hash, None, keyring)))
             break
-        prev = extract_receipt(document)
+        prev = served_receipt(document, url)
         links.append(CheckedLink.judged(walk_step(receipt, prev_hash, prev, keyring)))
         current = prev
     return ChainCheck(tuple(links), all(link.ok for link in links))
@@ -291,7 +278,7 @@ def _keys(
     try:
         return carried_key_ring(bundle.keys), "the bundle", "bundle"
     except BundleError as exc:
-        raise VerifyInputError(str(exc)) from exc
+        raise errors.InvalidInput(str(exc)) from exc
 
 
 NO_SERVICE_HINT = (
@@ -303,10 +290,10 @@ NO_SERVICE_HINT = (
 def verify(
     item: Receipt | Bundle | str | os.PathLike[str],
     *,
-    input: str | os.PathLike[str] | None = None,
-    output: str | os.PathLike[str] | None = None,
-    params: str | os.PathLike[str] | None = None,
-    env: str | os.PathLike[str] | None = None,
+    input: HashSource | None = None,
+    output: HashSource | None = None,
+    params: HashSource | None = None,
+    env: HashSource | None = None,
     trust_root: TrustRoot | str | os.PathLike[str] | None = None,
     keys: str | os.PathLike[str] | None = None,
     base_url: str | None = None,
@@ -318,12 +305,16 @@ def verify(
     chain: bool = False,
     max_links: int = 1000,
     salt: str | None = None,
+    require_log: bool = True,
 ) -> VerifyReport:
     """Verify a ``Receipt``, a ``Bundle`` or a saved file (path) without trusting the
-    service: ``input`` ... ``env`` are local files whose hashes must be the receipt's; the
-    keys are the ``trust_root``'s (offline unless ``online``), else those of ``keys``, else
-    the service's. A check that fails is a report with ``ok`` False; an ``execution_proof.Error``
-    means it could not check (``InvalidInput``, ``Unreachable``, ``ServiceError``)."""
+    service: ``input`` ... ``env`` must hash to the receipt's values (each a path or bytes,
+    hashed here, or a ``sha256:`` value); the keys are the ``trust_root``'s (offline unless
+    ``online``), else those of ``keys``, else the service's. When the pinned material names a
+    log, the receipt's inclusion is required (``require_log=False``: the signature alone).
+    The report's ``verdict`` and ``reason`` say what was found (``raise_for_failure()``
+    raises unless VALID); an ``execution_proof.Error`` means it could not check
+    (``InvalidInput``, ``Unreachable``, ``ServiceError``)."""
     from execution_proof.client import models
 
     document: JSONObject | None = None
@@ -340,10 +331,10 @@ def verify(
         document=document,
         trust_root=root,
         trust_root_path=os.fspath(trust_root) if isinstance(trust_root, str | os.PathLike) else None,
-        input_path=_path(input),
-        output_path=_path(output),
-        params_path=_path(params),
-        env_path=_path(env),
+        input_path=input,
+        output_path=output,
+        params_path=params,
+        env_path=env,
         base_url=base_url,
         env_base_url=os.environ.get("SERVICE_BASE_URL") or None,
         keys_path=_path(keys),
@@ -355,6 +346,7 @@ def verify(
         since_checkpoint=_path(since_checkpoint),
         log_policy=_path(log_policy),
         tsa_roots=_path(tsa_roots),
+        require_log=require_log,
     )
     report = VerifyReport()
     check(options, report)
@@ -372,7 +364,7 @@ def run_verify(options: VerifyOptions) -> VerifyReport:
     try:
         check(options, report)
     except Error as exc:
-        report.error = str(exc)
+        report.error, report.error_kind = str(exc), errors.error_kind(exc)
     return report
 
 
@@ -382,23 +374,29 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
     net = _Network()
     try:
         if options.online and options.trust_root_path is None and options.trust_root is None:
-            raise VerifyInputError("--online adds network checks to --trust-root: give --trust-root FILE")
+            raise errors.InvalidInput("--online adds network checks to --trust-root: give --trust-root FILE")
         if (options.trust_root_path or options.trust_root) and options.keys_path:
-            raise VerifyInputError("--trust-root and --keys both pin keys: give one of them")
-        document: JSONValue
+            raise errors.InvalidInput("--trust-root and --keys both pin keys: give one of them")
+        given: JSONValue
         if options.document is not None:
-            document = options.document
+            given = options.document
         elif options.receipt_path is not None:
-            document = _load_json_file(options.receipt_path)
+            given = _load_json_file(options.receipt_path)
         else:
-            raise VerifyInputError("nothing to verify: give a receipt or bundle")
-        bundle = _bundle_parts(document) if isinstance(document, dict) and is_bundle(document) else None
-        receipt: JSONObject = bundle.receipt if bundle else extract_receipt(document)
-        salts = _salts(document if bundle is None else None, options)
+            raise errors.InvalidInput("nothing to verify: give a receipt or bundle")
+        where = options.receipt_path if options.receipt_path not in (None, "-") else "the document"
+        document = read_item(given, where or "the document")
+        bundle = document.bundle
+        receipt: JSONObject = bundle.receipt if bundle else document.members["receipt"]  # type: ignore[assignment]
+        salts = _salts(document, options)
+        if not options.require_log and _log_options(options):
+            raise errors.InvalidInput(
+                "--no-log checks the signature alone: drop --log-key, --log-policy, --since-checkpoint and --tsa-roots"
+            )
         trust = options.trust_root or (load_trust_root(options.trust_root_path) if options.trust_root_path else None)
         if trust is not None and not options.online:
             net = _Network("--trust-root without --online verifies offline")
-        base = service_url(options, document if bundle is None else None, trust)
+        base = service_url(options, document.service_url, trust)
         report.bundle, report.receipt = bundle is not None, receipt
         named = base != DEFAULT_BASE_URL or options.base_url or options.env_base_url
         keyring, source, origin = _keys(options, bundle, trust, net, base, None if named else NO_SERVICE_HINT)
@@ -419,7 +417,7 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
             )
         elif options.chain:
             if net.offline:
-                raise VerifyInputError(
+                raise errors.InvalidInput(
                     "--chain walks the chain on the service: add --online (a bundle carries its chain)"
                 )
             report.chain = _walk_chain(receipt, keyring, net, base, options.max_links)
@@ -429,23 +427,33 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
 
 
 def _check_files(receipt: JSONObject, options: VerifyOptions, salts: dict[str, bytes], report: VerifyReport) -> None:
+    """Each local file (or bytes) hashed, after its salt, against the receipt; a ``sha256:``
+    value is compared as it is (a salted one is already salted)."""
     for name, field in FILES:
-        path = options.path_of(name)
-        if path is None:
+        source = options.path_of(name)
+        if source is None:
             continue
-        salt = salts.get(name, b"")
+        salt = b"" if is_given_hash(source) else salts.get(name, b"")
         try:
-            local = hash_file(path, salt=salt or None)
-        except OSError as exc:
-            raise VerifyInputError(f"cannot read {path}: {exc.strerror}") from exc
+            local = hash_source(source, salt=salt or None)
+        except errors.InvalidInput as exc:
+            raise errors.InvalidInput(str(exc)) from exc
         report.files.append(FileCheck(field, local, local == receipt.get(field), bool(salt)))
+
+
+def _log_options(options: VerifyOptions) -> bool:
+    """A log option was given (``--log-key``, ``--log-policy``, ``--since-checkpoint``, ``--tsa-roots``)."""
+    return any(
+        option is not None
+        for option in (options.log_key, options.since_checkpoint, options.log_policy, options.tsa_roots)
+    )
 
 
 def _check_exists(receipt: JSONObject, net: _Network, base: str) -> OnlineCheck:
     """``--online``: the service still answers the receipt, and with the same receipt_hash."""
     url = f"{base}/v1/receipts/{receipt.get('receipt_id')}"
     document = net.get_json(url)
-    held = extract_receipt(document) if document is not None else None
+    held = served_receipt(document, url) if document is not None else None
     same = held is not None and held.get("receipt_hash") == receipt.get("receipt_hash")
     return OnlineCheck(url, held is not None, same)
 
@@ -464,30 +472,37 @@ class _Case:
 
 
 def _log_checks(case: _Case, report: VerifyReport) -> None:
-    """The log checks asked for by the log options, or implied by a trust root that pins a log."""
+    """The log checks asked for by the log options, or required by a trust root that pins a
+    log: a pinned log makes the receipt's inclusion required (docs/verdicts.md). Offline, a
+    document without its proof is NOT VERIFIED ``no_log_proof``; online the service's proof
+    is fetched and checked; ``require_log=False`` asks for the signature alone."""
     bundle, options, trust = case.bundle, case.options, case.trust
-    if bundle is None and report.online is not None and not report.online.found:
-        # Deleted or past retention: the failed existence check is the verdict (exit 1).
-        report.notes.append("the service no longer has the receipt: its log proof was not asked for")
+    pins_log = _log_options(options) or (trust is not None and trust.log_vkey is not None)
+    if not options.require_log:
+        report.signature_only = True
+        if pins_log:
+            report.remarks.append("--no-log: the signature alone was checked, not the receipt's log inclusion")
         return
-    explicit = (options.log_key, options.since_checkpoint, options.log_policy, options.tsa_roots)
-    asked = any(option is not None for option in explicit)
-    pins_log = trust is not None and trust.log_vkey is not None
-    if not asked and not pins_log:
+    if not pins_log:
         if trust is not None:
-            report.notes.append("the trust root pins no transparency log: no log check")
+            report.remarks.append("the trust root pins no transparency log: no log check")
         return
-    if not asked and bundle is None and case.net.offline:
-        report.notes.append(
-            "log checks need a bundle (it carries the log proof) or --online (the service's proof): not checked"
-        )
+    if bundle is None and report.online is not None and not report.online.found:
+        return  # deleted or past retention: NOT VERIFIED ``deleted``, no proof to ask for
+    if bundle is None and case.net.offline:
+        report.missing.append("no_log_proof")
+        report.remarks.append("the document carries no log proof, and the check is offline")
+        return
+    if bundle is not None and bundle.log is None:
+        report.missing.append("no_log_proof")
+        report.remarks.append("the bundle carries no log member: its service kept no transparency log")
         return
     from execution_proof.client import log_checks as verify_log
 
     try:
         report.log = _check_log(case)
     except verify_log.LogInputError as exc:
-        raise VerifyInputError(str(exc)) from exc
+        raise errors.InvalidInput(str(exc)) from exc
 
 
 def _log_inputs(
@@ -506,16 +521,16 @@ def _log_inputs(
             roots = roots if options.tsa_roots else (trust.tsa_roots() or None)
             trusted_key = trust.log_verifier()
         except ValueError as exc:
-            raise VerifyInputError(f"the trust root {options.trust_root_path}: {exc}") from exc
+            raise errors.InvalidInput(f"the trust root {options.trust_root_path}: {exc}") from exc
     if options.log_key is not None:
         return verify_log.parse_log_key(options.log_key), policy, roots
     if options.log_policy and policy is not None:
         try:
             return policy.log_key(), policy, roots
         except PolicyError as exc:
-            raise VerifyInputError(f"--log-policy: {exc}") from exc
+            raise errors.InvalidInput(f"--log-policy: {exc}") from exc
     if trusted_key is None:
-        raise VerifyInputError(
+        raise errors.InvalidInput(
             "--since-checkpoint and --tsa-roots need --log-key or --log-policy (the log's key to pin)"
         )
     return trusted_key, policy, roots
@@ -536,7 +551,7 @@ def _check_log(case: _Case) -> LogCheck:
         log_base = chosen.strip().rstrip("/") if chosen else None
     online = bundle is None or options.since_checkpoint is not None
     client = case.net.client() if online else OfflineClient("a bundle's log proof is checked offline")
-    bundle_log: JSONObject | None = (bundle.log or {"proof": None}) if bundle else None
+    bundle_log: JSONObject | None = bundle.log if bundle else None
     stamps = bundle.timestamps if bundle else None
     if bundle is None and roots is not None:
         bundle_log, stamps = verify_log.service_bundle_log(case.receipt, log_base, client)

@@ -27,6 +27,18 @@ class Unreachable(Error):
     http(s) URL, or a reply over the client's ceiling (client/http.py says which)."""
 
 
+class VerificationFailed(Error):
+    """A verification whose verdict is not VALID, raised by ``VerifyReport.raise_for_failure()``;
+    ``report`` is the report (its ``verdict``, ``reason`` and ``checks``)."""
+
+    def __init__(self, report: object) -> None:
+        verdict, reason = getattr(report, "verdict", "?"), getattr(report, "reason", None)
+        super().__init__(f"verification failed: {verdict}" + (f" ({reason})" if reason else ""))
+        self.report = report
+        self.verdict: str = verdict
+        self.reason: str | None = reason
+
+
 class ServiceError(Error):
     """Base of all errors with a public code. ``details`` must never hold secrets.
 
@@ -249,3 +261,13 @@ def from_reply(status: int, code: str, message: str, details: Mapping[str, JSONO
     if classes:
         return classes[0](message, details, status=status)
     return ServiceError(message, details, code=code, status=status)
+
+
+def error_kind(error: BaseException) -> str:
+    """The public class name of an error, as ``--json`` reports it (``error.kind``): the
+    nearest class of this module or ``execution_proof.Error`` that it is (an HTTP failure of
+    the client is ``Unreachable``); else its own class name."""
+    for cls in type(error).__mro__:
+        if cls.__module__ in (__name__, Error.__module__):
+            return cls.__name__
+    return type(error).__name__
