@@ -14,12 +14,15 @@ run; the action's outputs are then resolved from the step outputs.
 module shares, so the first run installs and the others reuse it, as a second use of the
 action in one job does. The service has a transparency log (``LOG_SIGNING_KEY``,
 ``LOG_STORE``) on a real ``redis-server``, with ``python service.py worker`` integrating it;
-the pending case runs against a second service with a log and no worker.
+the pending case runs against a second service with a log and no worker. Each run has a
+``GITHUB_STEP_SUMMARY`` file of its own and ``RUNNER_OS`` Linux unless a test says otherwise.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import os
 import re
 import secrets
 import shutil
@@ -36,12 +39,20 @@ import redis
 import yaml
 
 from tests.conftest import REPO, RedisServer
-from tests.servers import ServicePool, ServiceProcess, WorkerProcess, clean_env, create_key_cli, service_pool_fixture
+from tests.servers import (
+    ServicePool,
+    ServiceProcess,
+    WorkerProcess,
+    clean_env,
+    create_key_cli,
+    run_cli,
+    service_pool_fixture,
+)
 from tests.test_ci_recipe import log_settings
 from tests.wheel_build import COPY_IGNORED
 
 ACTION = REPO / "action.yml"
-INPUTS = {"files", "service-url", "api-key", "wait"}
+INPUTS = {"files", "service-url", "api-key", "wait", "trust-root"}
 STEP_TIMEOUT_S = 600.0
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 
@@ -61,6 +72,12 @@ def test_action_is_composite_with_plain_bash_steps() -> None:
     assert set(action["inputs"]) == INPUTS
     for name in ("files", "service-url", "api-key"):
         assert action["inputs"][name]["required"] is True, name
+    assert action["inputs"]["trust-root"]["required"] is False
+    assert action["inputs"]["trust-root"]["default"] == ""
+    # Which runners: said in the file's description and in docs/ci.md, and checked first.
+    assert "Linux and macOS" in action["description"] and "Windows" in action["description"]
+    ci_doc = " ".join((REPO / "docs" / "ci.md").read_text().split())
+    assert "Linux and macOS runners" in ci_doc and "Windows runners are not supported" in ci_doc
     assert float(action["inputs"]["wait"]["default"]) > 0
     assert {"receipt-id", "bundle-path", "manifest-path"} <= set(action["outputs"])
     runs = action["runs"]
@@ -94,6 +111,7 @@ class ActionRun:
 
     returncodes: list[int] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
+    summary: str = ""
     step_outputs: dict[str, dict[str, str]] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
 
@@ -149,6 +167,8 @@ def run_action(
     run = ActionRun()
     with_steps = runner_temp / f"steps-{secrets.token_hex(4)}"
     with_steps.mkdir()
+    summary = with_steps / "summary.md"
+    summary.touch()
     for number, step in enumerate(action["runs"]["steps"]):
         script = with_steps / f"{number}.sh"
         script.write_text(substitute(step["run"], context, run.step_outputs))
@@ -156,9 +176,11 @@ def run_action(
         output.touch()
         step_env = clean_env(
             {
+                "RUNNER_OS": "Linux",
                 **env,
                 "GITHUB_ACTION_PATH": str(action_path),
                 "GITHUB_OUTPUT": str(output),
+                "GITHUB_STEP_SUMMARY": str(summary),
                 "RUNNER_TEMP": str(runner_temp),
                 # The client must come from the action's own install, not this checkout.
                 "PYTHONPATH": None,
@@ -178,6 +200,7 @@ def run_action(
             run.step_outputs[step["id"]] = read_github_output(output)
         if done.returncode != 0:
             break
+    run.summary = summary.read_text()
     run.outputs = {
         name: substitute(str(spec["value"]), context, run.step_outputs) for name, spec in action["outputs"].items()
     }
@@ -280,6 +303,23 @@ def client_tool(run: ActionRun, name: str) -> str:
     return str(Path(run.step_outputs["client"]["bin"]) / name)
 
 
+def pinned_trust_root(service: Service, workspace: Path) -> str:
+    """A trust root of ``service`` committed to the user's repository: its path from the workspace."""
+    relative = ".github/execution-proof-trust-root.json"
+    (workspace / relative).parent.mkdir(parents=True, exist_ok=True)
+    made = run_cli("trust-root", "--base-url", service.process.base_url, "--out", str(workspace / relative))
+    assert made.returncode == 0, made.stdout + made.stderr
+    return relative
+
+
+def assert_summary_names_no_runner_path(run: ActionRun, runner_temp: Path, workspace: Path) -> None:
+    """The step summary names the files as the artifact holds them, never where the runner put them."""
+    assert "`bundle.json`" in run.summary and "`receipt.json`" in run.summary, run.summary
+    assert run.outputs["receipt-id"] in run.summary
+    for path in (str(runner_temp), str(workspace), run.outputs["bundle-path"], "RUNNER_TEMP"):
+        assert path not in run.summary, f"the summary names a runner path: {run.summary}"
+
+
 def check_offline(run: ActionRun, service: Service, workspace: Path) -> None:
     """``trust-root`` from the service, then ``verify`` of the bundle against it, with no
     service to ask (signature, log inclusion against the pinned log key)."""
@@ -341,15 +381,33 @@ def test_action_submits_several_files_as_one_manifest_and_saves_the_bundle_with_
     assert bundle["log"]["proof"] is not None, "the bundle was saved without its log proof"
     check_offline(run, service, workspace)
 
+    # No trust root given: the summary says what the check was worth, and what to give.
+    assert_summary_names_no_runner_path(run, runner_temp, workspace)
+    assert "`SHA256SUMS`" in run.summary
+    assert "checked only against the keys published by the service that issued it" in run.summary
+    assert "give its path as the input `trust-root`" in run.summary
+    assert "::notice::the bundle was checked only against the service's own keys" in run.logs[-1]
+
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-def test_action_submits_one_file_itself(
+def test_action_submits_one_file_itself_and_verifies_it_against_the_trust_root_given(
     service: Service, action_path: Path, runner_temp: Path, workspace: Path
 ) -> None:
-    inputs = {"files": "dist/*.tar.gz", "service-url": service.process.base_url, "api-key": service.api_key}
+    trust_root = pinned_trust_root(service, workspace)
+    inputs = {
+        "files": "dist/*.tar.gz",
+        "service-url": service.process.base_url,
+        "api-key": service.api_key,
+        "trust-root": trust_root,
+    }
     run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=runner_env())
     assert run.ok, run.failure()
+    assert "VALID" in run.logs[-1], run.logs[-1]
+    assert f"The bundle was verified against the trust root `{trust_root}`." in run.summary, run.summary
+    assert "only against the keys" not in run.summary
+    assert_summary_names_no_runner_path(run, runner_temp, workspace)
+    assert "SHA256SUMS" not in run.summary, "one file: no manifest to name"
     assert run.outputs["manifest-path"] == ""
     bundle = orjson.loads(Path(run.outputs["bundle-path"]).read_bytes())
     assert bundle["receipt"]["receipt_id"] == run.outputs["receipt-id"]
@@ -398,3 +456,57 @@ def test_action_fails_on_a_pattern_that_matches_no_file(action_path: Path, runne
     assert load_action()["runs"]["steps"][len(run.returncodes) - 1]["id"] == "files"
     assert "no file matches 'build/*.whl'" in run.logs[-1]
     assert run.outputs["receipt-id"] == ""
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_action_fails_when_the_bundle_does_not_verify_against_the_trust_root(
+    service: Service, action_path: Path, runner_temp: Path, workspace: Path
+) -> None:
+    """A trust root pinning other receipt keys than the service's: the check fails, whatever the
+    service itself says about its receipt."""
+    trust_root = pinned_trust_root(service, workspace)
+    document = orjson.loads((workspace / trust_root).read_bytes())
+    assert document["receipt_keys"], document
+    for key in document["receipt_keys"]:
+        other = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+        key["public_key_base64url"] = other if key["public_key_base64url"].endswith("=") else other.rstrip("=")
+    (workspace / trust_root).write_bytes(orjson.dumps(document))
+    inputs = {
+        "files": "dist/**",
+        "service-url": service.process.base_url,
+        "api-key": service.api_key,
+        "trust-root": trust_root,
+    }
+    run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=runner_env())
+    steps = load_action()["runs"]["steps"]
+    assert len(run.returncodes) == len(steps), run.failure()
+    assert run.returncodes[-1] == 1, run.failure()
+    assert f"does not verify against the trust root '{trust_root}'" in run.logs[-1]
+    assert run.outputs["bundle-path"], "the bundle was fetched; it is the check that refused it"
+    assert "verified against" not in run.summary and run.outputs["receipt-id"] not in run.summary
+
+
+def test_action_fails_at_once_on_a_windows_runner(action_path: Path, runner_temp: Path, workspace: Path) -> None:
+    inputs = {"files": "dist/**", "service-url": "http://127.0.0.1:9", "api-key": "not-used"}
+    env = {**runner_env(), "RUNNER_OS": "Windows"}
+    run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=env)
+    assert run.returncodes == [1], run.failure()
+    assert "::error::this action supports Linux and macOS runners only, not Windows" in run.logs[0]
+    assert run.outputs["receipt-id"] == "" and run.summary == ""
+
+
+def test_action_fails_at_once_without_python_3_11(
+    action_path: Path, runner_temp: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """``python3`` and ``python`` on PATH both older than 3.11 (their version check exits 1)."""
+    old = tmp_path / "old-python"
+    old.mkdir()
+    for name in ("python3", "python"):
+        (old / name).write_text("#!/bin/sh\nexit 1\n")
+        (old / name).chmod(0o755)
+    inputs = {"files": "dist/**", "service-url": "http://127.0.0.1:9", "api-key": "not-used"}
+    env = {**runner_env(), "PATH": f"{old}{os.pathsep}{os.environ['PATH']}"}
+    run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=env)
+    assert run.returncodes == [1], run.failure()
+    assert "::error::the client needs Python 3.11 or later on the runner" in run.logs[0]

@@ -2,9 +2,12 @@
 order against a running service, and the curl + jq + openssl verification script.
 
 The workflow's steps run as GitHub runs a ``shell: bash`` step (``bash --noprofile --norc -eo
-pipefail FILE``) in a fresh virtual environment whose bin comes first on PATH; its ``pip
-install execution-proof`` finds this checkout's wheel through ``PIP_FIND_LINKS``. The
-verification script is taken from docs/ci.md as written (the block after its
+pipefail FILE``) in a fresh virtual environment whose bin comes first on PATH. Every recipe
+installs the client from the project's git URL at ``EXECUTION_PROOF_REF``, never by name from an
+index; its install line runs as written, with ``EXECUTION_PROOF_REF`` the commit of a git
+repository holding this checkout, which git reads in place of the URL
+(tests/wheel_build.py, ``git_install_env``), and the test checks that pip installed that
+commit from that URL. The verification script is taken from docs/ci.md as written (the block after its
 ``ci-recipe`` marker) and run against the service, against the receipt test vectors, and
 against receipts with a flipped signature byte or an edited field (served by a stub).
 """
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
 import secrets
 import shutil
@@ -42,7 +44,7 @@ from tests.servers import (
     service_pool_fixture,
     serving,
 )
-from tests.wheel_build import Venv, built_wheel
+from tests.wheel_build import INSTALL_BY_NAME, INSTALL_FROM_GIT, Venv, assert_installed_from_git, git_install_env
 
 WORKFLOW = REPO / "docs" / "ci" / "github-actions.yml"
 CI_DOC = REPO / "docs" / "ci.md"
@@ -90,7 +92,11 @@ def test_workflow_is_complete_and_its_run_steps_are_plain_bash() -> None:
     assert str(step_using(job, "actions/setup-python")["with"]["python-version"]) == "3.11"
     steps = run_steps(job)
     scripts = [step["run"] for step in steps]
-    assert re.search(r"^\s*python -m pip install execution-proof\s*$", scripts[0], re.MULTILINE), scripts[0]
+    assert INSTALL_FROM_GIT in scripts[0].splitlines(), scripts[0]
+    assert steps[0]["env"] == {"EXECUTION_PROOF_REF": "${{ vars.EXECUTION_PROOF_REF }}"}
+    assert '"${EXECUTION_PROOF_REF:?' in scripts[0], "no install without the variable"
+    assert not any(INSTALL_BY_NAME.search(script) for script in scripts), "installed by name from an index"
+    assert all("EXECUTION_PROOF_REF" not in step.get("env", {}) for step in steps[1:])
     submit = [step for step in steps if "execution-proof submit" in step["run"]]
     assert len(submit) == 1
     assert submit[0]["env"] == {"SERVICE_API_KEY": "${{ secrets.SERVICE_API_KEY }}"}
@@ -124,7 +130,8 @@ def test_gitlab_and_shell_recipes_do_what_the_workflow_does() -> None:
 
     build = yaml.safe_load(doc_block("gitlab"))["build"]
     script = "\n".join(build["script"])
-    assert build["script"][0] == "python -m pip install execution-proof"
+    assert INSTALL_FROM_GIT in build["script"][0].splitlines()
+    assert not INSTALL_BY_NAME.search(script)
     assert hash_loop(script) == loop
     assert '--tag "commit=$CI_COMMIT_SHA"' in script
     assert '--code-ref "git:$CI_COMMIT_SHA" --run-id "$CI_PIPELINE_ID"' in script
@@ -133,7 +140,7 @@ def test_gitlab_and_shell_recipes_do_what_the_workflow_does() -> None:
 
     shell = doc_block("shell-script")
     assert hash_loop(shell) == loop
-    assert "python -m pip install execution-proof" in shell
+    assert INSTALL_FROM_GIT in shell.splitlines() and not INSTALL_BY_NAME.search(shell)
     assert '--tag "commit=$COMMIT"' in shell
     assert BUNDLE_WITH_PROOF in shell and "curl" not in shell
 
@@ -191,8 +198,7 @@ def test_workflow_run_steps_work_against_a_running_service(
     log_env = log_settings(tmp_path / "log")
     service = service_factory.start(redis_url=redis_url, signing_keys=signing_keys_json, env=log_env)
     api_key = str(create_key_cli(redis_url, project="ci-workflow")["api_key"])
-    wheel = built_wheel(tmp_path_factory)
-    venv = Venv(tmp_path / "venv", wheel.parent)
+    venv = Venv(tmp_path / "venv")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     commit, run_id = secrets.token_hex(20), str(secrets.randbelow(10**10))
@@ -202,6 +208,7 @@ def test_workflow_run_steps_work_against_a_running_service(
             "GITHUB_RUN_ID": run_id,
             "SERVICE_BASE_URL": service.base_url,
             "SERVICE_API_KEY": api_key,
+            **git_install_env(tmp_path_factory),
         }
     )
     job = the_job(load_workflow())
@@ -233,6 +240,7 @@ def test_workflow_run_steps_work_against_a_running_service(
 
     located = venv.run("python", "-c", "import execution_proof; print(execution_proof.__file__)", cwd=workspace)
     assert located.stdout.strip().startswith(str(venv.path)), "the client runs from the venv the workflow installed"
+    assert_installed_from_git(venv.python, env, tmp_path_factory)
     receipt_dir = workspace / "receipt"
     upload = step_using(job, "actions/upload-artifact")
     for name in upload["with"]["path"].split():
@@ -291,7 +299,6 @@ def test_workflow_run_steps_work_against_a_running_service(
 def test_shell_script_recipe_works_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
 ) -> None:
-    wheel = built_wheel(tmp_path_factory)
     (tmp_path / "dist").mkdir()
     (tmp_path / "dist" / "tool.tar.gz").write_bytes(b"a build output")
     script = tmp_path / "receipt.sh"
@@ -303,12 +310,20 @@ def test_shell_script_recipe_works_against_a_running_service(
             "RUN_ID": run_id,
             "SERVICE_BASE_URL": service.base_url,
             "SERVICE_API_KEY": api_key,
-            "PIP_FIND_LINKS": " ".join(filter(None, [str(wheel.parent), os.environ.get("PIP_FIND_LINKS")])),
+            **git_install_env(tmp_path_factory),
         }
     )
     done, receipt = _run_recipe(["bash", str(script)], tmp_path, env, commit)
     assert receipt["run_id"] == run_id
     assert api_key not in done.stdout + done.stderr
+    assert_installed_from_git(tmp_path / ".receipt-venv" / "bin" / "python", env, tmp_path_factory)
+
+    # Without EXECUTION_PROOF_REF, the script stops before installing anything.
+    unset = subprocess.run(
+        ["bash", str(script)], cwd=tmp_path, env={**env, "EXECUTION_PROOF_REF": ""},
+        capture_output=True, text=True, timeout=STEP_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert unset.returncode != 0 and "set EXECUTION_PROOF_REF" in unset.stderr, unset.stderr
 
 
 @pytest.mark.slow
@@ -317,7 +332,7 @@ def test_gitlab_script_works_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, service: ServiceProcess, api_key: str
 ) -> None:
     """The ``script:`` lines of docs/ci.md's .gitlab-ci.yml, in one bash, as GitLab's runner runs them."""
-    venv = Venv(tmp_path / "venv", built_wheel(tmp_path_factory).parent)
+    venv = Venv(tmp_path / "venv")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     script = tmp_path / "gitlab.sh"
@@ -329,11 +344,13 @@ def test_gitlab_script_works_against_a_running_service(
             "CI_PIPELINE_ID": pipeline,
             "SERVICE_BASE_URL": service.base_url,
             "SERVICE_API_KEY": api_key,
+            **git_install_env(tmp_path_factory),
         }
     )
     _, receipt = _run_recipe(["bash", "-e", str(script)], workspace, env, commit)
     assert receipt["code_ref"] == f"git:{commit}"
     assert receipt["run_id"] == pipeline
+    assert_installed_from_git(venv.python, env, tmp_path_factory)
 
 
 def _run_recipe(

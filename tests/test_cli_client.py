@@ -58,10 +58,8 @@ def test_version_usage_and_typos() -> None:
 def test_top_level_help_lists_client_verbs_apart() -> None:
     done = cli("--help")
     assert done.returncode == 0
-    assert (
-        "client verbs (the light install: pip install execution-proof):\n  hash, submit, bundle, verify" in done.stdout
-    )
-    assert "operator verbs (pip install 'execution-proof[server]'):\n  serve, worker" in done.stdout
+    assert "client verbs (the light install, no extra):\n  hash, submit, bundle, verify" in done.stdout
+    assert "operator verbs (the extra [server]; in a clone: pip install '.[server]'):\n  serve, worker" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import shlex
 from execution_proof.receipts.limits import DEFAULT_LIMITS
 from tests.conftest import REPO
 from tests.servers import run_cli
+from tests.wheel_build import INSTALL_BY_NAME, INSTALL_FROM_GIT
 
 README = (REPO / "README.md").read_text()
 
@@ -23,6 +24,50 @@ def test_ci_paragraph_names_everything_ci_installs() -> None:
     names = {"redis-server": "`redis-server`", "nodejs": "Node.js", "chromium": "Chromium", "npm": "npm"}
     for package in (p for group in installed for p in shlex.split(group)):
         assert names.get(package, package) in paragraph, f"{package} is installed by CI but not named"
+
+
+# Text a user reads: docs, recipes, pages, the action; CHANGELOG.md is history, tests/ has fixtures.
+USER_TEXT = {".md", ".yml", ".yaml", ".html", ".js", ".toml", ".txt", ".sh"}
+NOT_USER_TEXT = {".git", ".venv", "tests", "node_modules", "build", "dist", "CHANGELOG.md"}
+
+
+def test_no_document_installs_the_client_by_name() -> None:
+    """The name is not published on an index by the project: whoever registered it would run
+    code where SERVICE_API_KEY lives. Documents install from the git URL or a clone."""
+    hits = []
+    for path in sorted(REPO.rglob("*")):
+        relative = path.relative_to(REPO)
+        if path.suffix not in USER_TEXT or not path.is_file() or NOT_USER_TEXT & set(relative.parts):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+            if INSTALL_BY_NAME.search(line):
+                hits.append(f"{relative}:{number}: {line.strip()}")
+    helped = run_cli("--help")
+    assert helped.returncode == 0
+    hits += [f"--help: {line}" for line in helped.stdout.splitlines() if INSTALL_BY_NAME.search(line)]
+    assert not hits, "install from the repository's git URL at a reviewed ref instead:\n" + "\n".join(hits)
+    readme = " ".join(README.split())
+    assert INSTALL_FROM_GIT.removeprefix("python -m ") in readme, "the README's quick start installs from git"
+    assert "pip install ." in readme
+
+
+def test_the_install_by_name_pattern_catches_each_form() -> None:
+    by_name = [
+        "pip install execution-proof",
+        "python -m pip install --quiet execution-proof==0.2.0",
+        "`pip install 'execution-proof[server]'`",
+        'pip3 install mypy "execution_proof"',
+        "uv add execution-proof",
+    ]
+    not_by_name = [
+        INSTALL_FROM_GIT,
+        'pip install "execution-proof[server] @ git+https://github.com/execution-proof/execution-proof@v1"',
+        "pip install '.[server]'",
+        'pip install "$GITHUB_ACTION_PATH"',
+        "pip install execution-proof-helper",
+    ]
+    assert [line for line in by_name if not INSTALL_BY_NAME.search(line)] == []
+    assert [line for line in not_by_name if INSTALL_BY_NAME.search(line)] == []
 
 
 def test_benchmark_standing_keeps_target_and_measurement_apart() -> None:

@@ -213,7 +213,7 @@ def test_the_library_against_a_service_with_a_log_and_no_worker_then_one(logged:
 
 @pytest.fixture(scope="module")
 def light(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    """``pip install execution-proof mypy`` (the wheel by name, no extras) in a fresh venv."""
+    """The wheel (no extras, from its local directory) and mypy in a fresh venv."""
     wheel = built_wheel(tmp_path_factory)
     venv = Venv(tmp_path_factory.mktemp("venv-library") / "venv", wheel.parent)
     venv.pip_install("execution-proof", "mypy")

@@ -1,10 +1,11 @@
 """The wheel, as a user installs it: complete, one import name, a small client, the server as an extra.
 
-The wheel of this checkout is built once (tests/wheel_build.py) and installed by name
-(``pip install execution-proof`` with ``PIP_FIND_LINKS`` naming its directory) into fresh
-virtual environments: one without extras, where the client verbs run against a real
-service and a server verb names the extra to install; one with ``[server]``, where
-``execution-proof serve`` serves the verification page from the files inside the wheel.
+The wheel of this checkout is built once (tests/wheel_build.py) and installed into fresh
+virtual environments by name from its local directory (``PIP_FIND_LINKS``: the tests' own
+mechanism; a user installs from a clone or the repository's git URL, which builds this
+wheel): one without extras, where the client verbs run against a real service and a server
+verb names the extra to install; one with ``[server]``, where ``execution-proof serve``
+serves the verification page from the files inside the wheel.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Venv:
-    """``pip install execution-proof`` (no extra) in a fresh venv."""
+    """The wheel (no extra), from its local directory, in a fresh venv."""
     venv = Venv(tmp_path_factory.mktemp("venv-base") / "venv", wheel.parent)
     venv.pip_install("execution-proof")
     return venv

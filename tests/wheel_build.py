@@ -8,13 +8,20 @@ modules into a later wheel). tests/test_wheel.py and tests/test_ci_recipe.py sha
 build through this module's cache.
 
 ``Venv`` is ``python -m venv`` with pip pointed at the wheel's directory: ``PIP_FIND_LINKS``
-names it first (the machine's own find-links stay after it), so ``pip install execution-proof``
-installs this checkout by name, and its dependencies come from the package index.
+names it first (the machine's own find-links stay after it), so a requirement naming the
+distribution installs this checkout's wheel, and its dependencies come from the package index.
+That is the tests' own mechanism: the name is not published on an index by the project, and no
+document tells a user to install it by name (tests/test_docs_truths.py).
+
+``committed_checkout`` is what the CI recipes install instead: this checkout in a git
+repository of its own, at a commit; ``git_install_env`` makes their install line, run as
+written (``INSTALL_FROM_GIT``), clone it in place of the repository's GitHub URL.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +31,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, missing_binary
 from tests.servers import clean_env
 
 BUILD_TIMEOUT_S = 300.0
@@ -34,7 +41,19 @@ COPY_IGNORED = shutil.ignore_patterns(
     ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis",
 )  # fmt: skip
 
+REPOSITORY_URL = "https://github.com/execution-proof/execution-proof"
+# Every recipe's install line: the repository at a ref the user reviewed, never a name on an index.
+INSTALL_FROM_GIT = f'python -m pip install "execution-proof @ git+{REPOSITORY_URL}@${{EXECUTION_PROOF_REF}}"'
+# An install of the distribution by name (from whatever index pip is configured with):
+# `pip install execution-proof`, `'execution-proof[server]'`, `execution-proof==1.0`, among
+# other requirements or after options; not `"execution-proof @ URL"`, a direct reference.
+INSTALL_BY_NAME = re.compile(
+    r"""\b(?:(?:pip3?|pipx|uv pip|uv tool) install|uv add)\s(?:[^\n`]*?\s)?['"]?execution[-_.]proof"""
+    r"""(?:\[[\w,\s]*\])?(?![\w.[-])(?!\s*@)"""
+)
+
 _built: dict[str, Path] = {}
+_committed: dict[str, tuple[Path, str]] = {}
 
 
 def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -52,6 +71,50 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (wheel,) = out.glob("execution_proof-*.whl")
         _built["wheel"] = wheel
     return _built["wheel"]
+
+
+def committed_checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """This checkout as it is on disk (uncommitted changes included, ignored files left out)
+    committed to a new git repository: the repository and the commit (made on the first call
+    of the session)."""
+    if "checkout" not in _committed:
+        if shutil.which("git") is None:
+            missing_binary("git", "the CI recipes install the client from a git URL")
+        repository = tmp_path_factory.mktemp("git-checkout") / "execution-proof"
+        shutil.copytree(REPO, repository, symlinks=True, ignore=COPY_IGNORED)
+        git = ["git", "-c", "user.name=tests", "-c", "user.email=tests@localhost", "-c", "commit.gpgsign=false"]
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-verify", "-m", "the checkout under test"]):
+            subprocess.run([*git, *args], cwd=repository, check=True, capture_output=True, timeout=120, env=clean_env())
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repository, check=True, capture_output=True, text=True, env=clean_env()
+        ).stdout.strip()
+        _committed["checkout"] = (repository, commit)
+    return _committed["checkout"]
+
+
+def git_install_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
+    """``EXECUTION_PROOF_REF`` (the commit) and git settings reading ``REPOSITORY_URL`` as the
+    committed checkout (``url.<file URL>.insteadOf``), so that ``INSTALL_FROM_GIT`` installs it
+    offline; no wheel directory for pip to find the distribution in by name."""
+    repository, commit = committed_checkout(tmp_path_factory)
+    return {
+        "EXECUTION_PROOF_REF": commit,
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": f"url.{repository.as_uri()}.insteadOf",
+        "GIT_CONFIG_VALUE_0": REPOSITORY_URL,
+    }
+
+
+def assert_installed_from_git(python: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """pip recorded the client (``direct_url.json``, PEP 610) as cloned from ``REPOSITORY_URL``
+    at the commit given as ``EXECUTION_PROOF_REF``: the committed checkout, not a wheel by name."""
+    _, commit = committed_checkout(tmp_path_factory)
+    code = "import importlib.metadata as m; print(m.distribution('execution-proof').read_text('direct_url.json'))"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    origin = orjson.loads(done.stdout)
+    assert origin["url"] == REPOSITORY_URL, origin
+    assert origin["vcs_info"]["vcs"] == "git" and origin["vcs_info"]["commit_id"] == commit, origin
 
 
 def venv_sizes_mb(site_packages: Path) -> float:

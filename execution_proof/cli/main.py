@@ -50,9 +50,9 @@ CLIENT_VERBS = ("hash", "submit", "bundle", "verify", "trust-root", "monitor")
 SERVER_VERBS = frozenset({"serve", "worker", "expire", "keys", "signing-key", "receipts", "log"})
 """Verbs that run the service or use its store (and ``witness serve``): they need the extra."""
 SERVER_MODULES = ("sanic", "redis", "rq", "jinja2", "prometheus_client", "httpx", "obstore", "fakeredis")
-EPILOG = f"""client verbs (the light install: pip install execution-proof):
+EPILOG = f"""client verbs (the light install, no extra):
   {", ".join(CLIENT_VERBS)}
-operator verbs (pip install 'execution-proof[server]'):
+operator verbs (the extra [server]; in a clone: pip install '.[server]'):
   serve, worker, expire, keys, signing-key, receipts, log-key, log, witness
 
 `{PROG} VERB --help` names each verb's environment variables and exit codes.
