@@ -271,6 +271,56 @@ def test_the_documented_example_runs_from_the_light_install(light: Venv, logged:
     assert Receipt.load(tmp_path / "artefact.receipt.json").service_url == logged.base_url
 
 
+DOWNGRADE = """
+import json, subprocess, sys
+from pathlib import Path
+import execution_proof
+from execution_proof import InvalidInput, verify
+
+work, root = Path(sys.argv[1]), sys.argv[2]
+bundle = json.loads((work / "artefact.bundle.json").read_text())
+renamed = {("forlat" if name == "format" else name): value for name, value in bundle.items()}
+(work / "renamed.json").write_text(json.dumps(renamed))
+try:
+    verify(work / "renamed.json", trust_root=root)
+except InvalidInput as refused:
+    print("library:", type(refused).__name__, "no format member" in str(refused))
+cli = subprocess.run(
+    [sys.executable, "-m", "execution_proof", "verify", str(work / "renamed.json"), "--trust-root", root, "--json"],
+    capture_output=True, text=True,
+)
+document = json.loads(cli.stdout)
+print("cli:", cli.returncode, document["verdict"], document["error"]["kind"])
+no_log = {name: value for name, value in bundle.items() if name not in ("log", "timestamps")}
+(work / "no-log.json").write_text(json.dumps(no_log))
+report = verify(work / "no-log.json", trust_root=root)
+print("no log:", report.verdict, report.reason, "--online" in report.notes[-1])
+print("errors:", execution_proof.NotFound.__name__, execution_proof.ProofPending.__name__)
+"""
+
+
+@pytest.mark.slow
+def test_the_light_install_refuses_a_downgraded_bundle(light: Venv, logged: Any, tmp_path: Path) -> None:
+    """Where a user would be: the wheel alone, a bundle of a real service with a log."""
+    if not logged.workers:
+        logged.worker()
+    with Client(logged.base_url, logged.api_key) as client:
+        receipt = client.submit(input=b"downgrade")
+        client.bundle(receipt.receipt_id, wait=60).save(tmp_path / "artefact.bundle.json")
+        root = tmp_path / "trust-root.json"
+        root.write_bytes(client.trust_root().to_bytes())
+    script = tmp_path / "downgrade.py"
+    script.write_text(DOWNGRADE)
+    done = light.run(str(light.python), str(script), str(tmp_path), str(root), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        "library: InvalidInput True",
+        "cli: 2 ERROR InvalidInput",
+        "no log: NOT VERIFIED no_log_proof True",
+        "errors: NotFound ProofPending",
+    ]
+
+
 def test_the_example_is_in_the_docs() -> None:
     assert EXAMPLE is not None and "from execution_proof import" in EXAMPLE.group(1)
     assert os.path.basename(__file__) in (REPO / "docs/python-api.md").read_text()

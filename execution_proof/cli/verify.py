@@ -126,11 +126,12 @@ VERIFY_EPILOG = (
     SERVICE_ENV
     + ". "
     + EXIT_CODES.format(
-        ok="valid (every check asked for passed, against keys pinned with --keys or --trust-root, or fetched "
-        "from the service)",
-        one="invalid or not verified (a check failed, or a bundle's keys were not pinned), or no such receipt",
-        two="could not check (an unreadable or malformed file, trust root or key set, or the service "
-        "unreachable where it was needed)",
+        ok="VALID (every check asked for passed, against keys pinned with --keys or --trust-root, or fetched "
+        "from the service; with a pinned log, its inclusion proof too)",
+        one="INVALID (evidence: a bad signature, hash or proof) or NOT VERIFIED (something missing: pending, "
+        "no_log_proof, no_quorum, no_keys, no_key_certificate, chain_unavailable, deleted), or no such receipt",
+        two="ERROR: could not check (an unreadable or malformed file, trust root or key set, an argument that is "
+        "neither a file nor a receipt id, or the service unreachable where it was needed)",
     )
 )
 
