@@ -1,4 +1,5 @@
-"""The verification page's own JavaScript (static/verify-core.js, static/sha256.js) under Node.js.
+"""The verification page's own JavaScript (static/verify-core.js, static/verify-read.js,
+static/sha256.js) under Node.js.
 
 The same ES modules the browser loads are imported by tests/verifiers/page_vectors.mjs, so the
 page's JCS, hashing, strict base64url and WebCrypto Ed25519 calls are checked against every
@@ -44,13 +45,14 @@ def test_every_vector_is_valid_with_its_key(report: dict[str, Any], vectors: dic
         assert case["result"]["checks"] == ALL_TRUE, case["name"]
         assert case["canonical_matches"], f"{case['name']}: canonical bytes differ from the vector"
         assert case["hash_matches"], f"{case['name']}: receipt_hash differs from the vector"
-        assert case["wrapped_kind"] == "receipt"
+        assert case["wrapped_kind"] == "get"
         expected_status = "active" if case["kid"] == vectors["public_keys"]["active_kid"] else "retired"
         assert case["result"]["keyStatus"] == expected_status, case["name"]
     assert any(case["result"]["keyStatus"] == "retired" for case in report["cases"])
 
 
-def test_every_tampered_copy_is_rejected(report: dict[str, Any]) -> None:
+def test_every_tampered_copy_is_rejected(report: dict[str, Any], vectors: dict[str, Any]) -> None:
+    tags = {vector["name"]: vector["receipt"]["tags"] for vector in vectors["cases"]}
     for case in report["cases"]:
         assert len(case["tampered"]) >= 30, case["name"]
         accepted = [t["what"] for t in case["tampered"] if t["ok"]]
@@ -65,6 +67,18 @@ def test_every_tampered_copy_is_rejected(report: dict[str, Any]) -> None:
         assert by_what["other listed sig_kid"]["signature"] is False
         assert by_what["padded signature"]["format"] is False
         assert by_what["a lone surrogate"]["self_consistency"] is False
+        # Pasted, a copy that lost or gained a member, or holds a number (or text for tags), is
+        # not read at all (could not verify); a copy with a changed value is read, and its
+        # checks fail.
+        reads = {t["what"]: t["read"] for t in case["tampered"]}
+        unreadable = {what for what, kind in reads.items() if kind == "invalid"}
+        assert unreadable == {
+            *(what for what in reads if what.startswith("removed ")),
+            "added a null field",
+            "a number value",
+            *(["changed tags"] if tags[case["name"]] is None else []),
+        }, case["name"]
+        assert reads["changed input_hash"] == "document"
 
 
 def test_unlisted_key_is_invalid(report: dict[str, Any]) -> None:
@@ -88,7 +102,23 @@ def test_strict_base64url(report: dict[str, Any]) -> None:
 
 
 def test_input_classification(report: dict[str, Any]) -> None:
-    assert report["inputs"] == ["id", "id", "invalid", "invalid", "bundle", "invalid", "invalid", "invalid"]
+    """Each document is read against its own member list: a bundle missing members, a bundle of a
+    newer version, a receipt carrying a bundle's member are not read at all."""
+    assert report["inputs"] == [
+        "id",
+        "id",
+        "invalid",
+        "invalid",
+        "document:bundle",
+        "invalid",
+        "invalid",
+        "invalid",
+        "invalid",
+        "document:receipt",
+        "document:get",
+        "invalid",
+        "invalid",
+    ]
     assert report["support"] == {"ok": True, "reason": None}
 
 
