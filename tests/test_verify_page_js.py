@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ASSETS, missing_binary
+from tests.conftest import ASSETS, REPO, missing_binary
 
 SCRIPT = Path(__file__).parent / "verifiers" / "page_vectors.mjs"
 ALL_TRUE = {"format": True, "self_consistency": True, "key": True, "signature": True}
@@ -137,3 +137,90 @@ def test_bundle_keys_must_be_the_pinned_keys(report: dict[str, Any], vectors: di
     assert cases["non-canonical encoding"]["differing"] == [first]
     assert cases["carried keys not a list"]["ok"] is False
     assert cases["empty pinned set"] == {"id": "bundle_keys", "ok": False, "differing": [], "unknown": every}
+
+
+# ---------------------------------------------------------------- the trust root, as the page reads it
+
+TRUST_ROOT_HARNESS = """
+const read = await import(process.argv[1]);
+const files = JSON.parse(require('node:fs').readFileSync(0, 'utf8'));
+const out = [];
+for (const text of files) {
+  try {
+    const pins = await read.readPinned(text, 'trust-root.json');
+    out.push({ kind: pins.kind, kids: pins.keys.keys.map((k) => k.kid), origin: pins.log ? pins.log.origin : null });
+  } catch (err) {
+    out.push({ error: err.constructor.name, message: err.message });
+  }
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def trust_root_variants() -> list[tuple[str, str]]:
+    """The documented example, and copies each one fault away from it (docs/trust-root.md,
+    "Format"), as (what, text)."""
+    doc = (REPO / "docs" / "trust-root.md").read_text()
+    start = doc.index("```json\n", doc.index("### Example")) + len("```json\n")
+    example: dict[str, Any] = json.loads(doc[start : doc.index("\n```", start)])
+    log, keys = example["log"], example["receipt_keys"]
+    other_policy = log["policy"].replace(log["vkey"], log["vkey"].replace("+ARBbkm", "+ARBbkn"))
+
+    def variant(**changes: Any) -> str:
+        return json.dumps({**example, **changes})
+
+    return [
+        ("the documented example", json.dumps(example)),
+        ("no log", variant(log=None)),
+        ("an unknown member", variant(extra=1)),
+        ("no tsa_roots_pem", json.dumps({k: v for k, v in example.items() if k != "tsa_roots_pem"})),
+        ("version 2", variant(version=2)),
+        ("a trailing slash", variant(service_url="https://proof.example/")),
+        ("no receipt keys", variant(receipt_keys=[])),
+        ("a duplicate kid", variant(receipt_keys=[keys[0], {**keys[1], "kid": keys[0]["kid"]}])),
+        (
+            "a short key",
+            variant(receipt_keys=[{**keys[0], "public_key_base64url": keys[0]["public_key_base64url"][:-1]}]),
+        ),
+        ("a kid with a space", variant(receipt_keys=[{**keys[0], "kid": "a b"}])),
+        ("vkey named for another origin", variant(log={**log, "origin": "other.example/log"})),
+        ("a vkey whose key id is wrong", variant(log={**log, "vkey": log["vkey"].replace("+91698d43+", "+91698d44+")})),
+        ("the policy of another log", variant(log={**log, "policy": other_policy})),
+        ("a policy that does not parse", variant(log={**log, "policy": "quorum nobody\n"})),
+        ("a certificate twice", variant(tsa_roots_pem=example["tsa_roots_pem"] * 2)),
+        ("not a certificate", variant(tsa_roots_pem=["hello"])),
+    ]
+
+
+def test_the_page_reads_a_trust_root_as_the_library_does() -> None:
+    """Every variant the library's parse_trust_root refuses, the page refuses as not usable
+    (naming the field); the ones it accepts, the page accepts with the same keys and log."""
+    from execution_proof.receipts.trust_root import TrustRootError, parse_trust_root
+
+    node = shutil.which("node")
+    if node is None:
+        missing_binary("node", "the verification page's JavaScript is tested under Node.js")
+    assert node is not None
+    variants = trust_root_variants()
+    module = str(REPO / "execution_proof" / "static" / "verify-read.js")
+    done = subprocess.run(
+        [node, "--input-type=commonjs", "-e", f"(async () => {{ {TRUST_ROOT_HARNESS} }})()", module],
+        input=json.dumps([text for _, text in variants]).encode(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    results = json.loads(done.stdout)
+    accepted = []
+    for (what, text), got in zip(variants, results, strict=True):
+        try:
+            root = parse_trust_root(text)
+        except TrustRootError:
+            assert got.get("error") == "ReadError", (what, got)
+            assert "is not a usable trust root" in got["message"], (what, got)
+            continue
+        accepted.append(what)
+        assert got == {"kind": "trust_root", "kids": list(root.keys.keys), "origin": root.log_origin}, what
+    # A trailing slash is read (the file's writer never puts one there).
+    assert accepted == ["the documented example", "no log", "a trailing slash"]

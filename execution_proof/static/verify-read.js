@@ -198,7 +198,7 @@ export function parseUserInput(text) {
 // ---------------------------------------------------------------- pinned material
 
 const KID_RE = /^[A-Za-z0-9._-]{1,64}$/;
-const SERVICE_URL_RE = /^https?:\/\/[^\s/]+[^\s]*$/;
+const SERVICE_URL_RE = /^https?:\/\/[^/?#]+/;
 const ORIGIN_RE = /^[^\s+]+$/;
 const PEM_RE = /^\s*-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----\s*$/;
 const TRUST_ROOT_MEMBERS = ['version', 'service_url', 'receipt_keys', 'log', 'tsa_roots_pem'];
@@ -248,8 +248,8 @@ export async function readTrustRoot(document) {
   exactly(document, TRUST_ROOT_MEMBERS, 'the trust root');
   if (document.version !== 1) throw new ReadError(`version: must be 1, not ${JSON.stringify(document.version)}`);
   const url = document.service_url;
-  if (typeof url !== 'string' || !SERVICE_URL_RE.test(url) || url.endsWith('/')) {
-    throw new ReadError('service_url: an http(s) URL without a trailing slash');
+  if (typeof url !== 'string' || !SERVICE_URL_RE.test(url) || /\s/u.test(url)) {
+    throw new ReadError(`service_url: must be an http(s) URL, not ${JSON.stringify(url)}`);
   }
   const listed = document.receipt_keys;
   if (!Array.isArray(listed) || listed.length === 0 || listed.length > 256) throw new ReadError('receipt_keys: a list of 1 to 256 keys');
