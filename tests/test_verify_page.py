@@ -92,6 +92,20 @@ def test_page_has_no_inline_script_no_third_party_and_labels_every_control() -> 
     assert "width=device-width" in str(viewport[0]["content"])
 
 
+def test_every_help_line_names_the_execution_proof_command() -> None:
+    """What the page tells a user to run (its HTML and every line its scripts write) is the
+    installed command, `execution-proof VERB`, never `service.py` (a clone's entry)."""
+    static = REPO / "execution_proof" / "static"
+    named = 0
+    for path in [static / "verify.html", *sorted(static.glob("verify*.js"))]:
+        text = path.read_text()
+        assert "service.py" not in text, path.name
+        for found in re.finditer(r"(\S+) (verify|hash|bundle|trust-root|submit)\b (--|FILE|RECEIPT_ID|-)", text):
+            assert found.group(1).endswith("execution-proof"), f"{path.name}: {found.group(0)}"
+            named += 1
+    assert named >= 8, "the help lines name the command"
+
+
 # ---------------------------------------------------------------- the service and the browser
 
 
@@ -187,6 +201,11 @@ class Page:
         element = self.page.locator("#verdict")
         return str(element.get_attribute("data-verdict")), str(element.inner_text())
 
+    def reason(self) -> str | None:
+        """The verdict's ``data-reason`` (docs/verdicts.md): set for INVALID and NOT VERIFIED only."""
+        value: str | None = self.page.locator("#verdict").get_attribute("data-reason")
+        return value
+
     def checks(self) -> dict[str, bool]:
         items = self.page.locator("#verdict li[data-check]")
         return {
@@ -238,6 +257,7 @@ def test_genuine_receipt_by_url_is_valid_and_reads_only_the_receipt_and_keys(tab
     tab.open(f"?receipt_id={receipt_id}")
     verdict, text = tab.verdict()
     assert verdict == "valid", text
+    assert tab.reason() is None
     for words in ("Self-consistency", "Signature", "Key id", "test-2026", "active signing key", receipt_id):
         assert words in text, words
     assert tab.checks() == {
@@ -257,6 +277,7 @@ def test_tampered_pasted_receipt_is_invalid_and_names_self_consistency(tab: Page
     tampered = dict(site["newest"], code_ref="git:other")
     verdict, text = tab.paste_and_verify(json.dumps({"ok": True, "receipt": tampered}))
     assert verdict == "invalid", text
+    assert tab.reason() == "bad_signature"
     assert "Self-consistency" in text
     checks = tab.checks()
     assert checks["self_consistency"] is False
@@ -294,6 +315,7 @@ def test_non_matching_local_file_is_invalid_and_names_the_file_hash(
     tab.page.set_input_files("#input-file", str(tmp_path / "other.bin"))
     verdict, text = tab.paste_and_verify(site["newest"]["receipt_id"])
     assert verdict == "invalid", text
+    assert tab.reason() == "hash_mismatch"
     assert "Input file hash" in text
     assert "not the file the receipt was issued for" in text
     checks = tab.checks()
@@ -324,6 +346,7 @@ def test_unknown_id_is_an_error(tab: Page) -> None:
     tab.open("?receipt_id=rcpt_01KF0HJ080NOSUCHRECEIPT0000")
     verdict, text = tab.verdict()
     assert verdict == "error", text
+    assert tab.reason() is None  # could not verify: no reason
     assert "Not found" in text
     # The browser logs the 404 response itself; that is not a page error.
     tab.errors = [e for e in tab.errors if "404" not in e]
@@ -505,6 +528,7 @@ def test_forged_bundle_with_a_strangers_key_is_invalid(tab: Page, site: dict[str
     tab.open()
     verdict, text = verify_bundle(tab, forged)
     assert verdict == "invalid", text
+    assert tab.reason() == "bad_signature"
     checks = tab.checks()
     assert checks["bundle_keys"] is False
     assert checks["self_consistency"] is True  # re-hashed: only the keys give it away
@@ -532,9 +556,11 @@ def test_bundle_without_published_keys_is_not_verified(tab: Page, site: dict[str
     for bundle in (make_bundle(site), forge_bundle(make_bundle(site), sha(b"forged"))):
         verdict, text = verify_bundle(tab, bundle)
         assert verdict == "error", text
+        assert tab.reason() == "no_keys"
         assert (
             "The signatures match the keys the bundle carries, but those keys were not checked against the "
-            "service's published keys: NOT verified. Open this page on the service, or give it a saved key set."
+            "service's published keys: NOT verified. Give this page your trust root (execution-proof trust-root) "
+            'or a saved key set as the "Saved key set", or open it on the service.'
         ) in text
         checks = tab.checks()
         assert checks["bundle_keys"] is False
@@ -586,6 +612,7 @@ def test_dropped_bundle_with_a_broken_link_is_invalid(tab: Page, site: dict[str,
     tab.requests.clear()
     verdict, text = verify_bundle(tab, bundle)
     assert verdict == "invalid", text
+    assert tab.reason() == "bad_chain"
     checks = tab.checks()
     assert checks["bundle_keys"] is True
     assert checks["chain_receipt_1"] is True  # the entry itself is genuine...

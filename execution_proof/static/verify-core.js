@@ -321,11 +321,6 @@ export async function verifyChain(receipt, chain, keySet) {
   return { ok: checks.every((c) => c.ok), checks, oldest: newer };
 }
 
-/** Whether a value has the shape of a GET /v1/public-key body (a saved key set). */
-export function isKeySet(value) {
-  return isObject(value) && Array.isArray(value.keys);
-}
-
 function sameKey(carried, pinned) {
   try {
     const a = b64urlDecodeStrict(carried.public_key_base64url, 32);
@@ -339,12 +334,13 @@ function sameKey(carried, pinned) {
 /**
  * Pin a bundle's keys (docs/bundles.md): every key the bundle carries must equal the pinned key
  * of the same kid. `pinned` is a GET /v1/public-key body; `source` names it: null for the
- * service's published keys, else the file name of a saved key set. Returns a check with
- * `differing` (the kids carried with another key) and `unknown` (kids the pinned set lacks).
+ * service's published keys, else what the page was given (`the saved key set "keys.json"`,
+ * `the trust root "trust-root.json"`). Returns a check with `differing` (the kids carried with
+ * another key) and `unknown` (kids the pinned set lacks).
  */
 export function bundleKeysCheck(carried, pinned, source = null) {
-  const where = source === null ? 'this service publishes (GET /v1/public-key)' : `in the saved key set "${source}"`;
-  const owner = source === null ? "this service's keys" : `the keys of the saved key set "${source}"`;
+  const where = source === null ? 'this service publishes (GET /v1/public-key)' : `in ${source}`;
+  const owner = source === null ? "this service's keys" : `the keys of ${source}`;
   const entries = isObject(carried) ? carried.keys : undefined;
   if (!Array.isArray(entries) || !entries.every((e) => isObject(e) && typeof e.kid === 'string')) {
     return {
@@ -371,7 +367,7 @@ export function bundleKeysCheck(carried, pinned, source = null) {
   }
   const problems = [
     ...differing.map((kid) => `the key it carries as ${JSON.stringify(kid)} is not the one ${where}`),
-    ...unknown.map((kid) => `${JSON.stringify(kid)} is ${source === null ? 'not published by this service' : `not in the saved key set "${source}"`}`),
+    ...unknown.map((kid) => `${JSON.stringify(kid)} is ${source === null ? 'not published by this service' : `not in ${source}`}`),
   ];
   const detail =
     `The bundle's keys are not ${owner}: ${problems.join('; ')}. Anyone can make a key and sign a bundle with it, ` +
@@ -379,51 +375,7 @@ export function bundleKeysCheck(carried, pinned, source = null) {
   return { ...check('bundle_keys', false, 'Bundle keys', detail), differing, unknown };
 }
 
-// ---------------------------------------------------------------- input parsing
-
-/**
- * What the user gave: {kind: 'id', id} | {kind: 'receipt', receipt} | {kind: 'bundle', bundle}
- * | {kind: 'invalid', message}. Accepts a receipt id, a bare receipt, a {ok, receipt} response
- * body or a bundle (format "eps-receipt-bundle").
- */
-export function parseUserInput(text) {
-  const trimmed = String(text || '').trim();
-  if (trimmed === '') return { kind: 'invalid', message: 'Enter a receipt id, paste a receipt, or choose a bundle file.' };
-  if (trimmed.startsWith('{') || trimmed.startsWith('[')) {
-    let value;
-    try {
-      value = JSON.parse(trimmed);
-    } catch (err) {
-      return { kind: 'invalid', message: `This is not valid JSON: ${err instanceof Error ? err.message : err}.` };
-    }
-    return classifyDocument(value);
-  }
-  if (RECEIPT_ID_RE.test(trimmed)) return { kind: 'id', id: trimmed };
-  return {
-    kind: 'invalid',
-    message: 'This is neither a receipt id (rcpt_ followed by letters and digits) nor a JSON receipt.',
-  };
-}
-
-export function classifyDocument(value) {
-  if (!isObject(value)) return { kind: 'invalid', message: 'The JSON is not an object.' };
-  if (value.format === 'eps-receipt-bundle') {
-    if (value.version !== 1) {
-      return { kind: 'invalid', message: `This page understands bundle version 1, not ${JSON.stringify(value.version)}.` };
-    }
-    if (!isObject(value.receipt) || !isObject(value.keys)) {
-      return { kind: 'invalid', message: 'The bundle has no "receipt" or no "keys" object.' };
-    }
-    return { kind: 'bundle', bundle: value };
-  }
-  if ('ok' in value && isObject(value.receipt)) return { kind: 'receipt', receipt: value.receipt };
-  if ('error' in value && !('receipt_hash' in value)) {
-    const message = isObject(value.error) ? value.error.message : value.error;
-    return { kind: 'invalid', message: `This is an error response, not a receipt: ${String(message)}.` };
-  }
-  if ('receipt_hash' in value || 'signature' in value) return { kind: 'receipt', receipt: value };
-  return { kind: 'invalid', message: 'The JSON is neither a receipt, a {ok, receipt} response nor a receipt bundle.' };
-}
+// ---------------------------------------------------------------- inputs
 
 export function isReceiptId(text) {
   return RECEIPT_ID_RE.test(text);

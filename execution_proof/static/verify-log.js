@@ -104,42 +104,80 @@ export function parseProof(text) {
   return { index: Number(m[1]), path, note };
 }
 
+/**
+ * A log proof that does not hold, as evidence: `reason` is 'bad_log_proof' (the proof, its
+ * checkpoint's form, the path or the entry) or 'bad_checkpoint_signature' (the checkpoint is
+ * not signed by the log key), the reasons of docs/verdicts.md.
+ */
+export class LogProofError extends Error {
+  constructor(reason, message) {
+    super(message);
+    this.reason = reason;
+  }
+}
+
+const badProof = (message) => new LogProofError('bad_log_proof', message);
+const badSignature = (message) => new LogProofError('bad_checkpoint_signature', message);
+
 export async function openCheckpoint(note, vkey) {
   const split = note.lastIndexOf('\n\n');
-  if (split < 0 || !note.endsWith('\n')) throw new Error('the checkpoint is not a signed note');
+  if (split < 0 || !note.endsWith('\n')) throw badProof('the checkpoint is not a signed note');
   const text = note.slice(0, split + 1);
   const lines = text.split('\n');
-  if (lines.length < 4) throw new Error('the checkpoint has fewer than three lines');
+  if (lines.length < 4) throw badProof('the checkpoint has fewer than three lines');
   const [origin, sizeText, rootText] = lines;
-  if (!/^(0|[1-9][0-9]*)$/.test(sizeText)) throw new Error('the checkpoint size is malformed');
-  const root = b64decode(rootText);
-  if (root.length !== 32) throw new Error('the checkpoint root is not 32 bytes');
+  if (!/^(0|[1-9][0-9]*)$/.test(sizeText)) throw badProof('the checkpoint size is malformed');
+  let root;
+  try {
+    root = b64decode(rootText);
+  } catch {
+    throw badProof('the checkpoint root is not base64');
+  }
+  if (root.length !== 32) throw badProof('the checkpoint root is not 32 bytes');
   const expectedId = (await sha256(concat(ENC.encode(vkey.name + '\n'), new Uint8Array([1]), vkey.key))).slice(0, 4);
   const key = await subtle().importKey('raw', vkey.key, { name: 'Ed25519' }, false, ['verify']);
   let signed = false;
   for (const line of note.slice(split + 2).split('\n').filter((l) => l)) {
     const m = /^\u2014 (\S+) (\S+)$/.exec(line);
     if (!m || m[1] !== vkey.name) continue;
-    const sig = b64decode(m[2]);
+    let sig;
+    try {
+      sig = b64decode(m[2]);
+    } catch {
+      throw badProof('a signature line of the checkpoint is not base64');
+    }
     if (!equal(sig.slice(0, 4), expectedId)) continue;
     if (!(await subtle().verify({ name: 'Ed25519' }, key, sig.slice(4), ENC.encode(text)))) {
-      throw new Error('the log signature on the checkpoint does not verify');
+      throw badSignature('the log signature on the checkpoint does not verify');
     }
     signed = true;
   }
-  if (!signed) throw new Error('the log key did not sign the checkpoint');
-  if (origin !== vkey.name) throw new Error("the checkpoint's origin is not the log key's name");
+  if (!signed) throw badSignature('the log key did not sign the checkpoint');
+  if (origin !== vkey.name) throw badSignature("the checkpoint's origin is not the log key's name");
   return { origin, size: Number(sizeText), root };
 }
 
-/** {ok, index, size, origin} or throws with what failed. */
+/**
+ * {ok, index, size, origin}, or throws: a LogProofError (evidence, with its reason) when the
+ * proof does not hold, any other error when the log key itself cannot be read.
+ */
 export async function checkInclusion(receipt, proofText, vkeyText) {
   const vkey = parseVerifierKey(vkeyText);
-  const proof = parseProof(proofText);
+  let proof;
+  try {
+    proof = parseProof(proofText);
+  } catch (err) {
+    throw badProof(err.message);
+  }
   const checkpoint = await openCheckpoint(proof.note, vkey);
   const leaf = await leafHash(entryBytes(receipt));
-  const root = await rootFromInclusion(leaf, proof.index, checkpoint.size, proof.path);
-  if (!equal(root, checkpoint.root)) throw new Error("the inclusion proof does not lead to the checkpoint's root");
+  let root;
+  try {
+    root = await rootFromInclusion(leaf, proof.index, checkpoint.size, proof.path);
+  } catch (err) {
+    throw badProof(err.message);
+  }
+  if (!equal(root, checkpoint.root)) throw badProof("the inclusion proof does not lead to the checkpoint's root");
   return { ok: true, index: proof.index, size: checkpoint.size, origin: checkpoint.origin };
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Runs the verification page's own modules (static/verify-core.js, static/sha256.js) in Node.js
-// against the committed vectors, tampered copies of them, and Node's SHA-256.
+// Runs the verification page's own modules (static/verify-core.js, static/verify-read.js,
+// static/sha256.js) in Node.js against the committed vectors, tampered copies of them, and
+// Node's SHA-256.
 //
 //   node page_vectors.mjs VECTORS.json   prints one JSON report (see tests/test_verify_page_js.py)
 
@@ -11,6 +12,7 @@ import path from 'node:path';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const core = await import(path.join(here, '..', '..', 'execution_proof', 'static', 'verify-core.js'));
+const read = await import(path.join(here, '..', '..', 'execution_proof', 'static', 'verify-read.js'));
 const { Sha256 } = await import(path.join(here, '..', '..', 'execution_proof', 'static', 'sha256.js'));
 
 const vectors = JSON.parse(readFileSync(process.argv[2], 'utf8'));
@@ -85,17 +87,19 @@ for (const vector of vectors.cases) {
   const tampered = [];
   for (const [what, receipt] of tamperings(vector.receipt)) {
     const bad = await core.verifyReceipt(receipt, keys);
-    tampered.push({ what, ok: bad.ok, checks: summary(bad).checks });
+    // What the page does with the same copy pasted: read it (then check it), or refuse to read it.
+    const pasted = read.parseUserInput(JSON.stringify(receipt));
+    tampered.push({ what, ok: bad.ok, checks: summary(bad).checks, read: pasted.kind });
   }
-  // The same receipt inside a {ok, receipt} body and a bundle is recognised.
-  const wrapped = core.parseUserInput(JSON.stringify({ ok: true, receipt: vector.receipt }));
+  // The same receipt inside a {ok, receipt} body is recognised as one.
+  const wrapped = read.parseUserInput(JSON.stringify({ ok: true, receipt: vector.receipt }));
   cases.push({
     name: vector.name,
     kid: vector.kid,
     result: summary(result),
     canonical_matches: canonicalHex === vector.canonical_bytes_hex,
     hash_matches: result.recomputed === vector.receipt_hash,
-    wrapped_kind: wrapped.kind,
+    wrapped_kind: wrapped.kind === 'document' ? wrapped.document.shape : wrapped.kind,
     tampered,
   });
 }
@@ -159,16 +163,36 @@ const b64 = {
   ),
 };
 
+// A whole bundle of the first vector (the first of its chain), as the service writes one.
+const first = vectors.cases.find((c) => c.receipt.prev_receipt_hash === null).receipt;
+const bundle = {
+  format: 'eps-receipt-bundle',
+  version: 1,
+  created_at: '2026-01-15T10:05:00.000Z',
+  service: 'https://proof.example',
+  receipt: first,
+  keys,
+  chain: [],
+  chain_complete: true,
+};
 const inputs = [
   'rcpt_01KF0HJ080VECT0000000000A1',
   '  rcpt_01KF0HJ080VECT0000000000A1\n',
   'not an id',
   '{"ok": true',
+  JSON.stringify(bundle),
+  JSON.stringify({ ...bundle, version: 2 }),
+  JSON.stringify({ ...bundle, receipt: {} }),
   '{"format": "eps-receipt-bundle", "version": 1, "receipt": {}, "keys": {"keys": []}}',
-  '{"format": "eps-receipt-bundle", "version": 2, "receipt": {}, "keys": {}}',
   '{"error": {"code": "not_found", "message": "receipt not found"}, "request_id": "x"}',
+  JSON.stringify(first),
+  JSON.stringify({ ok: true, receipt: first, service_url: 'https://proof.example' }),
+  JSON.stringify({ ...first, keys }),
   '',
-].map((text) => core.parseUserInput(text).kind);
+].map((text) => {
+  const parsed = read.parseUserInput(text);
+  return parsed.kind === 'document' ? `document:${parsed.document.shape}` : parsed.kind;
+});
 
 process.stdout.write(
   JSON.stringify({
