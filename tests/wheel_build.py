@@ -110,7 +110,9 @@ def assert_installed_from_git(python: Path, env: dict[str, str], tmp_path_factor
     at the commit given as ``EXECUTION_PROOF_REF``: the committed checkout, not a wheel by name."""
     _, commit = committed_checkout(tmp_path_factory)
     code = "import importlib.metadata as m; print(m.distribution('execution-proof').read_text('direct_url.json'))"
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False, env=env)
+    done = subprocess.run(  # not from a checkout, whose own metadata would be found first
+        [str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False, env=env, cwd=python.parent
+    )
     assert done.returncode == 0, done.stderr
     origin = orjson.loads(done.stdout)
     assert origin["url"] == REPOSITORY_URL, origin
