@@ -23,7 +23,7 @@ import orjson
 from execution_proof.cli.monitor_fetch import LogReplyError
 from execution_proof.cli.monitor_state import PassReport
 from execution_proof.errors import Error
-from execution_proof.receipts.errors import ServiceError, Unreachable
+from execution_proof.receipts import errors
 
 
 class UsageError(Error):
@@ -32,18 +32,17 @@ class UsageError(Error):
 
 
 def error_kind(exc: BaseException) -> str:
-    """The ``kind`` of a failure's ``--json`` document (the module docstring)."""
+    """The ``kind`` of a failure's ``--json`` document (the module docstring): the library's
+    own class (``errors.error_kind``) for an error that is one, else the class it stands for."""
     if isinstance(exc, UsageError):
         return "UsageError"
-    if isinstance(exc, Unreachable):
-        return "Unreachable"
     if isinstance(exc, LogReplyError):
         return "ServiceError"
-    if isinstance(exc, ServiceError):
-        return type(exc).__name__
     if isinstance(exc, KeyboardInterrupt):
         return "KeyboardInterrupt"
-    return "InvalidInput"
+    if any(cls.__module__ == errors.__name__ for cls in type(exc).__mro__):
+        return errors.error_kind(exc)  # Unreachable (LogUnreachable, HttpError), InvalidInput, ...
+    return "InvalidInput"  # a key, a policy, the state, another log: what the monitor was given
 
 
 class Output:
