@@ -9,7 +9,7 @@
 2. Serves the directory with ``python -m http.server`` on loopback, with a keep-alive
    asyncio file server (bench/static_server.py), and, where they are installed, with nginx
    and ``busybox httpd`` (the plain web servers a log is served by) as well.
-3. Runs ``python service.py monitor --tiles-url URL --once`` on a fresh state against each,
+3. Runs ``python service.py monitor --tiles-url URL --once --json`` on a fresh state against each,
    timed: entries/s, the requests the server logged, and the monitor's peak RSS (``ru_maxrss``
    of the child). Every process is bounded in time and stopped after.
 
@@ -156,7 +156,7 @@ def run_monitor(url: str, vkey: str, state: Path, timeout: float) -> dict[str, A
     with out.open("wb") as stdout, err.open("wb") as stderr:
         child = subprocess.Popen(  # noqa: S603 - our own command line
             [sys.executable, "service.py", "monitor", "--tiles-url", url, "--log-key", vkey,
-             "--state", str(state), "--once"],
+             "--state", str(state), "--once", "--json"],
             cwd=REPO, stdout=stdout, stderr=stderr,
         )  # fmt: skip
         deadline = started + timeout

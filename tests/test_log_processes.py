@@ -183,7 +183,7 @@ def test_the_monitor_passes_on_the_services_own_log(log_site: dict[str, Any], tm
     def run() -> tuple[int, dict[str, Any]]:
         done = subprocess.run(
             [sys.executable, "service.py", "monitor", "--base-url", log_site["base"], "--log-key",
-             log_site["signer"].verifier.encode(), "--state", str(tmp_path), "--once"],
+             log_site["signer"].verifier.encode(), "--state", str(tmp_path), "--once", "--json"],
             cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         return done.returncode, orjson.loads(done.stdout.splitlines()[-1])

@@ -115,7 +115,7 @@ def serve(tmp_path: Path) -> Iterator[Any]:
 
 def monitor_args(url: str, signer: note.Signer, state: Path) -> list[str]:
     return [sys.executable, "service.py", "monitor", "--tiles-url", url, "--log-key", signer.verifier.encode(),
-            "--state", str(state), "--once"]  # fmt: skip
+            "--state", str(state), "--once", "--json"]  # fmt: skip
 
 
 def monitor(url: str, signer: note.Signer, state: Path) -> tuple[int, dict[str, Any]]:
@@ -175,7 +175,13 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
     db = MonitorDb(tmp_path / "state.sqlite3")
     fetcher = Fetcher(get, "http://service/v1/log/", sleep=sleep, concurrency=1)
     report = await Pass(fetcher, signer.verifier, None, db, Progress(False)).run()
-    assert report == {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 300}, "new_entries": 300}
+    assert report == {
+        "ok": True,
+        "violations": [],
+        "checkpoint": {"origin": ORIGIN, "size": 300},
+        "new_entries": 300,
+        "unwitnessed_since": None,
+    }
     assert told and fetcher.waits == told  # each 429's Retry-After, waited out as given
     assert db.projects[key["project_id"]].tip == issued[-1]["receipt_hash"]
     db.close()
@@ -195,7 +201,13 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
     state = tmp_path / "state"
     assert monitor(served.url, signer, state) == (
         0,
-        {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 300}, "new_entries": 300},
+        {
+            "ok": True,
+            "violations": [],
+            "checkpoint": {"origin": ORIGIN, "size": 300},
+            "new_entries": 300,
+            "unwitnessed_since": None,
+        },
     )
     await issue(app, keys[0], [f"more-{i}" for i in range(100)])
     await worker.step(force=True)
@@ -340,7 +352,9 @@ def test_a_missing_tile_means_the_log_cannot_be_read(
     kept = (small_log / "tile/0/001").read_bytes()
     (small_log / "tile/0/001").unlink()
     code, report = monitor(served.url, signer, tmp_path / "state")
-    assert code == 2 and "tile/0/001 is missing" in report["error"]
+    assert code == 2 and "tile/0/001 is missing" in report["error"]["message"], report
+    assert report["error"]["kind"] == "ServiceError" and report["violations"] == []
+    assert report["checkpoint"] == {"origin": ORIGIN, "size": 600}
     write_tile(small_log, 0, 1, kept)
     assert monitor(served.url, signer, tmp_path / "state")[0] == 0
 
@@ -371,19 +385,24 @@ def test_a_violation_is_reported_on_every_later_run(
 def test_a_policy_pins_the_key_and_its_quorum_is_checked(
     small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
 ) -> None:
-    """With ``--log-policy``: a checkpoint no witness cosigned misses a quorum of one
-    (``quorum``); a malformed LOG_COSIGNATURE_SKEW_S means it cannot check (exit 2)."""
+    """With ``--log-policy``: a checkpoint no witness cosigned misses a quorum of one, which
+    is reported (``unwitnessed_since``, ``quorum``), not a violation (tests/test_monitor_quorum.py
+    follows a log through a witness's outage); a malformed LOG_COSIGNATURE_SKEW_S means it
+    cannot check (exit 2)."""
     witness = Cosigner.generate("witness.example/w1")
     policy = tmp_path / "policy.txt"
     policy.write_text(f"log {signer.verifier.encode()}\nwitness w1 {witness.key.encode()}\nquorum w1\n")
     args = [sys.executable, "service.py", "monitor", "--tiles-url", serve(small_log).url, "--log-policy", str(policy),
-            "--state", str(tmp_path / "state"), "--once"]  # fmt: skip
+            "--state", str(tmp_path / "state"), "--once", "--json"]  # fmt: skip
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
-    report = orjson.loads(done.stdout.splitlines()[-1])
-    assert done.returncode == 1 and kinds(report) == ["quorum"], report
+    report = orjson.loads(done.stdout)
+    assert done.returncode == 0 and report["violations"] == [], report
+    assert report["unwitnessed_since"]["size"] == 600 and report["quorum"]["ok"] is False
+    assert "the quorum 'w1' is NOT met (valid cosignatures: none)" in report["quorum"]["reason"]
     env = {**os.environ, "LOG_COSIGNATURE_SKEW_S": "soon"}
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, check=False, env=env)
     assert done.returncode == 2 and "LOG_COSIGNATURE_SKEW_S" in done.stderr
+    assert orjson.loads(done.stdout)["error"]["kind"] == "InvalidInput"
 
 
 # --------------------------------------------------------------------------- a big log
@@ -443,13 +462,20 @@ def test_a_killed_run_resumes_without_rereading(big_log: Path, signer: note.Sign
 
 def run_monitor(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "service.py", "monitor", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
-        check=False,
+        [sys.executable, "service.py", "monitor", *args, "--json"], cwd=REPO, capture_output=True, text=True,
+        timeout=timeout, check=False,
     )  # fmt: skip
 
 
 def last_line(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return orjson.loads(done.stdout.splitlines()[-1]) if done.stdout else {}
+
+
+def error_of(done: subprocess.CompletedProcess[str], kind: str = "InvalidInput") -> str:
+    """The message of the one ``--json`` failure document on stdout, of ``kind``."""
+    document = orjson.loads(done.stdout)
+    assert document["ok"] is False and document["error"]["kind"] == kind, document
+    return str(document["error"]["message"])
 
 
 def followed(state: Path) -> dict[str, str]:
@@ -468,16 +494,22 @@ def test_a_wrong_key_records_nothing_and_the_right_key_then_passes(
     another_log = note.Signer.generate("other.example/log")
     done = run_monitor("--tiles-url", url, "--log-key", another_log.verifier.encode(), "--state", str(state), "--once")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert f"is of the log {ORIGIN!r}; the key given is of the log 'other.example/log'" in last_line(done)["error"]
+    assert f"is of the log {ORIGIN!r}; the key given is of the log 'other.example/log'" in error_of(done)
     impostor = note.Signer.generate(ORIGIN)
     done = run_monitor("--tiles-url", url, "--log-key", impostor.verifier.encode(), "--state", str(state), "--once")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "not signed by the key given" in last_line(done)["error"] and "nothing was recorded" in done.stdout
+    assert "not signed by the key given" in error_of(done) and "nothing was recorded" in done.stdout
     assert followed(state) == {}
     assert "Traceback" not in done.stderr
     assert monitor(url, signer, state) == (
         0,
-        {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 600}, "new_entries": 600},
+        {
+            "ok": True,
+            "violations": [],
+            "checkpoint": {"origin": ORIGIN, "size": 600},
+            "new_entries": 600,
+            "unwitnessed_since": None,
+        },
     )
     assert followed(state) == {"log_origin": ORIGIN, "log_vkey": signer.verifier.encode()}
 
@@ -495,15 +527,21 @@ def test_a_state_that_follows_one_log_refuses_another_naming_both(
     b_url = serve(tmp_path / "b").url
     done = run_monitor("--tiles-url", b_url, "--log-key", b_signer.verifier.encode(), "--state", str(state), "--once")
     assert done.returncode == 2, done.stdout + done.stderr
-    error = last_line(done)["error"]
+    error = error_of(done)
     assert f"follows the log {ORIGIN!r}; the key given is of the log 'b.example/log'" in error, error
     done = run_monitor("--tiles-url", b_url, "--log-key", signer.verifier.encode(), "--state", str(state), "--once")
     assert done.returncode == 2, done.stdout + done.stderr
-    error = last_line(done)["error"]
+    error = error_of(done)
     assert f"is of the log 'b.example/log'; this state directory follows the log {ORIGIN!r}" in error, error
     assert monitor(a_url, signer, state) == (
         0,
-        {"ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 600}, "new_entries": 0},
+        {
+            "ok": True,
+            "violations": [],
+            "checkpoint": {"origin": ORIGIN, "size": 600},
+            "new_entries": 0,
+            "unwitnessed_since": None,
+        },
     )
 
 
@@ -527,7 +565,7 @@ def test_a_recorded_log_signed_by_another_key_is_a_violation(
     assert code == 1 and again["violations"] == report["violations"]
     done = run_monitor("--tiles-url", served.url, "--log-key", impostor.verifier.encode(), "--state", str(state),
                        "--once")  # fmt: skip
-    assert done.returncode == 2 and f"with the key {signer.verifier.encode()}" in last_line(done)["error"]
+    assert done.returncode == 2 and f"with the key {signer.verifier.encode()}" in error_of(done)
 
 
 def legacy_state(state: Path, origin: str, violations: list[dict[str, Any]]) -> None:
@@ -560,7 +598,8 @@ def test_signature_violations_an_older_monitor_recorded_before_it_knew_its_log_a
     legacy_state(tmp_path / "other", "other.example/log", [])
     code, report = monitor(url, signer, tmp_path / "other")
     assert code == 2, report
-    assert f"progress on the log 'other.example/log'; the key given is of the log {ORIGIN!r}" in report["error"]
+    said = report["error"]["message"]
+    assert f"progress on the log 'other.example/log'; the key given is of the log {ORIGIN!r}" in said, report
 
 
 # --------------------------------------------------------------------------- time and Ctrl-C
@@ -594,7 +633,7 @@ def test_once_against_a_log_that_does_not_answer_ends_within_a_minute(
                           timeout=75, check=False)  # fmt: skip
     elapsed = time.monotonic() - started
     assert done.returncode == 2 and elapsed < 60, (elapsed, done.stdout, done.stderr)
-    assert "the log has not answered for 30 s" in last_line(done)["error"]
+    assert "the log has not answered for 30 s" in error_of(done, "Unreachable")
     assert accepted and "Traceback" not in done.stderr
 
 
@@ -609,35 +648,42 @@ def test_an_interval_below_a_second_or_not_a_number_is_a_usage_error(
     assert not (tmp_path / "state").exists()
 
 
-def interrupted(running: subprocess.Popen[str]) -> tuple[int, str]:
+def interrupted(running: subprocess.Popen[str]) -> tuple[int, str, str]:
     running.send_signal(signal.SIGINT)
-    _, stderr = running.communicate(timeout=30)
-    return running.returncode, stderr
+    stdout, stderr = running.communicate(timeout=30)
+    return running.returncode, stderr, stdout
 
 
 def test_ctrl_c_while_waiting_for_the_log_exits_130_in_one_line(
     silent_log: tuple[str, list[socket.socket]], signer: note.Signer, tmp_path: Path
 ) -> None:
     url, accepted = silent_log
-    args = monitor_args(url, signer, tmp_path / "state")[:-1]  # following, not --once
+    args = [a for a in monitor_args(url, signer, tmp_path / "state") if a != "--once"]  # following
     running = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not accepted:  # the monitor is in its pass, waiting for an answer
         assert running.poll() is None and time.monotonic() < deadline, "the monitor never asked"
         time.sleep(0.02)
-    code, stderr = interrupted(running)
+    code, stderr, stdout = interrupted(running)
     assert code == 130 and stderr.splitlines() == ["monitor: interrupted (what was checked is saved)"], stderr
+    # --json: the interrupted pass's one document, with what the state knew.
+    assert orjson.loads(stdout) == {
+        "ok": False, "violations": [], "unwitnessed_since": None,
+        "error": {"kind": "KeyboardInterrupt", "message": "monitor: interrupted (what was checked is saved)"},
+    }  # fmt: skip
 
 
 def test_ctrl_c_between_passes_exits_130_in_one_line(
     small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
 ) -> None:
-    args = [*monitor_args(serve(small_log).url, signer, tmp_path / "state")[:-1], "--interval", "60"]
+    args = [a for a in monitor_args(serve(small_log).url, signer, tmp_path / "state") if a != "--once"]
+    args += ["--interval", "60"]
     running = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert running.stdout is not None
     assert orjson.loads(running.stdout.readline())["ok"] is True  # a pass done: now it sleeps
-    code, stderr = interrupted(running)
+    code, stderr, stdout = interrupted(running)
     assert code == 130 and stderr.splitlines() == ["monitor: interrupted (what was checked is saved)"], stderr
+    assert stdout == ""  # each pass has its document; none was under way
 
 
 # --------------------------------------------------------------------------- command line
@@ -699,6 +745,7 @@ def test_a_pass_runs_with_the_server_extra_unimportable(
     assert done.returncode == 0, done.stderr[-2000:]
     assert orjson.loads(done.stdout.splitlines()[-1]) == {
         "ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 600}, "new_entries": 600,
+        "unwitnessed_since": None,
     }  # fmt: skip
 
 
@@ -825,8 +872,9 @@ def test_tls_is_verified_against_the_trust_store(small_log: Path, signer: note.S
             env={**env, "SSL_CERT_FILE": str(cert)},
         )
     report = orjson.loads(refused.stdout.splitlines()[-1])
-    assert refused.returncode == 2 and "TLS: CERTIFICATE_VERIFY_FAILED" in report["error"], report
-    assert "attempts" not in report["error"], report  # not retried: no retry mends a certificate
+    assert refused.returncode == 2 and "TLS: CERTIFICATE_VERIFY_FAILED" in report["error"]["message"], report
+    # Not retried: no retry mends a certificate.
+    assert report["error"]["kind"] == "Unreachable" and "attempts" not in report["error"]["message"], report
     assert trusted.returncode == 0, trusted.stdout + trusted.stderr[-2000:]
     assert orjson.loads(trusted.stdout.splitlines()[-1])["new_entries"] == 600
     assert asked and all(a.status == 200 for a in asked)

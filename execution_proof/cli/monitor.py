@@ -2,17 +2,22 @@
 or an old checkpoint is rewritten, or a project's main chain splits (docs/log.md, "Monitoring").
 
     monitor [--base-url URL] [--tiles-url URL] (--log-key VKEY | --log-policy FILE) --state DIR
-            [--once] [--interval SECONDS]
+            [--once] [--interval SECONDS] [--require-quorum] [--json]
 
 Each pass reads the checkpoint (``BASE/v1/log/checkpoint``, or ``TILES/checkpoint`` with
-``--tiles-url``), checks its signature (and the witness quorum with a policy), then reads
-every entry bundle past what it checked, with its level-0 tile and every tile above that the
-bundle completes, and recomputes the tree (transparency/monitor.py): a leaf, tile or root that
-does not match what it computed is a violation, as is a chain rule broken. Fetches run ahead
-(16 fetch threads, each with its own keep-alive connection: client/http.py, the standard
-library's http.client; retries with backoff and jitter, Retry-After honoured) while the
-bundles behind are hashed in order. Progress is saved as it goes
-(cli/monitor_state.py), so a killed monitor resumes where it stopped.
+``--tiles-url``), checks its signature, then reads every entry bundle past what it checked,
+with its level-0 tile and every tile above that the bundle completes, and recomputes the tree
+(transparency/monitor.py): a leaf, tile or root that does not match what it computed is a
+violation, as is a chain rule broken. Fetches run ahead (16 fetch threads, each with its own
+keep-alive connection: client/http.py, the standard library's http.client; retries with
+backoff and jitter, Retry-After honoured) while the bundles behind are hashed in order.
+Progress is saved as it goes (cli/monitor_state.py), so a killed monitor resumes where it
+stopped; one monitor at a time on a state directory (its lock).
+
+Violations are evidence only. With a policy, a checkpoint below the witness quorum is not
+one (a log publishes while a witness is down): the state keeps the first checkpoint of the
+current run of misses, and every report says since when the log is unwitnessed
+(``unwitnessed_since``); ``--require-quorum`` makes a miss exit 1.
 
 The state follows one log, recorded when a checkpoint first verifies (transparency/monitor.py,
 "The log"): a key, URL or state of another log is exit 2, never a violation. Time:
@@ -22,15 +27,18 @@ in all; a pass stops (the log cannot be read) once the log has not answered for 
 wall-clock limit: a large log takes as long as it takes to catch up, and what was checked is
 saved.
 
-Exit codes and environment: ``EPILOG`` (``monitor --help``). Without ``--once`` it follows: a
-pass every ``--interval`` seconds until a violation, another log, or Ctrl-C; a read error is
-reported and retried.
+Output (text, or ``--json``) and the kinds of failure: cli/monitor_report.py. Exit codes and
+environment: ``EPILOG`` (``monitor --help``). Without ``--once`` it follows: a pass every
+``--interval`` seconds until a violation, another log, or Ctrl-C; a read error is reported
+and retried.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import sqlite3
 import sys
 import time
 from collections import deque
@@ -39,11 +47,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import orjson
-
-from execution_proof.cli.monitor_fetch import SILENCE_S, Fetcher, Workers
-from execution_proof.cli.monitor_state import MonitorDb, PassReport, Seen, StateError
+from execution_proof.cli.monitor_fetch import SILENCE_S, Fetcher, LogReplyError, Workers
+from execution_proof.cli.monitor_report import MonitorParser, Output, UsageError
+from execution_proof.cli.monitor_state import MonitorDb, PassReport, Seen, StateError, StateLock
 from execution_proof.client.log_checks import LogInputError, env_skew
+from execution_proof.errors import Error
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.monitor import (
     Frontier,
@@ -57,7 +65,7 @@ from execution_proof.transparency.monitor import (
     split_bundle,
     tile_name,
 )
-from execution_proof.transparency.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, check_quorum, parse_policy
+from execution_proof.transparency.policy import COSIGNATURE_SKEW_S, Policy, QuorumCheck, check_quorum, parse_policy
 
 AHEAD = 64  # bundles fetched ahead of the one being hashed
 SAVE_EVERY = 16  # bundles between two saves of the progress (or SAVE_SECONDS, whichever first)
@@ -68,11 +76,16 @@ MAX_INTERVAL_S = 86_400.0
 
 EPILOG = f"""\
 exit status:
-  0    the log holds together (--once)
-  1    a violation (a JSON report on stdout), found now or by an earlier run on this --state
-  2    bad usage or configuration (a key, URL or --state of another log), or the log could
-       not be read (a resource missing, no answer for {SILENCE_S:g} s)
+  0    the log holds together (--once); a checkpoint below the --log-policy quorum is not a
+       violation: the report says since when the log is unwitnessed
+  1    a violation, found now or by an earlier run on this --state; with --require-quorum,
+       also while the newest checkpoint is below the quorum
+  2    bad usage or configuration (a key, URL or --state of another log; another monitor
+       running on this --state), or the log could not be read (a resource missing, no
+       answer for {SILENCE_S:g} s)
   130  interrupted (Ctrl-C); what was checked is saved
+--json: each pass's report as one JSON document on one line, and a failure as one document
+  too: {{"ok": false, "error": {{"kind", "message"}}}}, nothing else on stdout
 environment:
   LOG_COSIGNATURE_SKEW_S       how far ahead a cosignature's time may be (default 300)
   SSL_CERT_FILE, SSL_CERT_DIR  the CA certificates of https (default: the system's)
@@ -80,12 +93,16 @@ environment:
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    monitor = verbs.add_parser(
-        "monitor",
-        help="follow a transparency log; exit 1 on a fork, rewrite or chain split",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    own, verbs._parser_class = verbs._parser_class, MonitorParser  # a --json usage error is a document
+    try:
+        monitor = verbs.add_parser(
+            "monitor",
+            help="follow a transparency log; exit 1 on a fork, rewrite or chain split",
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    finally:
+        verbs._parser_class = own
     monitor.add_argument("--base-url", help="the service, e.g. https://example.com (optional with --tiles-url)")
     monitor.add_argument(
         "--tiles-url",
@@ -98,7 +115,8 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         "--state",
         required=True,
         metavar="DIR",
-        help="where the monitor keeps what it saw; it records the log it follows, one log per directory",
+        help="where the monitor keeps what it saw; it records the log it follows, one log per directory, "
+        "one monitor at a time",
     )
     monitor.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
     monitor.add_argument(
@@ -107,6 +125,15 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         default=10.0,
         metavar="SECONDS",
         help=f"seconds between passes when following (default 10, at least {MIN_INTERVAL_S:g})",
+    )
+    monitor.add_argument(
+        "--require-quorum",
+        action="store_true",
+        help="with --log-policy: exit 1 while the newest checkpoint is below the quorum (by default it is "
+        "reported, with since when, and the exit status is 0: a log publishes while a witness is down)",
+    )
+    monitor.add_argument(
+        "--json", action="store_true", help="each pass's report as one JSON document (one line), failures too"
     )
     monitor.set_defaults(run=monitor_command)
 
@@ -130,17 +157,25 @@ def log_prefix(base_url: str | None, tiles_url: str | None) -> str:
     elif base_url:
         prefix, option = base_url.rstrip("/") + "/v1/log/", "--base-url"
     else:
-        raise LogInputError("give --base-url (the service) or --tiles-url (a static copy of the log)")
+        raise UsageError("give --base-url (the service) or --tiles-url (a static copy of the log)")
     parts = urlsplit(prefix)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise LogInputError(f"{option}: not an http(s) URL: {tiles_url or base_url!r}")
+        raise UsageError(f"{option}: not an http(s) URL: {tiles_url or base_url!r}")
     return prefix
 
 
+INTERRUPTED = "monitor: interrupted (what was checked is saved)"
+
+
 def monitor_command(args: argparse.Namespace) -> int:
+    output = Output(json=args.json)
+    lock: StateLock | None = None
     db: MonitorDb | None = None
     try:
         try:
+            if args.require_quorum and not args.log_policy:
+                raise UsageError("--require-quorum needs --log-policy (the quorum is the policy's)")
+            prefix = log_prefix(args.base_url, args.tiles_url)
             policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
             skew_s = env_skew()
             if args.log_key:
@@ -148,39 +183,47 @@ def monitor_command(args: argparse.Namespace) -> int:
             else:
                 assert policy is not None  # one of the two is required
                 log_key = policy.log_key()
-            prefix = log_prefix(args.base_url, args.tiles_url)
             state_dir = Path(args.state)
             state_dir.mkdir(parents=True, exist_ok=True)
+            lock = StateLock(state_dir)  # before anything in it is opened: a second monitor touches nothing
             db = MonitorDb(state_dir / "monitor.sqlite3")
-        except (OSError, PolicyError, note.NoteError, LogInputError, StateError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        except (OSError, Error) as exc:  # a usage error, the key, the policy, the state: nothing was read
+            output.failure(exc, f"error: {exc}")
             return 2
-        state = db
-        return follow(
-            lambda: asyncio.run(run_monitor(prefix, log_key, policy, state, skew_s)),
-            once=args.once,
-            interval=args.interval,
-        )
-    except KeyboardInterrupt:
-        print("monitor: interrupted (what was checked is saved)", file=sys.stderr)
+        if db.cleared_quorum:
+            print(
+                f"monitor: cleared {len(db.cleared_quorum)} quorum violation(s) an older monitor recorded: a "
+                "checkpoint below the quorum is not a violation (the report's unwitnessed_since says since when)",
+                file=sys.stderr,
+            )
+        monitor = Monitor(prefix, log_key, policy, db, skew_s, require_quorum=args.require_quorum)
+        return follow(monitor, output, once=args.once, interval=args.interval)
+    except KeyboardInterrupt:  # between two passes: each pass has printed its report
+        print(INTERRUPTED, file=sys.stderr)
         return 130
     finally:
         if db is not None:
             db.close()
+        if lock is not None:
+            lock.release()
 
 
-def follow(run: Callable[[], PassReport], *, once: bool, interval: float) -> int:
-    """Passes (``run``), one per ``interval`` (one with ``once``), each reported as a JSON line:
-    the exit code (a read error is retried when following; a violation or another log ends it)."""
+def follow(monitor: Monitor, output: Output, *, once: bool, interval: float) -> int:
+    """Passes, one per ``interval`` (one with ``once``), each reported: the exit code (a read
+    error is retried when following; a violation, another log or a lost state ends it)."""
     while True:
         try:
-            report = run()
+            report = monitor.run_pass()
         except (WrongLog, StateError, LogInputError) as exc:
-            print(orjson.dumps({"ok": False, "error": str(exc)}).decode(), flush=True)
-            if once or not isinstance(exc, LogInputError):
+            again = not once and isinstance(exc, LogInputError)
+            output.failure(exc, f"error: {exc}" + (f" (again in {interval:g} s)" if again else ""), monitor.known())
+            if not again:
                 return 2
+        except KeyboardInterrupt as exc:
+            output.failure(exc, INTERRUPTED, monitor.known())
+            return 130
         else:
-            print(orjson.dumps(report).decode(), flush=True)
+            output.report(report, require_quorum=monitor.require_quorum)
             if not report["ok"]:
                 return 1
             if once:
@@ -188,15 +231,50 @@ def follow(run: Callable[[], PassReport], *, once: bool, interval: float) -> int
         time.sleep(interval)
 
 
-async def run_monitor(
-    prefix: str, log_key: note.Verifier, policy: Policy | None, db: MonitorDb, skew_s: int = COSIGNATURE_SKEW_S
-) -> PassReport:
-    progress = Progress(sys.stderr.isatty())
-    with Workers(tls=prefix.startswith("https:")) as workers:
+def known_of(db: MonitorDb) -> dict[str, object]:
+    """The report's members the state alone gives (a pass that failed before it read a
+    checkpoint)."""
+    return {
+        "violations": [v.json() for v in db.violations()],
+        "unwitnessed_since": db.unwitnessed.json() if db.unwitnessed else None,
+    }
+
+
+@dataclass
+class Monitor:
+    """What every pass of one run shares; ``current``, the pass under way or last run."""
+
+    prefix: str
+    log_key: note.Verifier
+    policy: Policy | None
+    db: MonitorDb
+    skew_s: int = COSIGNATURE_SKEW_S
+    require_quorum: bool = False
+    current: Pass | None = None
+
+    def run_pass(self) -> PassReport:
+        self.current = None
+        return asyncio.run(self._run())
+
+    async def _run(self) -> PassReport:
+        progress = Progress(sys.stderr.isatty())
+        with Workers(tls=self.prefix.startswith("https:")) as workers:
+            fetcher = Fetcher(workers.get, self.prefix)
+            self.current = Pass(
+                fetcher, self.log_key, self.policy, self.db, progress, self.skew_s, require_quorum=self.require_quorum
+            )
+            try:
+                return await self.current.run()
+            finally:
+                progress.close()
+
+    def known(self) -> dict[str, object]:
+        """The members of the report known so far: the state's, and the checkpoint the pass
+        read and its quorum (none when the state cannot even be read)."""
         try:
-            return await Pass(Fetcher(workers.get, prefix), log_key, policy, db, progress, skew_s).run()
-        finally:
-            progress.close()
+            return self.current.known() if self.current is not None else known_of(self.db)
+        except sqlite3.Error:
+            return {}
 
 
 class Progress:
@@ -249,6 +327,9 @@ class Pass:
         db: MonitorDb,
         progress: Progress,
         skew_s: int = COSIGNATURE_SKEW_S,
+        *,
+        require_quorum: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.skew_s = skew_s
         self.fetcher = fetcher
@@ -256,6 +337,12 @@ class Pass:
         self.policy = policy
         self.db = db
         self.progress = progress
+        self.require_quorum = require_quorum
+        self.clock = clock
+        self.checkpoint: note.Checkpoint | None = None
+        """The checkpoint this pass read, once its signature verified."""
+        self.quorum: QuorumCheck | None = None
+        """That checkpoint against the policy's quorum (with a policy)."""
 
     async def run(self) -> PassReport:
         db = self.db
@@ -263,15 +350,13 @@ class Pass:
         start = db.frontier.size
         raw = await self.fetcher.fetch("checkpoint")
         if raw is None:
-            raise LogInputError(f"{self.fetcher.prefix}checkpoint answered HTTP 404")
+            raise LogReplyError(f"{self.fetcher.prefix}checkpoint answered HTTP 404", 404)
         opened = self._open(raw)
         if isinstance(opened, Violation):
             return self._stop(None, opened)
         checkpoint, text = opened
-        if self.policy is not None:
-            quorum = check_quorum(text, self.policy, int(time.time()), self.skew_s)
-            if not quorum.ok:
-                return self._stop(checkpoint, Violation("quorum", quorum.reason))
+        self.checkpoint = checkpoint
+        self._witnessed(text)
         db.frontier.verified = db.seen.size if db.seen else 0
         problem = self._compare(checkpoint)
         if problem is not None:
@@ -283,16 +368,30 @@ class Pass:
             return self._stop(checkpoint, violation)
         return {**self._report(checkpoint), "new_entries": checkpoint.size - start}
 
+    def _witnessed(self, text: str) -> None:
+        """The checkpoint against the policy's quorum: never a violation (a log publishes
+        while a witness is down), but the state keeps the first checkpoint of a run of misses,
+        and the report says since when the log is unwitnessed. Without a policy there is no
+        quorum to miss."""
+        now = self.clock()
+        met = True
+        if self.policy is not None:
+            self.quorum = check_quorum(text, self.policy, int(now), self.skew_s)
+            met = self.quorum.ok
+        assert self.checkpoint is not None
+        seen_at = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.db.record_quorum(self.checkpoint.size, met, seen_at)
+
     def _open(self, raw: bytes) -> tuple[note.Checkpoint, str] | Violation:
         """``open_followed``; the first checkpoint that verifies records the log in the state
         (and clears what an older monitor recorded against a wrong key). Not a signed
-        checkpoint: ``LogInputError``."""
+        checkpoint: ``LogReplyError``."""
         url, followed = self.fetcher.prefix + "checkpoint", self.db.log
         try:
             text = raw.decode()
             opened = open_followed(text, self.log_key, followed=followed is not None, url=url)
         except (UnicodeDecodeError, note.NoteError) as exc:
-            raise LogInputError(f"{url} is not a signed checkpoint: {exc}") from exc
+            raise LogReplyError(f"{url} is not a signed checkpoint: {exc}") from exc
         if isinstance(opened, Violation):
             return opened
         if followed is None:
@@ -392,14 +491,14 @@ class Pass:
     async def _resource(self, level: int | str, index: int, width: int) -> bytes:
         """A tile or bundle the checkpoint needs; a partial one that is gone is read from the
         full one (tlog-tiles lets a log delete partial tiles once full). Missing:
-        ``LogInputError`` (the log cannot be read)."""
+        ``LogReplyError`` (the log cannot be read)."""
         data = await self.fetcher.fetch(tile_name(level, index, width))
         if data is None and width < tlog.TILE_WIDTH:
             data = await self.fetcher.fetch(tile_name(level, index))
             if data is not None and level != "entries" and len(data) == tlog.TILE_WIDTH * tlog.HASH_SIZE:
                 data = data[: width * tlog.HASH_SIZE]
         if data is None:
-            raise LogInputError(f"{self.fetcher.prefix}{tile_name(level, index, width)} is missing")
+            raise LogReplyError(f"{self.fetcher.prefix}{tile_name(level, index, width)} is missing", 404)
         return data
 
     async def _check_edge(self, checkpoint: note.Checkpoint, text: str) -> Violation | None:
@@ -418,7 +517,20 @@ class Pass:
 
     def _report(self, checkpoint: note.Checkpoint | None) -> PassReport:
         violations = self.db.violations()
-        report: PassReport = {"ok": not violations, "violations": [v.json() for v in violations]}
+        unwitnessed = self.db.unwitnessed
+        missed = self.require_quorum and self.quorum is not None and not self.quorum.ok
+        report: PassReport = {
+            "ok": not violations and not missed,
+            "violations": [v.json() for v in violations],
+            "unwitnessed_since": unwitnessed.json() if unwitnessed else None,
+        }
         if checkpoint is not None:
             report["checkpoint"] = {"origin": checkpoint.origin, "size": checkpoint.size}
+        if self.quorum is not None:
+            report["quorum"] = {"ok": self.quorum.ok, "reason": self.quorum.reason}
         return report
+
+    def known(self) -> dict[str, object]:
+        """The report's members known so far (a pass that failed: ``--json``'s failure
+        document carries them)."""
+        return dict(self._report(self.checkpoint))

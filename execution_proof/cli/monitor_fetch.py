@@ -18,6 +18,7 @@ from types import TracebackType
 
 from execution_proof.client.http import Client, HttpError, Reply, Unreachable
 from execution_proof.client.log_checks import LogInputError
+from execution_proof.receipts import errors
 
 CONCURRENCY = 16  # requests in flight
 ATTEMPTS = 6  # tries of a request that fails without the server saying when to come back
@@ -28,6 +29,23 @@ REQUEST_TIMEOUT_S = 10.0  # connect, and between two reads of a reply
 REQUEST_DEADLINE_S = 20.0  # one request in all (a reply that trickles in)
 SILENCE_S = 30.0  # without an answer from the log, a pass stops: --once ends well within a minute
 MAX_RESOURCE_BYTES = 16 << 20  # a tile is 8 KiB, a bundle 256 entries of about 250 bytes
+
+
+class LogUnreachable(LogInputError, errors.Unreachable):
+    """The log gave no usable reply (``execution_proof.Unreachable``): no answer for the
+    silence limit, connections that failed every attempt, a certificate that does not
+    verify, a redirect loop, a reply over the ceiling."""
+
+
+class LogReplyError(LogInputError):
+    """The log answered, not with what a log serves: a status other than 200, a resource
+    the checkpoint needs that is missing (404), a checkpoint that is not a signed note.
+    ``--json`` names it a ``ServiceError`` (the log's reply was refused)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 Get = Callable[[str], Awaitable[Reply]]
 Sleep = Callable[[float], Awaitable[None]]
@@ -103,7 +121,8 @@ class Fetcher:
     with exponential backoff and full jitter (a 429's or 503's ``Retry-After`` is waited out
     as given); anything else (another status, too many redirects, a reply over the size
     ceiling, a certificate that does not verify), retries exhausted, or no answer from the
-    log for ``silence_s`` (across every request of the pass), is ``LogInputError``."""
+    log for ``silence_s`` (across every request of the pass), is ``LogUnreachable``, but a
+    status that is not retried, or the last of a retried one, is ``LogReplyError``."""
 
     get: Get
     prefix: str
@@ -128,13 +147,13 @@ class Fetcher:
     async def fetch(self, path: str) -> bytes | None:
         url = self.prefix + path
         failures = limited = 0
-        problem = f"{url}: no reply"
+        problem, answered = f"{url}: no reply", None
         while True:
             wait: float | None
             async with self._gate:
                 left = self._time_left()
                 if left <= 0:
-                    raise LogInputError(f"the log has not answered for {self.silence_s:g} s ({problem})")
+                    raise LogUnreachable(f"the log has not answered for {self.silence_s:g} s ({problem})")
                 self.requests += 1
                 bound = min(REQUEST_DEADLINE_S, left)
                 timer = asyncio.timeout(bound)
@@ -144,11 +163,11 @@ class Fetcher:
                 except TimeoutError:
                     if not timer.expired():
                         raise
-                    reply, problem = None, f"{url}: no reply within {bound:.3g} s"
+                    reply, problem, answered = None, f"{url}: no reply within {bound:.3g} s", None
                 except HttpError as exc:
                     if not transient(exc):
-                        raise LogInputError(str(exc)) from exc
-                    reply, problem = None, str(exc)
+                        raise LogUnreachable(str(exc)) from exc
+                    reply, problem, answered = None, str(exc), None
             if reply is None:
                 wait = None
             else:
@@ -159,8 +178,8 @@ class Fetcher:
                 if status == 404:
                     return None
                 if status != 429 and status < 500:
-                    raise LogInputError(f"{url} answered HTTP {status}")
-                problem = f"{url} answered HTTP {status}"
+                    raise LogReplyError(f"{url} answered HTTP {status}", status)
+                problem, answered = f"{url} answered HTTP {status}", status
                 wait = retry_after(reply) if status in (429, 503) else None
             if wait is not None and limited < PATIENCE:
                 limited += 1
@@ -168,7 +187,9 @@ class Fetcher:
             else:
                 failures += 1
                 if failures >= ATTEMPTS:
-                    raise LogInputError(f"{problem} ({failures} attempts)")
+                    if answered is not None:
+                        raise LogReplyError(f"{problem} ({failures} attempts)", answered)
+                    raise LogUnreachable(f"{problem} ({failures} attempts)")
                 wait = min(random.uniform(0, min(BACKOFF_CAP_S, BACKOFF_S * 2**failures)), max(self._time_left(), 0))
                 asked = False
             self.retries += 1

@@ -7,7 +7,12 @@
   size and root), and the checkpoint being caught up to.
 - ``projects``: per project, the main chain's tip and the previous hash of its last main
   entry. Memory grows with the number of projects, never with the entries.
-- ``violations``: every violation found, each once; reported on every later run.
+- ``violations``: every violation found, each once; reported on every later run. The
+  ``quorum`` violations older versions recorded for a checkpoint below the witness quorum
+  are removed when the state is opened (a miss is not evidence: ``unwitnessed_since``).
+- ``meta`` also keeps ``unwitnessed_size`` and ``unwitnessed_at``: the first checkpoint of
+  the current run of checkpoints below the policy's quorum, and when the monitor saw it
+  (``Unwitnessed``); removed by the first checkpoint that meets the quorum.
 - DIR/prevs.bin (``PrevFile``): every (project, previous hash) a main entry used, 16 bytes
   each, appended as the monitor goes and read only when an entry does not follow its
   project's tip (to tell a fork from a split): disk grows 16 bytes per main entry, memory
@@ -22,6 +27,11 @@ last commits may be lost, and the monitor re-reads those entries.
 
 A pass reports what it found as a ``PassReport`` (one JSON line): the violations kept, and the
 checkpoint it checked.
+
+DIR/monitor.lock (``StateLock``): one monitor per state directory. The first takes an
+exclusive lock on it (``flock``; on Windows ``msvcrt.locking``) before it opens anything else
+and holds it for the whole run; a second gets ``StateBusy`` at once, naming the process
+that holds it (its pid is written in the file).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import hashlib
 import mmap
 import os
 import sqlite3
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +55,27 @@ from execution_proof.transparency.monitor import Frontier, Project, Violation
 if TYPE_CHECKING:
     from execution_proof.receipts.shapes import JSONObject
 
+if sys.platform == "win32":
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+else:
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS projects (
@@ -55,19 +87,88 @@ CREATE TABLE IF NOT EXISTS violations (
 """
 
 
+class UnwitnessedJSON(TypedDict):
+    size: int
+    seen_at: str
+
+
+class QuorumJSON(TypedDict):
+    ok: bool
+    reason: str
+
+
 class PassReport(TypedDict):
-    """One pass of ``monitor``, as it prints it: ``ok`` while no violation is kept."""
+    """One pass of ``monitor``, as it prints it: ``ok`` while no violation is kept (and, with
+    ``--require-quorum``, while the checkpoint read meets the quorum)."""
 
     ok: bool
     violations: list[Mapping[str, object]]
     """Each kept violation as ``Violation.json()`` writes it (every violation ever found)."""
+    unwitnessed_since: UnwitnessedJSON | None
+    """The first checkpoint of the current run of checkpoints below the policy's quorum."""
     checkpoint: NotRequired[JSONObject]
     """``origin`` and ``size`` of the checkpoint the pass read, once it read one."""
+    quorum: NotRequired[QuorumJSON]
+    """With a policy, once a checkpoint was read: whether it meets the quorum, and why."""
     new_entries: NotRequired[int]
 
 
 class StateError(Error):
     """The state directory holds something this monitor cannot use (the verb exits 2)."""
+
+
+class StateBusy(StateError):
+    """Another monitor holds the state directory's lock (the verb exits 2 at once)."""
+
+
+class StateLock:
+    """DIR/monitor.lock, held exclusively from ``__init__`` to ``release`` (or the process's
+    end: the system releases it with the file). ``StateBusy`` when another process holds it,
+    ``StateError`` when the file cannot be opened."""
+
+    NAME = "monitor.lock"
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / self.NAME
+        try:
+            self._file = open(self.path, "a+b")  # noqa: SIM115 - held open for the monitor's life
+        except OSError as exc:
+            raise StateError(f"cannot use {self.path}: {exc}") from exc
+        self._file.seek(0)  # msvcrt locks from the position: every monitor locks byte 0
+        if not _try_lock(self._file.fileno()):
+            holder = self._holder()
+            self._file.close()
+            raise StateBusy(
+                f"another monitor{holder} is running on the state directory {directory} (it holds {self.path}): "
+                "one monitor per --state directory"
+            )
+        self._file.truncate(0)
+        self._file.write(str(os.getpid()).encode())
+        self._file.flush()
+
+    def _holder(self) -> str:
+        """`` (process N)`` as the holder wrote it; empty when it cannot be read."""
+        try:
+            self._file.seek(0)
+            pid = self._file.read(32).decode("ascii", "replace").strip()
+        except OSError:
+            return ""
+        return f" (process {pid})" if pid.isdigit() else ""
+
+    def release(self) -> None:
+        self._file.close()
+
+
+@dataclass(frozen=True)
+class Unwitnessed:
+    """The first checkpoint of the current run of checkpoints below the policy's quorum: its
+    size, and when the monitor first saw it (UTC, ISO 8601)."""
+
+    size: int
+    seen_at: str
+
+    def json(self) -> UnwitnessedJSON:
+        return {"size": self.size, "seen_at": self.seen_at}
 
 
 @dataclass(frozen=True)
@@ -169,6 +270,13 @@ class MonitorDb:
             else None
         )
         self.target: str | None = meta["target"].decode() if "target" in meta else None
+        self.unwitnessed = (
+            Unwitnessed(int(meta["unwitnessed_size"]), bytes(meta["unwitnessed_at"]).decode())
+            if "unwitnessed_size" in meta
+            else None
+        )
+        self.cleared_quorum = self._clear("quorum")
+        """The ``quorum`` violations an older version recorded, removed as the state opened."""
         self.prevs = PrevFile(path.with_name("prevs.bin"), int(meta.get("prevs_length", b"0")))
 
     def close(self) -> None:
@@ -179,6 +287,18 @@ class MonitorDb:
         rows = self._db.execute("SELECT record FROM violations ORDER BY id").fetchall()
         return [Violation(**orjson.loads(record)) for (record,) in rows]
 
+    def _kept(self, kind: str) -> list[tuple[int, Violation]]:
+        """(row id, violation) of every kept violation of ``kind``."""
+        rows = self._db.execute("SELECT id, record FROM violations ORDER BY id").fetchall()
+        return [(id_, v) for id_, record in rows if (v := Violation(**orjson.loads(record))).kind == kind]
+
+    def _clear(self, kind: str) -> list[Violation]:
+        """Remove the kept violations of ``kind`` (one transaction); what was removed."""
+        cleared = self._kept(kind)
+        if cleared:
+            self._write(("DELETE FROM violations WHERE id = ?", [(id_,) for id_, _ in cleared]))
+        return [v for _, v in cleared]
+
     def record_log(self, log_key: note.Verifier) -> list[Violation]:
         """Record ``log_key`` as the log this state follows (its name is the origin), once a
         checkpoint has verified against it; the ``signature`` violations an older monitor
@@ -186,8 +306,7 @@ class MonitorDb:
         from a log's bad signature) are removed in the same transaction, and returned.
         ``StateError`` when the state cannot be written."""
         assert self.log is None, "a state's log is recorded once"
-        rows = self._db.execute("SELECT id, record FROM violations ORDER BY id").fetchall()
-        cleared = [(id_, v) for id_, record in rows if (v := Violation(**orjson.loads(record))).kind == "signature"]
+        cleared = self._kept("signature")
         meta = {"log_origin": log_key.name.encode(), "log_vkey": log_key.encode().encode()}
         self._write(
             ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items()),
@@ -196,6 +315,20 @@ class MonitorDb:
         )
         self.log, self.origin = log_key, log_key.name
         return [v for _, v in cleared]
+
+    def record_quorum(self, size: int, met: bool, seen_at: str) -> Unwitnessed | None:
+        """A checkpoint of ``size``, seen at ``seen_at``, meets the quorum (``met``) or not:
+        the first miss of a run of misses is kept, and a checkpoint that meets the quorum ends
+        the run. The run's first miss, or None. ``StateError`` when the state cannot be
+        written."""
+        if met and self.unwitnessed is not None:
+            self._write(("DELETE FROM meta WHERE key = ?", [("unwitnessed_size",), ("unwitnessed_at",)]))
+            self.unwitnessed = None
+        elif not met and self.unwitnessed is None:
+            meta = {"unwitnessed_size": str(size).encode(), "unwitnessed_at": seen_at.encode()}
+            self._write(("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items()))
+            self.unwitnessed = Unwitnessed(size, seen_at)
+        return self.unwitnessed
 
     def save(
         self,

@@ -59,8 +59,9 @@ class ViolationJSON(TypedDict):
 @dataclass
 class Violation:
     kind: str
-    """``signature``, ``quorum``, ``inconsistent``, ``tile``, ``entry``, ``chain_fork`` or
-    ``chain_split``."""
+    """``signature``, ``inconsistent``, ``tile``, ``entry``, ``chain_fork`` or ``chain_split``:
+    evidence only (a checkpoint below a witness quorum is not one; older monitors recorded
+    it as ``quorum``, which cli/monitor_state.py clears)."""
     detail: str
     index: int | None = None
     project_id: str | None = None
