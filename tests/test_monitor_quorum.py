@@ -161,10 +161,10 @@ def test_a_checkpoint_below_the_quorum_is_reported_since_when_and_never_recorded
     code, out, _ = run(capsys, *args, "--json", "--require-quorum")
     report = document(out)
     assert (code, report["ok"], report["violations"], report["unwitnessed_since"]) == (1, False, [], since)
-    code, out, _ = run(capsys, *args)  # as text
-    assert code == 0
-    assert f"UNWITNESSED since size 8 (first seen {since['seen_at']})" in out and "NOT met" in out, out
-    assert "not a violation" in out and "VIOLATION" not in out
+    code, out, err = run(capsys, *args)  # without --json: the same document, and text on stderr
+    assert code == 0 and document(out)["unwitnessed_since"] == since
+    assert f"UNWITNESSED since size 8 (first seen {since['seen_at']})" in err and "NOT met" in err, err
+    assert "not a violation" in err and "VIOLATION" not in err
 
     # Still down at size 10: the run of misses began at 8.
     publish(root, 10, signer, w1)
@@ -179,8 +179,8 @@ def test_a_checkpoint_below_the_quorum_is_reported_since_when_and_never_recorded
     code, out, _ = run(capsys, *args, "--json", "--require-quorum")
     report = document(out)
     assert (code, report["ok"], report["unwitnessed_since"], report["violations"]) == (0, True, None, []), report
-    code, out, _ = run(capsys, *args)
-    assert code == 0 and "UNWITNESSED" not in out and "holds together" in out, out
+    code, out, err = run(capsys, *args)
+    assert code == 0 and "UNWITNESSED" not in err and "holds together" in err, err
     violations, meta = state_rows(state)
     assert violations == [] and not {"unwitnessed_size", "unwitnessed_at"} & set(meta)
 
@@ -304,11 +304,11 @@ def test_every_failure_under_json_is_one_document_with_its_kind(
         held.release()
 
 
-def test_without_json_a_failure_is_a_line_on_stderr_and_nothing_on_stdout(
+def test_without_json_a_failure_is_a_line_on_stderr_and_its_document_on_stdout(
     signer: note.Signer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run(capsys, "--log-key", signer.verifier.encode(), "--state", str(tmp_path / "s"))
-    assert (code, out) == (2, "")
+    assert code == 2 and document(out)["error"]["kind"] == "UsageError"
     assert err == "error: give --base-url (the service) or --tiles-url (a static copy of the log)\n"
 
 
@@ -410,6 +410,8 @@ async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
         key = await create_project_key(store.keys, project_name="witnessed", plan="pro")
         config = LogConfig(ORIGIN, signer, policy=policy.parse_policy(text), witness_timeout_ms=3000)
         worker = Integrator(store.log_queue, log_store, config)
+        assert worker.witnesses is not None
+        worker.witnesses.jitter = lambda: 0.0  # a witness back up is asked at the next step, not after a backoff
         await worker.prepare()
         with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
             args = ["--tiles-url", url + "/", "--log-policy", str(tmp_path / "policy.txt"), "--state",

@@ -27,7 +27,7 @@ in all; a pass stops (the log cannot be read) once the log has not answered for 
 wall-clock limit: a large log takes as long as it takes to catch up, and what was checked is
 saved.
 
-Output (text, or ``--json``) and the kinds of failure: cli/monitor_report.py. Exit codes and
+Output (JSON on stdout, text on stderr without ``--json``) and the kinds of failure: cli/monitor_report.py. Exit codes and
 environment: ``EPILOG`` (``monitor --help``). Without ``--once`` it follows: a pass every
 ``--interval`` seconds until a violation, another log, or Ctrl-C; a read error is reported
 and retried.
@@ -84,8 +84,9 @@ exit status:
        running on this --state), or the log could not be read (a resource missing, no
        answer for {SILENCE_S:g} s)
   130  interrupted (Ctrl-C); what was checked is saved
---json: each pass's report as one JSON document on one line, and a failure as one document
-  too: {{"ok": false, "error": {{"kind", "message"}}}}, nothing else on stdout
+stdout: each pass's report as one JSON document on one line, and a failure as one document
+  too: {{"ok": false, "error": {{"kind", "message"}}}}, nothing else; without --json the same
+  report as text for people on stderr
 environment:
   LOG_COSIGNATURE_SKEW_S       how far ahead a cosignature's time may be (default 300)
   SSL_CERT_FILE, SSL_CERT_DIR  the CA certificates of https (default: the system's)
@@ -133,7 +134,7 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         "reported, with since when, and the exit status is 0: a log publishes while a witness is down)",
     )
     monitor.add_argument(
-        "--json", action="store_true", help="each pass's report as one JSON document (one line), failures too"
+        "--json", action="store_true", help="no text on stderr: stdout's one JSON document per pass (failures and usage errors too) alone"
     )
     monitor.set_defaults(run=monitor_command)
 

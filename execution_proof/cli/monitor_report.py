@@ -46,7 +46,9 @@ def error_kind(exc: BaseException) -> str:
 
 
 class Output:
-    """Where a run's reports and failures go: text (``json`` False) or JSON documents."""
+    """Where a run's reports and failures go: each pass's JSON document on stdout, always (a
+    violation is exit 1 with a JSON report naming it, as it always was); without ``--json``
+    (``json`` False) the same report as text for people on stderr too."""
 
     def __init__(self, *, json: bool, out: IO[str] | None = None, err: IO[str] | None = None) -> None:
         self.json = json
@@ -54,21 +56,19 @@ class Output:
         self.err = err if err is not None else sys.stderr
 
     def report(self, report: PassReport, *, require_quorum: bool) -> None:
-        if self.json:
-            self._document(report)
-        else:
-            self.out.write("".join(line + "\n" for line in text(report, require_quorum=require_quorum)))
-            self.out.flush()
+        if not self.json:
+            self.err.write("".join(line + "\n" for line in text(report, require_quorum=require_quorum)))
+            self.err.flush()
+        self._document(report)
 
     def failure(self, exc: BaseException, message: str, known: Mapping[str, object] | None = None) -> None:
         """A failure: ``message`` on stderr, and with ``--json`` its document on stdout with
         the report's members ``known`` when it happened (its message: the exception's, else
         ``message``)."""
         print(message, file=self.err, flush=True)
-        if self.json:
-            reason = str(exc) or message
-            members = {name: value for name, value in (known or {}).items() if name not in ("ok", "error")}
-            self._document({"ok": False, **members, "error": {"kind": error_kind(exc), "message": reason}})
+        reason = str(exc) or message
+        members = {name: value for name, value in (known or {}).items() if name not in ("ok", "error")}
+        self._document({"ok": False, **members, "error": {"kind": error_kind(exc), "message": reason}})
 
     def _document(self, document: Mapping[str, Any]) -> None:
         self.out.write(orjson.dumps(document).decode() + "\n")
