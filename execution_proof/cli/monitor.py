@@ -27,7 +27,8 @@ in all; a pass stops (the log cannot be read) once the log has not answered for 
 wall-clock limit: a large log takes as long as it takes to catch up, and what was checked is
 saved.
 
-Output (JSON on stdout, text on stderr without ``--json``) and the kinds of failure: cli/monitor_report.py. Exit codes and
+Output (JSON on stdout, text on stderr without ``--json``) and the kinds of failure:
+cli/monitor_report.py. Exit codes and
 environment: ``EPILOG`` (``monitor --help``). Without ``--once`` it follows: a pass every
 ``--interval`` seconds until a violation, another log, or Ctrl-C; a read error is reported
 and retried.
@@ -134,7 +135,9 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         "reported, with since when, and the exit status is 0: a log publishes while a witness is down)",
     )
     monitor.add_argument(
-        "--json", action="store_true", help="no text on stderr: stdout's one JSON document per pass (failures and usage errors too) alone"
+        "--json",
+        action="store_true",
+        help="no text on stderr: stdout's one JSON document per pass (failures and usage errors too) alone",
     )
     monitor.set_defaults(run=monitor_command)
 
