@@ -56,12 +56,15 @@ def test_version_usage_and_typos() -> None:
 
 
 def test_top_level_help_lists_client_verbs_apart() -> None:
+    """The help says which verbs the light install runs: the key makers too, though their verb
+    groups hold a server (``witness serve``) or sit beside operator verbs."""
     done = cli("--help")
     assert done.returncode == 0
-    assert (
-        "client verbs (the light install: pip install execution-proof):\n  hash, submit, bundle, verify" in done.stdout
-    )
-    assert "operator verbs (pip install 'execution-proof[server]'):\n  serve, worker" in done.stdout
+    assert "client verbs (the light install, without extras):\n  hash, submit, bundle, verify" in done.stdout
+    assert "key makers (the light install too):\n  log-key new, witness key new\n" in done.stdout
+    operator = done.stdout.split("operator verbs (they need the server extra, execution-proof[server]):\n")[1]
+    needing = operator.splitlines()[0].strip().split(", ")
+    assert needing == ["serve", "worker", "expire", "keys", "signing-key", "receipts", "log", "witness serve"]
 
 
 @pytest.mark.parametrize(
