@@ -80,9 +80,11 @@ def _start(args: argparse.Namespace) -> int:
     from execution_proof.web.witness import StateError, WitnessState, serve, witness_app
 
     try:
-        cosigner = Cosigner.parse(Path(args.key_file).read_text(encoding="utf-8").splitlines()[0])
-    except (OSError, IndexError, NoteError) as exc:
-        print(f"error: --key-file: {exc}", file=sys.stderr)
+        lines = Path(args.key_file).read_text(encoding="utf-8").splitlines()
+        cosigner = Cosigner.parse(lines[0] if lines else "")
+    except (OSError, UnicodeDecodeError, NoteError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        print(f"error: --key-file {args.key_file}: {reason}", file=sys.stderr)
         return 2
     logs = {}
     for item in args.log:
