@@ -219,18 +219,24 @@ def _hash(args: argparse.Namespace) -> int:
             results.append(json_failure(failure, path=path))
             continue
         results.append(json_ok({"path": path, "hash": digest, **({"salt": salt.hex()} if salt else {})}))
-    several = len(results) > 1
     if args.json:
-        print_json(results if several else results[0])
-    for result in results if not args.json else ():
-        if result["ok"]:
-            print(f"{result['hash']}  {result['path']}" if several else result["hash"])
-    salted = [result for result in results if "salt" in result]
-    for result in salted if not args.json else ():
-        print(f"salt: {result['salt']}" + (f"  {result['path']}" if several else ""), file=sys.stderr)
-    if salted and not args.json:
-        print("note: keep the salt: the hash is SHA-256 of its bytes followed by the file's", file=sys.stderr)
+        print_json(results if len(results) > 1 else results[0])
+    else:
+        _print_hashes(results)
     return 0 if all(result["ok"] for result in results) else 2
+
+
+def _print_hashes(results: list[dict[str, object]]) -> None:
+    """The hash lines on stdout (one file: the bare hash); each salt on stderr, to keep."""
+    several = len(results) > 1
+    hashed = [result for result in results if result["ok"]]
+    for result in hashed:
+        print(f"{result['hash']}  {result['path']}" if several else result["hash"])
+    salted = [result for result in hashed if "salt" in result]
+    for result in salted:
+        print(f"salt: {result['salt']}" + (f"  {result['path']}" if several else ""), file=sys.stderr)
+    if salted:
+        print("note: keep the salt: the hash is SHA-256 of its bytes followed by the file's", file=sys.stderr)
 
 
 def _unreadable(path: str, exc: BaseException) -> BaseException:

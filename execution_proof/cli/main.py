@@ -200,7 +200,7 @@ def _run(argv: list[str]) -> int:
             from execution_proof.cli.output import json_failure, print_json
 
             print_json(json_failure(refused.error))
-        return 2
+        sys.exit(2)  # as argparse ends a refused command line (and --help): callers of main() see SystemExit
     if getattr(args, "run", None) is None:
         _parser(GROUPS).print_usage(sys.stderr)
         print(f"{PROG}: error: name a verb (`{PROG} --help` lists them)", file=sys.stderr)
