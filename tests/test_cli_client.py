@@ -56,10 +56,15 @@ def test_version_usage_and_typos() -> None:
 
 
 def test_top_level_help_lists_client_verbs_apart() -> None:
+    """The help says which verbs the light install runs: the key makers too, though their verb
+    groups hold a server (``witness serve``) or sit beside operator verbs."""
     done = cli("--help")
     assert done.returncode == 0
-    assert "client verbs (the light install, no extra):\n  hash, submit, bundle, verify" in done.stdout
-    assert "operator verbs (the extra [server]; in a clone: pip install '.[server]'):\n  serve, worker" in done.stdout
+    assert "client verbs (the light install, without extras):\n  hash, submit, bundle, verify" in done.stdout
+    assert "key makers (the light install too):\n  log-key new, witness key new\n" in done.stdout
+    operator = done.stdout.split("operator verbs (the extra [server]; in a clone: pip install '.[server]'):\n")[1]
+    needing = operator.splitlines()[0].strip().split(", ")
+    assert needing == ["serve", "worker", "expire", "keys", "signing-key", "receipts", "log", "witness serve"]
 
 
 @pytest.mark.parametrize(
@@ -93,13 +98,17 @@ def test_hash_several_files_stdin_and_json(tmp_path: Path) -> None:
     assert piped.stdout.strip() == "sha256:" + hashlib.sha256(b"from a pipe").hexdigest()
     as_json = cli("hash", str(one), "-", "--json", stdin=b"x")
     assert orjson.loads(as_json.stdout) == [
-        {"path": str(one), "hash": digest[one]},
-        {"path": "-", "hash": "sha256:" + hashlib.sha256(b"x").hexdigest()},
+        {"ok": True, "path": str(one), "hash": digest[one]},
+        {"ok": True, "path": "-", "hash": "sha256:" + hashlib.sha256(b"x").hexdigest()},
     ]
     salted = orjson.loads(cli("hash", str(one), "--salt", "--json").stdout)
+    assert salted["ok"] is True
     assert salted["hash"] == "sha256:" + hashlib.sha256(bytes.fromhex(salted["salt"]) + b"first\n").hexdigest()
-    missing = cli("hash", str(one), str(tmp_path / "absent"))
-    assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+    # An unreadable file does not stop the others (sha256sum's way); the exit code says it.
+    absent = str(tmp_path / "absent")
+    missing = cli("hash", absent, str(one))
+    assert missing.returncode == 2 and f"cannot read {absent}" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.stdout == f"{digest[one]}  {one}\n"
 
 
 def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
@@ -145,26 +154,59 @@ def test_bundle_pending_saves_nothing_then_waits_for_the_proof(logged: Any, tmp_
     assert not out.exists(), "a bundle without its proof is never saved"
     at_once = cli("bundle", receipt_id, "--out", str(out), env={"SERVICE_BASE_URL": logged.base_url})
     assert at_once.returncode == 1 and not out.exists()
+    pending_json = cli("bundle", saved, "--out", str(out), "--json")
+    assert pending_json.returncode == 1 and not out.exists()
+    pending_document = orjson.loads(pending_json.stdout)
+    message = pending_document["error"].pop("message")
+    assert "no published checkpoint covers" in message and "nothing saved" in message
+    assert pending_document == {
+        "ok": False,
+        "error": {"kind": "ProofPending"},
+        "receipt_id": receipt_id,
+        "saved": None,
+    }
+    unsaved = cli("submit", "--input", str(data), "--save", str(tmp_path / "no-dir" / "r.json"), "--json", env=env)
+    assert unsaved.returncode == 2, unsaved.stdout + unsaved.stderr
+    kept = orjson.loads(unsaved.stdout)
+    assert kept["ok"] is False and kept["error"]["kind"] == "InvalidInput" and kept["saved"] is None
+    assert kept["unsaved"]["receipt"]["receipt_id"] == kept["receipt_id"], "the receipt it could not save is kept"
+    assert kept["unsaved"]["service_url"] == logged.base_url
 
     logged.worker()
     done = cli("bundle", saved, "--wait", "60", "--out", str(out), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     summary = orjson.loads(done.stdout)
-    assert summary == {"receipt_id": receipt_id, "saved": str(out), "log": True, "proof": True}
+    assert summary == {"ok": True, "receipt_id": receipt_id, "saved": str(out), "log": True, "proof": True}
     assert orjson.loads(out.read_bytes())["log"]["proof"].startswith("c2sp.org/tlog-proof@v1\n")
     to_stdout = cli("bundle", receipt_id, env={"SERVICE_BASE_URL": logged.base_url})
     assert to_stdout.returncode == 0 and orjson.loads(to_stdout.stdout)["receipt"]["receipt_id"] == receipt_id
 
     unknown = cli("bundle", "rcpt_01M8D2AV7NHB8HP9811GDZDKQQ", env={"SERVICE_BASE_URL": logged.base_url})
     assert unknown.returncode == 1 and "not found" in unknown.stderr
+    unknown_json = cli("bundle", "rcpt_01M8D2AV7NHB8HP9811GDZDKQQ", "--json", env={"SERVICE_BASE_URL": logged.base_url})
+    assert unknown_json.returncode == 1 and unknown.stdout == "", "without --json, nothing on stdout"
+    document = orjson.loads(unknown_json.stdout)
+    assert document["ok"] is False and document["error"]["kind"] == "NotFound"
+    assert document["receipt_id"] == "rcpt_01M8D2AV7NHB8HP9811GDZDKQQ"
     unreachable = cli("bundle", receipt_id, "--base-url", "http://127.0.0.1:9")
     assert unreachable.returncode == 2 and "cannot reach" in unreachable.stderr
+    unreachable_json = cli("bundle", receipt_id, "--base-url", "http://127.0.0.1:9", "--json")
+    assert unreachable_json.returncode == 2
+    assert orjson.loads(unreachable_json.stdout)["error"]["kind"] == "Unreachable"
     bad_wait = cli("bundle", receipt_id, "--wait", "-1")
     assert bad_wait.returncode == 2 and "Traceback" not in bad_wait.stderr
 
     # verify: a file, a receipt id, standard input; several at once; --json; the worst code.
     root = tmp_path / "root.json"
-    assert cli("trust-root", "--base-url", logged.base_url, "--out", str(root)).returncode == 0
+    pinned = cli("trust-root", "--base-url", logged.base_url, "--out", str(root))
+    assert pinned.returncode == 0, pinned.stderr
+    pinned_json = cli("trust-root", "--base-url", logged.base_url, "--out", str(root), "--json")
+    assert pinned_json.returncode == 0, pinned_json.stderr
+    written = orjson.loads(pinned_json.stdout)
+    assert written["ok"] is True and written["saved"] == str(root) and written["log"] is True
+    assert [f"{item['label']}  {item['fingerprint']}" for item in written["fingerprints"]] == pinned.stdout.splitlines()
+    assert written["notes"][-1] == f"replaced the existing {root} (it was identical)"
+    assert all(f"note: {note}" in pinned_json.stderr for note in written["notes"]), "the same notes as the text"
     by_id = cli("verify", receipt_id, "--base-url", logged.base_url)
     assert by_id.returncode == 0 and "Verdict: VALID" in by_id.stdout, by_id.stdout + by_id.stderr
     piped = cli("verify", "-", "--trust-root", str(root), stdin=out.read_bytes())
@@ -277,6 +319,7 @@ def test_bundle_from_a_service_without_a_log_is_saved_at_once(
     assert done.returncode == 0, done.stdout + done.stderr
     assert time.monotonic() - started < 20, "it did not wait for a proof that never comes"
     assert orjson.loads(done.stdout) == {
+        "ok": True,
         "receipt_id": made["receipt_id"],
         "saved": str(out),
         "log": False,

@@ -1,13 +1,27 @@
-"""The client's HTTP (cli/http_client.py) against a real loopback server: keep-alive, redirects,
-the reply ceiling, and which failures say trying again may help (``Unreachable``)."""
+"""The client's HTTP (client/http.py, client/tls.py) against real loopback servers: keep-alive,
+redirects, the reply ceiling, which failures say trying again may help (``Unreachable``), and
+an ``https://`` URL of a plain-HTTP port, which fails at once saying so."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import datetime
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
+from execution_proof.client import tls
 from execution_proof.client.http import Client, HttpError, OfflineClient, OfflineRefused, Unreachable
 from tests.conftest import free_port
 from tests.servers import serving
@@ -85,3 +99,137 @@ def test_an_offline_client_refuses_every_request(base: str) -> None:
     with OfflineClient("a bundle is verified offline") as client, pytest.raises(OfflineRefused, match="offline"):
         client.get(f"{base}/x")
     assert _Handler.ports == []
+
+
+# --- https to a port that speaks plain HTTP, and a slow TLS server ----------------------------------
+
+
+class _RawServer:
+    """A loopback listener that hands each connection to ``handle`` on a thread of its own."""
+
+    def __init__(self, handle: Callable[[socket.socket], None]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.handle = handle
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            self.handle(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _answer_after_the_headers(conn: socket.socket) -> None:
+    """A plain-HTTP server as the service's is: it reads until the blank line that ends a
+    request's headers (a TLS hello has none: it waits, silent), then answers."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return
+        received += chunk
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+
+def test_https_to_a_plain_http_port_fails_at_once_saying_so() -> None:
+    """Without the probe both sides wait, silent, until the client's timeout (30 s here)."""
+    server = _RawServer(_answer_after_the_headers)
+    started = time.monotonic()
+    try:
+        with Client(timeout=30) as client, pytest.raises(Unreachable) as failed:
+            client.get(f"https://127.0.0.1:{server.port}/v1/log")
+    finally:
+        server.close()
+    elapsed = time.monotonic() - started
+    assert "TLS handshake failed" in str(failed.value) and "answers plain HTTP" in str(failed.value)
+    assert "http://" in str(failed.value)
+    assert elapsed < tls.PROBE_AFTER_S + tls.PROBE_TIMEOUT_S + 2, f"{elapsed:.1f} s"
+
+
+def _certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_a_slow_tls_server_is_only_slower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handshake waits past PROBE_AFTER_S; the probe finds no plain HTTP (a TLS server
+    closes on it); the handshake resumes and the request is answered."""
+    monkeypatch.setattr(tls, "PROBE_AFTER_S", 0.2)
+    cert_path, key_path = _certificate(tmp_path)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert_path, key_path)
+    probed = threading.Event()
+    first = threading.Lock()
+
+    def handle(conn: socket.socket) -> None:
+        if not first.acquire(blocking=False):  # the probe: a TLS server reads plain text and hangs up
+            conn.recv(4096)
+            probed.set()
+            return
+        if not probed.wait(10):  # the handshake answers only once the client has probed
+            return
+        with server_tls.wrap_socket(conn, server_side=True) as wrapped:
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += wrapped.recv(4096)
+            wrapped.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    server = _RawServer(handle)
+    trusted = ssl.create_default_context(cafile=str(cert_path))
+    try:
+        with Client(timeout=10, tls=trusted) as client:
+            reply = client.get(f"https://127.0.0.1:{server.port}/")
+    finally:
+        server.close()
+    assert probed.is_set() and server.connections == 2
+    assert reply.status == 200 and reply.body == b"ok"
+
+
+def test_an_untrusted_certificate_is_refused_not_worth_retrying(tmp_path: Path) -> None:
+    cert_path, key_path = _certificate(tmp_path)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert_path, key_path)
+
+    def handle(conn: socket.socket) -> None:
+        with contextlib.suppress(ssl.SSLError), server_tls.wrap_socket(conn, server_side=True):
+            pass
+
+    server = _RawServer(handle)
+    try:
+        with Client(timeout=10) as client, pytest.raises(HttpError, match="CERTIFICATE_VERIFY_FAILED") as refused:
+            client.get(f"https://127.0.0.1:{server.port}/")
+    finally:
+        server.close()
+    assert not isinstance(refused.value, Unreachable)
+    assert server.connections == 1, "no probe: the server answered TLS"

@@ -170,8 +170,8 @@ async def test_verify_checks_a_salted_input_hash(
 ) -> None:
     hashed = run_cli("hash", str(files["input.tar"]), "--salt")
     assert hashed.returncode == 0
-    salted_hash, salt_line = hashed.stdout.splitlines()[:2]
-    salt = salt_line.split()[1]
+    salted_hash = hashed.stdout.strip()  # stdout: the hash alone; the salt is on stderr
+    salt = next(line.split()[1] for line in hashed.stderr.splitlines() if line.startswith("salt: "))
     assert salted_hash == "sha256:" + hashlib.sha256(bytes.fromhex(salt) + INPUT_BYTES).hexdigest()
     assert salted_hash != hash_file(files["input.tar"])
     _, response = await client.post(

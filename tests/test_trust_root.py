@@ -220,7 +220,7 @@ MALFORMED = {
     "unknown member in log": (_set("log.witnesses", []), "log: unknown member 'witnesses'", True),
     "log.origin a number": (_set("log.origin", 1), "log.origin", True),
     "log.vkey garbage": (_set("log.vkey", "not a key"), "log.vkey", True),
-    "log.vkey key id wrong": (_set("log.vkey", _wrong_key_id), "log.vkey: the verifier key's id", False),
+    "log.vkey key id wrong": (_set("log.vkey", _wrong_key_id), "log.vkey: not a valid verifier key: its key id", False),
     "log.vkey of another origin": (_set("log.vkey", lambda p: note.Signer.generate("elsewhere.example/log").verifier.encode()), "log.vkey: its name", False),
     "log.policy empty": (_set("log.policy", ""), "log.policy", True),
     "log.policy garbage": (_set("log.policy", "trust me\n"), "log.policy", False),

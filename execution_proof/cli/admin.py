@@ -72,9 +72,13 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     delete.add_argument("--reason", required=True, help="why (logged; the content never is)")
 
     new.set_defaults(run=_signing_key_new)
-    log_key = verbs.add_parser("log-key", help="transparency-log keys").add_subparsers(dest="action", required=True)
+    log_key = verbs.add_parser("log-key", help="transparency-log keys (the light install)").add_subparsers(
+        dest="action", required=True
+    )
     log_new = log_key.add_parser(
-        "new", help="print a LOG_SIGNING_KEY value, then the log's verifier key (what verifiers pin)"
+        "new",
+        help="print a LOG_SIGNING_KEY value, then the log's verifier key (what verifiers pin); runs on the light "
+        "install",
     )
     log_new.add_argument(
         "--origin",

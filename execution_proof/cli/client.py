@@ -17,38 +17,42 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from execution_proof.cli import verify as verify_verb
-from execution_proof.cli.output import DEFAULT_BASE_URL, EXIT_CODES, SERVICE_ENV, fail, print_json
+from execution_proof.cli.output import (
+    DEFAULT_BASE_URL,
+    HelpFormatter,
+    UsageError,
+    epilog,
+    fail,
+    json_failure,
+    json_ok,
+    print_json,
+)
 
-if TYPE_CHECKING:
-    pass
-
-HASH_EPILOG = "environment: none (it works offline). " + EXIT_CODES.format(
-    ok="hashed", one="(not used)", two="a file cannot be read, or bad usage"
+HASH_EPILOG = epilog(
+    "none (it works offline).",
+    ok="hashed",
+    one="(not used)",
+    two="a file cannot be read (the others are still hashed), or bad usage",
 )
-SUBMIT_EPILOG = (
-    "environment: SERVICE_API_KEY (your API key: required, never accepted on the command line), "
-    "SERVICE_BASE_URL (the service, when --base-url is not given; default "
-    + DEFAULT_BASE_URL
-    + "). "
-    + EXIT_CODES.format(
-        ok="issued (201) or the earlier receipt of the same request (200)",
-        one="the service refused it (its error code and message are printed)",
-        two="bad usage, no SERVICE_API_KEY, a file that cannot be read, the service unreachable, or the receipt "
-        "could not be saved",
-    )
+SUBMIT_EPILOG = epilog(
+    "SERVICE_API_KEY (your API key: required, never accepted on the command line), SERVICE_BASE_URL (the "
+    f"service, when --base-url is not given; default {DEFAULT_BASE_URL}).",
+    ok="issued (201) or the earlier receipt of the same request (200)",
+    one="the service refused it (its error code and message are printed)",
+    two="bad usage, no SERVICE_API_KEY, a file that cannot be read, the service unreachable, or the receipt "
+    "could not be saved",
 )
-BUNDLE_EPILOG = (
-    SERVICE_ENV
-    + ". "
-    + EXIT_CODES.format(
-        ok="the bundle with its log proof (or from a service without a log, whose bundles carry none)",
-        one="still pending when --wait ends (nothing is saved), no such receipt, or refused by the service",
-        two="could not ask (the service unreachable, bad usage, the file cannot be written)",
-    )
+BUNDLE_EPILOG = epilog(
+    "SERVICE_BASE_URL (the service, when neither --base-url nor a receipt file names one; default "
+    f"{DEFAULT_BASE_URL}).",
+    ok="the bundle with its log proof (or from a service without a log, whose bundles carry none)",
+    one="still pending when --wait ends (nothing is saved), no such receipt, or refused by the service",
+    two="could not ask (no such file and not a receipt id, the service unreachable, bad usage, the file "
+    "cannot be written)",
 )
+JSON_HELP = "print one JSON document on stdout whatever happens (failures too: ok false, error kind and message)"
 
 
 class _ReceiptKinds:
@@ -80,14 +84,21 @@ def _add_hash(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         "hash",
         help="print sha256:<hex> of files (or - for standard input), computed locally",
         description="Hash files locally. One file: the bare sha256:<hex>; several: sha256:<hex>  <path> per line "
-        "(sha256sum's layout).",
+        "(sha256sum's layout). Standard output holds only those lines: a salt goes to standard error.",
         epilog=HASH_EPILOG,
+        formatter_class=HelpFormatter,
     )
     digest.add_argument("files", nargs="+", metavar="FILE", help="a file, or - for standard input")
     salt = digest.add_mutually_exclusive_group()
-    salt.add_argument("--salt", action="store_true", help="hash a fresh random salt + each file; prints the salt")
-    salt.add_argument("--salt-hex", help="reuse a kept salt (hex) to reproduce a salted hash")
-    digest.add_argument("--json", action="store_true", help="one JSON document (a list for several files)")
+    salt.add_argument(
+        "--salt",
+        action="store_true",
+        help="hash a fresh random salt + each file; the salt goes to standard error as `salt: <hex>` (keep it)",
+    )
+    salt.add_argument(
+        "--salt-hex", type=_hex_salt, metavar="HEX", help="reuse a kept salt (hex) to reproduce a salted hash"
+    )
+    digest.add_argument("--json", action="store_true", help=JSON_HELP + "; a list for several files")
     digest.set_defaults(run=_hash)
 
 
@@ -97,9 +108,10 @@ def _add_submit(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         help="hash files locally and ask the service for a receipt",
         description="Hash the files locally, send only their hashes, save the receipt.",
         epilog=SUBMIT_EPILOG,
+        formatter_class=HelpFormatter,
     )
     add_submit_arguments(submit)
-    submit.add_argument("--json", action="store_true", help="print one JSON document (the saved receipt and where)")
+    submit.add_argument("--json", action="store_true", help=JSON_HELP + " (the saved receipt and where)")
     submit.set_defaults(run=_submit)
 
 
@@ -111,18 +123,24 @@ def _add_bundle(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         "transparency log, the log proof, which comes once a published checkpoint covers the receipt (seconds). "
         "With --wait it asks again every second until the proof comes; a bundle without its proof is never saved.",
         epilog=BUNDLE_EPILOG,
+        formatter_class=HelpFormatter,
     )
     bundle.add_argument(
         "receipt",
         metavar="RECEIPT_ID|FILE",
-        help="a receipt id, or a receipt file `submit` saved (its service is used)",
+        help="a receipt file `submit` saved (its service is used), a bundle, - for standard input, or a receipt "
+        "id (rcpt_ and 26 characters); anything else is no such file, and nothing is asked",
     )
     bundle.add_argument(
         "--wait", type=_seconds, default=0.0, metavar="SECONDS", help="wait up to this long for the log proof"
     )
     bundle.add_argument("--out", metavar="FILE", help="write the bundle here (atomically); default: standard output")
     bundle.add_argument("--base-url", metavar="URL", help="the service (default: the file's, else $SERVICE_BASE_URL)")
-    bundle.add_argument("--json", action="store_true", help="with --out: print a JSON summary of what was saved")
+    bundle.add_argument(
+        "--json",
+        action="store_true",
+        help=JSON_HELP + ": what was saved (without --out, the bundle itself as member bundle)",
+    )
     bundle.set_defaults(run=_bundle)
 
 
@@ -159,6 +177,16 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _hex_salt(text: str) -> bytes:
+    try:
+        salt = bytes.fromhex(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not hexadecimal") from None
+    if not salt:
+        raise argparse.ArgumentTypeError("give the salt's bytes in hex (it is empty)")
+    return salt
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -169,40 +197,55 @@ def _seconds(text: str) -> float:
     return value
 
 
-# -- output
-
-
 # -- hash
 
 
 def _hash(args: argparse.Namespace) -> int:
+    """Every file is hashed (an unreadable one does not stop the others: sha256sum's way); stdout
+    holds only hash lines, or the one JSON document."""
     from execution_proof.client.hashing import fresh_salt, hash_file, hash_stream
+    from execution_proof.errors import Error
 
-    try:
-        given = bytes.fromhex(args.salt_hex) if args.salt_hex else None
-    except ValueError:
-        print("error: --salt-hex must be hexadecimal", file=sys.stderr)
-        return 2
-    results: list[dict[str, str]] = []
+    if args.files.count("-") > 1:
+        return fail(UsageError("standard input (-) can be read once"), as_json=args.json)
+    results: list[dict[str, object]] = []
     for path in args.files:
-        salt = fresh_salt() if args.salt else given
+        salt = fresh_salt() if args.salt else args.salt_hex
         try:
             digest = hash_stream(sys.stdin.buffer, salt=salt) if path == "-" else hash_file(path, salt=salt)
-        except OSError as exc:
-            print(f"error: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-        results.append({"path": path, "hash": digest, **({"salt": salt.hex()} if salt else {})})
+        except (OSError, Error) as exc:
+            failure = _unreadable(path, exc)
+            print(f"error: {failure}", file=sys.stderr)
+            results.append(json_failure(failure, path=path))
+            continue
+        results.append(json_ok({"path": path, "hash": digest, **({"salt": salt.hex()} if salt else {})}))
     if args.json:
-        print_json(results[0] if len(results) == 1 else results)
-    elif len(results) == 1:
-        print(results[0]["hash"])
-        if "salt" in results[0]:
-            salt_hex = results[0]["salt"]
-            print(f"salt: {salt_hex}  (keep it: the hash is SHA-256 of these salt bytes followed by the file)")
+        print_json(results if len(results) > 1 else results[0])
     else:
-        for result in results:
-            print(f"{result['hash']}  {result['path']}" + (f"  salt:{result['salt']}" if "salt" in result else ""))
-    return 0
+        _print_hashes(results)
+    return 0 if all(result["ok"] for result in results) else 2
+
+
+def _print_hashes(results: list[dict[str, object]]) -> None:
+    """The hash lines on stdout (one file: the bare hash); each salt on stderr, to keep."""
+    several = len(results) > 1
+    hashed = [result for result in results if result["ok"]]
+    for result in hashed:
+        print(f"{result['hash']}  {result['path']}" if several else result["hash"])
+    salted = [result for result in hashed if "salt" in result]
+    for result in salted:
+        print(f"salt: {result['salt']}" + (f"  {result['path']}" if several else ""), file=sys.stderr)
+    if salted:
+        print("note: keep the salt: the hash is SHA-256 of its bytes followed by the file's", file=sys.stderr)
+
+
+def _unreadable(path: str, exc: BaseException) -> BaseException:
+    """A file that cannot be read, as the library says it (``InvalidInput`` naming the path)."""
+    from execution_proof.receipts.errors import InvalidInput
+
+    if isinstance(exc, OSError):
+        return InvalidInput(f"cannot read {path}: {exc.strerror or exc}")
+    return exc
 
 
 # -- submit
@@ -243,14 +286,13 @@ def default_save_path(input_path: str, receipt_id: str) -> str:
 def _submit(args: argparse.Namespace) -> int:
     from execution_proof.client.service import Client
     from execution_proof.errors import Error
+    from execution_proof.receipts.errors import InvalidInput
 
-    if not os.environ.get("SERVICE_API_KEY", "").strip():
-        print("error: set SERVICE_API_KEY to your API key (it is never accepted on the command line)", file=sys.stderr)
-        return 2
-    if args.input == "-":
-        print("error: submit hashes files: save standard input to a file first", file=sys.stderr)
-        return 2
     try:
+        if not os.environ.get("SERVICE_API_KEY", "").strip():
+            raise UsageError("set SERVICE_API_KEY to your API key (it is never accepted on the command line)")
+        if args.input == "-":
+            raise UsageError("submit hashes files: save standard input to a file first")
         tags = parse_tags(args.tag)
         with Client(args.base_url) as client:
             receipt = client.submit(
@@ -265,30 +307,32 @@ def _submit(args: argparse.Namespace) -> int:
                 salt=args.salt,
             )
     except Error as exc:
-        return fail(exc)
+        return fail(exc, as_json=args.json, saved=None)
     save = args.save or default_save_path(args.input, receipt.receipt_id)
+    verify_url = f"{receipt.service_url}/verify?receipt_id={receipt.receipt_id}"
+    members = {
+        "receipt_id": receipt.receipt_id,
+        "replayed": receipt.replayed,
+        "saved": save,
+        "service_url": receipt.service_url,
+        "salted": sorted(receipt.salts),
+        "verify_url": verify_url,
+        "receipt": receipt.receipt,
+    }
     try:
         receipt.save(save)
     except OSError as exc:
-        print(
-            f"error: receipt {receipt.receipt_id} was issued but cannot be saved to {save}: {exc.strerror}",
-            file=sys.stderr,
+        unsaved = InvalidInput(
+            f"receipt {receipt.receipt_id} was issued but cannot be saved to {save}: {exc.strerror or exc}"
+            + ("; the JSON document's member unsaved holds it" if args.json else "; it follows on standard output")
         )
+        if args.json:  # the document to keep (its salts too) travels in the one JSON document
+            return fail(unsaved, as_json=True, **{**members, "saved": None, "unsaved": receipt.to_dict()})
+        code = fail(unsaved)
         sys.stdout.write(receipt.to_bytes().decode("utf-8", "replace"))
-        return 2
-    verify_url = f"{receipt.service_url}/verify?receipt_id={receipt.receipt_id}"
+        return code
     if args.json:
-        print_json(
-            {
-                "receipt_id": receipt.receipt_id,
-                "replayed": receipt.replayed,
-                "saved": save,
-                "service_url": receipt.service_url,
-                "salted": sorted(receipt.salts),
-                "verify_url": verify_url,
-                "receipt": receipt.receipt,
-            }
-        )
+        print_json(json_ok(members))
         return 0
     replay = " (an earlier receipt for the same request)" if receipt.replayed else ""
     print(f"receipt: {receipt.receipt_id}{replay}")
@@ -306,49 +350,65 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    from execution_proof.client.models import Bundle, Receipt, read_json
     from execution_proof.client.service import Client
     from execution_proof.errors import Error
-    from execution_proof.receipts.errors import ProofPending
+    from execution_proof.receipts.errors import InvalidInput, ProofPending
 
+    receipt_id: str | None = None
     try:
-        receipt_id, service_url = args.receipt, None
-        if os.path.exists(args.receipt):
-            document = read_json(args.receipt)
-            held = Bundle.from_dict(document) if isinstance(document, dict) and "format" in document else None
-            if held is not None:
-                receipt_id = held.receipt_id
-            else:
-                saved = Receipt.from_dict(document, where=args.receipt)
-                receipt_id, service_url = saved.receipt_id, saved.service_url
+        receipt_id, service_url = _bundle_target(args.receipt)  # nothing is asked for no such file
         with Client(args.base_url or service_url) as client:
             bundle = client.bundle(receipt_id, wait=args.wait, on_wait=_progress() if sys.stderr.isatty() else None)
-    except ProofPending as exc:
-        _end_progress()
-        print(f"error: {exc}; nothing saved", file=sys.stderr)
-        return 1
     except Error as exc:
         _end_progress()
-        return fail(exc)
+        if isinstance(exc, ProofPending):
+            exc = ProofPending(f"{exc.message}; nothing saved")
+        return fail(exc, as_json=args.json, **({"receipt_id": receipt_id} if receipt_id else {}), saved=None)
     _end_progress()
+    summary = {
+        "receipt_id": bundle.receipt_id,
+        "saved": args.out,
+        "log": bundle.has_log,
+        "proof": bundle.proof is not None,
+    }
     if args.out is None:
-        import orjson
+        if args.json:
+            print_json(json_ok({**summary, "bundle": bundle.to_dict()}))
+        else:
+            import orjson
 
-        sys.stdout.write(orjson.dumps(bundle.to_dict()).decode() + "\n")
+            sys.stdout.write(orjson.dumps(bundle.to_dict()).decode() + "\n")
         return 0
     try:
         bundle.save(args.out)
     except OSError as exc:
-        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    summary = {"receipt_id": bundle.receipt_id, "saved": args.out, "log": bundle.has_log, "proof": bundle.proof}
+        unwritten = InvalidInput(f"cannot write {args.out}: {exc.strerror or exc}")
+        return fail(unwritten, as_json=args.json, **{**summary, "saved": None})
     if args.json:
-        print_json({**summary, "proof": bundle.proof is not None})
+        print_json(json_ok(summary))
     elif bundle.has_log:
         print(f"saved {args.out}: receipt {bundle.receipt_id} with its log proof")
     else:
         print(f"saved {args.out}: receipt {bundle.receipt_id} (the service keeps no transparency log: no log proof)")
     return 0
+
+
+def _bundle_target(argument: str) -> tuple[str, str | None]:
+    """(receipt id, the service a receipt file names) of ``bundle``'s argument: a receipt file
+    ``submit`` saved, a bundle (its id), ``-`` (either, on standard input) or a receipt id;
+    ``InvalidInput`` for anything else, before anything is sent (client/arguments.py)."""
+    from execution_proof.client.arguments import classify
+    from execution_proof.client.models import Bundle, Receipt, parse_json, read_json
+
+    kind = classify(argument)
+    if kind == "receipt_id":
+        return argument, None
+    where = "standard input" if kind == "stdin" else argument
+    document = parse_json(sys.stdin.buffer.read(), where) if kind == "stdin" else read_json(argument)
+    if isinstance(document, dict) and "format" in document:
+        return Bundle.from_dict(document, where=where).receipt_id, None
+    saved = Receipt.from_dict(document, where=where)
+    return saved.receipt_id, saved.service_url
 
 
 _progress_shown = False

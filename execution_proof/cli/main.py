@@ -5,8 +5,13 @@ Each verb group lives in its own module and registers its parsers there. Only th
 owns the verb asked for is imported (every group for ``--help``), so a client verb starts
 without the server's libraries, and ``hash`` without even the verifier's. The base install
 is the client: a verb that runs a server or needs Redis, run without the ``server`` extra,
-exits 2 naming the extra to install. A bare ``execution-proof`` prints the usage (exit 2);
+exits 2 naming the extra to install (``log-key new`` and ``witness key new`` only make keys:
+they run on the base install). A bare ``execution-proof`` prints the usage (exit 2);
 ``python service.py`` alone serves (``main(argv, default_verb="serve")``).
+
+A client verb asked for ``--json`` prints exactly one JSON document on stdout whatever
+happens (cli/output.py), a usage error included: ``{"ok": false, "error": {"kind":
+"UsageError", ...}}`` beside the usual usage text on stderr.
 
 Exit status: 0 success (for ``verify``: every requested check passed, against pinned keys for
 a bundle), 1 a check failed, a bundle's keys were not pinned, the service refused, or the
@@ -23,6 +28,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 PROG = "execution-proof"
 CLIENT_GROUPS = ("client", "trust_root", "monitor")
@@ -50,10 +56,12 @@ CLIENT_VERBS = ("hash", "submit", "bundle", "verify", "trust-root", "monitor")
 SERVER_VERBS = frozenset({"serve", "worker", "expire", "keys", "signing-key", "receipts", "log"})
 """Verbs that run the service or use its store (and ``witness serve``): they need the extra."""
 SERVER_MODULES = ("sanic", "redis", "rq", "jinja2", "prometheus_client", "httpx", "obstore", "fakeredis")
-EPILOG = f"""client verbs (the light install, no extra):
+EPILOG = f"""client verbs (the light install, without extras):
   {", ".join(CLIENT_VERBS)}
+key makers (the light install too):
+  log-key new, witness key new
 operator verbs (the extra [server]; in a clone: pip install '.[server]'):
-  serve, worker, expire, keys, signing-key, receipts, log-key, log, witness
+  serve, worker, expire, keys, signing-key, receipts, log, witness serve
 
 `{PROG} VERB --help` names each verb's environment variables and exit codes.
 Exit status: 0 ok or valid; 1 invalid, not verified, refused by the service or
@@ -72,7 +80,6 @@ ENVIRONMENT = {
     "log-key": "LOG_ORIGIN, PUBLIC_BASE_URL (the default origin)",
     "signing-key": "none",
     "witness": "none (its options say everything)",
-    "trust-root": "SERVICE_BASE_URL (the service, when --base-url is not given)",
 }
 """What each verb reads from the environment, for the help of those that do not say it
 themselves (the client verbs do)."""
@@ -92,8 +99,25 @@ def _version() -> str:
     return f"{PROG} {__version__}"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its verbs' too), whose refusal is a ``UsageError`` the caller prints
+    (with ``--json``, as the one JSON document too) instead of an exit from inside argparse."""
+
+    def error(self, message: str) -> NoReturn:
+        from execution_proof.cli.output import UsageError
+
+        raise _Refused(self, UsageError(message))
+
+
+class _Refused(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, error: Exception) -> None:
+        super().__init__(str(error))
+        self.parser = parser
+        self.error = error
+
+
 def _parser(groups: Sequence[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Execution Proof Service: signed, chained receipts for hashes you compute yourself",
         epilog=EPILOG,
@@ -157,32 +181,47 @@ def _run(argv: list[str]) -> int:
     if needs_server_extra(argv) and "-h" not in argv and "--help" not in argv:
         missing = missing_server_modules()
         if missing:
+            verb = " ".join(argv[:2]) if argv[0] == "witness" else argv[0]
             print(
-                f"error: `{PROG} {argv[0]}` runs the service, which this install does not have "
-                f"(missing: {', '.join(missing)}). Install the server extra: "
-                "pip install 'execution-proof[server]'",
+                f"error: `{PROG} {verb}` runs a server or uses the service's store, which this install does not "
+                f"have (missing: {', '.join(missing)}). Install the server extra: execution-proof[server] (from a "
+                "clone: pip install '.[server]')",
                 file=sys.stderr,
             )
             return 2
     group = VERB_GROUP.get(argv[0])
-    args = _parser([group] if group else GROUPS).parse_args(argv)
+    as_json = wants_json(argv)
+    try:
+        args = _parser([group] if group else GROUPS).parse_args(argv)
+    except _Refused as refused:
+        refused.parser.print_usage(sys.stderr)
+        print(f"{refused.parser.prog}: error: {refused.error}", file=sys.stderr)
+        if as_json:
+            from execution_proof.cli.output import json_failure, print_json
+
+            print_json(json_failure(refused.error))
+        sys.exit(2)  # as argparse ends a refused command line (and --help): callers of main() see SystemExit
     if getattr(args, "run", None) is None:
         _parser(GROUPS).print_usage(sys.stderr)
         print(f"{PROG}: error: name a verb (`{PROG} --help` lists them)", file=sys.stderr)
         return 2
     try:
         code: int = args.run(args)
-    except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except Exception as exc:
-        if not _is_known_error(exc):
+        if not isinstance(exc, OSError) and not _is_known_error(exc):
             raise
-        from execution_proof.cli.output import describe, exit_code
+        # A verb prints its own failures (with the members it knows); this is the net under it.
+        from execution_proof.cli.output import fail
 
-        print(f"error: {describe(exc)}", file=sys.stderr)
-        return exit_code(exc)
+        return fail(exc, as_json=as_json)
     return code
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether this command line asks a client verb (or a verb that does not exist) for
+    ``--json``: then even a usage error is one JSON document on stdout."""
+    options = list(argv[: argv.index("--")] if "--" in argv else argv)
+    return "--json" in options and (argv[0] in CLIENT_VERBS or argv[0] not in VERB_GROUP)
 
 
 def _is_known_error(exc: Exception) -> bool:

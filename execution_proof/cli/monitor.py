@@ -49,8 +49,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from execution_proof.cli.monitor_fetch import SILENCE_S, Fetcher, LogReplyError, Workers
-from execution_proof.cli.monitor_report import MonitorParser, Output, UsageError
+from execution_proof.cli.monitor_report import MonitorParser, Output
 from execution_proof.cli.monitor_state import MonitorDb, PassReport, Seen, StateError, StateLock
+from execution_proof.cli.output import UsageError
 from execution_proof.client.log_checks import LogInputError, env_skew
 from execution_proof.errors import Error
 from execution_proof.transparency import note, tlog

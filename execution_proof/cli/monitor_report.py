@@ -22,13 +22,8 @@ import orjson
 
 from execution_proof.cli.monitor_fetch import LogReplyError
 from execution_proof.cli.monitor_state import PassReport
-from execution_proof.errors import Error
+from execution_proof.cli.output import UsageError
 from execution_proof.receipts import errors
-
-
-class UsageError(Error):
-    """The monitor's options, as given, cannot work together (exit 2, as argparse's own
-    usage errors): no URL of the log, a URL that is not http(s)."""
 
 
 def error_kind(exc: BaseException) -> str:

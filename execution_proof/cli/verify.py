@@ -9,7 +9,18 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from execution_proof.cli.output import DEFAULT_BASE_URL, EXIT_CODES, SERVICE_ENV, count, describe, exit_code, print_json
+from execution_proof.cli.output import (
+    DEFAULT_BASE_URL,
+    HelpFormatter,
+    UsageError,
+    count,
+    describe,
+    epilog,
+    exit_code,
+    fail,
+    json_failure,
+    print_json,
+)
 from execution_proof.client.reports import ERROR, NOT_VERIFIED
 
 if TYPE_CHECKING:
@@ -122,17 +133,15 @@ def _log_lines(log: LogCheck) -> list[str]:
     return lines
 
 
-VERIFY_EPILOG = (
-    SERVICE_ENV
-    + ". "
-    + EXIT_CODES.format(
-        ok="VALID (every check asked for passed, against keys pinned with --keys or --trust-root, or fetched "
-        "from the service; with a pinned log, its inclusion proof too)",
-        one="INVALID (evidence: a bad signature, hash or proof) or NOT VERIFIED (something missing: pending, "
-        "no_log_proof, no_quorum, no_keys, no_key_certificate, chain_unavailable, deleted), or no such receipt",
-        two="ERROR: could not check (an unreadable or malformed file, trust root or key set, an argument that is "
-        "neither a file nor a receipt id, or the service unreachable where it was needed)",
-    )
+VERIFY_EPILOG = epilog(
+    f"SERVICE_BASE_URL (the service, when neither --base-url, a trust root nor the file names one; default "
+    f"{DEFAULT_BASE_URL}).",
+    ok="VALID (every check asked for passed, against keys pinned with --keys or --trust-root, or fetched "
+    "from the service; with a pinned log, its inclusion proof too)",
+    one="INVALID (evidence: a bad signature, hash or proof) or NOT VERIFIED (something missing: pending, "
+    "no_log_proof, no_quorum, no_keys, no_key_certificate, chain_unavailable, deleted), or no such receipt",
+    two="ERROR: could not check (an unreadable or malformed file, trust root or key set, an argument that is "
+    "neither a file nor a receipt id, or the service unreachable where it was needed)",
 )
 
 
@@ -142,6 +151,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="verify receipts or bundles without trusting the service",
         description="Verify receipt or bundle files, receipt ids (fetched from the service) or - (standard input).",
         epilog=VERIFY_EPILOG,
+        formatter_class=HelpFormatter,
     )
     verify.add_argument(
         "receipts",
@@ -229,10 +239,7 @@ def _verify(args: argparse.Namespace) -> int:
     elif args.receipts.count("-") > 1:
         usage = "standard input (-) can be read once"
     if usage is not None:
-        if args.json:
-            print_json({"ok": False, "error": {"kind": "UsageError", "message": usage}, "verdict": ERROR})
-        print(f"error: {usage}", file=sys.stderr)
-        return 2
+        return fail(UsageError(usage), as_json=args.json, verdict=ERROR, reason=None)
     codes, documents, texts = [], [], []
     for item in args.receipts:
         code, document, text = _verify_one(item, args)
@@ -281,10 +288,10 @@ def _verify_one(item: str, args: argparse.Namespace) -> tuple[int, JSONObject, s
 def _failed(item: str, failure: Error) -> tuple[int, JSONObject, str]:
     """An item that could not be read: ERROR (exit 2), or, for a receipt id the service does
     not have, NOT VERIFIED ``deleted`` (exit 1: no such receipt)."""
-    from execution_proof.receipts.errors import NotFound, error_kind
+    from execution_proof.receipts.errors import NotFound
 
     code, text = exit_code(failure), describe(failure)
-    document: JSONObject = {"item": item, "ok": False, "error": {"kind": error_kind(failure), "message": text}}
+    document: JSONObject = {"item": item, **json_failure(failure)}
     if isinstance(failure, NotFound):
         document.update(verdict=NOT_VERIFIED, reason="deleted")
     else:

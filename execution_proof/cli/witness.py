@@ -12,13 +12,21 @@ from pathlib import Path
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    witness = verbs.add_parser("witness", help="a transparency-log witness (its own key and state)")
+    witness = verbs.add_parser(
+        "witness",
+        help="a transparency-log witness (its own key and state): `witness key new` runs on the light install, "
+        "`witness serve` needs the server extra",
+    )
     actions = witness.add_subparsers(dest="action", required=True)
-    key = actions.add_parser("key", help="witness keys").add_subparsers(dest="key_action", required=True)
-    new = key.add_parser("new", help="print a private key line, then the witness's verifier key")
+    key = actions.add_parser("key", help="witness keys (the light install)").add_subparsers(
+        dest="key_action", required=True
+    )
+    new = key.add_parser(
+        "new", help="print a private key line, then the witness's verifier key (runs on the light install)"
+    )
     new.add_argument("--name", required=True, help="the witness's name, e.g. witness.example.org")
     new.set_defaults(run=_key_new)
-    serve = actions.add_parser("serve", help="serve POST /add-checkpoint")
+    serve = actions.add_parser("serve", help="serve POST /add-checkpoint (needs the server extra)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8030)
     serve.add_argument("--key-file", required=True, help="file holding the private key line of `witness key new`")
@@ -72,9 +80,11 @@ def _start(args: argparse.Namespace) -> int:
     from execution_proof.web.witness import StateError, WitnessState, serve, witness_app
 
     try:
-        cosigner = Cosigner.parse(Path(args.key_file).read_text(encoding="utf-8").splitlines()[0])
-    except (OSError, IndexError, NoteError) as exc:
-        print(f"error: --key-file: {exc}", file=sys.stderr)
+        lines = Path(args.key_file).read_text(encoding="utf-8").splitlines()
+        cosigner = Cosigner.parse(lines[0] if lines else "")
+    except (OSError, UnicodeDecodeError, NoteError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        print(f"error: --key-file {args.key_file}: {reason}", file=sys.stderr)
         return 2
     logs = {}
     for item in args.log:

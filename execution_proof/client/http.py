@@ -6,7 +6,8 @@ client needs is small: GET and POST, JSON bodies, keep-alive for the many small 
 a chain walk or a monitor's tiles, a few redirects for a log served from a CDN, a timeout,
 and a ceiling on what a reply may cost. TLS is verified against the system's certificate
 store (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` point elsewhere, as for OpenSSL); ``ssl`` is
-imported for the first https request only.
+imported for the first https request only (client/tls.py, whose handshake says at once when an
+``https://`` URL names a plain-HTTP port instead of waiting out the timeout).
 
 A ``Client`` is used by one thread at a time (the monitor gives each of its workers one).
 """
@@ -46,8 +47,9 @@ class HttpError(errors.Unreachable):
 
 class Unreachable(HttpError):
     """No reply came: the connection was refused, reset or timed out, or TLS failed for a
-    reason other than the server's certificate. Trying again later may succeed (an
-    untrusted certificate, a redirect loop or a reply over the ceiling will not)."""
+    reason other than the server's certificate (an ``https://`` URL of a plain-HTTP port says
+    so). Trying again later may succeed (an untrusted certificate, a redirect loop or a reply
+    over the ceiling will not)."""
 
 
 class OfflineRefused(HttpError):
@@ -169,11 +171,13 @@ class Client:
         if connection is None:
             scheme, host, port = key
             if scheme == "https":
-                if self._tls is None:
-                    import ssl  # here: a plain-http client never loads it
+                import ssl  # here: a plain-http client never loads it
 
+                from execution_proof.client import tls
+
+                if self._tls is None:
                     self._tls = ssl.create_default_context()
-                connection = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._tls)
+                connection = tls.HTTPSConnection(host, port, timeout=self.timeout, context=self._tls)
             else:
                 connection = http.client.HTTPConnection(host, port, timeout=self.timeout)
             self._connections[key] = connection

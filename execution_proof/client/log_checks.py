@@ -297,7 +297,7 @@ def load_policy(path: str) -> Policy:
     except OSError as exc:
         raise LogInputError(f"cannot read {path}: {exc}") from exc
     except PolicyError as exc:
-        raise LogInputError(f"--log-policy: {exc}") from exc
+        raise LogInputError(f"--log-policy {path}: {exc}") from exc
 
 
 def check(

@@ -344,7 +344,7 @@ def _witness_settings(env: Mapping[str, str]) -> LogSettings:
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"LOG_WITNESS_POLICY: cannot read {path}: {exc}") from exc
         except PolicyError as exc:
-            raise ConfigError(f"LOG_WITNESS_POLICY: {exc}") from exc
+            raise ConfigError(f"LOG_WITNESS_POLICY {path}: {exc}") from exc
     return settings
 
 

@@ -23,10 +23,10 @@ import nacl.signing
 from execution_proof.transparency.note import (
     SIGNATURE_PREFIX,
     Note,
-    NoteError,
     check_name,
     encode_skey,
     encode_vkey,
+    id_mismatch,
     key_id,
     parse_skey,
     parse_vkey,
@@ -91,7 +91,7 @@ class Cosigner:
         name, hex_id, seed = parse_skey(skey, COSIGNATURE_V1, "witness signer key")
         cosigner = cls(name, seed)
         if hex_id != cosigner.key.key_id.hex():
-            raise NoteError("the witness signer key's id does not match its name and key")
+            raise id_mismatch("witness signer key", hex_id)
         return cosigner
 
     @property

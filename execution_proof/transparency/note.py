@@ -61,20 +61,55 @@ def check_name(name: str) -> str:
 # note signature, 0x04 a witness's cosignature): the same parsing and checks for both.
 
 
+KEY_TYPES = {0x01: "a log's note key", 0x04: "a witness's cosignature key"}
+"""The key types a key's first byte names, for saying what a key of the wrong type is."""
+
+
+def _key_bytes(data: str, signature_type: int, what: str) -> bytes:
+    """The 32 key bytes of ``base64(type || key)``; a ``NoteError`` saying what is wrong with
+    it (a one-character typo is not base64, or decodes to the wrong length or type)."""
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise NoteError(
+            f"not a valid {what}: its key part is not base64 (a character missing, extra or mistyped?)"
+        ) from exc
+    if len(raw) != 33:
+        raise NoteError(
+            f"not a valid {what}: its key part is {len(raw)} bytes, not 33 (a type byte and an Ed25519 key)"
+        )
+    if raw[0] != signature_type:
+        other = KEY_TYPES.get(raw[0])
+        why = f"that is {other}, not a {what}" if other else "a character mistyped?"
+        raise NoteError(
+            f"not a valid {what}: its key part starts with type 0x{raw[0]:02x}, not 0x{signature_type:02x} ({why})"
+        )
+    return raw[1:]
+
+
 def parse_vkey(vkey: str, signature_type: int, what: str) -> tuple[str, bytes, bytes]:
-    """(name, key id, public key) of ``<name>+<key id>+<base64(type || key)>``."""
+    """(name, key id, public key) of ``<name>+<key id>+<base64(type || key)>``. The key id is
+    a checksum of the name and key: a typo anywhere in the line is caught."""
     parts = vkey.strip().split("+", 2)
     if len(parts) != 3:
         raise NoteError(f"a {what} is <name>+<key id>+<base64 key>")
     name, hex_id, data = parts
     check_name(name)
-    raw = _b64decode(data, f"the {what}")
-    if len(raw) != 33 or raw[0] != signature_type:
-        raise NoteError(f"only Ed25519 {what}s (type 0x{signature_type:02x}, 32 bytes) are supported")
-    kid = key_id(name, signature_type, raw[1:])
-    if not re.fullmatch(r"[0-9a-f]{8}", hex_id) or bytes.fromhex(hex_id) != kid:
-        raise NoteError(f"the {what}'s id does not match its name and key")
-    return name, kid, raw[1:]
+    public_key = _key_bytes(data, signature_type, what)
+    kid = key_id(name, signature_type, public_key)
+    if not re.fullmatch(r"[0-9a-f]{8}", hex_id):
+        raise NoteError(f"not a valid {what}: its key id {hex_id!r} is not 8 lower-case hex digits")
+    if bytes.fromhex(hex_id) != kid:
+        raise id_mismatch(what, hex_id)
+    return name, kid, public_key
+
+
+def id_mismatch(what: str, hex_id: str) -> NoteError:
+    """A key line whose key id is not the checksum of its name and key: a typo somewhere."""
+    return NoteError(
+        f"not a valid {what}: its key id {hex_id} does not match its name and key (the id is a checksum of both: "
+        "a character mistyped?)"
+    )
 
 
 def parse_skey(skey: str, signature_type: int, what: str) -> tuple[str, str, bytes]:
@@ -85,10 +120,7 @@ def parse_skey(skey: str, signature_type: int, what: str) -> tuple[str, str, byt
         raise NoteError(f"a {what} is PRIVATE+KEY+<name>+<key id>+<base64 key>")
     name, hex_id, data = parts[2], parts[3], parts[4]
     check_name(name)
-    raw = _b64decode(data, f"the {what}")
-    if len(raw) != 33 or raw[0] != signature_type:
-        raise NoteError(f"only Ed25519 {what}s (type 0x{signature_type:02x}, 32-byte seed) are supported")
-    return name, hex_id, raw[1:]
+    return name, hex_id, _key_bytes(data, signature_type, what)
 
 
 def encode_vkey(name: str, kid: bytes, signature_type: int, public_key: bytes) -> str:
@@ -138,7 +170,7 @@ class Signer:
         name, hex_id, seed = parse_skey(skey, ED25519, "signer key")
         signer = cls(name, seed)
         if hex_id != signer.verifier.key_id.hex():
-            raise NoteError("the signer key's id does not match its name and key")
+            raise id_mismatch("signer key", hex_id)
         return signer
 
     @property
