@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
+from execution_proof.errors import Error
+
 PROG = "execution-proof"
 CLIENT_GROUPS = ("client", "trust_root", "monitor")
 OPERATOR_GROUPS = ("serve", "admin", "worker", "witness", "log_ops")
@@ -109,7 +111,7 @@ class _Parser(argparse.ArgumentParser):
         raise _Refused(self, UsageError(message))
 
 
-class _Refused(Exception):
+class _Refused(Error):
     def __init__(self, parser: argparse.ArgumentParser, error: Exception) -> None:
         super().__init__(str(error))
         self.parser = parser

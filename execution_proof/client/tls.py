@@ -19,13 +19,15 @@ import socket
 import ssl
 import time
 
+from execution_proof.errors import Error
+
 PROBE_AFTER_S = 2.0
 """How long the handshake waits for the server's first answer before the address is asked
 whether it speaks plain HTTP (a TLS server answers the hello within one round trip)."""
 PROBE_TIMEOUT_S = 2.0
 
 
-class NotTls(OSError):
+class NotTls(Error, OSError):
     """The address answers plain HTTP to an https request (client/http.py: ``Unreachable``)."""
 
 
