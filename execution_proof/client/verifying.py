@@ -384,7 +384,7 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
             given = _load_json_file(options.receipt_path)
         else:
             raise errors.InvalidInput("nothing to verify: give a receipt or bundle")
-        where = options.receipt_path if options.receipt_path not in (None, "-") else "the document"
+        where = {None: "the document", "-": "standard input"}.get(options.receipt_path, options.receipt_path)
         document = read_item(given, where or "the document")
         bundle = document.bundle
         receipt: JSONObject = bundle.receipt if bundle else document.members["receipt"]  # type: ignore[assignment]
