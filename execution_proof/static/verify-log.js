@@ -250,6 +250,28 @@ async function noteKeyId(name, type, key) {
   return (await sha256(concat(ENC.encode(name + '\n'), new Uint8Array([type]), key))).slice(0, 4);
 }
 
+const KEY_TYPES = { 1: "a log's note key", 4: "a witness's cosignature key" };
+
+/** The 32 key bytes of base64(type || key), or what is wrong with them (note._key_bytes). */
+function keyBytes(data, type, what) {
+  let raw;
+  try {
+    raw = strictB64(data, 'the key part');
+  } catch {
+    throw new NoteError(`not a valid ${what}: its key part is not base64 (a character missing, extra or mistyped?)`);
+  }
+  if (raw.length !== 33) {
+    throw new NoteError(`not a valid ${what}: its key part is ${raw.length} bytes, not 33 (a type byte and an Ed25519 key)`);
+  }
+  if (raw[0] !== type) {
+    const other = KEY_TYPES[raw[0]];
+    const why = other ? `that is ${other}, not a ${what}` : 'a character mistyped?';
+    const hex2 = (n) => n.toString(16).padStart(2, '0');
+    throw new NoteError(`not a valid ${what}: its key part starts with type 0x${hex2(raw[0])}, not 0x${hex2(type)} (${why})`);
+  }
+  return raw.slice(1);
+}
+
 /** {name, keyId, key} of `<name>+<key id>+<base64(type || key)>` (note.parse_vkey). */
 export async function parseVkey(vkey, type, what) {
   const text = vkey.replace(new RegExp(`^[${PY_SPACE}]+|[${PY_SPACE}]+$`, 'gu'), '');
@@ -258,13 +280,18 @@ export async function parseVkey(vkey, type, what) {
   if (second < 0) throw new NoteError(`a ${what} is <name>+<key id>+<base64 key>`);
   const name = checkName(text.slice(0, first));
   const hexId = text.slice(first + 1, second);
-  const raw = strictB64(text.slice(second + 1), `the ${what}`);
-  if (raw.length !== 33 || raw[0] !== type) {
-    throw new NoteError(`only Ed25519 ${what}s (type 0x${type.toString(16).padStart(2, '0')}, 32 bytes) are supported`);
+  const key = keyBytes(text.slice(second + 1), type, what);
+  const keyId = await noteKeyId(name, type, key);
+  if (!/^[0-9a-f]{8}$/.test(hexId)) {
+    throw new NoteError(`not a valid ${what}: its key id '${hexId}' is not 8 lower-case hex digits`);
   }
-  const keyId = await noteKeyId(name, type, raw.slice(1));
-  if (!/^[0-9a-f]{8}$/.test(hexId) || hexId !== hex(keyId)) throw new NoteError(`the ${what}'s id does not match its name and key`);
-  return { name, keyId, key: raw.slice(1) };
+  if (hexId !== hex(keyId)) {
+    throw new NoteError(
+      `not a valid ${what}: its key id ${hexId} does not match its name and key (the id is a checksum of both: ` +
+        'a character mistyped?)',
+    );
+  }
+  return { name, keyId, key };
 }
 
 /** {text, signatures: [{name, keyId, signature}]} of a signed note (note.parse_note). */
