@@ -166,7 +166,8 @@ def test_a_receipt_waiting_for_its_proof_is_pending_not_invalid(
     service: FakeService, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = trust_root_file(tmp_path, url, log=pinned_log(LOG))
-    report = verify(written(tmp_path, "b.json", logged_bundle(service)), trust_root=root)
+    bundle = logged_bundle(service)
+    report = verify(written(tmp_path, "b.json", bundle), trust_root=root)
     assert (report.verdict, report.reason) == ("NOT VERIFIED", "pending"), report.to_dict()
     assert "wait" in report.notes[-1]
 
@@ -186,6 +187,14 @@ def test_a_receipt_waiting_for_its_proof_is_pending_not_invalid(
     assert any(target.endswith("/log-proof") for _, target, _ in service.requests)
     by_key = verify(written(tmp_path, "r.json", receipt), log_key=LOG.verifier.encode(), base_url=url)
     assert (by_key.verdict, by_key.reason) == ("NOT VERIFIED", "pending"), by_key.to_dict()
+    # A bundle without its proof, under --online: the service's proof is asked for, as for a receipt.
+    without_log = {name: value for name, value in bundle.items() if name not in ("log", "timestamps")}
+    for document in (bundle, without_log):
+        service.requests.clear()
+        fetched = verify(written(tmp_path, "b.json", document), trust_root=root, online=True)
+        assert (fetched.verdict, fetched.reason) == ("NOT VERIFIED", "pending"), fetched.to_dict()
+        assert any(target.endswith("/log-proof") for _, target, _ in service.requests), service.requests
+        assert fetched.chain is not None and fetched.chain.ok, "the chain is still the bundle's"
 
 
 def test_a_lost_predecessor_and_a_deleted_receipt_are_not_verified_not_invalid(

@@ -28,6 +28,7 @@ code (verify_log, x509, asn1crypto) only for a log or time-stamp check: an offli
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -487,13 +488,19 @@ def _log_checks(case: _Case, report: VerifyReport) -> None:
         if trust is not None:
             report.remarks.append("the trust root pins no transparency log: no log check")
         return
-    if bundle is None and report.online is not None and not report.online.found:
+    proofless = bundle is None or bundle.log is None or bundle.log.get("proof") is None
+    if proofless and report.online is not None and not report.online.found:
         return  # deleted or past retention: NOT VERIFIED ``deleted``, no proof to ask for
     if bundle is None and case.net.offline:
         report.missing.append("no_log_proof")
         report.remarks.append("the document carries no log proof, and the check is offline")
         return
-    if bundle is not None and bundle.log is None:
+    if bundle is not None and proofless and options.online:
+        # --online: the service's proof now, as for a plain receipt (the bundle's keys and
+        # chain were checked from the bundle).
+        report.remarks.append("the bundle carries no log proof: the service's proof was fetched (--online)")
+        case = dataclasses.replace(case, bundle=None)
+    elif bundle is not None and bundle.log is None:
         report.missing.append("no_log_proof")
         report.remarks.append("the bundle carries no log member: its service kept no transparency log")
         return
