@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from execution_proof.cli import verify as verify_verb
 from execution_proof.cli.output import (
     DEFAULT_BASE_URL,
+    JSON_HELP,
     HelpFormatter,
     UsageError,
     epilog,
@@ -52,7 +53,6 @@ BUNDLE_EPILOG = epilog(
     two="could not ask (no such file and not a receipt id, the service unreachable, bad usage, the file "
     "cannot be written)",
 )
-JSON_HELP = "print one JSON document on stdout whatever happens (failures too: ok false, error kind and message)"
 
 
 class _ReceiptKinds:

@@ -23,6 +23,8 @@ SERVICE_ENV = (
     "environment: SERVICE_BASE_URL (the service, when --base-url is not given; default " + DEFAULT_BASE_URL + ")"
 )
 USAGE_ERROR = "UsageError"
+JSON_HELP = "print one JSON document on stdout whatever happens (failures too: ok false, error kind and message)"
+"""The ``--json`` option's help on every client verb (each adds what its document holds)."""
 """Where the library's own errors and the service's error classes are defined: each is a
 ``kind`` under its own name."""
 

@@ -20,7 +20,16 @@ import os
 import sys
 from pathlib import Path
 
-from execution_proof.cli.output import HelpFormatter, UsageError, describe, epilog, json_failure, json_ok, print_json
+from execution_proof.cli.output import (
+    JSON_HELP,
+    HelpFormatter,
+    UsageError,
+    describe,
+    epilog,
+    json_failure,
+    json_ok,
+    print_json,
+)
 from execution_proof.errors import Error
 from execution_proof.receipts.errors import InvalidInput
 from execution_proof.receipts.trust_root import TrustRoot, fingerprints
@@ -57,8 +66,7 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON document on stdout whatever happens (failures too: ok false, error kind and "
-        "message): where it was written, the fingerprints, the notes",
+        help=JSON_HELP + ": where it was written, the fingerprints, the notes",
     )
     parser.set_defaults(run=run_trust_root)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from execution_proof.cli.output import (
     DEFAULT_BASE_URL,
+    JSON_HELP,
     HelpFormatter,
     UsageError,
     count,
@@ -209,7 +210,7 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
         action="store_true",
         help="check the signature alone, although the trust root names a log (VALID with reason signature_only)",
     )
-    verify.add_argument("--json", action="store_true", help="one JSON document (a list for several receipts)")
+    verify.add_argument("--json", action="store_true", help=JSON_HELP + "; a list for several receipts")
     verify.add_argument(
         "--log-key", help="the transparency log's verifier key (GET /v1/log's log_vkey) to pin: check inclusion"
     )

@@ -38,6 +38,7 @@ import orjson
 
 from execution_proof.client.documents import Document, read_document
 from execution_proof.client.hashing import HashSource, hash_source, is_given_hash
+from execution_proof.client.models import read_json
 from execution_proof.client.reports import ChainCheck, CheckedLink, FileCheck, KeyCheck, OnlineCheck, VerifyReport
 from execution_proof.errors import Error
 from execution_proof.receipts import errors
@@ -170,14 +171,6 @@ def _read(path: str) -> bytes:
         raise errors.InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def _load_json_file(path: str) -> JSONValue:
-    try:
-        document: JSONValue = orjson.loads(_read(path))
-    except orjson.JSONDecodeError as exc:
-        raise errors.InvalidInput(f"{path} is not valid JSON") from exc
-    return document
-
-
 def _key_ring(document: JSONValue, source: str) -> KeyRing:
     try:
         if not isinstance(document, dict):  # as load_key_ring says of any other value
@@ -270,7 +263,7 @@ def _keys(
     if trust is not None:
         return trust.keys, f"the trust root {options.trust_root_path or trust.service_url}", "pinned"
     if options.keys_path:
-        return _key_ring(_load_json_file(options.keys_path), options.keys_path), options.keys_path, "pinned"
+        return _key_ring(read_json(options.keys_path), options.keys_path), options.keys_path, "pinned"
     if bundle is None:
         return (*_fetch_keys(net, base, hint), "service")
     chosen = options.base_url or options.env_base_url  # never a URL the bundle names itself
@@ -382,7 +375,7 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
         if options.document is not None:
             given = options.document
         elif options.receipt_path is not None:
-            given = _load_json_file(options.receipt_path)
+            given = read_json(options.receipt_path)
         else:
             raise errors.InvalidInput("nothing to verify: give a receipt or bundle")
         where = {None: "the document", "-": "standard input"}.get(options.receipt_path, options.receipt_path)
