@@ -746,8 +746,7 @@ async def test_the_demo_banner_shows_the_address_and_a_key_that_creates_receipts
 
     from execution_proof.web.demo import announce_demo_key
 
-    app.ctx.listen_url = "http://0.0.0.0:8123"
-    await announce_demo_key(app)
+    await announce_demo_key(app, "http://0.0.0.0:8123")
     banner = capsys.readouterr().out
     assert "curl -s -X POST http://127.0.0.1:8123/v1/receipts " in banner
     assert "curl -s http://127.0.0.1:8123/v1/receipts/RECEIPT_ID" in banner

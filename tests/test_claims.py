@@ -39,7 +39,7 @@ from execution_proof.receipts.webhook_signature import (
     verify_signature,
 )
 from execution_proof.runtime.settings import ClientIpConfig, Settings
-from execution_proof.web import human_check
+from execution_proof.runtime import human_check
 from execution_proof.web.app import create_app
 from tests.clock import Clock, ms
 from tests.conftest import auth, free_port, hash_of
@@ -495,7 +495,7 @@ async def test_rotated_secrets(make_client: MakeClient, clock: Clock) -> None:
 @pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """Record every job the webhook hands on (and still enqueue it)."""
-    from execution_proof.web import claims as web_claims
+    from execution_proof.usecases import claiming as web_claims
 
     calls: list[tuple[Any, ...]] = []
     real = web_claims.enqueue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,37 @@ def test_the_tree_has_no_links() -> None:
     assert not links, f"symbolic links in the tree: {links}"
     on_disk = [str(path.relative_to(REPO)) for path in PACKAGE.rglob("*") if path.is_symlink()]
     assert not on_disk, on_disk
+
+
+FORBIDDEN_FOR_WEB = ("execution_proof.kv", "execution_proof.jobs")
+
+
+def _imported_modules(tree: ast.Module) -> list[tuple[int, str]]:
+    """Every module an ``import`` or ``from ... import`` names (the imported names too, so
+    ``from execution_proof import kv`` counts as ``execution_proof.kv``), TYPE_CHECKING blocks
+    and function bodies included."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def test_web_imports_neither_kv_nor_jobs() -> None:
+    """web/ talks to usecases/ only: Redis's shape lives in kv/, background work in jobs/
+    (docs/decisions.md, "The house"); lint-imports' forbidden contract says the same."""
+    offenders = [
+        f"{path.relative_to(REPO)}:{line}: {module}"
+        for path in sorted((PACKAGE / "web").rglob("*.py"))
+        for line, module in _imported_modules(ast.parse(path.read_text()))
+        if any(module == name or module.startswith(name + ".") for name in FORBIDDEN_FOR_WEB)
+    ]
+    assert offenders == []
+    probe = ast.parse("from execution_proof import kv\nimport execution_proof.jobs.queue\n")
+    assert [m for _, m in _imported_modules(probe) if m.startswith(FORBIDDEN_FOR_WEB)] == [
+        "execution_proof.kv",
+        "execution_proof.jobs.queue",
+    ]

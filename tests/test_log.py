@@ -104,7 +104,7 @@ async def issue(app: Any, key: dict[str, Any], labels: list[str]) -> list[dict[s
     record = KeyRecord(key["key_hash"], key["project_id"], key["actor_id"], key["plan"], False, "")
     issued = await asyncio.gather(
         *(
-            app.ctx.issuer.issue(parse_create_request({"input_hash": hash_of(label)}), record, None, UNLIMITED)
+            app.ctx.services.issuer.issue(parse_create_request({"input_hash": hash_of(label)}), record, None, UNLIMITED)
             for label in labels
         )
     )
@@ -113,7 +113,7 @@ async def issue(app: Any, key: dict[str, Any], labels: list[str]) -> list[dict[s
 
 async def proof_index(app: Any, signer: note.Signer, receipt: dict[str, Any]) -> int:
     """The receipt's verified index, through the app's log service instead of HTTP."""
-    found = await app.ctx.log.proof(receipt)
+    found = await app.ctx.services.log.proof(receipt)
     assert found is not None, receipt["receipt_id"]
     proof = note.parse_tlog_proof(found[1])
     checkpoint, _ = note.open_checkpoint(proof.checkpoint, signer.verifier)
@@ -745,7 +745,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
         restarted.witnesses.jitter = lambda: 0.0
         await restarted.step(force=True)
         assert (await published(log_store, signer)).size == 2
-        app.ctx.log._state = (-1e9, "halted")  # forget the cached answer
+        app.ctx.services.log._state = (-1e9, "halted")  # forget the cached answer
         _, health = await client.get("/health")
         assert health.json["log"] == "ok"
         # A 409 naming a larger tree than ours is evidence too.
@@ -1016,7 +1016,7 @@ async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     clock = Clock(now_ms)
     app = log_app(store, log_store, keyring, signer, clock_ms=clock, log_stall_s=5)
     client = app.asgi_client
-    service = app.ctx.log
+    service = app.ctx.services.log
     key = await create_project_key(store.keys, project_name="stall", plan="pro")
     older = await create_project_key(store.keys, project_name="stall-older", plan="pro")
     worker = await integrator(store, log_store, signer)

@@ -89,7 +89,7 @@ async def test_the_earliest_stamped_checkpoint_that_meets_the_quorum_then_the_ne
     # The latest checkpoint published again with its witness's cosignature (body unchanged):
     # the newest covering checkpoint that meets the quorum, though not stamped.
     assert await log_store.publish(log.cosigned(nine).encode())
-    app.ctx.log._read_at = -1e9  # as CHECKPOINT_TTL_S later: the service reads the checkpoint again
+    app.ctx.services.log._read_at = -1e9  # as CHECKPOINT_TTL_S later: the service reads the checkpoint again
     size, text, stamps = await log.bundle(log.receipts[7])
     assert (size, stamps) == (9, []) and text.count("\u2014 ") == 2
     assert (await log.bundle(log.receipts[0]))[0] == 6, "the earliest stamped one that meets it still wins"

@@ -184,7 +184,7 @@ async def test_health_judges_a_stall_by_the_oldest_entry_waiting_in_its_own_redi
     older = await create_project_key(green.keys, project_name="older", plan="pro")
 
     async def health(app: Any) -> str:
-        app.ctx.log._state = (-1e9, "")  # past the 2 s cache
+        app.ctx.services.log._state = (-1e9, "")  # past the 2 s cache
         _, response = await app.asgi_client.get("/health")
         assert response.status == 200, response.text
         return str(response.json["log"])

@@ -188,7 +188,7 @@ async def assert_whole(site: Site, history: Published, receipts: list[dict[str, 
     await check_tree(TileReader(site.log_store.fetch), final.size, final.root, lambda _, batch: entries.extend(batch))
     ids = [tlog.LogEntry.parse(entry).receipt_id for entry in entries]
     assert len(ids) == len(set(ids)), "a receipt id is in the log twice"
-    service = site.app.ctx.log
+    service = site.app.ctx.services.log
     service._read_at = -1e9  # read the checkpoint afresh
     for receipt in receipts:
         if await site.store.receipts.get_receipt_json(receipt["receipt_id"]) is None:
@@ -374,7 +374,7 @@ async def test_an_unreadable_checkpoint_is_published_again_and_never_a_500(site:
     checkpoint_file = site.directory / "checkpoint"
     good = checkpoint_file.read_bytes()
     checkpoint_file.write_bytes(good[: len(good) // 2])
-    service = site.app.ctx.log
+    service = site.app.ctx.services.log
     for reading in ("fresh", "known"):
         if reading == "fresh":
             service._published, service._read_at = None, -1e9

@@ -68,8 +68,8 @@ class Log:
 
     async def health(self) -> str:
         """``/health``'s ``log``, judged afresh (past the web process's 2 s cache)."""
-        self.app.ctx.log._state = (-1e9, "")
-        self.app.ctx.log._read_at = -1e9
+        self.app.ctx.services.log._state = (-1e9, "")
+        self.app.ctx.services.log._read_at = -1e9
         _, response = await self.client.get("/health")
         assert response.status == 200, response.text
         return str(response.json["log"])
@@ -147,8 +147,8 @@ async def test_a_halt_record_that_does_not_parse_halts_the_log_and_no_reader_ans
     assert await log.worker.step(force=True) == 0  # it notices the resume, and reads the tree state again
     assert await log.worker.step(force=True) == 1
     assert (await published(log.log_store, SIGNER)).size == 6
-    log.app.ctx.log._read_at = -1e9  # past MIN_READ_S: a fast machine asks again within 20 ms
-    assert await log.app.ctx.log.proof(late[0]) is not None
+    log.app.ctx.services.log._read_at = -1e9  # past MIN_READ_S: a fast machine asks again within 20 ms
+    assert await log.app.ctx.services.log.proof(late[0]) is not None
     assert await log.health() == "ok"
 
 

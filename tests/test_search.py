@@ -110,7 +110,7 @@ async def test_never_across_projects(client: Any, store: Store, api_key: dict[st
         for field, value in (("input_hash", hash_of("shared")), ("output_hash", hash_of("o"))):
             assert (await search(client, key, **{field: value})).json["receipts"] == [receipt]
     # A cursor naming another project's receipt is refused, not followed.
-    from execution_proof.web.search import encode_cursor
+    from execution_proof.usecases.searching import encode_cursor
 
     foreign = encode_cursor(theirs["receipt"]["receipt_id"])
     refused = await search(client, api_key, input_hash=hash_of("shared"), cursor=foreign)

@@ -28,7 +28,7 @@ from execution_proof.runtime import metrics
 from execution_proof.transparency import cosignature, note, timestamps
 from execution_proof.transparency.policy import Policy, parse_policy
 from execution_proof.transparency.tiles import TileReader
-from execution_proof.web.human_check import HumanCheckUnavailable, siteverify
+from execution_proof.runtime.human_check import HumanCheckUnavailable, siteverify
 
 ORIGIN = "test.example/v1/log"
 HUGE = 100 * 1024 * 1024

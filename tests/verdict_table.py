@@ -8,7 +8,7 @@ Receipts are built by the project's own code (``receipts.model``: ``parse_create
 ``build_receipt``), the log by ``transparency`` (``tlog``: entries, leaf hashes, the tile
 reader's inclusion proof; ``note``: the signed checkpoint and the C2SP tlog-proof;
 ``cosignature``: the witnesses' cosignature/v1 lines), in the form the service's bundles
-carry them (web/bundles.py). Ed25519 signatures are deterministic, so the output is too.
+carry them (usecases/bundling.py). Ed25519 signatures are deterministic, so the output is too.
 
 ``python -m tests.verdict_table`` writes the file; ``--check`` exits 1 when the committed file
 differs from what this makes (tests/test_verdict_table.py asserts the same, so nobody edits
@@ -158,7 +158,7 @@ def trust_root(keys: KeyRing, log: Log | None) -> dict[str, Any]:
 def bundle(
     receipt: dict[str, Any], chain: list[dict[str, Any]], keys: KeyRing, log: Log, proof: str | None
 ) -> dict[str, Any]:
-    """As ``GET /v1/receipts/{id}/bundle`` writes it, members in its order (web/bundles.py)."""
+    """As ``GET /v1/receipts/{id}/bundle`` writes it, members in its order (usecases/bundling.py)."""
     return {
         "format": "eps-receipt-bundle",
         "version": 1,

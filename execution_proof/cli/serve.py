@@ -102,8 +102,7 @@ def _run_server(args: argparse.Namespace, settings: Settings) -> int:
     if settings.embedded:
         if args.workers != 1:
             print("note: the embedded store lives in one process; serving with 1 worker", file=sys.stderr)
-        app = create_app_from_env()  # configures logging
-        app.ctx.listen_url = url
+        app = create_app_from_env(url)  # configures logging
         serve_log.info("listening on %s", url)
         app.run(sock=sock, single_process=True, access_log=False, motd=False)
         return 0

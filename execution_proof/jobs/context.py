@@ -1,4 +1,8 @@
-"""The store as a job sees it: the configured Redis, or the embedded server when inline."""
+"""The store as a job sees it: the configured Redis, or the embedded server when inline.
+
+Jobs never import the use cases: ``open_services`` (usecases/services.py), which builds every
+process, hands this module the embedded service's in-process server (``use_embedded_server``);
+the settings are the process's environment, as a worker's are."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ _embedded_server: fakeredis.FakeServer | None = None
 
 
 def use_embedded_server(server: fakeredis.FakeServer | None) -> None:
-    """Called by the embedded service at start-up so inline jobs see its store."""
+    """Called by ``open_services`` in the embedded service, so inline jobs see its store."""
     global _embedded_server
     _embedded_server = server
 

@@ -50,6 +50,9 @@ class ServiceError(Error):
     headers: ClassVar[dict[str, str]] = {}
     request: str | None = None
     """On the client's side: the request the service refused (``GET URL``)."""
+    accepted: tuple[str, str] | None = None
+    """On the service's side: the plan and project of the API key a request was accepted with
+    before it was refused (its log line names them), else None."""
 
     def __init__(
         self,

@@ -1,8 +1,8 @@
 """The verifier: every check of a receipt, of a chain link and of an offline bundle.
 
 Pure functions over JSON objects and a ``KeyRing``: no files, no network, no clock. The
-service's ``POST /v1/verify`` (web/receipts_api.py), the bundle endpoint's format constants
-(web/bundles.py) and the ``verify`` command (cli/verify.py, which only reads files, fetches
+service's ``POST /v1/verify`` (usecases/verifying.py), the bundle endpoint's format constants
+(usecases/bundling.py) and the ``verify`` command (cli/verify.py, which only reads files, fetches
 keys and chain links and renders the report) all decide here. A receipt here is one read from
 outside (a file, a bundle, a stored record): a JSON object (``Mapping[str, JSONValue]``) whose
 fields are narrowed where they are read, never a ``Receipt``, since the checks are what would

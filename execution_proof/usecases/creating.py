@@ -19,41 +19,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from execution_proof.kv.records import KeyRecord
-from execution_proof.receipts.errors import Forbidden, ServiceError, SigningKeyUnavailable, UnsupportedMediaType
+from execution_proof.receipts.errors import Forbidden, ServiceError, SigningKeyUnavailable
 from execution_proof.receipts.limits import Usage
-from execution_proof.receipts.model import check_idempotency_header, parse_create_request, parse_json_object
+from execution_proof.receipts.model import CreateRequest, check_idempotency_header, parse_create_request
 from execution_proof.receipts.shapes import JSONObject
+from execution_proof.receipts.signing import KeyRing
+from execution_proof.usecases.bodies import json_object
 from execution_proof.usecases.issuing import Issued, ReceiptIssuer
-from execution_proof.usecases.limiting import Caller, Limiter
+from execution_proof.usecases.limiting import Caller, Limiter, naming
 from execution_proof.usecases.log_reading import LogService
 
 
 @dataclass(frozen=True, slots=True)
 class Created:
-    """What the create's answer is made of: the receipt (new or replayed), the key that asked,
-    the address's usage and the ``log`` member (None when the service has no log)."""
+    """What the create's answer is made of: the receipt (new or replayed), the caller (naming
+    the key), the key that asked, the address's usage and the ``log`` member (None when the
+    service has no log)."""
 
     issued: Issued
+    caller: Caller
     key: KeyRecord
     ip_usage: Usage
     log: JSONObject | None
 
 
-def json_object(content_type: str | None, body: bytes | None) -> JSONObject:
-    """A request body that must be one JSON object: 415 unless ``content_type`` is
-    application/json, then 400 (``BadRequest``) unless the bytes are one JSON object."""
-    media_type = (content_type or "").split(";", 1)[0].strip().lower()
-    if media_type != "application/json":
-        raise UnsupportedMediaType("Content-Type must be application/json")
-    return parse_json_object(body or b"")
-
-
 class Creator:
     """Creates receipts: admission, parsing, issuing and the log member, in one call."""
 
-    def __init__(self, limiter: Limiter, issuer: ReceiptIssuer, log: LogService | None) -> None:
+    def __init__(self, limiter: Limiter, issuer: ReceiptIssuer, keyring: KeyRing, log: LogService | None) -> None:
         self.limiter = limiter
         self.issuer = issuer
+        self.keyring = keyring
         self.log = log
 
     async def create(
@@ -72,26 +68,32 @@ class Creator:
         ``BadRequest`` for the body, ``Forbidden`` for a claimed ``project_id``/``actor_id``
         that is not the key's, ``BadRequest`` for ``Idempotency-Key`` (the address's count
         refunded for these); then what ``ReceiptIssuer.issue`` raises."""
-        if not self.issuer.keyring.can_sign:
+        if not self.keyring.can_sign:
             raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
-        key, ip_usage = await self.limiter.authenticate_counted(caller)
-        assert ip_usage is not None  # counted: authenticate_counted refuses what it does not count
-        try:
+
+        async def checks(key: KeyRecord) -> tuple[CreateRequest, str | None]:
             req = parse_create_request(json_object(content_type, body))
             if req.claimed_project_id is not None and req.claimed_project_id != key.project_id:
                 raise Forbidden("project_id does not match the API key's project", {"field": "project_id"})
             if req.claimed_actor_id is not None and req.claimed_actor_id != key.actor_id:
                 raise Forbidden("actor_id does not match the API key's actor", {"field": "actor_id"})
-            header_key = check_idempotency_header(idempotency_key)
-        except ServiceError:
-            await self.limiter.refund_ip(caller.client, "authenticated", ip_usage)
-            raise
-        issued = await self.issuer.issue(req, key, header_key, self.limiter.limits.plan(key.plan))
-        log = None
-        if self.log is not None:  # a wait is asked for rarely: without one, no await
-            log = (
-                await self.log.create_member(issued.receipt, wait_s)
-                if wait_s > 0
-                else self.log.pending_member(issued.receipt)
-            )
-        return Created(issued, key, ip_usage, log)
+            return req, check_idempotency_header(idempotency_key)
+
+        admission = await self.limiter.admit(caller, "authenticated", key=True, checks=checks)
+        key, ip_usage, checked = admission.key, admission.ip, admission.checked
+        assert key is not None
+        assert ip_usage is not None
+        assert checked is not None
+        req, header_key = checked
+        try:
+            issued = await self.issuer.issue(req, key, header_key, self.limiter.limits.plan(key.plan))
+            log = None
+            if self.log is not None:  # a wait is asked for rarely: without one, no await
+                log = (
+                    await self.log.create_member(issued.receipt, wait_s)
+                    if wait_s > 0
+                    else self.log.pending_member(issued.receipt)
+                )
+        except ServiceError as error:
+            raise naming(error, key) from None
+        return Created(issued, admission.caller, key, ip_usage, log)

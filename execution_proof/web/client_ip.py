@@ -45,3 +45,26 @@ def client_ip(request: Request, config: ClientIpConfig) -> str:
         found = ip_bucket(hops[-config.proxies_count]) if len(hops) >= config.proxies_count else None
         return found or f"noheader:{peer}"
     return peer
+
+
+def _address(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        return str(ipaddress.ip_address(text.strip().strip("[]")))
+    except ValueError:
+        return None
+
+
+def remote_ip(request: Request, config: ClientIpConfig) -> str | None:
+    """The client's own address for ``remoteip`` (not the per-/64 limit bucket), or None.
+
+    The same trust rules as ``web.client_ip``: a proxy header counts only when configured.
+    """
+    if config.real_ip_header:
+        return _address(request.headers.get(config.real_ip_header))
+    if config.proxies_count > 0:
+        hops = [hop.strip() for value in request.headers.getall("x-forwarded-for", []) for hop in value.split(",")]
+        hops = [hop for hop in hops if hop]
+        return _address(hops[-config.proxies_count]) if len(hops) >= config.proxies_count else None
+    return _address(request.ip)

@@ -4,32 +4,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from execution_proof.kv.accounts import create_project_key
-from execution_proof.kv.store import Store
+from execution_proof.usecases.services import Services
 
 
-def demo_base_url(app: Any) -> str:
+def demo_base_url(app: Any, listen_url: str | None) -> str:
     """Where a newcomer reaches this server: ``PUBLIC_BASE_URL``, else the address it listens on
-    (``service.py serve`` binds it and records it; a wildcard host is shown as loopback)."""
-    if app.ctx.settings.public_base_url:
-        return str(app.ctx.settings.public_base_url).rstrip("/")
-    url = getattr(app.ctx, "listen_url", None) or f"http://{app.state.host or '127.0.0.1'}:{app.state.port}"
+    (``listen_url``, as ``service.py serve`` bound it; a wildcard host is shown as loopback)."""
+    services: Services = app.ctx.services
+    if services.settings.public_base_url:
+        return str(services.settings.public_base_url).rstrip("/")
+    url = listen_url or f"http://{app.state.host or '127.0.0.1'}:{app.state.port}"
     for wildcard in ("//0.0.0.0:", "//[::]:"):
         url = url.replace(wildcard, "//127.0.0.1:")
     return str(url)
 
 
-async def announce_demo_key(app: Any) -> None:
-    """Create a demo project and print its key and the first commands to try (embedded mode only)."""
-    store: Store = app.ctx.store
-    created = await create_project_key(store.keys, project_name="demo", plan="free")
-    base = demo_base_url(app)
-    key = created["api_key"]
+async def announce_demo_key(app: Any, listen_url: str | None) -> None:
+    """Create a demo project and print its key and the first commands to try (embedded mode
+    only); ``listen_url``: where the server listens, when ``service.py serve`` bound it."""
+    services: Services = app.ctx.services
+    created = await services.demo.create()
+    base = demo_base_url(app, listen_url)
+    key = created.api_key
     digest = "sha256:" + "0" * 63 + "1"
     print(
         "\n"
         "  Demo project ready (embedded store, ephemeral signing key):\n"
-        f"    project_id: {created['project_id']}\n"
+        f"    project_id: {created.project_id}\n"
         f"    API key:    {key}\n"
         "\n"
         "  Create a receipt:\n"

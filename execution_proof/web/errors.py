@@ -19,6 +19,7 @@ from execution_proof.receipts.errors import (
 )
 from execution_proof.receipts.shapes import JSONOut
 from execution_proof.runtime.metrics import count_corrupt_record
+from execution_proof.web.auth import name_accepted
 from execution_proof.web.http_metrics import route_label
 from execution_proof.web.request_ids import request_id_of
 
@@ -90,6 +91,8 @@ class JsonErrorHandler(ErrorHandler):
             # regardless (usecases/issuing.py); this answer only names what happened.
             return HTTPResponse(b"", status=CLIENT_CLOSED_REQUEST, headers={"X-Request-Id": request_id_of(request)})
         error = as_service_error(exception)
+        if error.accepted is not None:
+            name_accepted(request, error.accepted)
         if isinstance(exception, CorruptRecord):
             report_corrupt_record(request, exception)
         if error.status >= 500 and not isinstance(exception, ServiceError):

@@ -37,7 +37,7 @@ async def refresh_gauges(app: Any) -> None:
     """Gauges the web process reads from elsewhere just before they are exposed: whether
     the log is halted (kept in the log store, set by whichever integrator saw the fork or
     refused the store) or stalled (judged from Redis and the store)."""
-    service = getattr(app.ctx, "log", None)
+    service = app.ctx.services.log
     if service is not None:
         state = await service.state()
         LOG_HALTED.set(1 if state == "halted" else 0)

@@ -5,10 +5,7 @@ from __future__ import annotations
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import json as json_response
 
-from execution_proof.kv.health import store_reachable
-from execution_proof.receipts.errors import SigningKeyUnavailable
-from execution_proof.receipts.limits import ratelimit_headers
-from execution_proof.web.auth import caller_of
+from execution_proof.web.auth import caller_of, services_of
 
 bp = Blueprint("info")
 
@@ -22,45 +19,36 @@ ENDPOINTS = {
 
 def base_url(request: Request) -> str:
     """``PUBLIC_BASE_URL`` when configured, else what the request was addressed to."""
-    configured = request.app.ctx.settings.public_base_url
+    configured = services_of(request).settings.public_base_url
     return configured or f"{request.scheme}://{request.host}"
 
 
 @bp.get("/", name="root")
 @bp.get("/health", name="health")
 async def entry(request: Request) -> HTTPResponse:
-    """Always 200 (a load balancer must not cycle the service while Redis is away: it would
-    come back by itself); ``store`` says whether the store answers a PING within 1 s, ``log``
-    whether the transparency log is ``ok``, ``stalled`` (entries wait and nothing was
-    published for ``LOG_STALL_S``), ``halted`` (a witness showed a fork, or the log store was
-    refused; an operator must look) or ``off`` (no log)."""
-    reachable = await store_reachable(request.app.ctx.store)
-    service = getattr(request.app.ctx, "log", None)
-    log_state = "off" if service is None else await service.state()
+    """Always 200; ``store`` and ``log`` as ``Informer.health`` tells them."""
+    health = await services_of(request).informer.health()
     return json_response(
         {
             "product": "Execution Proof Service",
             "subtitle": "Ed25519-signed, chained receipts for hashes you compute yourself",
-            "env": request.app.ctx.settings.env,
+            "env": health.env,
             "docs_url": base_url(request) + "/docs",
             "endpoints": ENDPOINTS,
-            "store": "ok" if reachable else "unreachable",
-            "log": log_state,
+            "store": health.store,
+            "log": health.log,
         }
     )
 
 
 @bp.get("/v1/public-key")
 async def public_key(request: Request) -> HTTPResponse:
-    usage = await request.app.ctx.limiter.hit_ip(caller_of(request).client, "public_key")
-    keyring = request.app.ctx.settings.keyring
-    if not keyring.keys or keyring.active_kid is None:
-        raise SigningKeyUnavailable("no signing key is configured")
+    found = await services_of(request).informer.public_keys(caller_of(request))
     return json_response(
-        keyring.public_keys_json(),
+        found.keys,
         headers={
             "Cache-Control": "public, max-age=300",
             "Access-Control-Allow-Origin": "*",
-            **ratelimit_headers([usage]),
+            **found.admission.headers(),
         },
     )

@@ -9,8 +9,12 @@ from pathlib import Path
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import html
 
+from execution_proof.web.auth import services_of
 from execution_proof.web.openapi import reference_view
 from execution_proof.web.templating import TEMPLATES
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+"""The verify page, its scripts and the stylesheets (served under ``/static``)."""
 
 bp = Blueprint("pages")
 
@@ -38,8 +42,8 @@ VERIFY_PAGE_HEADERS = {
 async def verify_page(request: Request) -> HTTPResponse:
     """The page; ``<body data-log="on">`` when the service runs a transparency log, so the
     page asks for the log (and a receipt's proof) only then."""
-    page = _verify_page(request.app.ctx.static_dir / "verify.html")
-    if getattr(request.app.ctx, "log", None) is not None:
+    page = _verify_page(STATIC_DIR / "verify.html")
+    if services_of(request).log is not None:
         page = page.replace("<body", '<body data-log="on"', 1)
     return HTTPResponse(page, headers=VERIFY_PAGE_HEADERS, content_type="text/html; charset=utf-8")
 

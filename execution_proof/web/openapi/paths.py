@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from execution_proof.receipts.model import MAX_IDEMPOTENCY_HEADER_LEN
-from execution_proof.web.bundles import DEFAULT_DEPTH, MAX_DEPTH
+from execution_proof.usecases.bundling import DEFAULT_DEPTH, MAX_DEPTH
+from execution_proof.usecases.searching import DEFAULT_LIMIT, MAX_LIMIT
 from execution_proof.web.openapi.common import JSON, header_ref, schema_ref
 from execution_proof.web.openapi.responses import (
     BEARER,
@@ -33,7 +34,6 @@ from execution_proof.web.openapi.responses import (
     ok_json,
 )
 from execution_proof.web.receipts_api import CREATE_BODY_LIMIT, VERIFY_BODY_LIMIT
-from execution_proof.web.search import DEFAULT_LIMIT, MAX_LIMIT
 
 PATHS: dict[str, Any] = {
     "/": {

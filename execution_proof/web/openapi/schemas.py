@@ -14,8 +14,9 @@ from execution_proof.receipts.model import (
     RECEIPT_KINDS,
 )
 from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
-from execution_proof.web.bundles import MAX_DEPTH
-from execution_proof.web.claims import MAX_TOKEN_LEN
+from execution_proof.usecases.bundling import MAX_DEPTH
+from execution_proof.usecases.claiming import MAX_TOKEN_LEN
+from execution_proof.usecases.searching import MAX_LIMIT
 from execution_proof.web.openapi.common import (
     _PY_WHITESPACE,
     COUNT,
@@ -28,7 +29,6 @@ from execution_proof.web.openapi.common import (
     nullable,
     schema_ref,
 )
-from execution_proof.web.search import MAX_LIMIT
 
 SCHEMAS: dict[str, Any] = {
     "Hash": _string(

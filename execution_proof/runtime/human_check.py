@@ -10,17 +10,14 @@ Neither the secret nor the token is ever logged or put in a message.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import re
 from dataclasses import dataclass
 
 import httpx
 import orjson
-from sanic import Request
 
 from execution_proof.errors import Error
 from execution_proof.runtime.http import ReplyTooLarge, post_bounded
-from execution_proof.runtime.settings import ClientIpConfig
 
 TIMEOUT_S = 5.0
 """Whole-call deadline (connect, send, answer). Tests lower it."""
@@ -67,26 +64,3 @@ async def siteverify(url: str, secret: str, token: str, remote_ip: str | None) -
     raw_codes = answer.get("error-codes")
     codes = tuple(code for code in (raw_codes if isinstance(raw_codes, list) else []) if isinstance(code, str))
     return HumanCheckAnswer(answer["success"], tuple(c for c in codes if _ERROR_CODE.fullmatch(c))[:5])
-
-
-def _address(text: str | None) -> str | None:
-    if not text:
-        return None
-    try:
-        return str(ipaddress.ip_address(text.strip().strip("[]")))
-    except ValueError:
-        return None
-
-
-def remote_ip(request: Request, config: ClientIpConfig) -> str | None:
-    """The client's own address for ``remoteip`` (not the per-/64 limit bucket), or None.
-
-    The same trust rules as ``web.client_ip``: a proxy header counts only when configured.
-    """
-    if config.real_ip_header:
-        return _address(request.headers.get(config.real_ip_header))
-    if config.proxies_count > 0:
-        hops = [hop.strip() for value in request.headers.getall("x-forwarded-for", []) for hop in value.split(",")]
-        hops = [hop for hop in hops if hop]
-        return _address(hops[-config.proxies_count]) if len(hops) >= config.proxies_count else None
-    return _address(request.ip)
