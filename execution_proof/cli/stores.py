@@ -1,4 +1,5 @@
-"""How an operator verb reaches the store at ``REDIS_URL``, and the one wording of its errors.
+"""How an operator verb reaches the store at ``REDIS_URL`` (through ``open_services``, as every
+process does), and the one wording of its errors.
 
 Exit status 2, with a one-line error, when there is no ``REDIS_URL`` (the embedded store
 lives inside the running server), when the URL is not a Redis URL (never echoed: it may hold
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from execution_proof.receipts.errors import StoreUnavailable
-from execution_proof.runtime.settings import Settings
+from execution_proof.runtime.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
     from execution_proof.kv.store import Store
@@ -30,18 +31,21 @@ def run_on_store(settings: Settings, embedded_error: str, action: Callable[[Stor
     if settings.embedded:
         print(embedded_error, file=sys.stderr)
         return 2
-    from execution_proof.kv.connect import open_store
+    from execution_proof.usecases.services import open_services
 
     async def run() -> int:
         try:
-            store = open_store(settings.redis_url, cluster=settings.redis_cluster)
+            services = open_services(settings)
+        except ConfigError as exc:  # a log key without LOG_STORE
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         except ValueError:
             print(NOT_A_REDIS_URL, file=sys.stderr)
             return 2
         try:
-            return await action(store)
+            return await action(services.store)
         finally:
-            await store.close()
+            await services.close()
 
     try:
         return asyncio.run(run())

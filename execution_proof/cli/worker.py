@@ -108,14 +108,15 @@ def worker_command(args: argparse.Namespace) -> int:
     if settings.log_signer is not None and not args.burst:
         from execution_proof.jobs.log_config import log_config
         from execution_proof.jobs.log_thread import IntegratorThread
-        from execution_proof.kv.connect import open_store
-        from execution_proof.kv.logstore import open_log_store
+        from execution_proof.usecases.services import open_services
 
         config = log_config(settings)
 
         def open_stores() -> tuple[Store, LogStore]:
-            assert settings.log_store is not None
-            return open_store(settings.redis_url, cluster=settings.redis_cluster), open_log_store(settings.log_store)
+            """The integrator's stores, opened on its own event loop, as every process opens them."""
+            services = open_services(settings)
+            assert services.log_store is not None
+            return services.store, services.log_store
 
         refused = check_log_store(open_stores, config)
         if refused is not None:
