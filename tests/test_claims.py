@@ -38,8 +38,8 @@ from execution_proof.receipts.webhook_signature import (
     signature_header,
     verify_signature,
 )
-from execution_proof.runtime.settings import ClientIpConfig, Settings
 from execution_proof.runtime import human_check
+from execution_proof.runtime.settings import ClientIpConfig, Settings
 from execution_proof.web.app import create_app
 from tests.clock import Clock, ms
 from tests.conftest import auth, free_port, hash_of

@@ -21,10 +21,10 @@ store and the logs, constant-time secret comparison, and signing-key rotation en
 from __future__ import annotations
 
 import ast
-import re
 import base64
 import json
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any

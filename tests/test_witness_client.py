@@ -25,10 +25,10 @@ from execution_proof.kv.keys import LogIdentity
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.runtime import metrics
+from execution_proof.runtime.human_check import HumanCheckUnavailable, siteverify
 from execution_proof.transparency import cosignature, note, timestamps
 from execution_proof.transparency.policy import Policy, parse_policy
 from execution_proof.transparency.tiles import TileReader
-from execution_proof.runtime.human_check import HumanCheckUnavailable, siteverify
 
 ORIGIN = "test.example/v1/log"
 HUGE = 100 * 1024 * 1024
