@@ -75,6 +75,7 @@ class Store:
         protocol check (about 2 us), too slow for every operation."""
         link, is_cluster = self.link, self.is_cluster
         find_index_field = register(client, "find_index_field.lua", on_index=True)
+        hit_counter = register(client, "hit_counter.lua")
         self.log_queue = LogQueueStore(
             client,
             link,
@@ -99,7 +100,7 @@ class Store:
             client,
             link,
             is_cluster,
-            hit_counter=register(client, "hit_counter.lua"),
+            hit_counter=hit_counter,
             refund_counter=register(client, "refund_counter.lua"),
         )
         self.keys = KeyStore(
@@ -108,6 +109,7 @@ class Store:
             is_cluster,
             create_project=register(client, "create_project.lua"),
             authenticate=register(client, "authenticate.lua"),
+            hit_counter=hit_counter,
         )
         self.checkouts = CheckoutStore(
             client,

@@ -219,7 +219,7 @@ class Limiter:
         address's counters live in different slots, and the two steps run one after the other.
         """
         token = caller.token
-        if token is None or not is_plausible_key(token) or not self.keys.one_call_auth:
+        if token is None or not is_plausible_key(token):
             record = await self.authenticate_limited(caller)
             return record, (await self.hit_ip(caller.client, scope) if count else None)
         result, usage = await self.authenticate(caller.client, hash_api_key(token), scope, count=count)
