@@ -91,15 +91,6 @@ def as_bytes(value: bytes | str | None) -> bytes | None:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
-@dataclass(frozen=True)
-class IndexLookup:
-    """A lookup script sent ahead (``ReceiptStore.prefetch_receipt_id_by_hash``), with what it was sent with."""
-
-    sent: Awaitable[Any]
-    keys: list[Any]
-    args: list[Any]
-
-
 def checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:
     """The receipt JSON of a stored value (compact record or JSON) read by ``receipt_id`` (of
     ``project_id``, when given): None when absent; ``CorruptRecord`` for a value that cannot be

@@ -9,14 +9,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from redis.exceptions import NoScriptError
 
 from execution_proof.kv import keys
-from execution_proof.kv.link import FastLink, Link, LuaScript
+from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.records import (
     Client,
     Counter,
-    IndexLookup,
     IssueItem,
     IssueOutcome,
     IssueResult,
@@ -82,13 +80,13 @@ class ReceiptStore:
     async def _mark_for_log(
         self, log: keys.LogIdentity, project_id: str, script_on_link: bool
     ) -> Awaitable[Any] | None:
-        """Name the project in the log's dirty set before its entries are queued. Over one
-        pipelined connection the mark leaves first, in the same write as the script that
-        queues them (Redis runs a connection's commands in order); elsewhere (a Cluster,
-        fakeredis, a script sent on another connection for ``STORE_ACK``) it is awaited first.
-        Returns what the caller awaits after the script, if any."""
+        """Name the project in the log's dirty set before its entries are queued. On a link
+        whose commands run in the order sent (``Link.ordered``) the mark leaves first, in the
+        same write as the script that queues them; elsewhere (a Cluster, fakeredis, a script
+        sent on another connection for ``STORE_ACK``) it is awaited first. Returns what the
+        caller awaits after the script, if any."""
         marked = self.link.send("SADD", keys.log_dirty_key(log), project_id)
-        if script_on_link and isinstance(self.link, FastLink):
+        if script_on_link and self.link.ordered:
             return marked
         await marked
         return None
@@ -289,14 +287,12 @@ class ReceiptStore:
         ``prefetched_receipt_json``. A prefetch nobody awaits (the request was refused) is dropped."""
         return self.link.send("GET", keys.receipt_key(receipt_id))
 
-    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> IndexLookup:
+    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> Awaitable[Any]:
         """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup script is sent
-        now (``EVALSHA``; should Redis not know the script yet, ``prefetched_text`` sends it
-        with ``EVAL``, one more round trip once per Redis start)."""
+        now (``Link.send_script``; should Redis not know the script yet, awaiting it sends it
+        again, one more round trip once per Redis start)."""
         script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
-        script = self._find_index_field
-        sent = self.link.send("EVALSHA", script.sha, len(script_keys), *script_keys, *script_args)
-        return IndexLookup(sent, script_keys, script_args)
+        return self.link.send_script(self._find_index_field, script_keys, script_args)
 
     @staticmethod
     def _hash_lookup(project_id: str, receipt_hash: str) -> tuple[list[Any], list[Any]]:
@@ -310,14 +306,9 @@ class ReceiptStore:
         return checked_receipt_bytes(await sent, receipt_id)
 
     @unavailable_as_503
-    async def prefetched_text(self, sent: IndexLookup) -> str | None:
+    async def prefetched_text(self, sent: Awaitable[Any]) -> str | None:
         """The receipt id a ``prefetch_receipt_id_by_hash`` found, or None."""
-        try:
-            reply = await sent.sent
-        except NoScriptError:  # Redis restarted since, or never ran it: EVAL loads it too
-            source = self._find_index_field.source
-            reply = await self.link.send("EVAL", source, len(sent.keys), *sent.keys, *sent.args)
-        return receipt_id_of(reply)
+        return receipt_id_of(await sent)
 
     @unavailable_as_503
     async def get_receipt_json(self, receipt_id: str, project_id: str | None = None) -> bytes | None:
