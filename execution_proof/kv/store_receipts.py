@@ -25,18 +25,23 @@ from execution_proof.kv.records import (
     receipt_id_of,
     unavailable_as_503,
 )
-from execution_proof.kv.store_log import LogQueueStore
+from execution_proof.kv.store_log import CreateCounts, LogQueueStore
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.runtime.store_ack import NO_ACK, StoreAck
+
+
+def _no_log_counts(project_key: str) -> CreateCounts:
+    """A create without a log: the script's log keys are unused, and name a key of its slot."""
+    return CreateCounts(project_key, project_key, "", "", counted_after=False)
 
 
 class ReceiptStore:
     """Receipts (``store.receipts``): the issuer's writes and every read of a receipt.
 
     Built with how a create is made durable (``ack``, ``STORE_ACK``, docs/redis.md) and where
-    it queues its log entry (``log``, ``LOG_SIGNING_KEY`` set; None: no log). On a Cluster the
-    count of entries waiting lives in another slot than the script's: ``log_queue`` reads and
-    counts it around the script."""
+    it queues its log entry (``log``, ``LOG_SIGNING_KEY`` set; None: no log). How the issue
+    script gets the log's count of entries waiting and its size, and whatever counting the
+    script cannot do, is the log queue store's (``counts_for_create``, ``count_created``)."""
 
     def __init__(
         self,
@@ -148,16 +153,11 @@ class ReceiptStore:
         logged = log is not None and any(item.log_entry for item in items)
         log_queue = keys.log_queue_key(log.identity, project_id) if log is not None else project_key
         log_synced = keys.log_synced_key(log.identity, project_id) if log is not None else project_key
-        # The count of waiting entries and the log's size live in other slots on a Cluster:
-        # read them here, side by side (the count is approximate, docs/log.md "Backpressure"),
-        # and count the queued entries after the script.
-        observed, log_size = (
-            await self._log_queue.log_pending_and_size(log.identity)
-            if log is not None and self.is_cluster and logged
-            else ("", "")
+        counts = (
+            await self._log_queue.counts_for_create(log.identity, log_queue, logged=logged)
+            if log is not None
+            else _no_log_counts(project_key)
         )
-        log_count = keys.log_pending_key(log.identity) if log is not None and not self.is_cluster else log_queue
-        log_size_key = keys.log_size_key(log.identity) if log is not None and not self.is_cluster else log_queue
         log_tag = log.identity.tag if log is not None else b""
         max_pending = str(log.max_pending) if log is not None else "0"
         for item in items:
@@ -170,9 +170,9 @@ class ReceiptStore:
                 keys.project_month_counter_key(project_id, item.month.window_id),
                 *self._search_keys(project_id, item.input_hash, item.output_hash),
                 log_queue,
-                log_count,
+                counts.pending_key,
                 log_synced,
-                log_size_key,
+                counts.size_key,
             ]
             stale = item.stale_receipt_id
             script_args += [
@@ -193,9 +193,9 @@ class ReceiptStore:
                 keys.search_field("output_hash", item.output_hash) if item.output_hash else b"",
                 item.log_entry if log is not None else b"",
                 max_pending,
-                observed,
+                counts.pending,
                 log_tag if item.log_entry else b"",
-                log_size,
+                counts.size,
             ]
         marked = (
             await self._mark_for_log(log.identity, project_id, not self.ack.enabled)
@@ -208,14 +208,14 @@ class ReceiptStore:
             reply, unacknowledged = await self.link.run_script(self._issue, script_keys, script_args), None
         if marked is not None:
             await marked
-        if log is not None and self.is_cluster and logged:
+        if logged and counts.counted_after:
+            assert log is not None
             queued = sum(
                 1
                 for at, item in zip(range(0, len(reply), 4), items, strict=False)
                 if item.log_entry and int(reply[at]) == IssueOutcome.ISSUED.value
             )
-            if queued:
-                await self._log_queue.log_count_pending(log.identity, queued)
+            await self._log_queue.count_created(log.identity, counts, queued)
         results = []
         for at in range(0, len(reply), 4):
             outcome = IssueOutcome(int(reply[at]))
