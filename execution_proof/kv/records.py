@@ -23,7 +23,7 @@ from execution_proof.runtime.metrics import STORE_OPERATION_SECONDS, count_store
 P = ParamSpec("P")
 T = TypeVar("T")
 
-Client = aioredis.Redis | RedisCluster
+RedisClient = aioredis.Redis | RedisCluster
 """The redis-py client a store is built on: one Redis, or a Redis Cluster (fakeredis stands in for the first)."""
 
 

@@ -12,9 +12,9 @@ from execution_proof.kv.records import (
     KEY_RECORD_FIELDS,
     AuthOutcome,
     AuthResult,
-    Client,
     Counter,
     KeyRecord,
+    RedisClient,
     as_text,
     key_record_of,
     unavailable_as_503,
@@ -27,7 +27,7 @@ class KeyStore:
 
     def __init__(
         self,
-        client: Client,
+        client: RedisClient,
         link: Link,
         is_cluster: bool,
         *,

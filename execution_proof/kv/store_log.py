@@ -26,7 +26,7 @@ from typing import Any
 from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.logstore.log import entry_created_ms
-from execution_proof.kv.records import Client, lenient_text, unavailable_as_503
+from execution_proof.kv.records import RedisClient, lenient_text, unavailable_as_503
 from execution_proof.receipts.errors import NotInLog
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tlog import LogEntry
@@ -76,7 +76,7 @@ class LogQueueStore:
 
     def __init__(
         self,
-        client: Client,
+        client: RedisClient,
         link: Link,
         is_cluster: bool,
         *,

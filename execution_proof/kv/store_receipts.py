@@ -13,12 +13,12 @@ import orjson
 from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.records import (
-    Client,
     Counter,
     IssueItem,
     IssueOutcome,
     IssueResult,
     LogQueue,
+    RedisClient,
     as_bytes,
     as_text,
     checked_receipt_bytes,
@@ -45,7 +45,7 @@ class ReceiptStore:
 
     def __init__(
         self,
-        client: Client,
+        client: RedisClient,
         link: Link,
         is_cluster: bool,
         log_queue: LogQueueStore,
