@@ -8,7 +8,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -89,6 +89,11 @@ def key_record_of(key_hash: str, values: list[Any]) -> KeyRecord | None:
 
 def as_bytes(value: bytes | str | None) -> bytes | None:
     return value.encode("utf-8") if isinstance(value, str) else value
+
+
+IndexLookup: TypeAlias = Awaitable[Any]
+"""A hash-index lookup sent ahead (``ReceiptStore.prefetch_receipt_id_by_hash``: the link's
+``send_script``); ``ReceiptStore.prefetched_text`` awaits it for the receipt id."""
 
 
 def checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:

@@ -14,6 +14,7 @@ from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.records import (
     Counter,
+    IndexLookup,
     IssueItem,
     IssueOutcome,
     IssueResult,
@@ -287,7 +288,7 @@ class ReceiptStore:
         ``prefetched_receipt_json``. A prefetch nobody awaits (the request was refused) is dropped."""
         return self.link.send("GET", keys.receipt_key(receipt_id))
 
-    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> Awaitable[Any]:
+    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> IndexLookup:
         """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup script is sent
         now (``Link.send_script``; should Redis not know the script yet, awaiting it sends it
         again, one more round trip once per Redis start)."""
@@ -306,7 +307,7 @@ class ReceiptStore:
         return checked_receipt_bytes(await sent, receipt_id)
 
     @unavailable_as_503
-    async def prefetched_text(self, sent: Awaitable[Any]) -> str | None:
+    async def prefetched_text(self, sent: IndexLookup) -> str | None:
         """The receipt id a ``prefetch_receipt_id_by_hash`` found, or None."""
         return receipt_id_of(await sent)
 
