@@ -267,7 +267,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("verifying a bundle must not touch the network")
 
-    monkeypatch.setattr(http_client.Client, "request", refuse)
+    monkeypatch.setattr(http_client.HttpClient, "request", refuse)
 
 
 async def test_verify_bundle_offline_with_pinned_keys(

@@ -396,7 +396,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("this verification must not touch the network")
 
-    monkeypatch.setattr(http_client.Client, "request", refuse)
+    monkeypatch.setattr(http_client.HttpClient, "request", refuse)
 
 
 def chain_bundle(service: FakeService) -> dict[str, Any]:
@@ -546,7 +546,7 @@ def test_submit_then_verify_against_a_trust_root_of_the_real_service(
             document = orjson.loads(saved.read_bytes())
             assert document["service_url"] == base and set(document["salts"]) == {"input"}
             receipt_id = document["receipt"]["receipt_id"]
-            client = http_client.Client()
+            client = http_client.HttpClient()
             wait_until(
                 lambda: client.get(f"{base}/v1/receipts/{receipt_id}/log-proof").status == 200, 20, "the log proof"
             )

@@ -49,7 +49,7 @@ async def cluster_store(redis_cluster: RedisClusterNodes) -> AsyncIterator[Store
     store = open_store(redis_cluster.url, cluster=True)
     # authenticate.lua reads a key record and an address's counters (different slots): a
     # cluster store authenticates in two calls, which every test here goes through.
-    assert store.is_cluster and not store.keys.one_call_auth
+    assert store.is_cluster and not store.keys._one_script
     assert isinstance(store.link, ClusterLink), "per-request commands take the pipelined cluster link"
     yield store
     await store.close()
@@ -211,6 +211,52 @@ async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyrin
     assert new is not None
     assert (await create(client, key, {"input_hash": hash_of("old")})).status_code == 401
     assert (await create(client, new, {"input_hash": hash_of("new")})).status_code == 201
+
+
+async def test_authenticate_answers_the_scripts_outcomes_on_the_cluster(cluster_store: Store) -> None:
+    """``KeyStore.authenticate`` on a cluster (two round trips: the key record and the
+    address's counters live in different slots) answers, step by step, what
+    kv/lua/authenticate.lua answers on a plain Redis, and counts the same."""
+    import fakeredis
+
+    from execution_proof.kv.records import Counter
+
+    plain = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
+    scope = Counter("w1", 2, 60)
+
+    async def outcomes(store: Store) -> list[Any]:
+        key = await create_project_key(store.keys, project_name="auth", plan="pro")
+        revoked = await create_project_key(store.keys, project_name="revoked", plan="pro")
+        await store.keys.revoke_api_key(revoked["key_hash"])
+        seen: list[Any] = []
+
+        async def auth(key_hash: str, bucket: str, *, count: bool = True) -> None:
+            result = await store.keys.authenticate(key_hash, bucket, scope, "authenticated", 2, count=count)
+            record = result.record
+            seen.append((result.outcome.name, result.count, None if record is None else record.plan))
+
+        await auth(key["key_hash"], "a", count=False)  # usable, not counted
+        await auth(key["key_hash"], "a")  # counted: 1
+        await auth(key["key_hash"], "a")  # counted: 2
+        await auth(key["key_hash"], "a")  # the scope's limit is used up
+        await auth("sha256:" + "0" * 64, "b")  # unknown key
+        await auth(revoked["key_hash"], "b")  # revoked key
+        await store.counters.hit_ip_counter("b", "unauthenticated", scope)
+        await store.counters.hit_ip_counter("b", "unauthenticated", scope)
+        await auth(key["key_hash"], "b")  # the address is throttled, whatever the key
+        await store.keys.set_project_suspension(key["project_id"], "forever")
+        await auth(key["key_hash"], "c")  # a suspension set: the caller decides, nothing counted
+        seen.append(await store.counters.read_ip_counter("c", "authenticated", "w1"))
+        return seen
+
+    try:
+        on_cluster, one_script = await outcomes(cluster_store), await outcomes(plain)
+    finally:
+        await plain.close()
+    assert on_cluster == one_script
+    assert [name for name, *_ in on_cluster[:-1]] == [
+        "NOT_COUNTED", "COUNTED", "COUNTED", "LIMITED", "UNUSABLE", "UNUSABLE", "THROTTLED", "NOT_COUNTED",
+    ]  # fmt: skip
 
 
 async def test_data_spreads_over_every_master_and_the_sweep_covers_them_all(

@@ -1,5 +1,5 @@
 """The client's HTTP (client/http.py, client/tls.py) against real loopback servers: keep-alive,
-redirects, the reply ceiling, which failures say trying again may help (``Unreachable``), and
+redirects, the reply ceiling, which failures say trying again may help (``HttpUnreachable``), and
 an ``https://`` URL of a plain-HTTP port, which fails at once saying so."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from execution_proof.client import tls
-from execution_proof.client.http import Client, HttpError, OfflineClient, OfflineRefused, Unreachable
+from execution_proof.client.http import HttpClient, HttpError, HttpUnreachable, OfflineClient, OfflineRefused
 from tests.conftest import free_port
 from tests.servers import serving
 
@@ -62,37 +62,37 @@ def base() -> Iterator[str]:
 
 
 def test_requests_to_one_host_share_one_kept_alive_connection(base: str) -> None:
-    with Client() as client:
+    with HttpClient() as client:
         replies = [client.get(f"{base}/n{n}", params={"a": "b c"}) for n in range(5)]
     assert [reply.json()["path"] for reply in replies] == [f"/n{n}?a=b+c" for n in range(5)]
     assert len(set(_Handler.ports)) == 1, _Handler.ports
 
 
 def test_a_redirect_is_followed_and_a_loop_is_an_error_not_worth_retrying(base: str) -> None:
-    with Client() as client:
+    with HttpClient() as client:
         moved = client.get(f"{base}/moved")
         assert moved.status == 200 and moved.url == f"{base}/hello"
         with pytest.raises(HttpError, match="redirects") as loop:
             client.get(f"{base}/loop")
-    assert not isinstance(loop.value, Unreachable)
+    assert not isinstance(loop.value, HttpUnreachable)
 
 
 def test_a_reply_over_the_ceiling_is_refused_and_not_worth_retrying(base: str) -> None:
-    with Client(max_bytes=1024) as client, pytest.raises(HttpError, match="more than 1024") as big:
+    with HttpClient(max_bytes=1024) as client, pytest.raises(HttpError, match="more than 1024") as big:
         client.get(f"{base}/big")
-    assert not isinstance(big.value, Unreachable)
+    assert not isinstance(big.value, HttpUnreachable)
 
 
 def test_a_refused_connection_is_unreachable() -> None:
-    with Client(timeout=5) as client, pytest.raises(Unreachable, match="cannot reach"):
+    with HttpClient(timeout=5) as client, pytest.raises(HttpUnreachable, match="cannot reach"):
         client.get(f"http://127.0.0.1:{free_port()}/")
 
 
 @pytest.mark.parametrize("url", ["ftp://example.org/x", "http:///nohost", "http://127.0.0.1:99999/"])
 def test_a_url_that_is_not_http_is_an_error_before_any_connection(url: str) -> None:
-    with Client() as client, pytest.raises(HttpError) as bad:
+    with HttpClient() as client, pytest.raises(HttpError) as bad:
         client.get(url)
-    assert not isinstance(bad.value, Unreachable)
+    assert not isinstance(bad.value, HttpUnreachable)
 
 
 def test_an_offline_client_refuses_every_request(base: str) -> None:
@@ -148,7 +148,7 @@ def test_https_to_a_plain_http_port_fails_at_once_saying_so() -> None:
     server = _RawServer(_answer_after_the_headers)
     started = time.monotonic()
     try:
-        with Client(timeout=30) as client, pytest.raises(Unreachable) as failed:
+        with HttpClient(timeout=30) as client, pytest.raises(HttpUnreachable) as failed:
             client.get(f"https://127.0.0.1:{server.port}/v1/log")
     finally:
         server.close()
@@ -208,7 +208,7 @@ def test_a_slow_tls_server_is_only_slower(tmp_path: Path, monkeypatch: pytest.Mo
     server = _RawServer(handle)
     trusted = ssl.create_default_context(cafile=str(cert_path))
     try:
-        with Client(timeout=10, tls=trusted) as client:
+        with HttpClient(timeout=10, tls=trusted) as client:
             reply = client.get(f"https://127.0.0.1:{server.port}/")
     finally:
         server.close()
@@ -227,9 +227,9 @@ def test_an_untrusted_certificate_is_refused_not_worth_retrying(tmp_path: Path) 
 
     server = _RawServer(handle)
     try:
-        with Client(timeout=10) as client, pytest.raises(HttpError, match="CERTIFICATE_VERIFY_FAILED") as refused:
+        with HttpClient(timeout=10) as client, pytest.raises(HttpError, match="CERTIFICATE_VERIFY_FAILED") as refused:
             client.get(f"https://127.0.0.1:{server.port}/")
     finally:
         server.close()
-    assert not isinstance(refused.value, Unreachable)
+    assert not isinstance(refused.value, HttpUnreachable)
     assert server.connections == 1, "no probe: the server answered TLS"

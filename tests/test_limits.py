@@ -287,7 +287,7 @@ async def test_a_request_refused_for_its_key_or_address_never_reads_its_body(
 ) -> None:
     """Authentication and the address's limits come before the body is parsed or scanned,
     so a bad key cannot make the server scan 2 KB of adversarial strings per request."""
-    monkeypatch.setattr(store.keys, "one_call_auth", one_call)
+    monkeypatch.setattr(store.keys, "_one_script", one_call)
     parsed: list[int] = []
     original = creating.parse_create_request
 
@@ -322,7 +322,7 @@ async def test_a_request_refused_for_its_body_is_refunded(
 ) -> None:
     """The address's count is taken with the key lookup (one round trip), before the body is
     read; a body, claim or header then refused gives it back, so refusals use up nothing."""
-    monkeypatch.setattr(store.keys, "one_call_auth", one_call)
+    monkeypatch.setattr(store.keys, "_one_script", one_call)
     client = make_client({"ip_per_minute": {"authenticated": 3}})
     key = await create_project_key(store.keys, project_name="p", plan="pro")
     other = await create_project_key(store.keys, project_name="q", plan="pro")
@@ -565,7 +565,7 @@ async def test_one_call_authentication_refuses_and_counts_like_the_two_steps(
     one_call = await _refusal_outcomes(make_client, store, clock)
     await store.client.flushdb()
     clock.set("2026-11-21T10:00:15.200Z")
-    monkeypatch.setattr(store.keys, "one_call_auth", False)
+    monkeypatch.setattr(store.keys, "_one_script", False)
     two_steps = await _refusal_outcomes(make_client, store, clock)
     assert one_call == two_steps
     statuses = {name: (status, error) for name, status, error, _ in one_call}

@@ -187,6 +187,32 @@ async def test_a_script_unknown_to_the_server_is_loaded_and_run(link: FastLink, 
     assert await link.run_script(script, ["counter"], ["again"]) == [b"counter", b"again", 2]
 
 
+async def test_a_script_sent_ahead_is_loaded_when_awaited_and_dropped_quietly_when_not(
+    link: FastLink, endpoint: Endpoint
+) -> None:
+    """``send_script`` sends EVALSHA at once; the await sends EVAL when the server does not
+    know the script, and a script sent ahead that nobody awaits reports nothing."""
+    script = LuaScript.register(aioredis.Redis(), "return {KEYS[1], ARGV[1], redis.call('INCR', KEYS[1])}")
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        with endpoint.admin() as plain:
+            plain.script_flush()
+            dropped = link.send_script(script, ["dropped"], ["arg"])  # NOSCRIPT, never awaited
+            sent = link.send_script(script, ["counter"], ["arg"])
+            assert await sent == [b"counter", b"arg", 1]
+            assert plain.script_exists(script.sha) == [True]
+        assert await link.send_script(script, ["counter"], ["again"]) == [b"counter", b"again", 2]
+        del dropped
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert reported == []
+    assert link.ordered and not PyLink(fakeredis.FakeAsyncRedis()).ordered
+
+
 async def test_a_cancelled_caller_does_not_shift_the_replies(link: FastLink) -> None:
     await link.send("SET", "k", "v")
     abandoned = link.send("GET", "k")

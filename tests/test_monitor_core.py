@@ -16,7 +16,7 @@ from bench.monitor import chain_entries, write_static_log
 from execution_proof.cli import monitor_fetch
 from execution_proof.cli.monitor import Progress
 from execution_proof.cli.monitor_fetch import Fetcher
-from execution_proof.client.http import HttpError, Reply, Unreachable
+from execution_proof.client.http import HttpError, HttpUnreachable, Reply
 from execution_proof.client.log_checks import LogInputError
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.monitor import (
@@ -145,7 +145,7 @@ def response(status: int, headers: dict[str, str] | None = None, body: bytes = b
 
 def refused() -> HttpError:
     """What http_client raises when the connection is refused."""
-    return Unreachable("cannot reach http://log/: Connection refused")
+    return HttpUnreachable("cannot reach http://log/: Connection refused")
 
 
 async def test_the_fetcher_retries_with_backoff_and_honours_retry_after() -> None:
@@ -198,7 +198,7 @@ async def test_a_log_silent_for_the_silence_limit_ends_the_fetch() -> None:
 
     async def silent(url: str) -> Reply:
         now[0] += 10
-        raise Unreachable(f"cannot reach {url}: timed out")
+        raise HttpUnreachable(f"cannot reach {url}: timed out")
 
     async def sleep(seconds: float) -> None:
         now[0] += seconds
@@ -291,7 +291,7 @@ def test_the_bench_writer_makes_a_log_that_verifies(tmp_path: Path) -> None:
 
 
 def test_the_previous_hashes_used_are_kept_on_disk_as_far_as_committed(tmp_path: Path) -> None:
-    from execution_proof.cli.monitor_state import PrevFile, StateError
+    from execution_proof.cli.monitor_state import MonitorStateError, PrevFile
 
     path = tmp_path / "prevs.bin"
     kept = PrevFile(path, 0)
@@ -306,5 +306,5 @@ def test_the_previous_hashes_used_are_kept_on_disk_as_far_as_committed(tmp_path:
     assert path.stat().st_size == 16_000
     assert again.seen("prj_A", h(0)) and again.seen("prj_A", h(999)) and not again.seen("prj_A", h(5000))
     again.close()
-    with pytest.raises(StateError, match="the state says 32000 were written"):
+    with pytest.raises(MonitorStateError, match="the state says 32000 were written"):
         PrevFile(path, 32_000)

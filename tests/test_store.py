@@ -72,7 +72,7 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
 
 
 PLAIN_REDIS_ONLY = {"authenticate.lua"}
-"""Scripts the store runs only when it is not a cluster (``KeyStore.one_call_auth``)."""
+"""Scripts the store runs only when it is not a cluster (``KeyStore.authenticate`` on a plain Redis)."""
 
 
 @pytest.mark.parametrize("attempt", range(50))

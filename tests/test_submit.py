@@ -27,13 +27,13 @@ OUTPUT_BYTES = b"the output file bytes"
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, bytes]]:
     """Every request the client library sends (method, URL, body), sent on to the service."""
     requests: list[tuple[str, str, bytes]] = []
-    send = http.Client.request
+    send = http.HttpClient.request
 
-    def request(self: http.Client, method: str, url: str, *, body: bytes | None = None, headers: Any = None) -> Any:
+    def request(self: http.HttpClient, method: str, url: str, *, body: bytes | None = None, headers: Any = None) -> Any:
         requests.append((method, url, body or b""))
         return send(self, method, url, body=body, headers=headers)
 
-    monkeypatch.setattr(http.Client, "request", request)
+    monkeypatch.setattr(http.HttpClient, "request", request)
     return requests
 
 

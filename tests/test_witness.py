@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from execution_proof.transparency import cosignature, note, tlog
-from execution_proof.web.witness import StateError, WitnessState, witness_app
+from execution_proof.web.witness import WitnessState, WitnessStateError, witness_app
 from tests.conftest import REPO, free_port
 from tests.test_tlog import TileStore, leaves
 
@@ -228,7 +228,7 @@ def test_start_up_removes_the_temporaries_of_a_killed_writer_and_checks_the_stat
     WitnessState(state).prepare()
     assert state_dir(state) == ["other.tmp", "state.json.lock"]
     state.write_bytes(b'{"log.example/w": {"size": 3}}')
-    with pytest.raises(StateError):
+    with pytest.raises(WitnessStateError):
         WitnessState(state).prepare()
 
 

@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 
 from execution_proof.cli.monitor_fetch import SILENCE_S, Fetcher, LogReplyError, Workers
 from execution_proof.cli.monitor_report import MonitorParser, Output
-from execution_proof.cli.monitor_state import MonitorDb, PassReport, Seen, StateError, StateLock
+from execution_proof.cli.monitor_state import MonitorDb, MonitorStateError, PassReport, Seen, StateLock
 from execution_proof.cli.output import UsageError
 from execution_proof.client.log_checks import LogInputError, env_skew
 from execution_proof.errors import Error
@@ -219,7 +219,7 @@ def follow(monitor: Monitor, output: Output, *, once: bool, interval: float) -> 
     while True:
         try:
             report = monitor.run_pass()
-        except (WrongLog, StateError, LogInputError) as exc:
+        except (WrongLog, MonitorStateError, LogInputError) as exc:
             again = not once and isinstance(exc, LogInputError)
             output.failure(exc, f"error: {exc}" + (f" (again in {interval:g} s)" if again else ""), monitor.known())
             if not again:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
-from execution_proof.client.http import Client, HttpError, Reply, Unreachable
+from execution_proof.client.http import HttpClient, HttpError, HttpUnreachable, Reply
 from execution_proof.client.log_checks import LogInputError
 from execution_proof.receipts import errors
 
@@ -52,13 +52,13 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class Workers:
-    """The fetch threads: ``size`` threads, each with its own ``Client`` (one keep-alive
+    """The fetch threads: ``size`` threads, each with its own ``HttpClient`` (one keep-alive
     connection to the log's host, redirects followed, TLS verified), so a blocking request
     never waits on another's connection; ``get`` hands one request to them and awaits it.
 
     Daemon threads: a request the pass stopped waiting for (its deadline passed) finishes in
     its thread, and neither the next pass nor the process's exit waits for it. One TLS
-    context for them all (each ``Client`` would otherwise load the system's CA store for its
+    context for them all (each ``HttpClient`` would otherwise load the system's CA store for its
     first https connection)."""
 
     def __init__(self, size: int = CONCURRENCY, *, tls: bool = False) -> None:
@@ -86,7 +86,7 @@ class Workers:
         return await future
 
     def _work(self) -> None:
-        with Client(timeout=REQUEST_TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES, tls=self._tls) as client:
+        with HttpClient(timeout=REQUEST_TIMEOUT_S, max_bytes=MAX_RESOURCE_BYTES, tls=self._tls) as client:
             while (job := self._jobs.get()) is not None:
                 url, future = job
                 if future.cancelled():  # given up while it waited for a thread
@@ -203,7 +203,7 @@ def transient(exc: HttpError) -> bool:
     """Whether a failed request may succeed if tried again: the connection failed (refused,
     reset, timed out, a TLS error), not the reply (too many redirects, too large), the URL or
     the server's certificate (not trusted, or not for this host: no retry mends that)."""
-    return isinstance(exc, Unreachable)
+    return isinstance(exc, HttpUnreachable)
 
 
 def retry_after(reply: Reply) -> float | None:

@@ -113,18 +113,18 @@ class PassReport(TypedDict):
     new_entries: NotRequired[int]
 
 
-class StateError(Error):
+class MonitorStateError(Error):
     """The state directory holds something this monitor cannot use (the verb exits 2)."""
 
 
-class StateBusy(StateError):
+class StateBusy(MonitorStateError):
     """Another monitor holds the state directory's lock (the verb exits 2 at once)."""
 
 
 class StateLock:
     """DIR/monitor.lock, held exclusively from ``__init__`` to ``release`` (or the process's
     end: the system releases it with the file). ``StateBusy`` when another process holds it,
-    ``StateError`` when the file cannot be opened."""
+    ``MonitorStateError`` when the file cannot be opened."""
 
     NAME = "monitor.lock"
 
@@ -133,7 +133,7 @@ class StateLock:
         try:
             self._file = open(self.path, "a+b")  # noqa: SIM115 - held open for the monitor's life
         except OSError as exc:
-            raise StateError(f"cannot use {self.path}: {exc}") from exc
+            raise MonitorStateError(f"cannot use {self.path}: {exc}") from exc
         self._file.seek(0)  # msvcrt locks from the position: every monitor locks byte 0
         if not _try_lock(self._file.fileno()):
             holder = self._holder()
@@ -192,10 +192,10 @@ class PrevFile:
             self._file = open(path, "a+b")  # noqa: SIM115 - held open for the monitor's life
             held = self._file.seek(0, os.SEEK_END)
             if held < length:
-                raise StateError(f"{path} holds {held} bytes; the state says {length} were written")
+                raise MonitorStateError(f"{path} holds {held} bytes; the state says {length} were written")
             self._file.truncate(length)
         except OSError as exc:
-            raise StateError(f"cannot use {path}: {exc}") from exc
+            raise MonitorStateError(f"cannot use {path}: {exc}") from exc
         self.length = length
         self._pending = bytearray()
 
@@ -252,7 +252,7 @@ class MonitorDb:
                 for project_id, tip, last_prev in self._db.execute("SELECT project_id, tip, last_prev FROM projects")
             }
         except sqlite3.Error as exc:
-            raise StateError(f"cannot use the state in {path}: {exc}") from exc
+            raise MonitorStateError(f"cannot use the state in {path}: {exc}") from exc
         self.path = path
         self.log = _followed_log(path, meta)
         """The log this state follows (its key's name is the log's origin); None until a
@@ -263,7 +263,7 @@ class MonitorDb:
         try:
             self.frontier = Frontier.decode(int(meta.get("size", b"0")), meta.get("frontier", b""))
         except ValueError as exc:
-            raise StateError(f"{path}: {exc}") from exc
+            raise MonitorStateError(f"{path}: {exc}") from exc
         self.seen = (
             Seen(int(meta["seen_size"]), bytes(meta["seen_root"]), meta["seen_text"].decode())
             if "seen_size" in meta
@@ -304,7 +304,7 @@ class MonitorDb:
         checkpoint has verified against it; the ``signature`` violations an older monitor
         recorded before any log was (with a wrong key: nothing was deployed that tells them
         from a log's bad signature) are removed in the same transaction, and returned.
-        ``StateError`` when the state cannot be written."""
+        ``MonitorStateError`` when the state cannot be written."""
         assert self.log is None, "a state's log is recorded once"
         cleared = self._kept("signature")
         meta = {"log_origin": log_key.name.encode(), "log_vkey": log_key.encode().encode()}
@@ -319,7 +319,7 @@ class MonitorDb:
     def record_quorum(self, size: int, met: bool, seen_at: str) -> Unwitnessed | None:
         """A checkpoint of ``size``, seen at ``seen_at``, meets the quorum (``met``) or not:
         the first miss of a run of misses is kept, and a checkpoint that meets the quorum ends
-        the run. The run's first miss, or None. ``StateError`` when the state cannot be
+        the run. The run's first miss, or None. ``MonitorStateError`` when the state cannot be
         written."""
         if met and self.unwitnessed is not None:
             self._write(("DELETE FROM meta WHERE key = ?", [("unwitnessed_size",), ("unwitnessed_at",)]))
@@ -339,7 +339,7 @@ class MonitorDb:
         seen: Seen | None = None,
     ) -> None:
         """One transaction: the frontier and size as they are now, the projects that moved,
-        new violations, and (``seen``) a checkpoint the frontier now matches. ``StateError``
+        new violations, and (``seen``) a checkpoint the frontier now matches. ``MonitorStateError``
         (nothing written) when the state cannot be written: a full disk, a read-only
         directory."""
         meta: dict[str, bytes] = {
@@ -365,7 +365,7 @@ class MonitorDb:
 
     def _write(self, *steps: tuple[str, Iterable[Sequence[object]]]) -> None:
         """Each statement over its rows, in one transaction (all or nothing, even when
-        interrupted); ``StateError`` when the state cannot be written."""
+        interrupted); ``MonitorStateError`` when the state cannot be written."""
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -377,7 +377,7 @@ class MonitorDb:
                 db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise StateError(f"cannot write the state in {self.path}: {exc}") from exc
+            raise MonitorStateError(f"cannot write the state in {self.path}: {exc}") from exc
 
 
 def _followed_log(path: Path, meta: Mapping[str, bytes]) -> note.Verifier | None:
@@ -386,7 +386,7 @@ def _followed_log(path: Path, meta: Mapping[str, bytes]) -> note.Verifier | None
     try:
         log_key = note.Verifier.parse(bytes(meta["log_vkey"]).decode())
     except (note.NoteError, UnicodeDecodeError) as exc:
-        raise StateError(f"{path}: the log key the state records is unreadable: {exc}") from exc
+        raise MonitorStateError(f"{path}: the log key the state records is unreadable: {exc}") from exc
     if log_key.name.encode() != meta.get("log_origin"):
-        raise StateError(f"{path}: the log origin the state records is not its key's name")
+        raise MonitorStateError(f"{path}: the log origin the state records is not its key's name")
     return log_key

@@ -77,7 +77,7 @@ def _start(args: argparse.Namespace) -> int:
     from execution_proof.cli.serve import listen, listen_url
     from execution_proof.transparency.cosignature import Cosigner
     from execution_proof.transparency.note import NoteError, Verifier
-    from execution_proof.web.witness import StateError, WitnessState, serve, witness_app
+    from execution_proof.web.witness import WitnessState, WitnessStateError, serve, witness_app
 
     try:
         lines = Path(args.key_file).read_text(encoding="utf-8").splitlines()
@@ -105,7 +105,7 @@ def _start(args: argparse.Namespace) -> int:
     state = WitnessState(path)
     try:
         state.prepare()  # under the state's lock: waits while another witness process writes
-    except (OSError, StateError) as exc:
+    except (OSError, WitnessStateError) as exc:
         print(f"error: --state: {exc}", file=sys.stderr)
         return 2
     sock = listen(args.host, args.port)  # --port 0: a free port, named in the line below

@@ -9,7 +9,7 @@ store (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` point elsewhere, as for OpenSSL); ``
 imported for the first https request only (client/tls.py, whose handshake says at once when an
 ``https://`` URL names a plain-HTTP port instead of waiting out the timeout).
 
-A ``Client`` is used by one thread at a time (the monitor gives each of its workers one).
+An ``HttpClient`` is used by one thread at a time (the monitor gives each of its workers one).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class HttpError(errors.Unreachable):
     than the ceiling."""
 
 
-class Unreachable(HttpError):
+class HttpUnreachable(HttpError):
     """No reply came: the connection was refused, reset or timed out, or TLS failed for a
     reason other than the server's certificate (an ``https://`` URL of a plain-HTTP port says
     so). Trying again later may succeed (an untrusted certificate, a redirect loop or a reply
@@ -76,7 +76,7 @@ class Reply:
         return document
 
 
-class Client:
+class HttpClient:
     """GET/POST over kept-alive connections, one per (scheme, host, port)."""
 
     def __init__(
@@ -89,7 +89,7 @@ class Client:
         """The TLS context of https connections (shared by clients that pass one); made on the
         first https connection when none is given."""
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> HttpClient:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -117,7 +117,7 @@ class Client:
     def request(
         self, method: str, url: str, *, body: bytes | None = None, headers: Mapping[str, str] | None = None
     ) -> Reply:
-        import http.client  # here: importing the library (Client made, no request yet) does not load it
+        import http.client  # here: importing the library (HttpClient made, no request yet) does not load it
 
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -142,10 +142,10 @@ class Client:
                 self._drop(key)
                 if attempt == 0:
                     continue
-                raise Unreachable(f"cannot reach {url}: {exc}") from exc
+                raise HttpUnreachable(f"cannot reach {url}: {exc}") from exc
             except (OSError, http.client.HTTPException) as exc:
                 self._drop(key)
-                failure = HttpError if _certificate_refused(exc) else Unreachable
+                failure = HttpError if _certificate_refused(exc) else HttpUnreachable
                 raise failure(f"cannot reach {url}: {_reason(exc)}") from exc
             if response.will_close:
                 self._drop(key)
@@ -189,7 +189,7 @@ class Client:
             connection.close()
 
 
-class OfflineClient(Client):
+class OfflineClient(HttpClient):
     """A client that refuses every request: for checks that promised to need no network."""
 
     def __init__(self, why: str) -> None:

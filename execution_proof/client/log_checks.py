@@ -5,7 +5,7 @@ TSA roots, check the RFC 3161 time-stamps of the proof's checkpoint (transparenc
 and report the latest time by which the receipt provably existed. What it finds is a typed
 ``LogCheck`` (the report's ``log`` member, and the ``log_*`` checks).
 
-Requests go through the caller's ``http_client.Client`` (an ``OfflineClient`` when the check
+Requests go through the caller's ``http_client.HttpClient`` (an ``OfflineClient`` when the check
 promised no network). The time-stamp code (asn1crypto, cryptography's x509) is loaded only
 when time-stamps are checked."""
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from execution_proof.client.http import Client, HttpError, Reply
+from execution_proof.client.http import HttpClient, HttpError, Reply
 from execution_proof.transparency import log_check, note, tlog
 from execution_proof.transparency.errors import LogError
 from execution_proof.transparency.policy import (
@@ -163,7 +163,7 @@ class LogCheck:
         return log
 
 
-def proof_text(receipt: JSONObject, bundle_log: JSONObject | None, base: str | None, client: Client) -> str | None:
+def proof_text(receipt: JSONObject, bundle_log: JSONObject | None, base: str | None, client: HttpClient) -> str | None:
     """The tlog-proof: the bundle's (None when it was pending), else the service's (None
     while pending: 409 ``log_pending``)."""
     if bundle_log is not None:
@@ -180,7 +180,7 @@ def proof_text(receipt: JSONObject, bundle_log: JSONObject | None, base: str | N
     return response.text
 
 
-def _get(client: Client, url: str, params: dict[str, str] | None = None) -> Reply:
+def _get(client: HttpClient, url: str, params: dict[str, str] | None = None) -> Reply:
     try:
         return client.get(url, params=params)
     except HttpError as exc:
@@ -207,7 +207,7 @@ def load_tsa_roots(path: str) -> list[cryptography.x509.Certificate]:
 
 
 def service_bundle_log(
-    receipt: JSONObject, base: str | None, client: Client
+    receipt: JSONObject, base: str | None, client: HttpClient
 ) -> tuple[JSONObject, list[JSONValue] | None]:
     """(``log``, ``timestamps``) of the service's bundle of the receipt: its proof is against
     the earliest time-stamped checkpoint covering the receipt that meets the quorum, else
@@ -306,7 +306,7 @@ def check(
     log_key: note.Verifier,
     since_path: str | None,
     base: str | None,
-    client: Client,
+    client: HttpClient,
     policy: Policy | None = None,
     stamps: Stamps | None = None,
 ) -> LogCheck:
@@ -341,12 +341,12 @@ def check(
     return LogCheck(inclusion, moment, quorum, consistency)
 
 
-def http_fetch(client: Client, prefix: str) -> Fetch:
+def http_fetch(client: HttpClient, prefix: str) -> Fetch:
     """Reads a log's resources (``checkpoint``, tiles, bundles) over HTTP under ``prefix``:
     the service's ``/v1/log/``, or a static copy of the log store behind any web server.
     A 404 is "not there" (None); any other failure is ``LogInputError``. The request is made
     synchronously: the reader's concurrent reads then run one after another on the one
-    client (a ``Client`` is used by one thread at a time)."""
+    client (an ``HttpClient`` is used by one thread at a time)."""
 
     async def fetch(path: str) -> bytes | None:
         url = prefix + path
@@ -360,7 +360,7 @@ def http_fetch(client: Client, prefix: str) -> Fetch:
     return fetch
 
 
-def consistency_proof(base: str, old_size: int, size: int, client: Client) -> list[bytes]:
+def consistency_proof(base: str, old_size: int, size: int, client: HttpClient) -> list[bytes]:
     """The consistency proof from ``old_size`` to ``size``, computed here from the tiles the
     service serves (the service is not asked for a proof, and not trusted for one)."""
     if old_size == 0 or old_size >= size:

@@ -54,7 +54,7 @@ class Client:
         self.base_url = base_url_from(base_url)
         key = api_key if api_key is not None else os.environ.get("SERVICE_API_KEY", "")
         self._api_key = key.strip() or None
-        self._http = http.Client(timeout=timeout)
+        self._http = http.HttpClient(timeout=timeout)
 
     def __repr__(self) -> str:  # never the key
         return f"Client({self.base_url!r})"

@@ -28,7 +28,7 @@ PROBE_TIMEOUT_S = 2.0
 
 
 class NotTls(Error, OSError):
-    """The address answers plain HTTP to an https request (client/http.py: ``Unreachable``)."""
+    """The address answers plain HTTP to an https request (client/http.py: ``HttpUnreachable``)."""
 
 
 class HTTPSConnection(http.client.HTTPSConnection):

@@ -56,7 +56,7 @@ from execution_proof.receipts.verifier import (
 if TYPE_CHECKING:
     import cryptography.x509 as x509
 
-    from execution_proof.client.http import Client
+    from execution_proof.client.http import HttpClient
     from execution_proof.client.log_checks import LogCheck
     from execution_proof.client.models import Bundle, Receipt
     from execution_proof.receipts.shapes import JSONObject, JSONValue
@@ -119,13 +119,13 @@ class _Network:
 
     def __init__(self, offline: str | None = None) -> None:
         self.offline = offline
-        self._client: Client | None = None
+        self._client: HttpClient | None = None
 
-    def client(self) -> Client:
+    def client(self) -> HttpClient:
         if self._client is None:
-            from execution_proof.client.http import Client, OfflineClient
+            from execution_proof.client.http import HttpClient, OfflineClient
 
-            self._client = OfflineClient(self.offline) if self.offline else Client(timeout=HTTP_TIMEOUT_S)
+            self._client = OfflineClient(self.offline) if self.offline else HttpClient(timeout=HTTP_TIMEOUT_S)
         return self._client
 
     def get_json(self, url: str, params: dict[str, str] | None = None) -> JSONValue:

@@ -31,10 +31,11 @@ does, instead of one pooled redis-py connection per command.
   as ``FastLink`` does; they are not sent again (a write may have been applied). The next
   command to that node reconnects; the map is re-read meanwhile, so a failover's new
   master is found.
-- **NOSCRIPT** on a node: ``run_script`` sends ``EVAL`` to the same slot (as ``FastLink``).
+- **NOSCRIPT** on a node: ``run_script`` (and an awaited ``send_script``) sends ``EVAL`` to
+  the same slot (as ``FastLink``).
 
-The module depends on no other module of ``kv``: ``link_for`` (kv/link.py) hands it the node
-link's class.
+The module depends on no other module of ``kv`` but the futures the links share
+(kv/futures.py): ``link_for`` (kv/link.py) hands it the node link's class.
 """
 
 from __future__ import annotations
@@ -48,9 +49,8 @@ from redis import exceptions as redis_errors
 from redis.asyncio.connection import Connection
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from execution_proof.kv.futures import chain, fail_quietly, seen
+from execution_proof.kv.futures import Arg, Script, SentScript, chain, fail_quietly, seen
 
-Arg = bytes | str | int | float
 Address = tuple[str, int]
 
 MAX_REDIRECTIONS = 3
@@ -74,18 +74,11 @@ class NodeLink(Protocol):
     async def close(self) -> None: ...
 
 
-class Script(Protocol):
-    """What ``run_script`` needs of a ``LuaScript``."""
-
-    @property
-    def source(self) -> str: ...
-
-    @property
-    def sha(self) -> str: ...
-
-
 class ClusterLink:
     """The ``Link`` over a Redis Cluster (see the module's description)."""
+
+    ordered = False
+    """One connection per master: commands to two slots may run in either order."""
 
     def __init__(
         self,
@@ -145,6 +138,10 @@ class ClusterLink:
         task = loop.create_task(self._execute(args))
         task.add_done_callback(lambda done: chain(done, outer))
         return outer
+
+    def send_script(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> SentScript:
+        """EVALSHA to the keys' master now; awaited, EVAL there when it does not know the script."""
+        return SentScript(self.send, script, keys, args)
 
     async def run_script(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """EVALSHA on the keys' master, loading the script with EVAL there when it does not know it."""

@@ -17,11 +17,11 @@ import hashlib
 from dataclasses import dataclass, field
 
 from execution_proof.receipts.ids import (
-    CROCKFORD,
     is_receipt_id,
     receipt_slot_tag,
     slot_tag,
     ulid_from_bytes,
+    ulid_time_ms,
     ulid_to_bytes,
 )
 
@@ -159,7 +159,6 @@ RECEIPT_KEY_MATCH = "r:*"
 INDEX_BUCKET_KEY_MATCH = "b:*:*:*"
 """Bucket names have three colons; the meta key ``b:{TAG}:prj_…`` has two."""
 SEARCH_INDEX_KEY_MATCH = "x:*"
-_CROCKFORD_VALUE = {char: value for value, char in enumerate(CROCKFORD)}
 
 
 def receipt_id_in_receipt_key(name: str) -> str | None:
@@ -177,11 +176,9 @@ def index_meta_of_bucket(name: str) -> str | None:
 
 
 def receipt_created_ms(receipt_id: str) -> int:
-    """Creation time (Unix ms) of a valid receipt id: the first ten characters of its ULID."""
-    ms = 0
-    for char in receipt_id[5:15]:
-        ms = ms * 32 + _CROCKFORD_VALUE[char]
-    return ms
+    """Creation time (Unix ms) of a valid receipt id: the first ten characters of its ULID
+    (decoded by receipts/ids.py, the one ULID decoder)."""
+    return ulid_time_ms(receipt_id[5:15])
 
 
 def webhook_event_key(event_id: str) -> str:

@@ -64,9 +64,7 @@ from redis.asyncio.connection import Connection, RedisSSLContext, SSLConnection,
 from redis.credentials import CredentialProvider
 
 from execution_proof.kv.cluster_link import ClusterLink
-from execution_proof.kv.futures import chain, fail_quietly, seen
-
-Arg = bytes | str | int | float
+from execution_proof.kv.futures import Arg, SentScript, chain, fail_quietly, seen
 
 
 @dataclass(frozen=True)
@@ -84,11 +82,26 @@ class LuaScript:
 
 
 class Link(Protocol):
-    """What the store calls on its way to Redis: ``FastLink`` or ``PyLink`` (``link_for``)."""
+    """What the store calls on its way to Redis: ``FastLink``, ``ClusterLink`` or ``PyLink``
+    (``link_for``). The stores use these verbs, never the class behind them."""
+
+    @property
+    def ordered(self) -> bool:
+        """Whether commands sent on this link run in the order they were sent: one connection,
+        whose commands Redis runs in order, so a command sent before another need not be
+        awaited first. False for a Cluster (one connection per master) and for redis-py's
+        pooled connections."""
+        ...
 
     def send(self, *args: Arg) -> Awaitable[Any]:
         """Send one command now; await the result for its raw reply (a Redis error raised as
         redis-py's exception)."""
+        ...
+
+    def send_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Awaitable[Any]:
+        """Send ``script`` now (``EVALSHA``, so it shares a write with the next command of this
+        event-loop turn); await the result for its reply, ``EVAL`` being sent first if the
+        server does not know the script (kv/futures.py, ``SentScript``)."""
         ...
 
     async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
@@ -103,6 +116,9 @@ class Link(Protocol):
 class PyLink:
     """The link over a redis-py client: each command is an ordinary redis-py call."""
 
+    ordered = False
+    """A pooled client: two commands may take two connections."""
+
     def __init__(self, client: Any) -> None:
         self.client = client
 
@@ -112,6 +128,9 @@ class PyLink:
         task: asyncio.Future[Any] = asyncio.ensure_future(self.client.execute_command(*args))
         task.add_done_callback(seen)
         return task
+
+    def send_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Awaitable[Any]:
+        return SentScript(self.send, script, keys, args)
 
     async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         return await script.registered(keys=list(keys), args=list(args))
@@ -188,6 +207,9 @@ class FastLink:
     ``CredentialProvider`` asked for ``(username, password)`` or ``(password,)`` at every
     connect (a token that rotates is fetched anew); it replaces ``username``/``password``.
     """
+
+    ordered = True
+    """One connection: Redis runs its commands in the order they were sent."""
 
     def __init__(
         self,
@@ -286,6 +308,10 @@ class FastLink:
         task = loop.create_task(self._send_after_connect(packed))
         task.add_done_callback(lambda done: chain(done, future))
         return future
+
+    def send_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> SentScript:
+        """EVALSHA now; awaited, EVAL when the server does not know the script yet."""
+        return SentScript(self.send, script, keys, args)
 
     async def run_script(self, script: LuaScript, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """EVALSHA, loading the script with EVAL when the server does not know it yet."""

@@ -8,7 +8,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -23,7 +23,7 @@ from execution_proof.runtime.metrics import STORE_OPERATION_SECONDS, count_store
 P = ParamSpec("P")
 T = TypeVar("T")
 
-Client = aioredis.Redis | RedisCluster
+RedisClient = aioredis.Redis | RedisCluster
 """The redis-py client a store is built on: one Redis, or a Redis Cluster (fakeredis stands in for the first)."""
 
 
@@ -91,13 +91,9 @@ def as_bytes(value: bytes | str | None) -> bytes | None:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
-@dataclass(frozen=True)
-class IndexLookup:
-    """A lookup script sent ahead (``ReceiptStore.prefetch_receipt_id_by_hash``), with what it was sent with."""
-
-    sent: Awaitable[Any]
-    keys: list[Any]
-    args: list[Any]
+IndexLookup: TypeAlias = Awaitable[Any]
+"""A hash-index lookup sent ahead (``ReceiptStore.prefetch_receipt_id_by_hash``: the link's
+``send_script``); ``ReceiptStore.prefetched_text`` awaits it for the receipt id."""
 
 
 def checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:

@@ -26,7 +26,7 @@ import fakeredis
 from redis.asyncio.cluster import RedisCluster
 
 from execution_proof.kv.link import Link, LuaScript, link_for
-from execution_proof.kv.records import Client, LogQueue, unavailable_as_503
+from execution_proof.kv.records import LogQueue, RedisClient, unavailable_as_503
 from execution_proof.kv.store_checkouts import CheckoutStore
 from execution_proof.kv.store_counters import CounterStore
 from execution_proof.kv.store_keys import KeyStore
@@ -38,7 +38,7 @@ from execution_proof.runtime.store_ack import NO_ACK, StoreAck
 LUA_DIR = Path(__file__).parent / "lua"
 
 
-def register(client: Client, name: str, *, on_index: bool = False) -> LuaScript:
+def register(client: RedisClient, name: str, *, on_index: bool = False) -> LuaScript:
     """The script ``kv/lua/<name>``, registered with ``client``. ``on_index``: a script that
     works on a project's index, so the shared index functions (index_buckets.lua) come first."""
     source = (LUA_DIR / name).read_text()
@@ -59,7 +59,7 @@ class Store:
 
     def __init__(
         self,
-        client: Client,
+        client: RedisClient,
         *,
         ack: StoreAck = NO_ACK,
         log: LogQueue | None = None,
@@ -75,6 +75,7 @@ class Store:
         protocol check (about 2 us), too slow for every operation."""
         link, is_cluster = self.link, self.is_cluster
         find_index_field = register(client, "find_index_field.lua", on_index=True)
+        hit_counter = register(client, "hit_counter.lua")
         self.log_queue = LogQueueStore(
             client,
             link,
@@ -99,7 +100,7 @@ class Store:
             client,
             link,
             is_cluster,
-            hit_counter=register(client, "hit_counter.lua"),
+            hit_counter=hit_counter,
             refund_counter=register(client, "refund_counter.lua"),
         )
         self.keys = KeyStore(
@@ -108,6 +109,7 @@ class Store:
             is_cluster,
             create_project=register(client, "create_project.lua"),
             authenticate=register(client, "authenticate.lua"),
+            hit_counter=hit_counter,
         )
         self.checkouts = CheckoutStore(
             client,

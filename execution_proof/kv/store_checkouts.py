@@ -10,8 +10,8 @@ from execution_proof.kv.link import LuaScript
 from execution_proof.kv.records import (
     CheckoutRecord,
     ClaimOutcome,
-    Client,
     KeyRecord,
+    RedisClient,
     as_text,
     unavailable_as_503,
 )
@@ -24,7 +24,7 @@ class CheckoutStore:
 
     def __init__(
         self,
-        client: Client,
+        client: RedisClient,
         is_cluster: bool,
         key_store: KeyStore,
         *,

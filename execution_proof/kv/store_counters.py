@@ -7,14 +7,14 @@ from typing import Any
 
 from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
-from execution_proof.kv.records import Client, Counter, unavailable_as_503
+from execution_proof.kv.records import Counter, RedisClient, unavailable_as_503
 
 
 class CounterStore:
     """The rate and quota counters (``store.counters``): the limiter's and the usage page's."""
 
     def __init__(
-        self, client: Client, link: Link, is_cluster: bool, *, hit_counter: LuaScript, refund_counter: LuaScript
+        self, client: RedisClient, link: Link, is_cluster: bool, *, hit_counter: LuaScript, refund_counter: LuaScript
     ) -> None:
         self.client = client
         self.link = link

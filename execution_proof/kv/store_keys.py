@@ -12,9 +12,9 @@ from execution_proof.kv.records import (
     KEY_RECORD_FIELDS,
     AuthOutcome,
     AuthResult,
-    Client,
     Counter,
     KeyRecord,
+    RedisClient,
     as_text,
     key_record_of,
     unavailable_as_503,
@@ -26,16 +26,25 @@ class KeyStore:
     the claims' accounts (kv/accounts.py)."""
 
     def __init__(
-        self, client: Client, link: Link, is_cluster: bool, *, create_project: LuaScript, authenticate: LuaScript
+        self,
+        client: RedisClient,
+        link: Link,
+        is_cluster: bool,
+        *,
+        create_project: LuaScript,
+        authenticate: LuaScript,
+        hit_counter: LuaScript,
     ) -> None:
         self.client = client
         self.link = link
         self.is_cluster = is_cluster
-        self.one_call_auth = not is_cluster
-        """``authenticate`` may be used: one script reads the key record and the address's
-        counters (on a Cluster they live in different slots: two round trips instead)."""
+        self._one_script = not is_cluster
+        """``authenticate`` runs kv/lua/authenticate.lua: the key record and the address's
+        counters share one script call. On a Cluster they live in different slots: two round
+        trips instead (``_authenticate_in_two``)."""
         self._create_project = create_project
         self._authenticate = authenticate
+        self._hit_counter = hit_counter
 
     @unavailable_as_503
     async def create_project(self, *, project_id: str, name: str, created_at: str, key: KeyRecord) -> None:
@@ -103,6 +112,11 @@ class KeyStore:
     ) -> tuple[KeyRecord | None, int]:
         """``find_api_key`` and ``read_ip_counter`` in one round trip (pipelined on the link,
         not a transaction: both only read; the two keys live in different slots)."""
+        return await self._find_and_read(key_hash, ip_bucket, scope, window_id)
+
+    async def _find_and_read(
+        self, key_hash: str, ip_bucket: str, scope: str, window_id: str
+    ) -> tuple[KeyRecord | None, int]:
         record = self.link.send("HMGET", keys.api_key_key(key_hash), *KEY_RECORD_FIELDS)
         count = self.link.send("GET", keys.ip_counter_key(ip_bucket, scope, window_id))
         return key_record_of(key_hash, await record), int(await count or 0)
@@ -118,10 +132,16 @@ class KeyStore:
         *,
         count: bool,
     ) -> AuthResult:
-        """The key lookup, the address's failed-auth throttle and its ``scope_name`` counter
-        in one script call (kv/lua/authenticate.lua; only when ``one_call_auth``). Both
-        counters use ``scope``'s minute window; nothing is counted unless ``count``, the key
-        is usable and its project has no suspension set."""
+        """The key lookup, the address's failed-auth throttle and its ``scope_name`` counter,
+        with the outcomes kv/lua/authenticate.lua documents. Both counters use ``scope``'s
+        minute window; nothing is counted unless ``count``, the key is usable and its project
+        has no suspension set.
+
+        On a plain Redis one script call does it all. On a Cluster the key record and the
+        address's counters live in different slots: two round trips, the same checks in the
+        same order (``_authenticate_in_two``)."""
+        if not self._one_script:
+            return await self._authenticate_in_two(key_hash, ip_bucket, scope, scope_name, failed_limit, count=count)
         reply: Any = await self.link.run_script(
             self._authenticate,
             [
@@ -133,6 +153,34 @@ class KeyStore:
         )
         outcome = AuthOutcome(int(reply[0]))
         record = key_record_of(key_hash, reply[2:]) if len(reply) > 2 else None
+        return AuthResult(outcome, int(reply[1]), record)
+
+    async def _authenticate_in_two(
+        self,
+        key_hash: str,
+        ip_bucket: str,
+        scope: Counter,
+        scope_name: str,
+        failed_limit: int,
+        *,
+        count: bool,
+    ) -> AuthResult:
+        """authenticate.lua's checks where its keys cannot share a script: the key record
+        and the address's failed-auth count read together (one pipelined round trip), then,
+        if the request is to be counted, the scope counter hit with hit_counter.lua."""
+        record, failed = await self._find_and_read(key_hash, ip_bucket, "unauthenticated", scope.window_id)
+        if failed >= failed_limit:
+            return AuthResult(AuthOutcome.THROTTLED, failed)
+        if record is None or record.revoked:
+            return AuthResult(AuthOutcome.UNUSABLE, failed)
+        if not count or record.suspended_until:
+            return AuthResult(AuthOutcome.NOT_COUNTED, 0, record)
+        reply: Any = await self.link.run_script(
+            self._hit_counter,
+            [keys.ip_counter_key(ip_bucket, scope_name, scope.window_id)],
+            [scope.limit, scope.ttl_s],
+        )
+        outcome = AuthOutcome.COUNTED if int(reply[0]) else AuthOutcome.LIMITED
         return AuthResult(outcome, int(reply[1]), record)
 
     @unavailable_as_503

@@ -26,7 +26,7 @@ from typing import Any
 from execution_proof.kv import keys
 from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.logstore.log import entry_created_ms
-from execution_proof.kv.records import Client, lenient_text, unavailable_as_503
+from execution_proof.kv.records import RedisClient, lenient_text, unavailable_as_503
 from execution_proof.receipts.errors import NotInLog
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tlog import LogEntry
@@ -47,6 +47,20 @@ class QueueRead:
 
 
 @dataclass(frozen=True)
+class CreateCounts:
+    """The log's counts as a create's script is handed them (kv/lua/issue_receipt.lua,
+    ``LogQueueStore.counts_for_create``): the keys it reads them from (KEYS[9], KEYS[11])
+    or the values read before it (ARGV[18], ARGV[20]; "" = read the key)."""
+
+    pending_key: str
+    size_key: str
+    pending: str
+    size: str
+    counted_after: bool
+    """The script cannot count the entries it queues: ``count_created`` does, after it."""
+
+
+@dataclass(frozen=True)
 class Acked:
     """What ``log_ack`` did: ``done`` (the synced size moved; ``taken`` entries left the queue),
     else nothing, the synced size being ``synced``."""
@@ -62,7 +76,7 @@ class LogQueueStore:
 
     def __init__(
         self,
-        client: Client,
+        client: RedisClient,
         link: Link,
         is_cluster: bool,
         *,
@@ -212,6 +226,24 @@ class LogQueueStore:
     async def log_pending(self, log: keys.LogIdentity) -> int:
         """Entries queued and not yet in the tree (approximate on a Cluster)."""
         return int(await self.link.send("GET", keys.log_pending_key(log)) or 0)
+
+    async def counts_for_create(self, log: keys.LogIdentity, queue_key: str, *, logged: bool) -> CreateCounts:
+        """What a create's script, whose keys are in the project's slot, is handed for the
+        count of entries waiting and the log's size. On a plain Redis the script reads both
+        keys and counts its entries itself (nothing is sent here). On a Cluster they live in
+        other slots: read here, side by side, when the create queues entries (the count is
+        approximate, docs/log.md "Backpressure"), the script's two keys name the queue again,
+        and ``count_created`` counts the entries after the script."""
+        if not self.is_cluster:
+            return CreateCounts(keys.log_pending_key(log), keys.log_size_key(log), "", "", counted_after=False)
+        pending, size = await self.log_pending_and_size(log) if logged else ("", "")
+        return CreateCounts(queue_key, queue_key, pending, size, counted_after=True)
+
+    async def count_created(self, log: keys.LogIdentity, counts: CreateCounts, queued: int) -> None:
+        """After a create's script queued ``queued`` entries: count them where the script
+        could not (``counts.counted_after``: a Cluster)."""
+        if counts.counted_after and queued:
+            await self.log_count_pending(log, queued)
 
     @unavailable_as_503
     async def log_count_pending(self, log: keys.LogIdentity, count: int) -> None:

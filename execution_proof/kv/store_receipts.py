@@ -9,40 +9,44 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from redis.exceptions import NoScriptError
 
 from execution_proof.kv import keys
-from execution_proof.kv.link import FastLink, Link, LuaScript
+from execution_proof.kv.link import Link, LuaScript
 from execution_proof.kv.records import (
-    Client,
     Counter,
     IndexLookup,
     IssueItem,
     IssueOutcome,
     IssueResult,
     LogQueue,
+    RedisClient,
     as_bytes,
     as_text,
     checked_receipt_bytes,
     receipt_id_of,
     unavailable_as_503,
 )
-from execution_proof.kv.store_log import LogQueueStore
+from execution_proof.kv.store_log import CreateCounts, LogQueueStore
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.runtime.store_ack import NO_ACK, StoreAck
+
+
+def _no_log_counts(project_key: str) -> CreateCounts:
+    """A create without a log: the script's log keys are unused, and name a key of its slot."""
+    return CreateCounts(project_key, project_key, "", "", counted_after=False)
 
 
 class ReceiptStore:
     """Receipts (``store.receipts``): the issuer's writes and every read of a receipt.
 
     Built with how a create is made durable (``ack``, ``STORE_ACK``, docs/redis.md) and where
-    it queues its log entry (``log``, ``LOG_SIGNING_KEY`` set; None: no log). On a Cluster the
-    count of entries waiting lives in another slot than the script's: ``log_queue`` reads and
-    counts it around the script."""
+    it queues its log entry (``log``, ``LOG_SIGNING_KEY`` set; None: no log). How the issue
+    script gets the log's count of entries waiting and its size, and whatever counting the
+    script cannot do, is the log queue store's (``counts_for_create``, ``count_created``)."""
 
     def __init__(
         self,
-        client: Client,
+        client: RedisClient,
         link: Link,
         is_cluster: bool,
         log_queue: LogQueueStore,
@@ -82,13 +86,13 @@ class ReceiptStore:
     async def _mark_for_log(
         self, log: keys.LogIdentity, project_id: str, script_on_link: bool
     ) -> Awaitable[Any] | None:
-        """Name the project in the log's dirty set before its entries are queued. Over one
-        pipelined connection the mark leaves first, in the same write as the script that
-        queues them (Redis runs a connection's commands in order); elsewhere (a Cluster,
-        fakeredis, a script sent on another connection for ``STORE_ACK``) it is awaited first.
-        Returns what the caller awaits after the script, if any."""
+        """Name the project in the log's dirty set before its entries are queued. On a link
+        whose commands run in the order sent (``Link.ordered``) the mark leaves first, in the
+        same write as the script that queues them; elsewhere (a Cluster, fakeredis, a script
+        sent on another connection for ``STORE_ACK``) it is awaited first. Returns what the
+        caller awaits after the script, if any."""
         marked = self.link.send("SADD", keys.log_dirty_key(log), project_id)
-        if script_on_link and isinstance(self.link, FastLink):
+        if script_on_link and self.link.ordered:
             return marked
         await marked
         return None
@@ -150,16 +154,11 @@ class ReceiptStore:
         logged = log is not None and any(item.log_entry for item in items)
         log_queue = keys.log_queue_key(log.identity, project_id) if log is not None else project_key
         log_synced = keys.log_synced_key(log.identity, project_id) if log is not None else project_key
-        # The count of waiting entries and the log's size live in other slots on a Cluster:
-        # read them here, side by side (the count is approximate, docs/log.md "Backpressure"),
-        # and count the queued entries after the script.
-        observed, log_size = (
-            await self._log_queue.log_pending_and_size(log.identity)
-            if log is not None and self.is_cluster and logged
-            else ("", "")
+        counts = (
+            await self._log_queue.counts_for_create(log.identity, log_queue, logged=logged)
+            if log is not None
+            else _no_log_counts(project_key)
         )
-        log_count = keys.log_pending_key(log.identity) if log is not None and not self.is_cluster else log_queue
-        log_size_key = keys.log_size_key(log.identity) if log is not None and not self.is_cluster else log_queue
         log_tag = log.identity.tag if log is not None else b""
         max_pending = str(log.max_pending) if log is not None else "0"
         for item in items:
@@ -172,9 +171,9 @@ class ReceiptStore:
                 keys.project_month_counter_key(project_id, item.month.window_id),
                 *self._search_keys(project_id, item.input_hash, item.output_hash),
                 log_queue,
-                log_count,
+                counts.pending_key,
                 log_synced,
-                log_size_key,
+                counts.size_key,
             ]
             stale = item.stale_receipt_id
             script_args += [
@@ -195,9 +194,9 @@ class ReceiptStore:
                 keys.search_field("output_hash", item.output_hash) if item.output_hash else b"",
                 item.log_entry if log is not None else b"",
                 max_pending,
-                observed,
+                counts.pending,
                 log_tag if item.log_entry else b"",
-                log_size,
+                counts.size,
             ]
         marked = (
             await self._mark_for_log(log.identity, project_id, not self.ack.enabled)
@@ -210,14 +209,14 @@ class ReceiptStore:
             reply, unacknowledged = await self.link.run_script(self._issue, script_keys, script_args), None
         if marked is not None:
             await marked
-        if log is not None and self.is_cluster and logged:
+        if logged and counts.counted_after:
+            assert log is not None
             queued = sum(
                 1
                 for at, item in zip(range(0, len(reply), 4), items, strict=False)
                 if item.log_entry and int(reply[at]) == IssueOutcome.ISSUED.value
             )
-            if queued:
-                await self._log_queue.log_count_pending(log.identity, queued)
+            await self._log_queue.count_created(log.identity, counts, queued)
         results = []
         for at in range(0, len(reply), 4):
             outcome = IssueOutcome(int(reply[at]))
@@ -291,12 +290,10 @@ class ReceiptStore:
 
     def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> IndexLookup:
         """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup script is sent
-        now (``EVALSHA``; should Redis not know the script yet, ``prefetched_text`` sends it
-        with ``EVAL``, one more round trip once per Redis start)."""
+        now (``Link.send_script``; should Redis not know the script yet, awaiting it sends it
+        again, one more round trip once per Redis start)."""
         script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
-        script = self._find_index_field
-        sent = self.link.send("EVALSHA", script.sha, len(script_keys), *script_keys, *script_args)
-        return IndexLookup(sent, script_keys, script_args)
+        return self.link.send_script(self._find_index_field, script_keys, script_args)
 
     @staticmethod
     def _hash_lookup(project_id: str, receipt_hash: str) -> tuple[list[Any], list[Any]]:
@@ -312,12 +309,7 @@ class ReceiptStore:
     @unavailable_as_503
     async def prefetched_text(self, sent: IndexLookup) -> str | None:
         """The receipt id a ``prefetch_receipt_id_by_hash`` found, or None."""
-        try:
-            reply = await sent.sent
-        except NoScriptError:  # Redis restarted since, or never ran it: EVAL loads it too
-            source = self._find_index_field.source
-            reply = await self.link.send("EVAL", source, len(sent.keys), *sent.keys, *sent.args)
-        return receipt_id_of(reply)
+        return receipt_id_of(await sent)
 
     @unavailable_as_503
     async def get_receipt_json(self, receipt_id: str, project_id: str | None = None) -> bytes | None:

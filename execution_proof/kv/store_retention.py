@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 
 from execution_proof.kv import keys
 from execution_proof.kv.link import LuaScript
-from execution_proof.kv.records import Client, lenient_text, unavailable_as_503
+from execution_proof.kv.records import RedisClient, lenient_text, unavailable_as_503
 
 
 class RetentionStore:
     """The retention sweep (``store.retention``): the sweep job's only way into the store."""
 
-    def __init__(self, client: Client, is_cluster: bool, *, expire_bucket: LuaScript) -> None:
+    def __init__(self, client: RedisClient, is_cluster: bool, *, expire_bucket: LuaScript) -> None:
         self.client = client
         self.is_cluster = is_cluster
         self._expire_bucket = expire_bucket

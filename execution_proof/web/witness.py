@@ -65,7 +65,7 @@ _OLD = re.compile(r"old (0|[1-9][0-9]{0,19})")
 T = TypeVar("T")
 
 
-class StateError(Error):
+class WitnessStateError(Error):
     """The state file cannot be read as a witness's state."""
 
 
@@ -129,7 +129,7 @@ class WitnessState:
     def prepare(self) -> None:
         """At start-up, under the lock: remove the temporary files of a writer that was killed
         (only a lock holder writes one, so any found now is an orphan), then check the state
-        file reads (``StateError`` if not)."""
+        file reads (``WitnessStateError`` if not)."""
         with self._locked():
             for orphan in self.path.parent.glob(f".{self.path.name}.*.tmp"):
                 orphan.unlink(missing_ok=True)
@@ -149,7 +149,7 @@ class WitnessState:
                     raise ValueError(f"{origin}: not a size and a 32-byte root")
                 state[origin] = (size, root if size else tlog.EMPTY_ROOT)
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, binascii.Error) as exc:
-            raise StateError(f"{self.path}: not a witness state file: {exc}") from exc
+            raise WitnessStateError(f"{self.path}: not a witness state file: {exc}") from exc
         return state
 
     def write(self, state: dict[str, tuple[int, bytes]]) -> None:
@@ -281,7 +281,7 @@ def witness_app(
             if not committing.done() and ticket.abandon():
                 return text(SHUTTING_DOWN)  # still waiting for the lock: it will never take it
             return text(await committing)
-        except (OSError, StateError):
+        except (OSError, WitnessStateError):
             logger.exception("the witness's state could not be read or written")
             return text(Outcome(500, "the witness could not read or write its state\n"))
         except asyncio.CancelledError:

@@ -1,6 +1,7 @@
 -- authenticate: the API-key lookup, the address's failed-auth throttle and its request
 -- counter in one call (a plain Redis only: the key record and the address's counters live in
--- different Cluster slots, where the caller makes the same checks in two round trips).
+-- different Cluster slots, where KeyStore.authenticate makes the same checks in two round
+-- trips and answers the same codes).
 --
 -- KEYS[1] the API-key record (hash: project_id, actor_id, plan, revoked, created_at, suspended_until)
 -- KEYS[2] the address's failed-authentication counter for this minute window
