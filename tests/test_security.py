@@ -176,7 +176,13 @@ SECRET_WORDS = ("secret", "signature", "digest", "token", "api_key", "candidate"
 
 @pytest.mark.parametrize(
     "path",
-    ["usecases/claiming.py", "receipts/webhook_signature.py", "web/auth.py", "usecases/limiting.py", "runtime/human_check.py"],
+    [
+        "usecases/claiming.py",
+        "receipts/webhook_signature.py",
+        "web/auth.py",
+        "usecases/limiting.py",
+        "runtime/human_check.py",
+    ],
 )
 def test_no_equality_comparison_on_secrets(path: str) -> None:
     """No ``==``/``!=`` whose operands name a secret (signatures, tokens, keys, digests)."""
