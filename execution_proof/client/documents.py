@@ -77,7 +77,7 @@ class Document:
     (a bundle's parts; a saved reply's ``service_url`` and ``salts``, hex by file name)."""
 
     shape: Shape
-    receipt: shapes.Receipt
+    receipt: shapes.ReceiptObject
     members: JSONObject
     """The document as read (a bare receipt: ``{"receipt": ...}``), minus the client's own
     ``service_url`` and ``salts``."""
@@ -105,7 +105,7 @@ def read_document(value: JSONValue, where: str = "the document") -> Document:
     return Document("receipt", read_receipt(value, where), {"receipt": value})
 
 
-def read_receipt(value: JSONValue, where: str) -> shapes.Receipt:
+def read_receipt(value: JSONValue, where: str) -> shapes.ReceiptObject:
     """A receipt object: exactly its members, each of its JSON type."""
     fault = receipt_fault(value)
     if fault is not None:

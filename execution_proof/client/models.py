@@ -5,7 +5,7 @@ what ``save`` wrote, and also the bare documents the service serves.
 
 Documents are JSON values read strictly where they are read (client/documents.py: one reader
 per shape, the receipt object's members exactly), so ``receipt`` is a
-``receipts.shapes.Receipt``. Whether its values are genuine
+``receipts.shapes.ReceiptObject``. Whether its values are genuine
 is what ``verify`` decides, on the document as read (client/verifying.py)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def parse_json(data: bytes, where: str) -> JSONValue:
     return document
 
 
-def receipt_in(document: Mapping[str, JSONValue], where: str) -> shapes.Receipt:
+def receipt_in(document: Mapping[str, JSONValue], where: str) -> shapes.ReceiptObject:
     """The ``receipt`` member of a document, narrowed; ``InvalidInput`` if it is not a receipt."""
     return read_receipt(document.get("receipt"), where)
 
@@ -56,7 +56,7 @@ class _Document:
     document: Mapping[str, JSONValue]
 
     @property
-    def receipt(self) -> shapes.Receipt:
+    def receipt(self) -> shapes.ReceiptObject:
         """The signed receipt object itself, narrowed (``from_dict`` has checked it in every
         document read; ``InvalidInput`` for a document built without it)."""
         return receipt_in(self.document, "the document")

@@ -36,7 +36,7 @@ import orjson
 from execution_proof.errors import Error
 from execution_proof.receipts.ids import ulid_from_bytes, ulid_time_ms, ulid_to_bytes
 from execution_proof.receipts.model import RECEIPT_FIELDS, RECEIPT_KINDS, format_created_at
-from execution_proof.receipts.shapes import Receipt
+from execution_proof.receipts.shapes import ReceiptObject
 
 VERSION_1 = 0x01
 """First byte of a version-1 record. JSON records start with ``{`` (0x7B)."""
@@ -65,7 +65,7 @@ class NotCompactable(Error, ValueError):
     """The receipt has a value the compact form cannot hold exactly (it is stored as JSON)."""
 
 
-def encode(receipt: Receipt, receipt_json: bytes) -> bytes:
+def encode(receipt: ReceiptObject, receipt_json: bytes) -> bytes:
     """The value to store for ``receipt`` (whose serialisation is ``receipt_json``): its
     compact form when that decodes to exactly ``receipt_json``, else ``receipt_json``."""
     try:
@@ -155,7 +155,7 @@ def _text(value: Any) -> bytes:
     raise NotCompactable("text too long")
 
 
-def _pack(r: Receipt) -> bytes:
+def _pack(r: ReceiptObject) -> bytes:
     """The version-1 record of ``r``. Only checks what it needs to write something; whether
     that reads back exactly is ``encode``'s round trip."""
     if tuple(r) != RECEIPT_FIELDS:

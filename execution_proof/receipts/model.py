@@ -1,7 +1,7 @@
 """Receipts: request validation, chain placement, building and signing.
 
 Pure functions: a request body comes in as a ``JSONObject`` and is narrowed field by field
-into a ``CreateRequest``; what goes out is a ``Receipt`` (receipts/shapes.py). The web layer
+into a ``CreateRequest``; what goes out is a ``ReceiptObject`` (receipts/shapes.py). The web layer
 parses HTTP, the store persists bytes. Checking a receipt is receipts/verifier.py's.
 """
 
@@ -20,7 +20,7 @@ from execution_proof.receipts.canonical import canonical_bytes, compute_receipt_
 from execution_proof.receipts.content_scan import find_forbidden
 from execution_proof.receipts.encoding import HashStr, b64url_encode, is_hash_str
 from execution_proof.receipts.errors import BadRequest, ForbiddenContent
-from execution_proof.receipts.shapes import JSONObject, JSONValue, Receipt, ReceiptLike
+from execution_proof.receipts.shapes import JSONObject, JSONValue, ReceiptLike, ReceiptObject
 from execution_proof.receipts.signing import KeyRing, KeySetError
 
 RECEIPT_KINDS = ("release", "document", "audit_pack")
@@ -317,14 +317,14 @@ def build_receipt(
     created_at: str,
     placement: ChainPlacement,
     keyring: KeyRing,
-) -> Receipt:
+) -> ReceiptObject:
     """The complete signed receipt, fields in the order of docs/receipt-format.md, "The receipt object".
 
     Raises ``KeySetError`` when the ring has no active key."""
     kid = keyring.active_kid
     if kid is None:
         raise KeySetError("no active signing key")
-    receipt: Receipt = {
+    receipt: ReceiptObject = {
         "receipt_id": receipt_id,
         "project_id": project_id,
         "actor_id": actor_id,

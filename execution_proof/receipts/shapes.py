@@ -1,7 +1,7 @@
 """The JSON shapes that cross the layers, typed: any JSON value, a JSON object, a receipt.
 
 A value parsed from JSON whose shape is not known yet is a ``JSONValue`` and is narrowed where
-it is read; a shape that is known gets a ``TypedDict``. ``Receipt`` is the receipt object of
+it is read; a shape that is known gets a ``TypedDict``. ``ReceiptObject`` is the receipt object of
 docs/receipt-format.md, "The receipt object": every key present, an absent optional value
 ``None``. A stored record or a receipt read back from a peer is checked before it is called one.
 """
@@ -18,7 +18,7 @@ JSONOut: TypeAlias = "str | int | float | bool | Sequence[JSONOut] | Mapping[str
 a ``list[str]`` is one (``list`` is invariant, so it is not a ``list[JSONValue]``)."""
 
 
-class Receipt(TypedDict):
+class ReceiptObject(TypedDict):
     """The signed receipt, in the order of docs/receipt-format.md's table."""
 
     receipt_id: str
@@ -42,7 +42,7 @@ class Receipt(TypedDict):
     expected_prev_receipt_hash: str | None
 
 
-ReceiptLike: TypeAlias = "Receipt | Mapping[str, JSONValue]"
+ReceiptLike: TypeAlias = "ReceiptObject | Mapping[str, JSONValue]"
 """What hashing and the log entry read: a receipt this code built, or a receipt-shaped JSON
-object read from outside and not checked yet (a ``Receipt`` is not a ``Mapping[str, JSONValue]``
+object read from outside and not checked yet (a ``ReceiptObject`` is not a ``Mapping[str, JSONValue]``
 to a type checker, although every value of one is JSON)."""

@@ -5,7 +5,7 @@ service's ``POST /v1/verify`` (usecases/verifying.py), the bundle endpoint's for
 (usecases/bundling.py) and the ``verify`` command (cli/verify.py, which only reads files, fetches
 keys and chain links and renders the report) all decide here. A receipt here is one read from
 outside (a file, a bundle, a stored record): a JSON object (``Mapping[str, JSONValue]``) whose
-fields are narrowed where they are read, never a ``Receipt``, since the checks are what would
+fields are narrowed where they are read, never a ``ReceiptObject``, since the checks are what would
 make it one. What they answer is typed (``VerifyResult``, ``ChainLink``, ``BundleChain``).
 
 A receipt verifies when its ``receipt_hash`` recomputes from its fields and its ``signature``

@@ -18,7 +18,7 @@ from execution_proof.kv.store_receipts import ReceiptStore
 from execution_proof.receipts.errors import BadRequest, CorruptRecord, NotFound
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.model import format_created_at
-from execution_proof.receipts.shapes import Receipt
+from execution_proof.receipts.shapes import ReceiptObject
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
 from execution_proof.usecases.limiting import Admission, Caller, Limiter
@@ -52,7 +52,7 @@ class Chain:
     reaches the chain's start, and the unusable record that ended it, if any."""
 
     raw: list[bytes]
-    parsed: list[Receipt]
+    parsed: list[ReceiptObject]
     complete: bool
     corrupt: CorruptRecord | None = None
 
@@ -66,7 +66,7 @@ def parse_depth(value: str | None) -> int:
     return int(value)
 
 
-async def collect_chain(receipts: ReceiptStore, receipt: Receipt, depth: int) -> Chain:
+async def collect_chain(receipts: ReceiptStore, receipt: ReceiptObject, depth: int) -> Chain:
     """Up to ``depth`` earlier receipts of ``receipt``'s project, newest first, following
     ``prev_receipt_hash`` through the project's hash index.
 
@@ -76,7 +76,7 @@ async def collect_chain(receipts: ReceiptStore, receipt: Receipt, depth: int) ->
     a stored record that cannot be used (``CorruptRecord``, returned to be reported).
     """
     raw: list[bytes] = []
-    parsed: list[Receipt] = []
+    parsed: list[ReceiptObject] = []
     project_id = receipt["project_id"]
     current = receipt
     while isinstance(prev_hash := current.get("prev_receipt_hash"), str):
@@ -97,7 +97,7 @@ async def collect_chain(receipts: ReceiptStore, receipt: Receipt, depth: int) ->
     return Chain(raw, parsed, True)
 
 
-def bundle_keys(keyring: KeyRing, receipts: list[Receipt]) -> BundleKeys:
+def bundle_keys(keyring: KeyRing, receipts: list[ReceiptObject]) -> BundleKeys:
     """The public keys (``GET /v1/public-key`` entries) of every kid that signed one of
     ``receipts``, in first-use order. A kid the service does not know is left out, so a
     verifier fails closed on it."""
@@ -136,7 +136,7 @@ class Bundler:
         stored = await self.receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
         if stored is None:
             raise NotFound(NOT_FOUND)
-        receipt: Receipt = orjson.loads(stored)
+        receipt: ReceiptObject = orjson.loads(stored)
         chain = await collect_chain(self.receipts, receipt, chain_depth)
         members = [
             ("format", orjson.dumps(BUNDLE_FORMAT)),

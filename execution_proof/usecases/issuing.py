@@ -53,7 +53,7 @@ from execution_proof.receipts.model import (
     place_in_chain,
     replay_key,
 )
-from execution_proof.receipts.shapes import Receipt
+from execution_proof.receipts.shapes import ReceiptObject
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.metrics import count_receipt
 from execution_proof.transparency import tlog
@@ -81,7 +81,7 @@ class Issued:
     """A receipt from a create: new (``replayed`` False) or the earlier one for a replay."""
 
     receipt_json: bytes
-    receipt: Receipt
+    receipt: ReceiptObject
     replay_key: str
     replayed: bool
     minute: Usage
@@ -105,7 +105,7 @@ class _Pending:
 @dataclass
 class _Built:
     pending: _Pending
-    receipt: Receipt
+    receipt: ReceiptObject
     receipt_json: bytes
     advances_tip: bool
 

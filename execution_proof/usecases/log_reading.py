@@ -23,7 +23,7 @@ from execution_proof.kv.logstore import LogStore, LogStoreError
 from execution_proof.kv.logstore.log import Identity, TreeUnreadable
 from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.receipts.errors import NotInLog, StoreUnavailable
-from execution_proof.receipts.shapes import JSONObject, Receipt
+from execution_proof.receipts.shapes import JSONObject, ReceiptObject
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.policy import COSIGNATURE_SKEW_S, Policy, cosigned_enough
 from execution_proof.transparency.tiles import TileMissing, TileReader
@@ -172,13 +172,13 @@ class LogService:
         waited = behind or (oldest_ms is not None and now_ms - oldest_ms >= self.stall_s * 1000)
         return "stalled" if quiet and waited else "ok"
 
-    async def index_of(self, receipt: Receipt) -> int | None:
+    async def index_of(self, receipt: ReceiptObject) -> int | None:
         """The receipt's index in this log, None while pending; ``NotInLog``."""
         return await self.queue.log_index(
             self.identity, receipt["project_id"], receipt["receipt_id"], receipt["receipt_hash"]
         )
 
-    async def proof(self, receipt: Receipt) -> tuple[int, str] | None:
+    async def proof(self, receipt: ReceiptObject) -> tuple[int, str] | None:
         """(index, tlog-proof text) against the published checkpoint; None while pending."""
         index = await self.index_of(receipt)
         if index is None:
@@ -188,7 +188,7 @@ class LogService:
             return None
         return index, await self._proof_text(receipt, index, published.checkpoint, published.text)
 
-    async def _proof_text(self, receipt: Receipt, index: int, checkpoint: note.Checkpoint, text: str) -> str:
+    async def _proof_text(self, receipt: ReceiptObject, index: int, checkpoint: note.Checkpoint, text: str) -> str:
         """The tlog-proof of the receipt at ``index`` under ``checkpoint``, checked before it is
         given: the stored hash at ``index`` and its path must lead to the checkpoint's root (else
         the store does not hold the tree its checkpoint signs: 503, and said at ERROR), and that
@@ -219,7 +219,7 @@ class LogService:
             raise NotInLog(f"the log's entry {index} is not this receipt's: the receipt is not in this log")
         return note.TlogProof(index, tuple(path), text).encode()
 
-    async def bundle_log(self, receipt: Receipt) -> tuple[str | None, bytes]:
+    async def bundle_log(self, receipt: ReceiptObject) -> tuple[str | None, bytes]:
         """(tlog-proof text or None while pending, the JSON list of its checkpoint's
         time-stamps) for a bundle, against this checkpoint: the earliest time-stamped one
         covering the receipt that meets the witness quorum (so the time-stamps bound the
@@ -264,7 +264,7 @@ class LogService:
             return True
         return cosigned_enough(signed, self.policy, int(time.time()), self.cosignature_skew_s)
 
-    async def wait_for_proof(self, receipt: Receipt, seconds: float) -> tuple[int, str] | None:
+    async def wait_for_proof(self, receipt: ReceiptObject, seconds: float) -> tuple[int, str] | None:
         deadline = time.monotonic() + seconds
         while True:
             found = await self.proof(receipt)
@@ -275,11 +275,11 @@ class LogService:
     def proof_url(self, receipt_id: str) -> str:
         return f"/v1/receipts/{receipt_id}/log-proof"
 
-    def pending_member(self, receipt: Receipt) -> JSONObject:
+    def pending_member(self, receipt: ReceiptObject) -> JSONObject:
         """The create response's ``log`` member while no published checkpoint covers the receipt."""
         return {"status": "pending", "proof_url": self.proof_url(receipt["receipt_id"])}
 
-    async def create_member(self, receipt: Receipt, wait_s: float) -> JSONObject:
+    async def create_member(self, receipt: ReceiptObject, wait_s: float) -> JSONObject:
         """The create response's ``log`` member after a wait (``Prefer: wait``): the receipt's
         index and tlog-proof if they come within ``wait_s`` seconds, else the pending form. A
         replay of a receipt that is not in this log (issued for another) gets the pending form
