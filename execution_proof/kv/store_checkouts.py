@@ -1,4 +1,4 @@
-"""The store's paid-claim records: webhook events and checkouts (web/claims.py and
+"""The store's paid-claim records: webhook events and checkouts (usecases/claiming.py and
 jobs/claims.py use them; the design is in docs/claims.md)."""
 
 from __future__ import annotations
