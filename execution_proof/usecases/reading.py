@@ -6,7 +6,7 @@ request simply drops what was read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 
@@ -19,8 +19,7 @@ from execution_proof.usecases.limiting import Admission, Caller, Limiter
 NOT_FOUND = "receipt not found (unknown id, or past its retention window)"
 
 
-@dataclass(frozen=True, slots=True)
-class Read:
+class Read(NamedTuple):
     """A receipt as stored (its bytes pass to the answer unchanged) and the read's admission."""
 
     stored: bytes

@@ -8,8 +8,7 @@ share the next.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -26,8 +25,7 @@ from execution_proof.usecases.limiting import Admission, Caller, Limiter, naming
 from execution_proof.usecases.reading import NOT_FOUND
 
 
-@dataclass(frozen=True, slots=True)
-class Verified:
+class Verified(NamedTuple):
     """The verification result (docs/api.md), the request's admission, and the stored records
     found unusable on the way (for the operator: reported, never shown)."""
 
@@ -36,8 +34,7 @@ class Verified:
     corrupt: tuple[CorruptRecord, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class _Found:
+class _Found(NamedTuple):
     receipt: JSONObject | None
     unreadable: CorruptRecord | None
     prev_id_sent: IndexLookup | None

@@ -4,8 +4,6 @@ bearer API key and client address, read once per request for usecases/limiting.p
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from sanic import Request
 
 from execution_proof.usecases.limiting import Caller
@@ -49,4 +47,4 @@ def with_caller(request: Request, caller: Caller) -> None:
 def name_accepted(request: Request, accepted: tuple[str, str]) -> None:
     """A request refused after its key was accepted: its log line names the key's plan and project."""
     plan, project_id = accepted
-    with_caller(request, replace(caller_of(request), plan=plan, project_id=project_id))
+    with_caller(request, caller_of(request)._replace(plan=plan, project_id=project_id))

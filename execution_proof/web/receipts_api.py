@@ -59,7 +59,8 @@ async def create_receipt(request: Request) -> HTTPResponse:
 
 @bp.get("/v1/receipts/<receipt_ref:str>")
 async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
-    read = await services_of(request).reader.read(caller_of(request), receipt_ref, request.args.get("project_id"))
+    project_id = request.args.get("project_id") if request.query_string else None  # parsed only when sent
+    read = await services_of(request).reader.read(caller_of(request), receipt_ref, project_id)
     body = splice([("ok", b"true"), ("receipt", read.stored)])
     headers = {**PUBLIC_READ_HEADERS, **read.admission.headers()}
     return HTTPResponse(body, status=200, headers=headers, content_type=JSON)
