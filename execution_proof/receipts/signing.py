@@ -1,14 +1,19 @@
-"""Ed25519 signing keys: the key set from ``SIGNING_KEYS``, signing and verification.
+"""Ed25519 receipt keys: the key ring a verifier (and a signing process) holds, signing and
+verification.
 
-The signature is over the ASCII bytes of the ``receipt_hash`` string itself (docs/receipt-format.md).
+The signature is over the ASCII bytes of the ``receipt_hash`` string itself
+(docs/receipt-format.md). A ring holds keys by kid, each with its certificate when it has one
+(receipts/key_certificates.py); a ring with ``roots`` judges every key by them (a key counts
+only through a certificate a pinned root signed), a ring without takes its keys as pinned
+themselves (a version 1 trust root, ``--keys``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TypedDict
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
 
 import orjson
 from nacl.exceptions import BadSignatureError
@@ -17,17 +22,29 @@ from nacl.signing import SigningKey, VerifyKey
 
 from execution_proof.errors import Error
 from execution_proof.receipts.encoding import b64url_decode, b64url_encode
+from execution_proof.receipts.key_certificates import (
+    KeyCertificate,
+    KeyDocumentError,
+    KeyRevocation,
+    KeyVerdict,
+    Root,
+    checked_revocations,
+    judge,
+)
 from execution_proof.receipts.shapes import JSONValue
 
 KID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-class KeySet(TypedDict):
-    """A key set document: ``SIGNING_KEYS`` (entries with ``private_key_base64url``) or the
-    ``GET /v1/public-key`` body (entries with ``alg`` and ``public_key_base64url``)."""
+class KeySet(TypedDict, total=False):
+    """The ``GET /v1/public-key`` body: ``keys`` (``kid``, ``alg``, ``public_key_base64url``,
+    and ``certificate`` for a certified key), ``active_kid``, and for a service with receipt
+    roots ``roots`` and ``revocations``."""
 
-    keys: list[dict[str, str]]
+    keys: list[dict[str, Any]]
     active_kid: str | None
+    roots: list[dict[str, str]]
+    revocations: list[dict[str, str]]
 
 
 class KeySetError(Error, ValueError):
@@ -38,22 +55,35 @@ class KeySetError(Error, ValueError):
 class PublicKey:
     kid: str
     verify_key: VerifyKey
+    certificate: KeyCertificate | None = None
 
     @property
     def public_key_base64url(self) -> str:
         return b64url_encode(bytes(self.verify_key))
 
-    def to_json(self) -> dict[str, str]:
-        return {"kid": self.kid, "alg": "Ed25519", "public_key_base64url": self.public_key_base64url}
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"kid": self.kid, "alg": "Ed25519", "public_key_base64url": self.public_key_base64url}
+        if self.certificate is not None:
+            entry["certificate"] = self.certificate.to_json()
+        return entry
+
+    @classmethod
+    def certified(cls, certificate: KeyCertificate) -> PublicKey:
+        return cls(certificate.kid, VerifyKey(certificate.public_key), certificate)
 
 
 @dataclass(frozen=True)
 class KeyRing:
-    """Every published key; ``active`` (with its private half) signs new receipts."""
+    """Every known key; ``active`` (with its private half) signs new receipts. ``roots``
+    (kid → raw public key) None: the keys are trusted as they are; else each key counts only
+    through its certificate (``judge``), and ``revocations`` (by kid, each signed by a root)
+    take receipts away from a key."""
 
     keys: Mapping[str, PublicKey]
     active_kid: str | None
     active_signer: SigningKey | None
+    roots: Mapping[str, bytes] | None = None
+    revocations: Mapping[str, KeyRevocation] = field(default_factory=dict)
 
     @property
     def can_sign(self) -> bool:
@@ -61,10 +91,30 @@ class KeyRing:
 
     def public_keys_json(self) -> KeySet:
         """The ``GET /v1/public-key`` body."""
-        return {
+        body: KeySet = {
             "keys": [k.to_json() for k in self.keys.values()],
             "active_kid": self.active_kid,
         }
+        if self.roots is not None:
+            body["roots"] = [Root(kid, public).to_json() for kid, public in self.roots.items()]
+            body["revocations"] = [r.to_json() for r in self.revocations.values()]
+        return body
+
+    def judge(self, kid: Any, created_at: Any) -> KeyVerdict:
+        """Whether the key ``kid`` counts for a receipt created at ``created_at``: always
+        for a known key of a ring without roots, else by its certificate's rules."""
+        key = self.keys.get(kid) if isinstance(kid, str) else None
+        if key is None:
+            return KeyVerdict.UNKNOWN_KEY
+        if self.roots is None:
+            return KeyVerdict.OK
+        return judge(key.certificate, created_at, self.roots, self.revocations)
+
+    def with_roots(self, roots: Mapping[str, bytes], revocations: Any = ()) -> KeyRing:
+        """This ring judged by ``roots`` (what a trust root pins): revocations are those of
+        ``revocations`` (JSON objects) and of this ring that a pinned root signed."""
+        documents = [r.to_json() for r in self.revocations.values()] + list(revocations or [])
+        return replace(self, roots=dict(roots), revocations=checked_revocations(documents, roots))
 
     def sign(self, receipt_hash: str) -> str:
         """base64url (no padding) Ed25519 signature over the ASCII receipt hash."""
@@ -150,7 +200,15 @@ def load_key_ring(document: str | bytes | KeySet | JSONValue) -> KeyRing:
             raise KeySetError(f"keys[{index}]: key material is not 32 bytes of base64url") from exc
         if verify_key is None:
             raise KeySetError(f"keys[{index}] has neither a private nor a public key")
-        keys[kid] = PublicKey(kid, verify_key)
+        certificate = None
+        if entry.get("certificate") is not None:
+            try:
+                certificate = KeyCertificate.parse(entry["certificate"])
+            except KeyDocumentError as exc:
+                raise KeySetError(f"keys[{index}]: {exc}") from exc
+            if certificate.kid != kid or certificate.public_key != bytes(verify_key):
+                raise KeySetError(f"keys[{index}]: the certificate is for another key")
+        keys[kid] = PublicKey(kid, verify_key, certificate)
     active = document.get("active_kid")
     if active is not None and not isinstance(active, str):
         raise KeySetError("active_kid must be a string")

@@ -25,6 +25,7 @@ from typing import NotRequired, TypedDict
 from execution_proof.errors import Error
 from execution_proof.receipts.canonical import compute_receipt_hash
 from execution_proof.receipts.encoding import HashStr, b64url_decode
+from execution_proof.receipts.key_certificates import KeyVerdict
 from execution_proof.receipts.shapes import JSONObject, JSONValue
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 
@@ -55,6 +56,14 @@ class ReceiptCheck:
     """``sig_kid`` names a key of the ring."""
     key_active: bool | None
     """The named key is the ring's active one (False: a retired key); None when unknown."""
+    key_verdict: KeyVerdict = KeyVerdict.OK
+    """What the ring's certificate rules say of the key for this receipt's ``created_at``
+    (always OK for a ring without roots and a known key)."""
+
+    @property
+    def counts(self) -> bool:
+        """The signature verifies and its key counts for this receipt."""
+        return self.signature and self.key_verdict is KeyVerdict.OK
 
 
 @dataclass(frozen=True)
@@ -153,6 +162,14 @@ def signature_ok(receipt: Mapping[str, JSONValue], keyring: KeyRing) -> bool:
     return keyring.verify(kid, receipt_hash, signature)
 
 
+def signature_counts(receipt: Mapping[str, JSONValue], keyring: KeyRing) -> bool:
+    """``signature_ok`` and the key counts for the receipt's ``created_at`` (its certificate
+    signed by a root of the ring, covering the receipt, no revocation covering it)."""
+    return signature_ok(receipt, keyring) and (
+        keyring.judge(receipt.get("sig_kid"), receipt.get("created_at")) is KeyVerdict.OK
+    )
+
+
 def check_receipt(receipt: Mapping[str, JSONValue], keyring: KeyRing) -> ReceiptCheck:
     """Hash recomputation, signature and the state of the signing key, for one receipt."""
     recomputed = recompute_hash_or_none(receipt)
@@ -165,6 +182,7 @@ def check_receipt(receipt: Mapping[str, JSONValue], keyring: KeyRing) -> Receipt
         kid=kid,
         key_known=known,
         key_active=kid == keyring.active_kid if known else None,
+        key_verdict=keyring.judge(kid, receipt.get("created_at")),
     )
 
 
@@ -178,7 +196,7 @@ def check_link(
     return LinkCheck(
         linked=isinstance(expected_hash, str) and entry.get("receipt_hash") == expected_hash,
         receipt_hash_recompute=recomputed is not None and recomputed == entry.get("receipt_hash"),
-        signature=None if keyring is None else signature_ok(entry, keyring),
+        signature=None if keyring is None else signature_counts(entry, keyring),
         same_project=entry.get("project_id") == project_id,
     )
 
@@ -233,7 +251,7 @@ def verify_receipt(
         prev_recompute_ok = link.same_project and link.linked and link.receipt_hash_recompute
     chain_ok = prev_hash is None or (prev_found and prev_recompute_ok)
     checks: VerifyChecks = {
-        "signature": check.signature,
+        "signature": check.counts,
         "hash_match": match,
         "receipt_hash_recompute": check.receipt_hash_recompute,
         "chain_link": chain_ok,

@@ -31,6 +31,7 @@ from execution_proof.transparency.note import (
     parse_skey,
     parse_vkey,
 )
+from execution_proof.transparency.signer import KeySigner, SeedSigner
 
 COSIGNATURE_V1 = 0x04
 MAX_TIMESTAMP = (1 << 63) - 1
@@ -77,14 +78,23 @@ class CosignerKey:
 
 @dataclass(frozen=True)
 class Cosigner:
-    """A witness's signing key (a secret)."""
+    """A witness's signing key (a secret), held in memory or in a token
+    (transparency/signer.py). Built from a seed's bytes, it holds them in memory."""
 
     name: str
-    seed: bytes = field(repr=False)
+    signer: KeySigner = field(repr=False)
+    key: CosignerKey = field(init=False, repr=False, compare=False)
+
+    def __init__(self, name: str, signer: KeySigner | bytes) -> None:
+        held = SeedSigner(signer) if isinstance(signer, bytes) else signer
+        public = held.public_key()
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "signer", held)
+        object.__setattr__(self, "key", CosignerKey(name, _key_id(name, public), public))
 
     @classmethod
     def generate(cls, name: str) -> Cosigner:
-        return cls(check_name(name), bytes(nacl.signing.SigningKey.generate()))
+        return cls(check_name(name), SeedSigner.generate())
 
     @classmethod
     def parse(cls, skey: str) -> Cosigner:
@@ -95,16 +105,18 @@ class Cosigner:
         return cosigner
 
     @property
-    def key(self) -> CosignerKey:
-        public = bytes(nacl.signing.SigningKey(self.seed).verify_key)
-        return CosignerKey(self.name, _key_id(self.name, public), public)
+    def seed(self) -> bytes:
+        """The seed of a key held in memory (``ValueError`` for a key in a token)."""
+        if not isinstance(self.signer, SeedSigner):
+            raise ValueError("the witness key is in a token: it has no seed here")
+        return self.signer.seed
 
     def encode(self) -> str:
         return encode_skey(self.name, self.key.key_id, COSIGNATURE_V1, self.seed)
 
     def cosign(self, checkpoint_text: str, timestamp: int) -> str:
         """The signature line (with its newline) cosigning the checkpoint at ``timestamp``."""
-        signature = nacl.signing.SigningKey(self.seed).sign(signed_message(checkpoint_text, timestamp)).signature
+        signature = self.signer.sign(signed_message(checkpoint_text, timestamp))
         blob = self.key.key_id + timestamp.to_bytes(8, "big") + signature
         return f"{SIGNATURE_PREFIX}{self.name} {base64.b64encode(blob).decode()}\n"
 

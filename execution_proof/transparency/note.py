@@ -25,6 +25,7 @@ import nacl.exceptions
 import nacl.signing
 
 from execution_proof.transparency.errors import LogError
+from execution_proof.transparency.signer import KeySigner, SeedSigner
 
 ED25519 = 0x01
 SIGNATURE_PREFIX = "\u2014 "
@@ -156,14 +157,23 @@ class Verifier:
 
 @dataclass(frozen=True)
 class Signer:
-    """An Ed25519 signer key (a secret: never logged)."""
+    """A log's Ed25519 signer: its name and the key (a secret: never logged), held in memory
+    or in a token (transparency/signer.py). Built from a seed's bytes, it holds them in memory."""
 
     name: str
-    seed: bytes = field(repr=False)
+    key: KeySigner = field(repr=False)
+    verifier: Verifier = field(init=False, repr=False, compare=False)
+
+    def __init__(self, name: str, key: KeySigner | bytes) -> None:
+        signer = SeedSigner(key) if isinstance(key, bytes) else key
+        public = signer.public_key()
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "key", signer)
+        object.__setattr__(self, "verifier", Verifier(name, key_id(name, ED25519, public), public))
 
     @classmethod
     def generate(cls, name: str) -> Signer:
-        return cls(check_name(name), bytes(nacl.signing.SigningKey.generate()))
+        return cls(check_name(name), SeedSigner.generate())
 
     @classmethod
     def parse(cls, skey: str) -> Signer:
@@ -174,15 +184,17 @@ class Signer:
         return signer
 
     @property
-    def verifier(self) -> Verifier:
-        public = bytes(nacl.signing.SigningKey(self.seed).verify_key)
-        return Verifier(self.name, key_id(self.name, ED25519, public), public)
+    def seed(self) -> bytes:
+        """The seed of a key held in memory (``NoteError`` for a key in a token)."""
+        if not isinstance(self.key, SeedSigner):
+            raise NoteError("the key is in a token: it has no seed here")
+        return self.key.seed
 
     def encode(self) -> str:
         return encode_skey(self.name, self.verifier.key_id, ED25519, self.seed)
 
     def signature_line(self, text: bytes) -> str:
-        signature = nacl.signing.SigningKey(self.seed).sign(text).signature
+        signature = self.key.sign(text)
         return f"{SIGNATURE_PREFIX}{self.name} {base64.b64encode(self.verifier.key_id + signature).decode()}\n"
 
 
