@@ -13,6 +13,7 @@ another count states it at the ``ci`` profile's 100, as
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -34,8 +35,10 @@ from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.store import Store
+from execution_proof.receipts.encoding import b64url_encode
 from execution_proof.receipts.signing import KeyRing, load_key_ring
 from execution_proof.runtime.settings import Settings
+from execution_proof.transparency.signer import SeedSigner, write_key_file
 from execution_proof.web.app import create_app
 from tests import asgi_client
 
@@ -180,6 +183,10 @@ def vectors() -> dict[str, Any]:
     return dict(orjson.loads((ASSETS / "receipt_vectors.json").read_bytes()))
 
 
+TEST_ROOT = SeedSigner(hashlib.sha256(b"execution-proof test receipt root").digest())
+"""The receipt root of the tests' services (``receipt_root``)."""
+
+
 @pytest.fixture(scope="session")
 def signing_keys_json() -> str:
     """A fixed two-key set: ``test-2026`` active, ``test-2025`` retired (public only)."""
@@ -212,9 +219,18 @@ async def log_store(tmp_path: Path) -> AsyncIterator[LogStore]:
     await store.close()
 
 
+@pytest.fixture(scope="session")
+def receipt_root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A ``file:`` receipt root (mode 0600) with a fixed seed: the root every in-process test
+    service certifies its keys with."""
+    path = tmp_path_factory.mktemp("root") / "receipt-root.key"
+    write_key_file(path, b64url_encode(TEST_ROOT.seed))
+    return f"file:{path}"
+
+
 @pytest.fixture
-def settings(keyring: KeyRing) -> Settings:
-    return Settings(redis_url="redis://injected-by-tests", keyring=keyring, env="test")
+def settings(receipt_root: str) -> Settings:
+    return Settings(redis_url="redis://injected-by-tests", receipt_root=receipt_root, env="test")
 
 
 @pytest.fixture

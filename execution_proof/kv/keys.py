@@ -332,3 +332,13 @@ def parse_log_index(value: bytes, receipt_id: str) -> tuple[bytes | None, int | 
     if len(rest) == LOG_TAG_BYTES + LOG_INDEX_BYTES:
         return rest[:LOG_TAG_BYTES], int.from_bytes(rest[LOG_TAG_BYTES:], "big")
     return None
+
+
+SIGNING_KEYS_SLOT = "{signing-keys}"
+"""The registry of receipt keys (kv/store_signing_keys.py): every key in one hash slot."""
+
+
+def signing_keys_key(part: str) -> str:
+    """The registry's hashes ``roots``, ``certificates`` and ``revocations`` (kid → the JSON
+    document) and its ``version`` (an integer moved by every change)."""
+    return f"sk:{SIGNING_KEYS_SLOT}:{part}"

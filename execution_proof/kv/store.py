@@ -4,7 +4,8 @@
 calls it): it opens the link and registers the scripts once, then gives each sub-store
 exactly what it needs. Receipts (kv/store_receipts.py, ``store.receipts``), rate and quota
 counters (kv/store_counters.py, ``store.counters``), projects and API keys
-(kv/store_keys.py, ``store.keys``), the retention sweep (kv/store_retention.py,
+(kv/store_keys.py, ``store.keys``), the registry of receipt keys (kv/store_signing_keys.py,
+``store.signing_keys``), the retention sweep (kv/store_retention.py,
 ``store.retention``), paid-claim records (kv/store_checkouts.py, ``store.checkouts``) and
 what the transparency log has in flight (kv/store_log.py, ``store.log_queue``; the log
 itself is in kv/logstore). The types they return, and the helpers they share, are in
@@ -33,6 +34,7 @@ from execution_proof.kv.store_keys import KeyStore
 from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.kv.store_receipts import ReceiptStore
 from execution_proof.kv.store_retention import RetentionStore
+from execution_proof.kv.store_signing_keys import KeyRegistry
 from execution_proof.runtime.store_ack import NO_ACK, StoreAck
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -119,6 +121,7 @@ class Store:
             claim_checkout=register(client, "claim_checkout.lua"),
         )
         self.retention = RetentionStore(client, is_cluster, expire_bucket=register(client, "expire_index_bucket.lua"))
+        self.signing_keys = KeyRegistry(client, link, is_cluster, publish=register(client, "publish_key_document.lua"))
 
     async def close(self) -> None:
         await self.link.close()

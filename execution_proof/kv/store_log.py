@@ -220,6 +220,15 @@ class LogQueueStore:
             await self.link.send("DECRBY", keys.log_pending_key(log), taken)
         return Acked(True, taken, size)
 
+    @unavailable_as_503
+    async def queue_own_entry(self, log: keys.LogIdentity, entry: bytes) -> None:
+        """Queue an entry that belongs to no project (a key certificate, a revocation) in the
+        log's own queue, name the queue dirty and count it, in that order: an entry counted
+        is always findable (three commands, in three slots on a Cluster)."""
+        await self.link.send("RPUSH", keys.log_queue_key(log, keys.LOG_OWN_QUEUE), entry)
+        await self.link.send("SADD", keys.log_dirty_key(log), keys.LOG_OWN_QUEUE)
+        await self.link.send("INCR", keys.log_pending_key(log))
+
     # -- counts and marks
 
     @unavailable_as_503

@@ -13,15 +13,14 @@ from urllib.parse import urlsplit
 
 from execution_proof.errors import Error
 from execution_proof.receipts.limits import Limits, LimitsError, load_limits
-from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring, new_key_set
 from execution_proof.runtime.failpoints import Failpoints, FailpointsError
 from execution_proof.runtime.logs import json_logging
 from execution_proof.runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 from execution_proof.transparency.note import NoteError, Signer
 from execution_proof.transparency.policy import COSIGNATURE_SKEW_S, Policy, PolicyError, cosignature_skew, parse_policy
+from execution_proof.transparency.signer import redact, scheme_of
 from execution_proof.transparency.timestamps import StampError, load_roots
 
-EMPTY_KEY_RING = KeyRing(keys={}, active_kid=None, active_signer=None)
 DEFAULT_HUMAN_CHECK_VERIFY_URL = "https://challenges.cloudflare.com/turnstile/v0/siteverify"
 DEFAULT_HUMAN_CHECK_SCRIPT_URL = "https://challenges.cloudflare.com/turnstile/v0/api.js"
 DEFAULT_OPERATOR_CONTACT = "the operator (OPERATOR_CONTACT is not set)"
@@ -30,6 +29,8 @@ LOG_FORMATS = ("json", "text")
 DEFAULT_LOG_ORIGIN = "localhost/v1/log"
 DEFAULT_LOG_MAX_PENDING = 100_000
 DEFAULT_LOG_STALL_S = 30.0
+DEFAULT_RECEIPT_KEY_LIFETIME_S = 86_400
+RECEIPT_KEY_LIFETIME_RANGE_S = (30, 604_800)
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,11 @@ class LogSettings(TypedDict, total=False):
 @dataclass(frozen=True)
 class Settings:
     redis_url: str | None = None
-    keyring: KeyRing = field(default=EMPTY_KEY_RING)
-    ephemeral_signing_key: bool = False
+    receipt_root: str | None = None
+    """``RECEIPT_ROOT_KEY``: the signer URI of the root that certifies this deployment's
+    receipt keys (docs/keys.md); None: an ephemeral root in memory (embedded mode only)."""
+    receipt_key_lifetime_s: int = DEFAULT_RECEIPT_KEY_LIFETIME_S
+    """``RECEIPT_KEY_LIFETIME``: how long a receipt key's certificate lasts; renewed from half."""
     public_base_url: str | None = None
     env: str = "development"
     limits: Limits = field(default_factory=lambda: load_limits(None))
@@ -139,24 +143,17 @@ class Settings:
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Read the environment. Raises ``ConfigError`` for malformed values.
 
-    Without ``REDIS_URL`` and ``SIGNING_KEYS`` an ephemeral signing key is made (demo
-    mode); with ``REDIS_URL`` and no key the service runs but cannot sign (500).
+    ``SIGNING_KEYS`` is retired (refused, naming ``RECEIPT_ROOT_KEY``). Without ``REDIS_URL``
+    and ``RECEIPT_ROOT_KEY`` an ephemeral root is made at start (demo mode); with ``REDIS_URL``
+    the server refuses to start without a root (``require_receipt_root``).
     """
     env = os.environ if environ is None else environ
     redis_url = env.get("REDIS_URL") or None
-    keyring = EMPTY_KEY_RING
-    ephemeral = False
-    raw_keys = env.get("SIGNING_KEYS")
-    if raw_keys:
-        try:
-            keyring = load_key_ring(raw_keys)
-        except KeySetError as exc:
-            raise ConfigError(f"SIGNING_KEYS: {exc}") from exc
-        if keyring.active_kid is not None and not keyring.can_sign:
-            raise ConfigError("SIGNING_KEYS: the active_kid entry needs its private_key_base64url")
-    elif not redis_url:
-        keyring = load_key_ring(new_key_set("ephemeral"))
-        ephemeral = True
+    if env.get("SIGNING_KEYS"):
+        raise ConfigError(
+            "SIGNING_KEYS is retired: set RECEIPT_ROOT_KEY to the signer URI of a receipt root "
+            "(python service.py signing-key root new --signer URI; docs/keys.md)"
+        )
     try:
         limits = load_limits(env.get("LIMITS"))
     except LimitsError as exc:
@@ -174,8 +171,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     redis_cluster = _redis_cluster(env, redis_url)
     return Settings(
         redis_url=redis_url,
-        keyring=keyring,
-        ephemeral_signing_key=ephemeral,
+        receipt_root=_receipt_root(env),
+        receipt_key_lifetime_s=_receipt_key_lifetime(env),
         public_base_url=base,
         env=env.get("SERVICE_ENV") or default_env,
         limits=limits,
@@ -197,6 +194,37 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         log_format=_log_format(env, redis_url),
         **_log_settings(env, redis_url),
     )
+
+
+def _receipt_root(env: Mapping[str, str]) -> str | None:
+    uri = (env.get("RECEIPT_ROOT_KEY") or "").strip()
+    if not uri:
+        return None
+    if not scheme_of(uri):
+        raise ConfigError(
+            f"RECEIPT_ROOT_KEY: {redact(uri)[:80] if ':' in uri else 'the value'} is not a signer URI "
+            "(file:/PATH, env:NAME, pkcs11:..., plugin:NAME; docs/keys.md)"
+        )
+    return uri
+
+
+def _receipt_key_lifetime(env: Mapping[str, str]) -> int:
+    raw = (env.get("RECEIPT_KEY_LIFETIME") or "").strip()
+    if not raw:
+        return DEFAULT_RECEIPT_KEY_LIFETIME_S
+    low, high = RECEIPT_KEY_LIFETIME_RANGE_S
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ConfigError(f"RECEIPT_KEY_LIFETIME must be whole seconds from {low} to {high}")
+    return int(raw)
+
+
+def require_receipt_root(settings: Settings) -> None:
+    """The server's check: with ``REDIS_URL`` a receipt root is required (``ConfigError``)."""
+    if not settings.embedded and settings.receipt_root is None:
+        raise ConfigError(
+            "RECEIPT_ROOT_KEY is not set: with REDIS_URL the server needs the receipt root that "
+            "certifies its keys (python service.py signing-key root new --signer URI; docs/keys.md)"
+        )
 
 
 def default_log_origin(env: Mapping[str, str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import orjson
 
@@ -24,6 +24,7 @@ from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSION
 from execution_proof.usecases.limiting import Admission, Caller, Limiter
 from execution_proof.usecases.log_reading import LogService
 from execution_proof.usecases.reading import NOT_FOUND
+from execution_proof.usecases.signing_keys import ReceiptKeys
 
 DEFAULT_DEPTH = 20
 MAX_DEPTH = 100
@@ -32,7 +33,7 @@ MAX_DEPTH = 100
 class BundleKeys(TypedDict):
     """A bundle's ``keys`` member: ``GET /v1/public-key``'s shape."""
 
-    keys: list[dict[str, str]]
+    keys: list[dict[str, Any]]
     active_kid: str | None
 
 
@@ -101,7 +102,7 @@ def bundle_keys(keyring: KeyRing, receipts: list[ReceiptObject]) -> BundleKeys:
     """The public keys (``GET /v1/public-key`` entries) of every kid that signed one of
     ``receipts``, in first-use order. A kid the service does not know is left out, so a
     verifier fails closed on it."""
-    entries: list[dict[str, str]] = []
+    entries: list[dict[str, Any]] = []
     for receipt in receipts:
         kid = receipt.get("sig_kid")
         key = keyring.keys.get(kid) if isinstance(kid, str) else None
@@ -117,13 +118,13 @@ class Bundler:
         self,
         limiter: Limiter,
         receipts: ReceiptStore,
-        keyring: KeyRing,
+        keys: ReceiptKeys,
         log: LogService | None,
         clock_ms: Callable[[], int],
     ) -> None:
         self.limiter = limiter
         self.receipts = receipts
-        self.keyring = keyring
+        self.keys = keys
         self.log = log
         self.clock_ms = clock_ms
 
@@ -138,13 +139,14 @@ class Bundler:
             raise NotFound(NOT_FOUND)
         receipt: ReceiptObject = orjson.loads(stored)
         chain = await collect_chain(self.receipts, receipt, chain_depth)
+        ring = await self.keys.knowing(receipt.get("sig_kid"))
         members = [
             ("format", orjson.dumps(BUNDLE_FORMAT)),
             ("version", orjson.dumps(BUNDLE_VERSION)),
             ("created_at", orjson.dumps(format_created_at(self.clock_ms()))),
             ("service", orjson.dumps(service_url)),
             ("receipt", stored),
-            ("keys", orjson.dumps(bundle_keys(self.keyring, [receipt, *chain.parsed]))),
+            ("keys", orjson.dumps(bundle_keys(ring, [receipt, *chain.parsed]))),
             ("chain", b"[" + b",".join(chain.raw) + b"]"),
             ("chain_complete", orjson.dumps(chain.complete)),
         ]

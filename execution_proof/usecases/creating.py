@@ -19,15 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from execution_proof.kv.records import KeyRecord
-from execution_proof.receipts.errors import Forbidden, ServiceError, SigningKeyUnavailable
+from execution_proof.receipts.errors import Forbidden, ServiceError
 from execution_proof.receipts.limits import Usage
 from execution_proof.receipts.model import CreateRequest, check_idempotency_header, parse_create_request
 from execution_proof.receipts.shapes import JSONObject
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.usecases.bodies import json_object
 from execution_proof.usecases.issuing import Issued, ReceiptIssuer
 from execution_proof.usecases.limiting import Caller, Limiter, naming
 from execution_proof.usecases.log_reading import LogService
+from execution_proof.usecases.signing_keys import ReceiptKeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +46,10 @@ class Created:
 class Creator:
     """Creates receipts: admission, parsing, issuing and the log member, in one call."""
 
-    def __init__(self, limiter: Limiter, issuer: ReceiptIssuer, keyring: KeyRing, log: LogService | None) -> None:
+    def __init__(self, limiter: Limiter, issuer: ReceiptIssuer, keys: ReceiptKeys, log: LogService | None) -> None:
         self.limiter = limiter
         self.issuer = issuer
-        self.keyring = keyring
+        self.keys = keys
         self.log = log
 
     async def create(
@@ -68,8 +68,7 @@ class Creator:
         ``BadRequest`` for the body, ``Forbidden`` for a claimed ``project_id``/``actor_id``
         that is not the key's, ``BadRequest`` for ``Idempotency-Key`` (the address's count
         refunded for these); then what ``ReceiptIssuer.issue`` raises."""
-        if not self.keyring.can_sign:
-            raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
+        self.keys.signing(self.issuer.clock_ms())
 
         async def checks(key: KeyRecord) -> tuple[CreateRequest, str | None]:
             req = parse_create_request(json_object(content_type, body))

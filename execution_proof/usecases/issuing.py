@@ -54,10 +54,10 @@ from execution_proof.receipts.model import (
     replay_key,
 )
 from execution_proof.receipts.shapes import ReceiptObject
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.metrics import count_receipt
 from execution_proof.transparency import tlog
 from execution_proof.usecases.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
+from execution_proof.usecases.signing_keys import ReceiptKeys
 
 MAX_ATTEMPTS = 32
 TIP_CACHE_SIZE = 10_000
@@ -116,13 +116,13 @@ class ReceiptIssuer:
     def __init__(
         self,
         store: ReceiptStore,
-        keyring: KeyRing,
+        keys: ReceiptKeys,
         clock_ms: Callable[[], int] | None = None,
         *,
         log: bool = False,
     ) -> None:
         self.store = store
-        self.keyring = keyring
+        self.keys = keys
         self.log = log
         """Queue each new receipt's transparency-log entry with it (``LOG_SIGNING_KEY`` set)."""
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
@@ -151,8 +151,7 @@ class ReceiptIssuer:
         body), ``ChainContention`` (tip kept moving), ``SigningKeyUnavailable`` and
         ``StoreUnavailable``.
         """
-        if not self.keyring.can_sign:
-            raise SigningKeyUnavailable("no signing key is configured; receipts cannot be issued")
+        self.keys.signing(self.clock_ms())
         project_id = key.project_id
         fingerprint = idempotency_fingerprint(project_id, req)
         rkey = replay_key(fingerprint, header_key)
@@ -200,6 +199,12 @@ class ReceiptIssuer:
                     _fail(pending, NotFound("the project of this API key does not exist"))
                 return []
         now = self.clock_ms()
+        try:
+            keyring = self.keys.signing(now)
+        except SigningKeyUnavailable as exc:
+            for pending in group:
+                _fail(pending, exc)
+            return []
         minute, month = minute_window(now), month_window(now)
         created_at = format_created_at(now)
         built: list[_Built] = []
@@ -214,7 +219,7 @@ class ReceiptIssuer:
                 actor_id=pending.key.actor_id,
                 created_at=created_at,
                 placement=placement,
-                keyring=self.keyring,
+                keyring=keyring,
             )
             receipt_json = orjson.dumps(receipt)
             built.append(_Built(pending, receipt, receipt_json, placement.advances_tip))

@@ -41,7 +41,9 @@ from execution_proof.kv.store_receipts import ReceiptStore
 from execution_proof.kv.store_retention import RetentionStore
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.runtime.settings import Settings, require_log_store, warn
+from execution_proof.runtime.signers import open_root
 from execution_proof.runtime.store_ack import StoreAckError
+from execution_proof.transparency.signer import KeySigner, SeedSigner
 from execution_proof.usecases.bundling import Bundler
 from execution_proof.usecases.claiming import Claimer
 from execution_proof.usecases.creating import Creator
@@ -53,6 +55,7 @@ from execution_proof.usecases.log_reading import LogService
 from execution_proof.usecases.log_routes import LogRoutes
 from execution_proof.usecases.reading import Reader
 from execution_proof.usecases.searching import Searcher
+from execution_proof.usecases.signing_keys import ReceiptKeys, RootUnavailable
 from execution_proof.usecases.usage import UsageReader
 from execution_proof.usecases.verifying import ReceiptVerifier
 
@@ -87,6 +90,8 @@ class Services:
     usage: UsageReader
     claimer: Claimer
     informer: Informer
+    receipt_keys: ReceiptKeys
+    """This process's receipt keys and the shared key state (started by ``start``)."""
     log_routes: LogRoutes
     demo: Demo
     owns_store: bool
@@ -105,8 +110,14 @@ class Services:
             # No worker serves the embedded store, so the server sweeps expired receipts
             # itself, and integrates the log.
             spawn(_sweep_until_stopped(self.store.retention, settings.retention_days), "retention-sweep")
-        elif not settings.keyring.can_sign:
-            warn("no SIGNING_KEYS: GET /v1/public-key and POST /v1/receipts answer 500 until one is set")
+        if settings.receipt_root is None and settings.embedded:
+            warn("no RECEIPT_ROOT_KEY: an ephemeral receipt root in memory certifies this process's keys")
+        try:
+            await self.receipt_keys.start()
+        except RootUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            raise
+        spawn(_keep_keys(self.receipt_keys), "receipt-keys")
         if settings.log_signer is not None:
             assert self.log_store is not None
             integrator = (
@@ -155,6 +166,7 @@ class Services:
 
     async def close(self) -> None:
         """Close the store if it was opened here."""
+        self.receipt_keys.close()
         if self.owns_store:
             await self.store.close()
 
@@ -184,7 +196,17 @@ def open_services(
         use_embedded_server(store.embedded_server)
     log_service = _log_service(settings, store, log_store)
     limiter = Limiter(store.counters, store.keys, settings.limits, clock, settings.operator_contact)
-    issuer = ReceiptIssuer(receipts, settings.keyring, clock, log=log_service is not None)
+    receipt_keys = ReceiptKeys(
+        store.signing_keys,
+        _root_opener(settings),
+        settings.receipt_root or "ephemeral",
+        lifetime_s=settings.receipt_key_lifetime_s,
+        retention_days=settings.retention_days,
+        clock_ms=clock,
+        log_queue=store.log_queue if queue_config is not None else None,
+        log_identity=queue_config,
+    )
+    issuer = ReceiptIssuer(receipts, receipt_keys, clock, log=log_service is not None)
     queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     return Services(
         settings=settings,
@@ -196,18 +218,34 @@ def open_services(
         log=log_service,
         log_store=log_store,
         queue=queue,
-        creator=Creator(limiter, issuer, settings.keyring, log_service),
+        creator=Creator(limiter, issuer, receipt_keys, log_service),
         reader=Reader(limiter, receipts),
-        verifier=ReceiptVerifier(limiter, receipts, settings.keyring),
+        verifier=ReceiptVerifier(limiter, receipts, receipt_keys),
         searcher=Searcher(limiter, receipts),
-        bundler=Bundler(limiter, receipts, settings.keyring, log_service, clock),
+        bundler=Bundler(limiter, receipts, receipt_keys, log_service, clock),
         usage=UsageReader(limiter, store.counters, settings.limits, clock),
         claimer=Claimer(settings, limiter, store, queue, clock),
-        informer=Informer(settings, limiter, store, log_service),
+        informer=Informer(settings, limiter, store, log_service, receipt_keys),
+        receipt_keys=receipt_keys,
         log_routes=LogRoutes(limiter, receipts, log_service),
         demo=Demo(store.keys),
         owns_store=owns_store,
     )
+
+
+def _root_opener(settings: Settings) -> Callable[[], KeySigner]:
+    """How this process opens its receipt root (in the root's own thread, at start):
+    ``RECEIPT_ROOT_KEY``, else (embedded mode) an ephemeral root made in memory."""
+    uri = settings.receipt_root
+    if uri is None:
+        return SeedSigner.generate
+    return lambda: open_root(uri)
+
+
+async def _keep_keys(keys: ReceiptKeys) -> None:
+    """The receipt keys' loop, as a server task (cancelled at each stop)."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await keys.run()
 
 
 def _system_clock_ms() -> int:

@@ -18,11 +18,11 @@ from execution_proof.receipts.errors import CorruptRecord, Forbidden, NotFound, 
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.model import VerifyRequest, parse_verify_request
 from execution_proof.receipts.shapes import JSONObject
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.receipts.verifier import VerifyResult, unreadable_receipt_result, verify_receipt
 from execution_proof.usecases.bodies import json_object
 from execution_proof.usecases.limiting import Admission, Caller, Limiter, naming
 from execution_proof.usecases.reading import NOT_FOUND
+from execution_proof.usecases.signing_keys import ReceiptKeys
 
 
 class Verified(NamedTuple):
@@ -43,10 +43,10 @@ class _Found(NamedTuple):
 class ReceiptVerifier:
     """Checks a project's stored receipt against the hashes its caller gives."""
 
-    def __init__(self, limiter: Limiter, receipts: ReceiptStore, keyring: KeyRing) -> None:
+    def __init__(self, limiter: Limiter, receipts: ReceiptStore, keys: ReceiptKeys) -> None:
         self.limiter = limiter
         self.receipts = receipts
-        self.keyring = keyring
+        self.keys = keys
 
     async def verify(self, caller: Caller, content_type: str | None, body: bytes) -> Verified:
         """Verify the receipt the body names. Raises, in this order: ``Unauthorized``,
@@ -105,7 +105,7 @@ class ReceiptVerifier:
         prev, corrupt = await self._find_prev(receipt, found.prev_id_sent)
         result = verify_receipt(
             receipt,
-            self.keyring,
+            await self.keys.knowing(receipt.get("sig_kid")),
             input_hash=req.input_hash,
             output_hash=req.output_hash,
             prev_receipt=prev,

@@ -96,7 +96,7 @@ def create_app(
         opened: Services = getattr(app.ctx, "services", None) or services()
         app.ctx.services = opened
         await opened.start(lambda task, task_name: app.add_task(task, name=task_name))
-        if settings.embedded and settings.ephemeral_signing_key:
+        if settings.embedded and settings.receipt_root is None:
             await announce_demo_key(app, listen_url)
         if settings.log_signer is not None and settings.metrics_port is not None:
             app.add_task(_refresh_gauges_until_stopped(app), name="log-gauges")

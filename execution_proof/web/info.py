@@ -26,7 +26,7 @@ def base_url(request: Request) -> str:
 @bp.get("/", name="root")
 @bp.get("/health", name="health")
 async def entry(request: Request) -> HTTPResponse:
-    """Always 200; ``store`` and ``log`` as ``Informer.health`` tells them."""
+    """Always 200; ``store``, ``log`` and ``keys`` as ``Informer.health`` tells them."""
     health = await services_of(request).informer.health()
     return json_response(
         {
@@ -37,17 +37,20 @@ async def entry(request: Request) -> HTTPResponse:
             "endpoints": ENDPOINTS,
             "store": health.store,
             "log": health.log,
+            "keys": health.keys,
         }
     )
 
 
 @bp.get("/v1/public-key")
 async def public_key(request: Request) -> HTTPResponse:
-    found = await services_of(request).informer.public_keys(caller_of(request))
+    kid = request.args.get("kid")
+    found = await services_of(request).informer.public_keys(caller_of(request), kid)
     return json_response(
         found.keys,
         headers={
-            "Cache-Control": "public, max-age=300",
+            # Keys renew and are revoked within seconds (docs/keys.md): a cache holds them for one.
+            "Cache-Control": "public, max-age=1",
             "Access-Control-Allow-Origin": "*",
             **found.admission.headers(),
         },
