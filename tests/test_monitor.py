@@ -181,6 +181,7 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
         "checkpoint": {"origin": ORIGIN, "size": 300},
         "new_entries": 300,
         "unwitnessed_since": None,
+        "keys": [],
     }
     assert told and fetcher.waits == told  # each 429's Retry-After, waited out as given
     assert db.projects[key["project_id"]].tip == issued[-1]["receipt_hash"]
@@ -207,6 +208,7 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
             "checkpoint": {"origin": ORIGIN, "size": 300},
             "new_entries": 300,
             "unwitnessed_since": None,
+            "keys": [],
         },
     )
     await issue(app, keys[0], [f"more-{i}" for i in range(100)])
@@ -509,6 +511,7 @@ def test_a_wrong_key_records_nothing_and_the_right_key_then_passes(
             "checkpoint": {"origin": ORIGIN, "size": 600},
             "new_entries": 600,
             "unwitnessed_since": None,
+            "keys": [],
         },
     )
     assert followed(state) == {"log_origin": ORIGIN, "log_vkey": signer.verifier.encode()}
@@ -541,6 +544,7 @@ def test_a_state_that_follows_one_log_refuses_another_naming_both(
             "checkpoint": {"origin": ORIGIN, "size": 600},
             "new_entries": 0,
             "unwitnessed_since": None,
+            "keys": [],
         },
     )
 
@@ -668,7 +672,7 @@ def test_ctrl_c_while_waiting_for_the_log_exits_130_in_one_line(
     assert code == 130 and stderr.splitlines() == ["monitor: interrupted (what was checked is saved)"], stderr
     # --json: the interrupted pass's one document, with what the state knew.
     assert orjson.loads(stdout) == {
-        "ok": False, "violations": [], "unwitnessed_since": None,
+        "ok": False, "violations": [], "unwitnessed_since": None, "keys": [],
         "error": {"kind": "KeyboardInterrupt", "message": "monitor: interrupted (what was checked is saved)"},
     }  # fmt: skip
 
@@ -745,7 +749,7 @@ def test_a_pass_runs_with_the_server_extra_unimportable(
     assert done.returncode == 0, done.stderr[-2000:]
     assert orjson.loads(done.stdout.splitlines()[-1]) == {
         "ok": True, "violations": [], "checkpoint": {"origin": ORIGIN, "size": 600}, "new_entries": 600,
-        "unwitnessed_since": None,
+        "unwitnessed_since": None, "keys": [],
     }  # fmt: skip
 
 

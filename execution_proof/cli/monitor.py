@@ -2,15 +2,19 @@
 or an old checkpoint is rewritten, or a project's main chain splits (docs/log.md, "Monitoring").
 
     monitor [--base-url URL] [--tiles-url URL] (--log-key VKEY | --log-policy FILE) --state DIR
-            [--once] [--interval SECONDS] [--require-quorum] [--json]
+            [--trust-root FILE] [--once] [--interval SECONDS] [--require-quorum] [--json]
 
 Each pass reads the checkpoint (``BASE/v1/log/checkpoint``, or ``TILES/checkpoint`` with
 ``--tiles-url``), checks its signature, then reads every entry bundle past what it checked,
 with its level-0 tile and every tile above that the bundle completes, and recomputes the tree
 (transparency/monitor.py): a leaf, tile or root that does not match what it computed is a
-violation, as is a chain rule broken. Fetches run ahead (16 fetch threads, each with its own
-keep-alive connection: client/http.py, the standard library's http.client; retries with
-backoff and jitter, Retry-After honoured) while the bundles behind are hashed in order.
+violation, as is a chain rule broken or an entry of no known kind. Key certificates and
+revocations are read strictly and kept in the state; every report lists every key the log
+showed (``keys``), and with ``--trust-root`` each is judged against the receipt roots it pins
+(receipts/key_entries.py: ``unknown_root``, ``bad_certificate``, ``bad_revocation``).
+Fetches run ahead (16 fetch threads, each with its own keep-alive connection: client/http.py,
+the standard library's http.client; retries with backoff and jitter, Retry-After honoured)
+while the bundles behind are hashed in order.
 Progress is saved as it goes (cli/monitor_state.py), so a killed monitor resumes where it
 stopped; one monitor at a time on a state directory (its lock).
 
@@ -49,11 +53,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from execution_proof.cli.monitor_fetch import SILENCE_S, Fetcher, LogReplyError, Workers
+from execution_proof.cli.monitor_keys import load_receipt_roots
 from execution_proof.cli.monitor_report import MonitorParser, Output
 from execution_proof.cli.monitor_state import MonitorDb, MonitorStateError, PassReport, Seen, StateLock
 from execution_proof.cli.output import UsageError
 from execution_proof.client.log_checks import LogInputError, env_skew
 from execution_proof.errors import Error
+from execution_proof.receipts.key_entries import KeyReader, listed_keys, roots_digest
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.monitor import (
     Frontier,
@@ -82,9 +88,9 @@ exit status:
        violation: the report says since when the log is unwitnessed
   1    a violation, found now or by an earlier run on this --state; with --require-quorum,
        also while the newest checkpoint is below the quorum
-  2    bad usage or configuration (a key, URL or --state of another log; another monitor
-       running on this --state), or the log could not be read (a resource missing, no
-       answer for {SILENCE_S:g} s)
+  2    bad usage or configuration (a key, URL or --state of another log; a --trust-root
+       that cannot be read; another monitor running on this --state), or the log could not
+       be read (a resource missing, no answer for {SILENCE_S:g} s)
   130  interrupted (Ctrl-C); what was checked is saved
 stdout: each pass's report as one JSON document on one line, and a failure as one document
   too: {{"ok": false, "error": {{"kind", "message"}}}}, nothing else; without --json the same
@@ -120,6 +126,12 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         metavar="DIR",
         help="where the monitor keeps what it saw; it records the log it follows, one log per directory, "
         "one monitor at a time",
+    )
+    monitor.add_argument(
+        "--trust-root",
+        metavar="FILE",
+        help="judge every key certificate and revocation the log holds against the receipt roots this trust "
+        "root pins: a key certified by a root it does not pin is a violation (unknown_root)",
     )
     monitor.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
     monitor.add_argument(
@@ -183,6 +195,15 @@ def monitor_command(args: argparse.Namespace) -> int:
             prefix = log_prefix(args.base_url, args.tiles_url)
             policy = parse_policy(Path(args.log_policy).read_bytes()) if args.log_policy else None  # opaque octets
             skew_s = env_skew()
+            roots: dict[str, bytes] | None = None
+            if args.trust_root:
+                version, roots = load_receipt_roots(args.trust_root)
+                if version == 1 and not args.json:
+                    print(
+                        f"monitor: {args.trust_root} is a version 1 trust root: it pins no receipt root, so every "
+                        "key certificate is unknown_root (trust-root writes version 2)",
+                        file=sys.stderr,
+                    )
             if args.log_key:
                 log_key = note.Verifier.parse(args.log_key)
             else:
@@ -201,7 +222,7 @@ def monitor_command(args: argparse.Namespace) -> int:
                 "checkpoint below the quorum is not a violation (the report's unwitnessed_since says since when)",
                 file=sys.stderr,
             )
-        monitor = Monitor(prefix, log_key, policy, db, skew_s, require_quorum=args.require_quorum)
+        monitor = Monitor(prefix, log_key, policy, db, skew_s, require_quorum=args.require_quorum, roots=roots)
         return follow(monitor, output, once=args.once, interval=args.interval)
     except KeyboardInterrupt:  # between two passes: each pass has printed its report
         print(INTERRUPTED, file=sys.stderr)
@@ -236,12 +257,13 @@ def follow(monitor: Monitor, output: Output, *, once: bool, interval: float) -> 
         time.sleep(interval)
 
 
-def known_of(db: MonitorDb) -> dict[str, object]:
+def known_of(db: MonitorDb, roots: dict[str, bytes] | None) -> dict[str, object]:
     """The report's members the state alone gives (a pass that failed before it read a
     checkpoint)."""
     return {
         "violations": [v.json() for v in db.violations()],
         "unwitnessed_since": db.unwitnessed.json() if db.unwitnessed else None,
+        "keys": listed_keys(db.key_entries(), roots),
     }
 
 
@@ -255,6 +277,8 @@ class Monitor:
     db: MonitorDb
     skew_s: int = COSIGNATURE_SKEW_S
     require_quorum: bool = False
+    roots: dict[str, bytes] | None = None
+    """The receipt roots ``--trust-root`` pins (None: key entries are listed, not judged)."""
     current: Pass | None = None
 
     def run_pass(self) -> PassReport:
@@ -266,7 +290,14 @@ class Monitor:
         with Workers(tls=self.prefix.startswith("https:")) as workers:
             fetcher = Fetcher(workers.get, self.prefix)
             self.current = Pass(
-                fetcher, self.log_key, self.policy, self.db, progress, self.skew_s, require_quorum=self.require_quorum
+                fetcher,
+                self.log_key,
+                self.policy,
+                self.db,
+                progress,
+                self.skew_s,
+                require_quorum=self.require_quorum,
+                roots=self.roots,
             )
             try:
                 return await self.current.run()
@@ -277,8 +308,8 @@ class Monitor:
         """The members of the report known so far: the state's, and the checkpoint the pass
         read and its quorum (none when the state cannot even be read)."""
         try:
-            return self.current.known() if self.current is not None else known_of(self.db)
-        except sqlite3.Error:
+            return self.current.known() if self.current is not None else known_of(self.db, self.roots)
+        except (sqlite3.Error, MonitorStateError):
             return {}
 
 
@@ -335,6 +366,7 @@ class Pass:
         *,
         require_quorum: bool = False,
         clock: Callable[[], float] = time.time,
+        roots: dict[str, bytes] | None = None,
     ) -> None:
         self.skew_s = skew_s
         self.fetcher = fetcher
@@ -344,6 +376,9 @@ class Pass:
         self.progress = progress
         self.require_quorum = require_quorum
         self.clock = clock
+        self.roots = roots
+        self.keys = KeyReader(roots)
+        """Reads the key entries, judged against ``roots`` as they pass; the state keeps them."""
         self.checkpoint: note.Checkpoint | None = None
         """The checkpoint this pass read, once its signature verified."""
         self.quorum: QuorumCheck | None = None
@@ -352,6 +387,8 @@ class Pass:
     async def run(self) -> PassReport:
         db = self.db
         check_followed(db.log, db.origin, self.log_key, f"the state in {db.path.parent}")
+        if self.roots is not None:
+            db.judge_kept(self.roots)
         start = db.frontier.size
         raw = await self.fetcher.fetch("checkpoint")
         if raw is None:
@@ -454,7 +491,9 @@ class Pass:
                     self._save(text, pending, [*found, violation])
                     return violation
                 assert not isinstance(unit.entries, Violation)
-                chains = check_chains(frontier.size - unit.width + have, unit.entries[have:], db.projects, db.prevs)
+                chains = check_chains(
+                    frontier.size - unit.width + have, unit.entries[have:], db.projects, db.prevs, self.keys
+                )
                 db.projects.update(chains.changed)
                 pending.update(chains.changed)
                 found += chains.violations
@@ -474,7 +513,10 @@ class Pass:
         return None
 
     def _save(self, text: str, projects: dict[str, Project], found: list[Violation]) -> None:
-        self.db.save(target=text, projects=projects, violations=found)
+        judged = roots_digest(self.roots) if self.roots is not None else None
+        self.db.save(
+            target=text, projects=projects, violations=found, key_entries=self.keys.take(), judged_roots=judged
+        )
 
     async def _fetch_unit(self, index: int, width: int) -> Unit:
         upper_wanted = completed_tiles(index) if width == tlog.TILE_WIDTH else []
@@ -528,6 +570,7 @@ class Pass:
             "ok": not violations and not missed,
             "violations": [v.json() for v in violations],
             "unwitnessed_since": unwitnessed.json() if unwitnessed else None,
+            "keys": listed_keys(self.db.key_entries(), self.roots),
         }
         if checkpoint is not None:
             report["checkpoint"] = {"origin": checkpoint.origin, "size": checkpoint.size}

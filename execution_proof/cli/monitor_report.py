@@ -80,6 +80,7 @@ def text(report: PassReport, *, require_quorum: bool) -> list[str]:
         new = report.get("new_entries")
         checked = f" ({new:,} new entries checked)" if new is not None else ""
         lines.append(f"monitor: {at}: the log holds together{checked}")
+    lines += new_key_lines(report)
     unwitnessed = report["unwitnessed_since"]
     quorum = report.get("quorum")
     if unwitnessed is not None:
@@ -103,6 +104,25 @@ def text(report: PassReport, *, require_quorum: bool) -> list[str]:
             project = f" (project {violation['project_id']})" if "project_id" in violation else ""
             lines.append(f"  {violation['kind']}{where}{project}: {violation['detail']}")
     return lines
+
+
+PINNED = {True: "pinned", False: "NOT PINNED by --trust-root", None: "not judged: no --trust-root"}
+
+
+def new_key_lines(report: PassReport) -> list[str]:
+    """A line per key whose certificate this pass read (the report's ``keys`` at or past the
+    first entry it read)."""
+    checkpoint, new = report.get("checkpoint"), report.get("new_entries")
+    size = checkpoint.get("size") if checkpoint else None
+    if not isinstance(size, int) or new is None:
+        return []
+    return [
+        f"monitor: key {key['kid']} (entry {key['index']}), certified by {key['root_kid']} "
+        f"({PINNED[key['root_pinned']]}) for {key['not_before']} to {key['not_after']}"
+        + (f", revoked after {key['revoked_after']}" if key["revoked_after"] is not None else "")
+        for key in report["keys"]
+        if key["index"] >= size - new
+    ]
 
 
 class MonitorParser(argparse.ArgumentParser):

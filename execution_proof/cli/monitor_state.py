@@ -13,6 +13,12 @@
 - ``meta`` also keeps ``unwitnessed_size`` and ``unwitnessed_at``: the first checkpoint of
   the current run of checkpoints below the policy's quorum, and when the monitor saw it
   (``Unwitnessed``); removed by the first checkpoint that meets the quorum.
+- ``key_entries``: every key certificate and revocation the log showed, by index (the
+  entry's bytes), so every report lists every key (receipts/key_entries.py); ``meta``'s
+  ``judged_roots`` is the digest of the pinned roots they were all judged against, removed
+  when entries are kept unjudged (a run without ``--trust-root``): a run with roots judges
+  again every entry kept when the digest is not theirs, so no key escapes a trust root given
+  later.
 - DIR/prevs.bin (``PrevFile``): every (project, previous hash) a main entry used, 16 bytes
   each, appended as the monitor goes and read only when an entry does not follow its
   project's tip (to tell a fork from a split): disk grows 16 bytes per main entry, memory
@@ -49,8 +55,9 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 import orjson
 
 from execution_proof.errors import Error
+from execution_proof.receipts.key_entries import KeyEntry, ListedKey, judge_key_entry, read_key_entry, roots_digest
 from execution_proof.transparency import note
-from execution_proof.transparency.monitor import Frontier, Project, Violation
+from execution_proof.transparency.monitor import Frontier, Project, Violation, entry_kind
 
 if TYPE_CHECKING:
     from execution_proof.receipts.shapes import JSONObject
@@ -84,6 +91,7 @@ CREATE TABLE IF NOT EXISTS projects (
 CREATE TABLE IF NOT EXISTS violations (
     id INTEGER PRIMARY KEY, record BLOB NOT NULL UNIQUE
 );
+CREATE TABLE IF NOT EXISTS key_entries (idx INTEGER PRIMARY KEY, entry BLOB NOT NULL);
 """
 
 
@@ -110,6 +118,9 @@ class PassReport(TypedDict):
     """``origin`` and ``size`` of the checkpoint the pass read, once it read one."""
     quorum: NotRequired[QuorumJSON]
     """With a policy, once a checkpoint was read: whether it meets the quorum, and why."""
+    keys: list[ListedKey]
+    """Every key the log showed (this run and before), with its root judged against
+    ``--trust-root`` (receipts/key_entries.py)."""
     new_entries: NotRequired[int]
 
 
@@ -278,6 +289,8 @@ class MonitorDb:
         self.cleared_quorum = self._clear("quorum")
         """The ``quorum`` violations an older version recorded, removed as the state opened."""
         self.prevs = PrevFile(path.with_name("prevs.bin"), int(meta.get("prevs_length", b"0")))
+        self.judged_roots: bytes | None = bytes(meta["judged_roots"]) if "judged_roots" in meta else None
+        """The digest of the roots every kept key entry was judged against (None: some were not)."""
 
     def close(self) -> None:
         self.prevs.close()
@@ -286,6 +299,27 @@ class MonitorDb:
     def violations(self) -> list[Violation]:
         rows = self._db.execute("SELECT record FROM violations ORDER BY id").fetchall()
         return [Violation(**orjson.loads(record)) for (record,) in rows]
+
+    def key_entries(self) -> list[KeyEntry]:
+        """Every key entry kept, in log order. ``MonitorStateError`` when one no longer reads
+        (the state was altered: each was read strictly before it was kept)."""
+        found: list[KeyEntry] = []
+        for index, entry in self._db.execute("SELECT idx, entry FROM key_entries ORDER BY idx"):
+            kind = entry_kind(bytes(entry))
+            read = read_key_entry(index, kind, bytes(entry)) if kind is not None else None
+            if not isinstance(read, KeyEntry):
+                raise MonitorStateError(f"{self.path}: the key entry kept for index {index} does not read")
+            found.append(read)
+        return found
+
+    def judge_kept(self, roots: Mapping[str, bytes]) -> None:
+        """Unless every kept key entry was judged against ``roots`` already (their digest is
+        ``judged_roots``): judge them all (entries kept by a run without roots, or against
+        other roots), and record the violations and the digest in one transaction."""
+        digest = roots_digest(roots)
+        if self.judged_roots != digest:
+            found = [v for entry in self.key_entries() if (v := judge_key_entry(entry, roots)) is not None]
+            self.save(violations=found, judged_roots=digest)
 
     def _kept(self, kind: str) -> list[tuple[int, Violation]]:
         """(row id, violation) of every kept violation of ``kind``."""
@@ -337,11 +371,15 @@ class MonitorDb:
         projects: Mapping[str, Project] | None = None,
         violations: Iterable[Violation] = (),
         seen: Seen | None = None,
+        key_entries: Sequence[KeyEntry] = (),
+        judged_roots: bytes | None = None,
     ) -> None:
         """One transaction: the frontier and size as they are now, the projects that moved,
-        new violations, and (``seen``) a checkpoint the frontier now matches. ``MonitorStateError``
-        (nothing written) when the state cannot be written: a full disk, a read-only
-        directory."""
+        new violations, the key entries read, and (``seen``) a checkpoint the frontier now
+        matches. ``judged_roots``: every key entry kept, these included, has been judged
+        against the roots of that digest; without it, key entries saved leave the kept ones
+        not all judged. ``MonitorStateError`` (nothing written) when the state cannot be
+        written: a full disk, a read-only directory."""
         meta: dict[str, bytes] = {
             "size": str(self.frontier.size).encode(),
             "frontier": self.frontier.encode(),
@@ -351,13 +389,23 @@ class MonitorDb:
             meta["target"] = target.encode()
         if seen is not None:
             meta.update(seen_size=str(seen.size).encode(), seen_root=seen.root, seen_text=seen.text.encode())
+        if judged_roots is not None:
+            meta["judged_roots"] = judged_roots
+        unjudged = [("judged_roots",)] if key_entries and judged_roots is None else []
         records = [(orjson.dumps(v.json()),) for v in violations]
+        keys = [(entry.index, entry.entry()) for entry in key_entries]
         rows = [(project_id, p.tip, p.last_prev) for project_id, p in (projects or {}).items()]
         self._write(
             ("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items()),
+            ("DELETE FROM meta WHERE key = ?", unjudged),
             ("INSERT OR REPLACE INTO projects(project_id, tip, last_prev) VALUES (?, ?, ?)", rows),
             ("INSERT OR IGNORE INTO violations(record) VALUES (?)", records),
+            ("INSERT OR REPLACE INTO key_entries(idx, entry) VALUES (?, ?)", keys),
         )
+        if judged_roots is not None:
+            self.judged_roots = judged_roots
+        elif unjudged:
+            self.judged_roots = None
         if seen is not None:
             self.seen = seen
         if target is not None:

@@ -23,6 +23,13 @@ two hashes per project (the tip and the last previous hash, which decide every h
 the previous hashes used before are asked of ``UsedPrevs`` only for an entry that does not
 follow the tip, which an honest log never has.
 
+The entries (``entry_kind``). An entry's kind is fixed by its first bytes, one row of
+``ENTRY_KINDS`` each: a receipt entry (``execution-proof-log-entry/v1``), a key certificate, a
+key revocation. Receipt entries feed the chain rules (receipt ids are counted over them
+alone); key entries go to the ``EntryReader`` given (receipts/key_entries.py reads them
+strictly and judges them against pinned roots: this layer knows nothing of certificates);
+an entry of any other kind is an ``entry`` violation.
+
 The log. A monitor's state follows one log, recorded (origin and key) when a checkpoint
 first verifies (``open_followed``). A key or a checkpoint of another origin is never a
 violation but ``WrongLog`` (a configuration error naming both), as is, before a log is
@@ -47,6 +54,31 @@ HEIGHT = tlog.TILE_HEIGHT
 _ENTRY_HEADER = tlog.ENTRY_HEADER
 
 
+@dataclass(frozen=True, slots=True)
+class EntryKind:
+    """A kind of log entry: its ``name`` in reports and the first bytes that fix it."""
+
+    name: str
+    header: bytes
+
+
+RECEIPT_ENTRY = EntryKind("receipt entry", _ENTRY_HEADER.encode() + b"\n")
+KEY_CERTIFICATE_ENTRY = EntryKind("key certificate entry", tlog.KEY_CERTIFICATE_HEADER)
+KEY_REVOCATION_ENTRY = EntryKind("key revocation entry", tlog.KEY_REVOCATION_HEADER)
+ENTRY_KINDS = (RECEIPT_ENTRY, KEY_CERTIFICATE_ENTRY, KEY_REVOCATION_ENTRY)
+"""Every kind the monitor knows: a new kind is a row here (and its reader)."""
+
+
+def entry_kind(entry: bytes) -> EntryKind | None:
+    """The kind ``entry``'s first bytes fix; None for bytes of no known kind (an ``entry``
+    violation). Only the first bytes are looked at: whether the rest is well formed is the
+    kind's reader's to say."""
+    for kind in ENTRY_KINDS:
+        if entry.startswith(kind.header):
+            return kind
+    return None
+
+
 class ViolationJSON(TypedDict):
     """A violation as the monitor reports and records it (a None member is left out)."""
 
@@ -54,17 +86,24 @@ class ViolationJSON(TypedDict):
     detail: str
     index: NotRequired[int]
     project_id: NotRequired[str]
+    kid: NotRequired[str]
+    root_kid: NotRequired[str]
 
 
 @dataclass
 class Violation:
     kind: str
-    """``signature``, ``inconsistent``, ``tile``, ``entry``, ``chain_fork`` or ``chain_split``:
-    evidence only (a checkpoint below a witness quorum is not one; older monitors recorded
-    it as ``quorum``, which cli/monitor_state.py clears)."""
+    """``signature``, ``inconsistent``, ``tile``, ``entry``, ``chain_fork``, ``chain_split``,
+    or of a key entry judged against pinned roots (receipts/key_entries.py): ``unknown_root``,
+    ``bad_certificate``, ``bad_revocation``. Evidence only (a checkpoint below a witness quorum
+    is not one; older monitors recorded it as ``quorum``, which cli/monitor_state.py clears)."""
     detail: str
     index: int | None = None
     project_id: str | None = None
+    kid: str | None = None
+    """The key a key entry's violation is about."""
+    root_kid: str | None = None
+    """The root that key entry names."""
 
     def json(self) -> ViolationJSON:
         found: ViolationJSON = {"kind": self.kind, "detail": self.detail}
@@ -72,6 +111,10 @@ class Violation:
             found["index"] = self.index
         if self.project_id is not None:
             found["project_id"] = self.project_id
+        if self.kid is not None:
+            found["kid"] = self.kid
+        if self.root_kid is not None:
+            found["root_kid"] = self.root_kid
         return found
 
 
@@ -355,6 +398,14 @@ class Project:
     last_prev: str | None
 
 
+class EntryReader(Protocol):
+    """What reads the entries of the kinds other than receipt entries (receipts/key_entries.py)."""
+
+    def read(self, index: int, kind: EntryKind, entry: bytes) -> list[Violation]:
+        """The violations ``entry`` (of ``kind``, at ``index``) shows."""
+        ...
+
+
 @dataclass
 class ChainCheck:
     violations: list[Violation]
@@ -363,21 +414,36 @@ class ChainCheck:
 
 
 def check_chains(
-    first_index: int, entries: Sequence[bytes], projects: Mapping[str, Project], used: UsedPrevs
+    first_index: int,
+    entries: Sequence[bytes],
+    projects: Mapping[str, Project],
+    used: UsedPrevs,
+    others: EntryReader | None = None,
 ) -> ChainCheck:
-    """The chain rules (module docstring) over ``entries`` (indices ``first_index``...),
-    against ``projects`` as they were before them (not modified: the result says what changed).
-    ``used`` learns each previous hash as it passes."""
+    """The chain rules (module docstring) over the receipt entries of ``entries`` (indices
+    ``first_index``...), against ``projects`` as they were before them (not modified: the
+    result says what changed). ``used`` learns each previous hash as it passes. An entry of
+    another known kind goes to ``others`` (None: it is left unread); one of no known kind,
+    or a malformed receipt entry, is an ``entry`` violation."""
     violations: list[Violation] = []
     changed: dict[str, Project] = {}
     for offset, entry in enumerate(entries):
+        index = first_index + offset
+        kind = entry_kind(entry)
+        if kind is None:
+            violations.append(Violation("entry", "an entry of no kind this monitor knows", index))
+            continue
+        if kind is not RECEIPT_ENTRY:
+            if others is not None:
+                violations += others.read(index, kind, entry)
+            continue
         try:
             lines = entry.decode().split("\n")
         except UnicodeDecodeError as exc:
-            violations.append(Violation("entry", f"not a log entry: {exc}", first_index + offset))
+            violations.append(Violation("entry", f"not a log entry: {exc}", index))
             continue
         if len(lines) != 7 or lines[6] or lines[0] != _ENTRY_HEADER:
-            violations.append(Violation("entry", "not an execution-proof-log-entry/v1", first_index + offset))
+            violations.append(Violation("entry", "not an execution-proof-log-entry/v1", index))
             continue
         if lines[5] != "main":
             continue
@@ -386,19 +452,14 @@ def check_chains(
         if prev and known is not None and prev != known.tip:
             if prev == known.last_prev or used.seen(project_id, prev):
                 violations.append(
-                    Violation(
-                        "chain_fork",
-                        f"a second main receipt ({lines[1]}) follows {prev}",
-                        first_index + offset,
-                        project_id,
-                    )
+                    Violation("chain_fork", f"a second main receipt ({lines[1]}) follows {prev}", index, project_id)
                 )
             else:
                 violations.append(
                     Violation(
                         "chain_split",
                         f"main receipt {lines[1]} follows {prev}, not the project's tip {known.tip}",
-                        first_index + offset,
+                        index,
                         project_id,
                     )
                 )

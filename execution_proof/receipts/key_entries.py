@@ -1,0 +1,167 @@
+"""The key entries of the transparency log, as a monitor reads them: every key certificate and
+revocation enters the log as an entry of its own kind (transparency/monitor.py,
+``ENTRY_KINDS``), its header line, then the document's RFC 8785 bytes and a newline.
+
+``read_key_entry`` reads one strictly: the document must parse (``KeyCertificate.parse``,
+``KeyRevocation.parse``) and the entry's bytes must be exactly the header, the document's
+canonical bytes and ``\\n``; anything else is an ``entry`` violation. ``judge_key_entry`` holds
+it against the pinned receipt roots: a root not pinned is ``unknown_root``; a certificate or
+revocation whose pinned root's signature does not verify is ``bad_certificate`` or
+``bad_revocation``. Each names the entry's index, the kid and the root_kid. ``listed_keys``
+gives the keys the log shows, as the monitor's report lists them. Pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import orjson
+
+from execution_proof.receipts.key_certificates import KeyCertificate, KeyDocumentError, KeyRevocation
+from execution_proof.transparency.monitor import KEY_CERTIFICATE_ENTRY, KEY_REVOCATION_ENTRY, EntryKind, Violation
+
+_PARSERS: dict[EntryKind, Callable[[Any], KeyCertificate | KeyRevocation]] = {
+    KEY_CERTIFICATE_ENTRY: KeyCertificate.parse,
+    KEY_REVOCATION_ENTRY: KeyRevocation.parse,
+}
+"""The document each key kind of entry holds."""
+
+
+class ListedKey(TypedDict):
+    """A key the log shows, as the monitor's report lists it (member ``keys``)."""
+
+    kid: str
+    root_kid: str
+    not_before: str
+    not_after: str
+    index: int
+    """The certificate's entry in the log."""
+    revoked_after: str | None
+    """The earliest ``revoked_after`` of the revocations by the certificate's root the log
+    shows for the key (with pinned roots: those the root's pinned key signed); None: none."""
+    root_pinned: bool | None
+    """Whether the trust root pins the certificate's root; None without a trust root."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    """A key certificate or revocation, read from the log's entry ``index``."""
+
+    index: int
+    document: KeyCertificate | KeyRevocation
+
+    def entry(self) -> bytes:
+        """The entry's bytes (its header, the document's canonical bytes, a newline)."""
+        kind = KEY_CERTIFICATE_ENTRY if isinstance(self.document, KeyCertificate) else KEY_REVOCATION_ENTRY
+        return kind.header + self.document.entry_body() + b"\n"
+
+
+def read_key_entry(index: int, kind: EntryKind, entry: bytes) -> KeyEntry | Violation:
+    """The key entry ``entry`` of ``kind`` (its first bytes fixed it) at ``index``; an
+    ``entry`` violation, naming what is wrong, when it does not parse strictly or is not in
+    its one canonical form."""
+    parse = _PARSERS.get(kind)
+    if parse is None:
+        raise ValueError(f"{kind.name} is not a key entry")
+    try:
+        document = parse(orjson.loads(entry[len(kind.header) :]))
+    except (orjson.JSONDecodeError, KeyDocumentError) as exc:
+        return Violation("entry", f"a malformed {kind.name}: {exc}", index)
+    read = KeyEntry(index, document)
+    if read.entry() != entry:
+        return Violation(
+            "entry",
+            f"a {kind.name} that is not its header, the document's RFC 8785 bytes and a newline",
+            index,
+            kid=document.kid,
+            root_kid=document.root_kid,
+        )
+    return read
+
+
+def judge_key_entry(entry: KeyEntry, roots: Mapping[str, bytes]) -> Violation | None:
+    """``entry`` against the pinned receipt ``roots`` (``{root_kid: raw public key}``):
+    None when a pinned root signed it, else the violation (module docstring)."""
+    document, index = entry.document, entry.index
+    certificate = isinstance(document, KeyCertificate)
+    what = f"the key certificate of {document.kid}" if certificate else f"the revocation of {document.kid}"
+    root = roots.get(document.root_kid)
+    if root is None:
+        return Violation(
+            "unknown_root",
+            f"{what} names the root {document.root_kid}, which the trust root does not pin",
+            index,
+            kid=document.kid,
+            root_kid=document.root_kid,
+        )
+    if not document.signed_by(root):
+        return Violation(
+            "bad_certificate" if certificate else "bad_revocation",
+            f"{what} is not signed by the pinned root {document.root_kid}",
+            index,
+            kid=document.kid,
+            root_kid=document.root_kid,
+        )
+    return None
+
+
+def roots_digest(roots: Mapping[str, bytes]) -> bytes:
+    """SHA-256 over the pinned roots (kid and key, in kid order): what the kept key entries
+    were last judged against."""
+    return hashlib.sha256(b"".join(kid.encode() + b"\n" + key for kid, key in sorted(roots.items()))).digest()
+
+
+def listed_keys(entries: Iterable[KeyEntry], roots: Mapping[str, bytes] | None) -> list[ListedKey]:
+    """Every key certificate among ``entries``, in log order, with its revocation (a
+    revocation by the certificate's own root; with ``roots``, only one that root's pinned key
+    signed, as a verifier counts them) and whether its root is pinned (None without
+    ``roots``)."""
+    certificates: list[tuple[int, KeyCertificate]] = []
+    revoked: dict[tuple[str, str], str] = {}
+    for entry in entries:
+        document = entry.document
+        if isinstance(document, KeyCertificate):
+            certificates.append((entry.index, document))
+            continue
+        if roots is not None and judge_key_entry(entry, roots) is not None:
+            continue
+        named = (document.kid, document.root_kid)
+        if named not in revoked or document.revoked_after < revoked[named]:
+            revoked[named] = document.revoked_after
+    return [
+        {
+            "kid": certificate.kid,
+            "root_kid": certificate.root_kid,
+            "not_before": certificate.not_before,
+            "not_after": certificate.not_after,
+            "index": index,
+            "revoked_after": revoked.get((certificate.kid, certificate.root_kid)),
+            "root_pinned": None if roots is None else certificate.root_kid in roots,
+        }
+        for index, certificate in sorted(certificates, key=lambda found: found[0])
+    ]
+
+
+class KeyReader:
+    """The monitor's ``EntryReader`` for key entries: each read strictly, judged against
+    ``roots`` when given, and kept (``take``) for the state to save."""
+
+    def __init__(self, roots: Mapping[str, bytes] | None) -> None:
+        self.roots = roots
+        self._read: list[KeyEntry] = []
+
+    def read(self, index: int, kind: EntryKind, entry: bytes) -> list[Violation]:
+        found = read_key_entry(index, kind, entry)
+        if isinstance(found, Violation):
+            return [found]
+        self._read.append(found)
+        violation = judge_key_entry(found, self.roots) if self.roots is not None else None
+        return [violation] if violation is not None else []
+
+    def take(self) -> list[KeyEntry]:
+        """The entries read since the last ``take``."""
+        read, self._read = self._read, []
+        return read
