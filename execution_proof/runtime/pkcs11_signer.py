@@ -91,7 +91,7 @@ def parse_pkcs11_uri(uri: str, environ: Mapping[str, str] | None = None) -> Pkcs
     slot_id = attributes.get("slot-id")
     if slot_id is not None and not slot_id.isdigit():
         raise SignerError(f"{shown}: slot-id= is a decimal number")
-    raw_id = _raw_attribute(path, "id")
+    raw_id = attributes.get("id")
     if "object" not in attributes and raw_id is None:
         raise SignerError(f"{shown}: name the key with object= (its label) or id=")
     return Pkcs11Uri(
@@ -116,16 +116,14 @@ def _attributes(text: str, separator: str, known: frozenset[str], shown: str) ->
             raise SignerError(f"{shown}: unknown attribute {name!r} (known: {', '.join(sorted(known))})")
         if name in found:
             raise SignerError(f"{shown}: {name}= is given twice")
+        if name == "id":
+            found[name] = value  # bytes, not text: decoded by the caller
+            continue
         try:
             found[name] = unquote(value, errors="strict")
         except UnicodeDecodeError:
             raise SignerError(f"{shown}: {name}= is not UTF-8 once percent-decoded") from None
     return found
-
-
-def _raw_attribute(path: str, name: str) -> str | None:
-    """A path attribute as written (``id`` is bytes, decoded with ``unquote_to_bytes``)."""
-    return next((part[len(name) + 1 :] for part in path.split(";") if part.startswith(name + "=")), None)
 
 
 def read_pin(uri: Pkcs11Uri) -> str | None:
