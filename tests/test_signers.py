@@ -151,6 +151,7 @@ def test_a_wrong_pin_a_missing_object_or_module_name_the_uri_without_the_pin(sec
         Pkcs11Signer(wrong).public_key()
     assert str(refused.value).startswith(redact(wrong) + ": logging in to the token 'secret' failed (PinIncorrect")
     assert "111111" not in str(refused.value)
+    assert pkcs11_signer._here().libs == {}  # a refused login leaves nothing initialised
     missing = secret_token.uri("absent", pin_value=True)
     with pytest.raises(SignerError, match="the token holds no Ed25519 private key labelled 'absent'") as absent:
         Pkcs11Signer(missing).sign(b"m")

@@ -264,15 +264,20 @@ def _token(lib: Any, p11: ModuleType, uri: Pkcs11Uri) -> Any:
 
 
 def _login(state: _Process, p11: ModuleType, uri: Pkcs11Uri, pin: str | None) -> tuple[tuple[str, int], Any]:
-    """The token, logged in for this process (one more user of its login); (login key, token)."""
-    token = _token(_lib(state, p11, uri), p11, uri)
-    key = (uri.module_path, token.slot.slot_id)
-    login = state.logins.get(key)
-    if login is None:
-        with _token_errors(p11, uri.shown, f"logging in to the token {token.label!r}"):
-            session = token.open(user_pin=pin) if pin is not None else token.open()
-        login = state.logins[key] = _Login(session, pin)
-    elif login.pin != pin:
+    """The token, logged in for this process (one more user of its login); (login key, token).
+    A failure leaves the module finalised again if nothing else of this process uses it."""
+    try:
+        token = _token(_lib(state, p11, uri), p11, uri)
+        key = (uri.module_path, token.slot.slot_id)
+        login = state.logins.get(key)
+        if login is None:
+            with _token_errors(p11, uri.shown, f"logging in to the token {token.label!r}"):
+                session = token.open(user_pin=pin) if pin is not None else token.open()
+            login = state.logins[key] = _Login(session, pin)
+    except SignerError:
+        _finalize_unused(state, p11, uri.module_path)
+        raise
+    if login.pin != pin:
         raise SignerError(f"{uri.shown}: this process is logged in to the token {token.label!r} with another PIN")
     login.users += 1
     return key, token
@@ -288,8 +293,11 @@ def _release(state: _Process, p11: ModuleType, key: tuple[str, int]) -> None:
     del state.logins[key]
     with suppress(p11.PKCS11Error):
         login.session.close()  # fails only with the token gone: nothing left to close
-    module = key[0]
-    if not any(other[0] == module for other in state.logins):
+    _finalize_unused(state, p11, key[0])
+
+
+def _finalize_unused(state: _Process, p11: ModuleType, module: str) -> None:
+    if module in state.libs and not any(other[0] == module for other in state.logins):
         lib = state.libs.pop(module)
         with suppress(p11.PKCS11Error):
             lib.finalize()
