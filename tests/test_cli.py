@@ -1,6 +1,6 @@
 """The command line (README.md, "Command line"), run as ``python service.py ...`` subprocesses.
 
-Operator verbs (``signing-key new``, ``keys create``/``revoke``) are checked against a
+Operator verbs (``keys create``/``revoke``) are checked against a
 running server on the session's real redis-server; ``hash`` against hashlib; ``verify``
 fully offline (the server that issued the receipts is stopped first) and through a
 running service (``--base-url``, ``--chain``).
@@ -29,7 +29,7 @@ import redis
 
 from execution_proof.kv.keys import receipt_key
 from execution_proof.receipts.encoding import b64url_decode
-from execution_proof.receipts.signing import load_key_ring
+from execution_proof.receipts.signing import load_key_ring, new_key_set
 from tests.conftest import ASSETS, REPO, RedisServer, auth, free_port, hash_of
 from tests.servers import (
     ServicePool,
@@ -53,10 +53,8 @@ module_services = service_pool_fixture("module")
 
 @pytest.fixture(scope="module")
 def cli_key_set() -> str:
-    """``signing-key new`` output, used as the main server's SIGNING_KEYS."""
-    done = run_cli("signing-key", "new", "--kid", CLI_KID)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    """A key set, used as the main server's SIGNING_KEYS."""
+    return orjson.dumps(new_key_set(CLI_KID)).decode()
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +93,10 @@ def failed_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if "[FAIL]" in line]
 
 
-# --- signing-key new -----------------------------------------------------------------
+# --- the server's key set --------------------------------------------------------------
 
 
-def test_signing_key_new_prints_a_key_set_the_server_accepts(
+def test_the_server_publishes_its_key_set_and_signs_with_it(
     cli_key_set: str, http: httpx.Client, key: dict[str, Any]
 ) -> None:
     printed = orjson.loads(cli_key_set)
@@ -117,19 +115,6 @@ def test_signing_key_new_prints_a_key_set_the_server_accepts(
     receipt = issue(http, key, input_hash=hash_of("signed-by-cli-key")).json()["receipt"]
     assert receipt["sig_kid"] == CLI_KID
     assert load_key_ring(printed).verify(CLI_KID, receipt["receipt_hash"], receipt["signature"])
-
-
-def test_signing_key_new_makes_a_fresh_key_each_time_and_rejects_bad_kids() -> None:
-    first, second = (run_cli("signing-key", "new", "--kid", "k1") for _ in range(2))
-    assert first.returncode == second.returncode == 0
-    assert (
-        orjson.loads(first.stdout)["keys"][0]["private_key_base64url"]
-        != (orjson.loads(second.stdout)["keys"][0]["private_key_base64url"])
-    )
-    bad = run_cli("signing-key", "new", "--kid", "no spaces allowed")
-    assert bad.returncode == 2
-    assert "kid" in bad.stderr
-    assert bad.stdout == ""
 
 
 # --- keys create / revoke ------------------------------------------------------------
@@ -343,10 +328,8 @@ def test_verify_saved_receipt_offline(saved: dict[str, Path], tmp_path: Path, do
 
 def test_verify_needs_the_signing_key(saved: dict[str, Path], tmp_path: Path) -> None:
     """A key set without the receipt's kid (or with another key under that kid) fails the signature."""
-    other = run_cli("signing-key", "new", "--kid", "test-2025")
-    assert other.returncode == 0
     impostor = tmp_path / "impostor.json"
-    impostor.write_text(other.stdout)
+    impostor.write_bytes(orjson.dumps(new_key_set("test-2025")))
     done = verify(saved["read.json"], "--keys", impostor)
     assert done.returncode == 1
     (failed,) = failed_lines(done.stdout)

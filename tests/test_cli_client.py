@@ -61,7 +61,7 @@ def test_top_level_help_lists_client_verbs_apart() -> None:
     done = cli("--help")
     assert done.returncode == 0
     assert "client verbs (the light install, without extras):\n  hash, submit, bundle, verify" in done.stdout
-    assert "key makers (the light install too):\n  log-key new, witness key new\n" in done.stdout
+    assert "key makers (the light install too):\n  log-key new, witness key new, signing-key root new\n" in done.stdout
     operator = done.stdout.split("operator verbs (the extra [server]; in a clone: pip install '.[server]'):\n")[1]
     needing = operator.splitlines()[0].strip().split(", ")
     assert needing == ["serve", "worker", "expire", "keys", "signing-key", "receipts", "log", "witness serve"]

@@ -157,16 +157,18 @@ def test_base_install_server_verb_names_the_extra(base_venv: Venv, tmp_path: Pat
     assert "Traceback" not in done.stderr
 
 
-def test_base_install_makes_log_and_witness_keys(base_venv: Venv, tmp_path: Path) -> None:
+def test_base_install_makes_log_witness_and_root_keys(base_venv: Venv, tmp_path: Path) -> None:
     """The key makers run on the light install (``--help`` says so); ``witness serve`` does not."""
     log_key = base_venv.run("execution-proof", "log-key", "new", "--origin", "log.example/v1/log", cwd=tmp_path)
     assert log_key.returncode == 0 and log_key.stdout.startswith("PRIVATE+KEY+log.example/v1/log+"), log_key.stderr
     witness = base_venv.run("execution-proof", "witness", "key", "new", "--name", "w.example", cwd=tmp_path)
     assert witness.returncode == 0 and witness.stdout.splitlines()[1].startswith("w.example+"), witness.stderr
+    root = base_venv.run("execution-proof", "signing-key", "root", "new", "--signer", f"file:{tmp_path}/root.key")
+    assert root.returncode == 0 and root.stdout.startswith('{"kid":"root-'), root.stderr
     serve = base_venv.run("execution-proof", "witness", "serve", "--key-file", "k", "--state", "s", "--log", "a=b")
     assert serve.returncode == 2 and "execution-proof[server]" in serve.stderr and "Traceback" not in serve.stderr
     helped = base_venv.run("execution-proof", "--help", cwd=tmp_path)
-    assert "key makers (the light install too):\n  log-key new, witness key new" in helped.stdout
+    assert "key makers (the light install too):\n  log-key new, witness key new, signing-key root new" in helped.stdout
 
 
 def test_base_install_json_failure_asks_nothing(base_venv: Venv, tmp_path: Path) -> None:

@@ -359,6 +359,7 @@ def test_a_restarted_witness_refuses_what_is_inconsistent_with_what_it_cosigned(
     fork of the cosigned tree is refused (422), as is an old size it no longer holds (409)."""
     key_file = tmp_path / "witness.key"
     key_file.write_text(cosigner.encode() + "\n")
+    key_file.chmod(0o600)  # a key file others may read is refused
     state = tmp_path / "state.json"
     logs = {ORIGIN: log_key.verifier}
     eight = grown(8)
@@ -391,6 +392,7 @@ def test_two_witness_processes_on_one_state_file_cosign_one_of_racing_checkpoint
     same moment, cosign exactly one; every other request is told the size that won."""
     key_file = tmp_path / "witness.key"
     key_file.write_text(cosigner.encode() + "\n")
+    key_file.chmod(0o600)  # a key file others may read is refused
     state = tmp_path / "state.json"
     with contextlib.ExitStack() as stack:
         started = [stack.enter_context(running_witness(key_file, state, {ORIGIN: log_key.verifier})) for _ in range(2)]
@@ -432,6 +434,7 @@ def test_sigterm_right_after_start_ends_the_witness(
     (or, while Python itself is still starting, by the signal's default action)."""
     key_file = tmp_path / "witness.key"
     key_file.write_text(cosigner.encode() + "\n")
+    key_file.chmod(0o600)  # a key file others may read is refused
     process = spawn_witness(key_file, tmp_path / "state.json", {ORIGIN: log_key.verifier}, free_port())
     try:
         process.send_signal(signal.SIGTERM)
@@ -448,6 +451,7 @@ def test_sigterm_during_start_up_while_the_state_is_locked_exits_0(
     the test, the witness is caught there, before it listens; SIGTERM ends it with 0."""
     key_file = tmp_path / "witness.key"
     key_file.write_text(cosigner.encode() + "\n")
+    key_file.chmod(0o600)  # a key file others may read is refused
     state = tmp_path / "state.json"
     lock = tmp_path / "state.json.lock"
     port = free_port()
@@ -473,6 +477,7 @@ def test_sigterm_during_a_request_answers_it_and_exits_0(
     SIGTERM comes: it is answered 503 at once, nothing is written, and the process exits 0."""
     key_file = tmp_path / "witness.key"
     key_file.write_text(cosigner.encode() + "\n")
+    key_file.chmod(0o600)  # a key file others may read is refused
     state = tmp_path / "state.json"
     lock = tmp_path / "state.json.lock"
     with running_witness(key_file, state, {ORIGIN: log_key.verifier}) as (process, base):

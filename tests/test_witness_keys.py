@@ -99,6 +99,7 @@ def test_witness_serve_names_its_key_file_and_what_is_wrong_with_the_key(tmp_pat
     name, kid, key = WITNESS.encode().split("+", 4)[2:]
     key_file = tmp_path / "witness.key"
     key_file.write_text(f"PRIVATE+KEY+{name}+{kid}+{_swap(key, 0)}\n")
+    key_file.chmod(0o600)  # a key file others may read is refused
     done = subprocess.run(
         [sys.executable, "-m", "execution_proof", "witness", "serve", "--key-file", str(key_file),
          "--state", str(tmp_path / "state"), "--log", f"{LOG.name}={LOG.verifier.encode()}", "--port", "0"],
@@ -111,6 +112,7 @@ def test_witness_serve_names_its_key_file_and_what_is_wrong_with_the_key(tmp_pat
     assert "listening" not in done.stdout + done.stderr and "Traceback" not in done.stderr
     empty = tmp_path / "empty.key"
     empty.write_text("")
+    empty.chmod(0o600)
     none = subprocess.run(
         [sys.executable, "-m", "execution_proof", "witness", "serve", "--key-file", str(empty),
          "--state", str(tmp_path / "state"), "--log", f"{LOG.name}={LOG.verifier.encode()}", "--port", "0"],

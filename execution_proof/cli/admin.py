@@ -1,5 +1,5 @@
-"""Operator verbs on the store at ``REDIS_URL``: ``keys``, ``receipts delete``; and the key makers
-``signing-key new`` and ``log-key new``.
+"""Operator verbs on the store at ``REDIS_URL``: ``keys``, ``receipts delete``; and the key maker
+``log-key new`` (a log key printed, or made where ``--signer`` says: runtime/signers.py).
 
 ``keys create`` prints the new key once, as JSON; every other ``keys`` verb takes
 ``--project`` as the project id (``prj_...``) or its unique name (docs/operations.md).
@@ -26,7 +26,6 @@ from execution_proof.receipts.encoding import is_hash_str
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.limits import PLANS
 from execution_proof.receipts.model import format_created_at
-from execution_proof.receipts.signing import new_key_set
 from execution_proof.runtime.settings import load_settings
 
 PROJECT_HELP = "the project: its id (prj_...) or the name `keys create` gave it"
@@ -38,10 +37,6 @@ audit_log = logging.getLogger("eps.audit")
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    signing = verbs.add_parser("signing-key", help="signing keys").add_subparsers(dest="action", required=True)
-    new = signing.add_parser("new", help="print a new key set JSON for SIGNING_KEYS")
-    new.add_argument("--kid", required=True)
-
     keys = verbs.add_parser("keys", help="API keys (needs REDIS_URL)").add_subparsers(dest="action", required=True)
     create = keys.add_parser("create", help="create a project, actor and API key; prints JSON")
     create.add_argument(
@@ -71,7 +66,6 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
     delete.add_argument("receipt_id")
     delete.add_argument("--reason", required=True, help="why (logged; the content never is)")
 
-    new.set_defaults(run=_signing_key_new)
     log_key = verbs.add_parser("log-key", help="transparency-log keys (the light install)").add_subparsers(
         dest="action", required=True
     )
@@ -85,29 +79,46 @@ def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         help="the log's origin (default: LOG_ORIGIN, else PUBLIC_BASE_URL without its scheme + /v1/log, else "
         "localhost/v1/log)",
     )
+    log_new.add_argument(
+        "--signer",
+        metavar="URI",
+        help="make the key there and print the URI to configure (LOG_SIGNING_KEY, any pin-value removed), then the "
+        "verifier key: pkcs11:... (in the token, never extractable), file:/ABSOLUTE/PATH (a new file, mode 0600), "
+        "plugin:NAME[?ARG] (the plugin's key); env: cannot be created",
+    )
     log_new.set_defaults(run=_log_key_new)
     for action, parser in keys.choices.items():
         parser.set_defaults(run=_on_store(KEY_ACTIONS[action]))
     delete.set_defaults(run=_on_store(_receipts_delete))
 
 
-def _signing_key_new(args: argparse.Namespace) -> int:
-    print(orjson.dumps(new_key_set(args.kid), option=orjson.OPT_INDENT_2).decode())
-    return 0
-
-
 def _log_key_new(args: argparse.Namespace) -> int:
+    """Without ``--signer``: the private key line, then the verifier key. With it: the key made
+    there, then the URI to configure and the verifier key. Exit 2, one line naming the URI, when
+    it cannot be made (nothing is made then)."""
     from execution_proof.runtime.settings import default_log_origin
-    from execution_proof.transparency.note import NoteError, Signer
+    from execution_proof.runtime.signers import make_key, without_pin
+    from execution_proof.transparency.note import NoteError, Signer, check_name
+    from execution_proof.transparency.signer import SignerError
 
     origin = args.origin or default_log_origin(os.environ)
     try:
-        signer = Signer.generate(origin)
+        check_name(origin)
     except NoteError as exc:
         print(f"error: --origin: {exc}", file=sys.stderr)
         return 2
-    print(signer.encode())
-    print(signer.verifier.encode())
+    if args.signer is None:
+        signer = Signer.generate(origin)
+        print(signer.encode())
+        print(signer.verifier.encode())
+        return 0
+    try:
+        key = make_key(args.signer, text_of=lambda made: Signer(origin, made).encode())
+    except SignerError as exc:
+        print(f"error: --signer {exc}", file=sys.stderr)
+        return 2
+    print(without_pin(args.signer))
+    print(Signer(origin, key).verifier.encode())
     return 0
 
 

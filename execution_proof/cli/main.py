@@ -5,9 +5,9 @@ Each verb group lives in its own module and registers its parsers there. Only th
 owns the verb asked for is imported (every group for ``--help``), so a client verb starts
 without the server's libraries, and ``hash`` without even the verifier's. The base install
 is the client: a verb that runs a server or needs Redis, run without the ``server`` extra,
-exits 2 naming the extra to install (``log-key new`` and ``witness key new`` only make keys:
-they run on the base install). A bare ``execution-proof`` prints the usage (exit 2);
-``python service.py`` alone serves (``main(argv, default_verb="serve")``).
+exits 2 naming the extra to install (``log-key new``, ``witness key new`` and ``signing-key root
+new`` only make keys: they run on the base install). A bare ``execution-proof`` prints the
+usage (exit 2); ``python service.py`` alone serves (``main(argv, default_verb="serve")``).
 
 A client verb asked for ``--json`` prints exactly one JSON document on stdout whatever
 happens (cli/output.py), a usage error included: ``{"ok": false, "error": {"kind":
@@ -34,12 +34,12 @@ from execution_proof.errors import Error
 
 PROG = "execution-proof"
 CLIENT_GROUPS = ("client", "trust_root", "monitor")
-OPERATOR_GROUPS = ("serve", "admin", "worker", "witness", "log_ops")
+OPERATOR_GROUPS = ("serve", "admin", "signing_keys", "worker", "witness", "log_ops")
 GROUPS = CLIENT_GROUPS + OPERATOR_GROUPS
 """The modules of ``execution_proof.cli`` that register verbs, in ``--help`` order."""
 VERB_GROUP = {
     "serve": "serve",
-    "signing-key": "admin",
+    "signing-key": "signing_keys",
     "keys": "admin",
     "receipts": "admin",
     "log-key": "admin",
@@ -56,12 +56,15 @@ VERB_GROUP = {
 }
 CLIENT_VERBS = ("hash", "submit", "bundle", "verify", "trust-root", "monitor")
 SERVER_VERBS = frozenset({"serve", "worker", "expire", "keys", "signing-key", "receipts", "log"})
-"""Verbs that run the service or use its store (and ``witness serve``): they need the extra."""
+"""Verbs that run the service or use its store (and ``witness serve``): they need the extra;
+``KEY_MAKERS`` among them do not."""
+KEY_MAKERS = (("signing-key", "root", "new"),)
+"""Key makers inside an operator verb group (``log-key`` and ``witness key`` are not in one)."""
 SERVER_MODULES = ("sanic", "redis", "rq", "jinja2", "prometheus_client", "httpx", "obstore", "fakeredis")
 EPILOG = f"""client verbs (the light install, without extras):
   {", ".join(CLIENT_VERBS)}
 key makers (the light install too):
-  log-key new, witness key new
+  log-key new, witness key new, signing-key root new
 operator verbs (the extra [server]; in a clone: pip install '.[server]'):
   serve, worker, expire, keys, signing-key, receipts, log, witness serve
 
@@ -79,9 +82,9 @@ ENVIRONMENT = {
     "keys": "REDIS_URL",
     "receipts": "REDIS_URL",
     "log": "LOG_STORE, LOG_SIGNING_KEY, LOG_ORIGIN (and the s3:// store's AWS_* variables: docs/s3.md)",
-    "log-key": "LOG_ORIGIN, PUBLIC_BASE_URL (the default origin)",
-    "signing-key": "none",
-    "witness": "none (its options say everything)",
+    "log-key": "LOG_ORIGIN, PUBLIC_BASE_URL (the default origin), PKCS11_MODULE (a pkcs11: URI's default module-path)",
+    "signing-key": "PKCS11_MODULE (a pkcs11: URI's default module-path)",
+    "witness": "PKCS11_MODULE (a pkcs11: URI's default module-path); the options say the rest",
 }
 """What each verb reads from the environment, for the help of those that do not say it
 themselves (the client verbs do)."""
@@ -148,7 +151,7 @@ def _name_environment_and_exit_codes(parser: argparse.ArgumentParser, environmen
 def needs_server_extra(argv: Sequence[str]) -> bool:
     """Whether this command runs the service or needs Redis: ``serve``, ``worker``, ..., and
     ``witness serve``."""
-    if not argv:
+    if not argv or any(tuple(argv[: len(maker)]) == maker for maker in KEY_MAKERS):
         return False
     return argv[0] in SERVER_VERBS or (argv[0] == "witness" and len(argv) > 1 and argv[1] == "serve")
 

@@ -273,8 +273,9 @@ def load_log_store_settings(environ: Mapping[str, str] | None = None) -> LogStor
 
 
 def _log_settings(env: Mapping[str, str], redis_url: str | None) -> LogSettings:
-    """``LOG_ORIGIN`` (default: ``default_log_origin``) and ``LOG_SIGNING_KEY``, whose key
-    name must be the origin, and where the log lives and is read (``LOG_STORE`` and friends).
+    """``LOG_ORIGIN`` (default: ``default_log_origin``) and ``LOG_SIGNING_KEY`` (a
+    ``PRIVATE+KEY+…`` key, or a signer URI: runtime/signers.py), whose key name must be the
+    origin, and where the log lives and is read (``LOG_STORE`` and friends).
     Without a key the embedded mode makes an ephemeral one; with ``REDIS_URL`` the service
     runs without a log."""
     origin = default_log_origin(env)
@@ -294,9 +295,15 @@ def _log_settings(env: Mapping[str, str], redis_url: str | None) -> LogSettings:
         settings["log_signer"], settings["log_ephemeral"] = Signer.generate(origin), True
         settings.update(_tsa_settings(env))
         return settings
+    from execution_proof.runtime.signers import open_named
+    from execution_proof.transparency.signer import SignerError
+
     try:
-        signer = Signer.parse(raw)
-    except NoteError as exc:
+        # A key in a token or behind a plugin is named by the origin. Its public key is read
+        # here through a session closed at once: the signing session opens at the first
+        # signature, in the process and thread that sign (runtime/pkcs11_signer.py).
+        signer = open_named(raw, origin, parse_key=Signer.parse, wrap=Signer, environ=env)
+    except (NoteError, SignerError) as exc:
         raise ConfigError(f"LOG_SIGNING_KEY: {exc} (make one with: python service.py log-key new)") from exc
     if signer.name != origin:
         raise ConfigError(
