@@ -30,6 +30,7 @@ from execution_proof.transparency import tlog
 from execution_proof.transparency.signer import KeySigner, SeedSigner
 from execution_proof.usecases.signing_keys import KeyState, ReceiptKeys, RootUnavailable, revoke_key
 from execution_proof.web.app import create_app
+from tests.cluster import redis_cluster  # noqa: F401  (the session fixture)
 from tests.conftest import TEST_ROOT, auth, hash_of
 
 T0 = time_ms("2026-11-29T00:00:00.000Z")
@@ -415,3 +416,41 @@ async def test_verify_refuses_a_receipt_created_after_its_key_was_revoked(
     assert check.signature and check.key_verdict is KeyVerdict.REVOKED and not check.counts
     _, listed = await client.get("/v1/public-key")
     assert [KeyRevocation.parse(r).kid for r in listed.json["revocations"]] == [kid]
+
+
+@pytest.mark.slow
+async def test_the_lifecycle_on_a_redis_cluster(redis_cluster: Any) -> None:  # noqa: F811
+    """The registry lives in one slot; the log's own queue, its dirty set and its count in
+    others: certify, share, revoke and queue for the log on a real 3-node cluster."""
+    from execution_proof.kv.connect import open_store
+
+    redis_cluster.flushall()
+    store = open_store(redis_cluster.url, cluster=True)
+    try:
+        clock = Clock()
+        first = lifecycle(store, clock, log_queue=store.log_queue, log_identity=LOG)
+        second = lifecycle(store, clock, seeded("another machine"), log_queue=store.log_queue, log_identity=LOG)
+        await first.start()
+        await second.start()
+        await first.refresh()
+        assert set(first.view().keys) == set(second.view().keys) == {first.active_kid, second.active_kid}
+        kid = first.active_kid
+        assert kid is not None
+        await revoke_key(
+            store.signing_keys,
+            TEST_ROOT,
+            kid,
+            after_ms=clock.now,
+            reason="",
+            log_queue=store.log_queue,
+            log_identity=LOG,
+        )
+        await first.step()
+        assert first.active_kid != kid
+        queued = await store.client.lrange(kv_keys.log_queue_key(LOG.identity, kv_keys.LOG_OWN_QUEUE), 0, -1)
+        kinds = [entry.split(b"\n", 1)[0] + b"\n" for entry in queued]
+        assert kinds == [tlog.KEY_CERTIFICATE_HEADER] * 2 + [tlog.KEY_REVOCATION_HEADER, tlog.KEY_CERTIFICATE_HEADER]
+        assert await store.log_queue.log_pending(LOG.identity) == 4
+        assert kv_keys.LOG_OWN_QUEUE.encode() in await store.client.smembers(kv_keys.log_dirty_key(LOG.identity))
+    finally:
+        await store.close()
