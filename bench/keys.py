@@ -65,7 +65,8 @@ class Token:
 
     def __init__(self, folder: Path) -> None:
         module = next((m for m in MODULES if Path(m).exists()), None)
-        if module is None or shutil.which("softhsm2-util") is None:
+        util = shutil.which("softhsm2-util")
+        if module is None or util is None:
             raise HarnessError("SoftHSM2 is not installed (Debian: apt-get install softhsm2)")
         self.module = module
         (folder / "tokens").mkdir(parents=True)
@@ -77,7 +78,7 @@ class Token:
         with os.fdopen(fd, "w") as out:
             out.write(PIN + "\n")
         done = subprocess.run(  # noqa: S603 - a fixed command line
-            ["softhsm2-util", "--init-token", "--free", "--label", "bench", "--pin", PIN, "--so-pin", "87654321"],
+            [util, "--init-token", "--free", "--label", "bench", "--pin", PIN, "--so-pin", "87654321"],
             env={**os.environ, **self.env},
             capture_output=True,
             text=True,
