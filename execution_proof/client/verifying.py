@@ -16,10 +16,13 @@ with it), so a bundle verifies only against keys pinned or fetched as above, and
 keys must be those; otherwise ``ok`` is false and the verdict is NOT VERIFIED.
 
 ``--trust-root FILE`` verifies against that file alone with no network at all (an
-``OfflineClient`` makes any request fail loudly): the signature against its receipt keys, and
-for a bundle the log inclusion against its log key, the witness quorum against its policy and
-the time-stamps against its TSA roots. ``--online`` adds what only the service can say (the
-receipt still exists, the chain, the log proof of a plain receipt); the pinned keys stay.
+``OfflineClient`` makes any request fail loudly): the signature with the keys the file's
+receipt roots certify (version 2: each key of the bundle counts only through its certificate,
+client/key_sources.py; version 1: the receipt keys the file pins), and for a bundle the log
+inclusion against its log key, the witness quorum against its policy and the time-stamps
+against its TSA roots. ``--online`` adds what only the service can say (the receipt still
+exists, the chain, the log proof of a plain receipt, and under version 2 the keys'
+certificates and revocations, still judged by the pinned roots); what is pinned stays.
 
 The HTTP client (and ``http.client``, ``ssl``) is loaded on the first request, and the log
 code (verify_log, x509, asn1crypto) only for a log or time-stamp check: an offline
