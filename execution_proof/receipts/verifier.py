@@ -30,9 +30,9 @@ from execution_proof.receipts.shapes import JSONObject, JSONValue
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 
 BUNDLE_FORMAT = "eps-receipt-bundle"
-BUNDLE_VERSION = 1
-"""The version the service writes."""
-BUNDLE_VERSIONS = (BUNDLE_VERSION, 2)
+BUNDLE_VERSION = 2
+"""The version the service writes: each entry of ``keys`` carries its key ``certificate``."""
+BUNDLE_VERSIONS = (1, BUNDLE_VERSION)
 """Every bundle version this verifier reads (version 1: keys without certificates)."""
 
 
