@@ -115,7 +115,7 @@ def test_online_the_services_certificate_makes_it_valid(
     report = report_of(saved(tmp_path, receipt), pinned(tmp_path, roots, url), online=True)
     assert (report["verdict"], report["reason"]) == ("VALID", None), report
     assert report["checks"]["key_certificate"] is True and report["checks"]["signature"] is True
-    assert report["key"]["certificate"]["state"] == "ok"
+    assert report["key"]["certificate"]["state"] == "ok" and report["key"]["active"] is True
     assert report["key"]["certificate"]["root_kid"] == Root.of(roots.root.public_key()).kid
     assert f"{url}/v1/public-key" in report["key"]["source"]
     assert "/v1/public-key" in service.paths()

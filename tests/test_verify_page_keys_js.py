@@ -102,3 +102,20 @@ def test_the_page_reads_a_version_2_trust_root_as_the_library_does() -> None:
             "origin": root.log_origin,
         }, what
     assert accepted == ["the documented example", "no log, no revocation", "a trailing slash"]
+
+
+def test_the_page_and_the_library_name_the_same_certificate_states() -> None:
+    """The page's ``data-state`` values are the report's ``key.certificate.state`` values."""
+    from execution_proof.client.reports import CERTIFICATE_STATES
+
+    node = shutil.which("node")
+    if node is None:
+        missing_binary("node", "the verification page's JavaScript is tested under Node.js")
+    assert node is not None
+    module = str(REPO / "execution_proof" / "static" / "verify-keys.js")
+    script = "(async () => { const keys = await import(process.argv[1]); console.log(JSON.stringify(keys.STATES)); })()"
+    done = subprocess.run(
+        [node, "--input-type=commonjs", "-e", script, module], capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout) == list(CERTIFICATE_STATES)

@@ -107,7 +107,7 @@ def _certified_lines(key: KeyCheck) -> list[str]:
     a key to check it with), then what the certificate rules found."""
     found, state = key.receipt, key.receipt.certificate_state
     if not found.key_known:
-        signature = f"  [--]   no key {found.kid!r} at hand to check the signature with (from {key.source})"
+        signature = f"  [--]   no key {found.kid!r} at hand to check the signature with"
     else:
         signature = f"  {_mark(found.signature)} Ed25519 signature by key {found.kid!r} (from {key.source})"
     mark = "[--]  " if state == "no_key_certificate" else _mark(state == "ok")

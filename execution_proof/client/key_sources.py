@@ -56,9 +56,17 @@ def certified_keys(
                 keys[kid] = key
         revocations += _listed(document, "revocations")
         sources.append(source)
-    ring = trust.certified(KeyRing(keys, None, None), revocations)
+    listed = [_active(fetched[0]) if fetched else None, _active(carried)]  # the service's is the newer word
+    active = next((kid for kid in listed if kid is not None and kid in keys), None)
+    ring = trust.certified(KeyRing(keys, active, None), revocations)
     held = " and ".join(sources) if sources else "no key (a plain receipt carries none, and the check is offline)"
     return ring, f"{held}, judged by the receipt roots of the trust root {trust_path or trust.service_url}", "certified"
+
+
+def _active(document: JSONValue) -> str | None:
+    """The ``active_kid`` a key set names, if any."""
+    active = document.get("active_kid") if isinstance(document, dict) else None
+    return active if isinstance(active, str) else None
 
 
 def _listed(document: JSONValue, member: str) -> list[JSONValue]:
