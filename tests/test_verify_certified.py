@@ -22,7 +22,7 @@ import pytest
 import execution_proof
 from execution_proof.cli.verify import render_report
 from execution_proof.client.verifying import VerifyOptions, run_verify
-from execution_proof.receipts.key_certificates import Root, revoke, time_ms
+from execution_proof.receipts.key_certificates import Root, certify, revoke, time_ms
 from execution_proof.receipts.signing import KeyRing
 from execution_proof.receipts.trust_root import TrustRootError, parse_trust_root
 from tests.test_client_verify import FakeService, fake_service, no_network
@@ -248,3 +248,18 @@ def test_the_text_report_says_which_rule_failed(roots: Roots, tmp_path: Path) ->
     assert "REVOKED by" in said["certified: the key revoked"][1]
     assert said["certified: bundle version 2, trust root version 2"][0] == "ok"
     assert "[ok]   certificate: key" in said["certified: bundle version 2, trust root version 2"][1]
+
+
+def test_a_version_2_bundle_is_read_strictly(roots: Roots, tmp_path: Path) -> None:
+    """No member beyond its list (the attestation envelope is not one yet), and every key with a
+    certificate for that very key."""
+    good = certified_bundle()
+    root = pinned(tmp_path, roots, "http://127.0.0.1:9")
+    with pytest.raises(execution_proof.InvalidInput, match="unknown members: attestation"):
+        execution_proof.verify(saved(tmp_path, {**good, "attestation": {}}), trust_root=root)
+    swapped = copy.deepcopy(good)
+    another_key = roots.stranger.public_key()  # any other 32-byte key, certified by the pinned root
+    other = certify(roots.root, another_key, time_ms(CREATED_AT), time_ms(CREATED_AT))
+    swapped["keys"]["keys"][0]["certificate"] = other.to_json()
+    with pytest.raises(execution_proof.InvalidInput, match="another key"):
+        execution_proof.verify(saved(tmp_path, swapped), trust_root=root)
