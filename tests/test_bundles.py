@@ -57,7 +57,7 @@ async def test_bundle_holds_the_receipt_its_chain_and_keys(client: Any, api_key:
     assert response.headers["access-control-allow-origin"] == "*"
     body = orjson.loads(response.body)
     assert list(body) == BUNDLE_MEMBERS
-    assert body["format"] == "eps-receipt-bundle" and body["version"] == 1
+    assert body["format"] == "eps-receipt-bundle" and body["version"] == 2
     assert body["service"].startswith("http")
     assert len(body["created_at"]) == 24 and body["created_at"].endswith("Z")
     assert body["receipt"] == receipts[-1]

@@ -37,14 +37,17 @@ from nacl.signing import SigningKey
 
 from execution_proof.receipts import trust_root
 from execution_proof.receipts.encoding import b64url_decode, b64url_encode
+from execution_proof.receipts.key_certificates import Root
 from execution_proof.receipts.trust_root import TrustRootError, build_trust_root, parse_trust_root
 from execution_proof.transparency import note, policy
 from execution_proof.transparency.cosignature import Cosigner
+from execution_proof.transparency.signer import SeedSigner
 from tests.conftest import REPO, RedisServer, free_port
 from tests.servers import ServicePool, run_cli, serving
 from tests.test_layers import SERVER_LIBRARIES, _loaded_modules
 
 ORIGIN = "trust.example/log"
+RECEIPT_ROOT = Root.of(SeedSigner(hashlib.sha256(b"trust-root tests: the receipt root").digest()).public_key())
 SCHEMA = orjson.loads((REPO / "docs" / "trust-root.schema.json").read_bytes())
 VALIDATOR = jsonschema_rs.Draft202012Validator(SCHEMA)
 
@@ -279,14 +282,17 @@ def _public_key_document(keys: dict[str, SigningKey], active: str) -> dict[str, 
         {"kid": kid, "alg": "Ed25519", "public_key_base64url": b64url_encode(bytes(k.verify_key))}
         for kid, k in keys.items()
     ]
-    return {"keys": entries, "active_kid": active}
+    return {"keys": entries, "active_kid": active, "roots": [RECEIPT_ROOT.to_json()], "revocations": []}
 
 
-def test_build_puts_the_active_key_first_and_keeps_every_key(parts: dict[str, Any]) -> None:
+def test_build_pins_the_published_roots_not_the_keys(parts: dict[str, Any]) -> None:
     keys = parts["receipt_keys"]
     built = build_trust_root("https://proof.example/", _public_key_document(keys, "k-2025"), None, None)
-    assert built["service_url"] == "https://proof.example"
-    assert [k["kid"] for k in built["receipt_keys"]] == ["k-2025", "k-2026"]
+    assert built["version"] == 2 and built["service_url"] == "https://proof.example"
+    assert built["receipt_roots"] == [
+        {"kid": RECEIPT_ROOT.kid, "public_key_base64url": b64url_encode(RECEIPT_ROOT.public_key)}
+    ]
+    assert "receipt_keys" not in built and built["revocations"] == []
     assert built["log"] is None and built["tsa_roots_pem"] == []
     assert VALIDATOR.is_valid(built)
 
@@ -310,8 +316,9 @@ def test_build_gives_a_log_without_witnesses_a_policy_of_its_own_key(parts: dict
     [
         pytest.param({"keys": []}, None, None, "at least one key", id="no-keys"),
         pytest.param([], None, None, "GET /v1/public-key", id="keys-a-list"),
-        pytest.param({"keys": [{"kid": "a", "alg": "RSA", "public_key_base64url": "x"}]}, None, None, "Ed25519", id="rsa"),
-        pytest.param({"keys": [{"kid": "a", "public_key_base64url": "x"}]}, None, None, "receipt_keys[0].public_key_base64url", id="short-key"),
+        pytest.param({"keys": [{"kid": "a"}]}, None, None, "publishes no receipt roots", id="no-roots"),
+        pytest.param({"keys": [{"kid": "a"}], "roots": [{**RECEIPT_ROOT.to_json(), "alg": "RSA"}]}, None, None, "Ed25519", id="rsa"),
+        pytest.param({"keys": [{"kid": "a"}], "roots": [{"kid": RECEIPT_ROOT.kid, "public_key_base64url": "x"}]}, None, None, "receipt_roots[0].public_key_base64url", id="short-key"),
         pytest.param(None, {"origin": ORIGIN}, None, "GET /v1/log", id="log-without-vkey"),
         pytest.param(None, {"origin": ORIGIN, "log_vkey": "x", "policy": "nonsense"}, None, "GET /v1/log: its policy", id="log-policy-garbage"),
         pytest.param(None, None, b"not a certificate", "--tsa-roots", id="pem-garbage"),
@@ -336,9 +343,12 @@ def test_build_splits_a_pem_bundle_into_one_string_per_certificate(parts: dict[s
 
 def expected_fingerprints(document: dict[str, Any], parts: dict[str, Any], data: bytes | None) -> list[str]:
     """Each fingerprint computed here, from the raw material, as docs/trust-root.md says."""
-    lines = [
-        f"receipt key {k['kid']}  {sha(b64url_decode(k['public_key_base64url']))}" for k in document["receipt_keys"]
-    ]
+    pinned, label = (
+        (document["receipt_roots"], "receipt root")
+        if document["version"] == 2
+        else (document["receipt_keys"], "receipt key")
+    )
+    lines = [f"{label} {k['kid']}  {sha(b64url_decode(k['public_key_base64url']))}" for k in pinned]
     log = document["log"]
     if log is not None:
         lines.append(f"log key {log['origin']}  {sha(note.Verifier.parse(log['vkey']).public_key)}")
@@ -425,12 +435,11 @@ def test_the_verb_writes_what_the_service_publishes(parts: dict[str, Any], logge
     assert VALIDATOR.is_valid(document), list(VALIDATOR.iter_errors(document))
     assert os.stat(out).st_mode & 0o777 == 0o644
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary file left"
-    # Exactly what the service publishes: every key (active first), the log, its policy.
+    # Exactly what the service publishes: its receipt roots (not its keys), the log, its policy.
     keys = httpx.get(logged_service + "/v1/public-key").json()
-    published = {k["kid"]: k["public_key_base64url"] for k in keys["keys"]}
-    assert len(published) == 2 and keys["active_kid"] == "test-2026"
-    assert {k["kid"]: k["public_key_base64url"] for k in document["receipt_keys"]} == published
-    assert document["receipt_keys"][0]["kid"] == keys["active_kid"]
+    published = [{"kid": r["kid"], "public_key_base64url": r["public_key_base64url"]} for r in keys["roots"]]
+    assert document["version"] == 2 and document["receipt_roots"] == published
+    assert document["revocations"] == keys["revocations"]
     log = httpx.get(logged_service + "/v1/log").json()
     assert document["log"] == {"origin": log["origin"], "vkey": log["log_vkey"], "policy": log["policy"]}
     assert document["log"]["vkey"] == parts["log"].verifier.encode() and log["policy"] == parts["policy"]
@@ -455,14 +464,14 @@ def test_a_service_without_a_log_gives_log_null(
         assert httpx.get(service.base_url + "/v1/log").status_code in (404, 503)
         out = tmp_path / "root.json"
         done = trust_root_cli("--base-url", service.base_url, "--out", str(out))
+        roots = httpx.get(service.base_url + "/v1/public-key").json().get("roots", [])
     assert done.returncode == 0, done.stderr
     document = orjson.loads(out.read_bytes())
     assert document["log"] is None and document["tsa_roots_pem"] == []
     assert "no transparency log" in done.stderr
     assert VALIDATOR.is_valid(document)
     assert [line.split("  ")[0] for line in done.stdout.splitlines()] == [
-        "receipt key test-2026",
-        "receipt key test-2025",
+        *(f"receipt root {root['kid']}" for root in roots),
         "trust root",
     ]
 
@@ -509,7 +518,8 @@ def _stub_routes(parts: dict[str, Any], **log: Any) -> dict[str, tuple[int, byte
     [
         pytest.param({"/v1/public-key": (200, b"<html>")}, "did not answer JSON", id="keys-not-json"),
         pytest.param({"/v1/public-key": (500, b'{"error": {"code": "signing_key_unavailable", "message": "no key"}}')}, "answered 500 signing_key_unavailable", id="keys-500"),
-        pytest.param({"/v1/public-key": (200, b'{"keys": [{"kid": "a", "public_key_base64url": "AAAA"}]}')}, "receipt_keys[0].public_key_base64url", id="short-key"),
+        pytest.param({"/v1/public-key": (200, b'{"keys": [{"kid": "a", "public_key_base64url": "AAAA"}], "roots": [{"kid": "root-0000000000000000", "public_key_base64url": "AAAA"}]}')}, "receipt_roots[0].public_key_base64url", id="short-key"),
+        pytest.param({"/v1/public-key": (200, b'{"keys": [{"kid": "a", "public_key_base64url": "AAAA"}], "active_kid": "a"}')}, "publishes no receipt roots", id="no-roots"),
         pytest.param({"/v1/log": (503, b'{"error": {"code": "store_unavailable", "message": "down"}}')}, "answered 503 store_unavailable", id="log-503"),
         pytest.param({"/v1/log": (200, b"[]")}, "GET /v1/log", id="log-a-list"),
     ],

@@ -263,7 +263,7 @@ def test_the_bundle_format_and_version_are_checked() -> None:
     assert is_bundle(bundle(format="eps-receipt")) is False
     assert is_bundle(THIRD) is False and is_bundle([bundle()]) is False
     assert BUNDLE_VERSION in BUNDLE_VERSIONS
-    for version in (2, 0, None, "1"):
+    for version in (3, 0, None, "1"):
         with pytest.raises(BundleError, match="unsupported bundle version"):
             bundle_parts(bundle(version=version))
 

@@ -15,6 +15,7 @@ from nacl.signing import SigningKey
 
 from execution_proof.client.log_checks import LogInputError, load_policy
 from execution_proof.receipts.encoding import b64url_encode
+from execution_proof.receipts.key_certificates import Root
 from execution_proof.receipts.trust_root import TrustRoot, TrustRootError, build_trust_root, encode_trust_root
 from execution_proof.transparency.cosignature import Cosigner, CosignerKey
 from execution_proof.transparency.note import NoteError, Signer, Verifier
@@ -75,7 +76,11 @@ def test_a_typo_in_a_trust_roots_policy_names_the_file(tmp_path: Path) -> None:
     public = b64url_encode(bytes(SigningKey.generate().verify_key))
     document = build_trust_root(
         "https://proofs.example",
-        {"keys": [{"kid": "k1", "public_key_base64url": public}], "active_kid": "k1"},
+        {
+            "keys": [{"kid": "k1", "public_key_base64url": public}],
+            "active_kid": "k1",
+            "roots": [Root.of(bytes(SigningKey.generate().verify_key)).to_json()],
+        },
         {
             "origin": LOG.name,
             "log_vkey": LOG.verifier.encode(),

@@ -3,7 +3,8 @@ reason every verifier must give for them (docs/verdicts.md), run by the library,
 line and the ``/verify`` page (tests/test_verdict_table.py).
 
 Everything is fixed: Ed25519 seeds for the receipt key, the log key, two witnesses, a second
-log key of the same origin and a stranger's receipt key of the same kid; ids and times.
+log key of the same origin and a stranger's receipt key of the same kid, a receipt root, a root
+nobody pins and a key they certify (``key_certificates.certify``, ``revoke``); ids and times.
 Receipts are built by the project's own code (``receipts.model``: ``parse_create_request``,
 ``build_receipt``), the log by ``transparency`` (``tlog``: entries, leaf hashes, the tile
 reader's inclusion proof; ``note``: the signed checkpoint and the C2SP tlog-proof;
@@ -25,12 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from execution_proof.receipts.encoding import b64url_encode
+from execution_proof.receipts.key_certificates import KeyCertificate, Root, certify, key_kid, revoke, time_ms
 from execution_proof.receipts.model import build_receipt, chain_object, parse_create_request, place_in_chain
 from execution_proof.receipts.signing import KeyRing, load_key_ring
 from execution_proof.receipts.trust_root import parse_trust_root
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.cosignature import Cosigner
 from execution_proof.transparency.policy import check_quorum, parse_policy
+from execution_proof.transparency.signer import SeedSigner
 
 OUTPUT = Path(__file__).resolve().parent / "data" / "verdict_table.json"
 
@@ -45,6 +48,8 @@ FIRST_AT = "2026-01-15T10:00:00.000Z"
 SECOND_AT = "2026-01-15T10:00:01.000Z"
 BUNDLE_AT = "2026-01-15T10:05:00.000Z"
 COSIGNED_AT = 1_768_471_500  # 2026-01-15T10:05:00Z: in the past for any verifier's clock
+CERTIFIED_FROM = "2026-01-15T09:00:00.000Z"
+CERTIFIED_UNTIL = "2026-01-16T09:00:00.000Z"
 
 
 def seed(label: str) -> bytes:
@@ -60,6 +65,43 @@ def ring(label: str) -> KeyRing:
     return load_key_ring(
         {"active_kid": KID, "keys": [{"kid": KID, "private_key_base64url": b64url_encode(seed(label))}]}
     )
+
+
+class Roots:
+    """A receipt root, a root nobody pins, and the receipt key they certify (its kid
+    ``key-…``), with the certificates the rows need."""
+
+    def __init__(self) -> None:
+        self.root = SeedSigner(seed("receipt root"))
+        self.stranger = SeedSigner(seed("a receipt root nobody pins"))
+        self.seed = seed("certified receipt key")
+        self.public = bytes(load_key_ring(private_key_set("k", self.seed)).keys["k"].verify_key)
+        self.kid = key_kid(self.public)
+        self.certificate = self.certify(self.root, CERTIFIED_FROM, CERTIFIED_UNTIL)
+
+    def certify(self, root: SeedSigner, not_before: str, not_after: str) -> KeyCertificate:
+        return certify(root, self.public, time_ms(not_before), time_ms(not_after))
+
+    def ring(self, certificate: KeyCertificate | None = None) -> KeyRing:
+        """The certified key, signing, with ``certificate`` (default: the pinned root's)."""
+        chosen = certificate or self.certificate
+        return load_key_ring(private_key_set(self.kid, self.seed, chosen.to_json()))
+
+    def revocation(self) -> dict[str, str]:
+        """The pinned root's revocation of the key from half a second after the first receipt:
+        it covers the second receipt, not the first."""
+        return revoke(self.root, self.kid, time_ms(FIRST_AT) + 500, "the key left its machine").to_json()
+
+    def badly_signed(self) -> dict[str, str]:
+        """The certificate with another message's signature by the same root (64 bytes, wrong)."""
+        return {**self.certificate.to_json(), "signature": b64url_encode(self.root.sign(b"another message"))}
+
+
+def private_key_set(kid: str, key_seed: bytes, certificate: dict[str, str] | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"kid": kid, "private_key_base64url": b64url_encode(key_seed)}
+    if certificate is not None:
+        entry["certificate"] = certificate
+    return {"active_kid": kid, "keys": [entry]}
 
 
 def key_set(keys: KeyRing) -> dict[str, Any]:
@@ -143,11 +185,13 @@ class Log:
 
 
 def trust_root(keys: KeyRing, log: Log | None) -> dict[str, Any]:
+    """A version 1 trust root pinning the active key of ``keys``."""
     members = {"origin": ORIGIN, "vkey": log.signer.verifier.encode(), "policy": log.policy()} if log else None
+    kid = keys.active_kid or KID
     document = {
         "version": 1,
         "service_url": SERVICE,
-        "receipt_keys": [{"kid": KID, "public_key_base64url": keys.keys[KID].public_key_base64url}],
+        "receipt_keys": [{"kid": kid, "public_key_base64url": keys.keys[kid].public_key_base64url}],
         "log": members,
         "tsa_roots_pem": [],
     }
@@ -155,13 +199,30 @@ def trust_root(keys: KeyRing, log: Log | None) -> dict[str, Any]:
     return document
 
 
+def trust_root_v2(root: SeedSigner, log: Log | None, revocations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A version 2 trust root pinning ``root`` (and its ``revocations``)."""
+    members = {"origin": ORIGIN, "vkey": log.signer.verifier.encode(), "policy": log.policy()} if log else None
+    pinned = Root.of(root.public_key()).to_json()
+    document = {
+        "version": 2,
+        "service_url": SERVICE,
+        "receipt_roots": [{"kid": pinned["kid"], "public_key_base64url": pinned["public_key_base64url"]}],
+        "revocations": revocations or [],
+        "log": members,
+        "tsa_roots_pem": [],
+    }
+    parse_trust_root(json.dumps(document))
+    return document
+
+
 def bundle(
-    receipt: dict[str, Any], chain: list[dict[str, Any]], keys: KeyRing, log: Log, proof: str | None
+    receipt: dict[str, Any], chain: list[dict[str, Any]], keys: KeyRing, log: Log, proof: str | None, version: int = 1
 ) -> dict[str, Any]:
-    """As ``GET /v1/receipts/{id}/bundle`` writes it, members in its order (usecases/bundling.py)."""
+    """As ``GET /v1/receipts/{id}/bundle`` writes it, members in its order (usecases/bundling.py);
+    version 2 when ``keys`` carry their certificates."""
     return {
         "format": "eps-receipt-bundle",
-        "version": 1,
+        "version": version,
         "created_at": BUNDLE_AT,
         "service": SERVICE,
         "receipt": receipt,
@@ -239,7 +300,10 @@ def build_table() -> dict[str, Any]:
         row("bundle: format of the wrong type", edited(good, format=1), "trust_root_log", error, None),
         row("bundle: unknown format", edited(good, format="eps-receipt-bundle-v9"), "trust_root_log", error, None),
         row("bundle: version 99", edited(good, version=99), "trust_root_log", error, None),
-        row("bundle: version 2", edited(good, version=2), "trust_root_log", error, None),
+        row(
+            "bundle: version 2 whose keys carry no certificate", edited(good, version=2), "trust_root_log", error, None
+        ),
+        row("bundle: version 3", edited(good, version=3), "trust_root_log", error, None),
         row("bundle: version as a string", edited(good, version="1"), "trust_root_log", error, None),
         row("bundle: receipt renamed to receipts", renamed(good, "receipt", "receipts"), "trust_root_log", error, None),
         row("bundle: receipt deleted", edited(good, receipt=DELETE), "trust_root_log", error, None),
@@ -307,14 +371,57 @@ def build_table() -> dict[str, Any]:
             "bad_checkpoint_signature",
         ),
     ]
+    roots = Roots()
+    rows += certified_rows(roots, log, proof)
     names = [r["name"] for r in rows]
     assert len(set(names)) == len(names), "row names are unique"
     pins = {
         "trust_root_log": {"kind": "trust_root", "document": trust_root(keys, log)},
         "trust_root_no_log": {"kind": "trust_root", "document": trust_root(keys, None)},
         "keys": {"kind": "keys", "document": key_set(keys)},
+        "trust_root_v2_log": {"kind": "trust_root", "document": trust_root_v2(roots.root, log)},
+        "trust_root_v2_no_log": {"kind": "trust_root", "document": trust_root_v2(roots.root, None)},
+        "trust_root_v2_revoked": {
+            "kind": "trust_root",
+            "document": trust_root_v2(roots.root, log, [roots.revocation()]),
+        },
+        "trust_root_v1_certified_key": {"kind": "trust_root", "document": trust_root(roots.ring(), log)},
     }
     return {"pins": pins, "rows": rows}
+
+
+def certified_rows(roots: Roots, log: Log, proof: str) -> list[dict[str, Any]]:
+    """Receipts by a key a root certifies, judged by a version 2 trust root (the roots it pins,
+    the certificate the bundle carries), and by a version 1 one that pins the key itself. The
+    receipts have the hashes of the other rows' (the signing key is not hashed), so the same
+    log proof covers them."""
+    first, second = receipts(roots.ring())
+    good = bundle(second, [first], roots.ring(), log, proof, version=2)
+    foreign = roots.certify(roots.stranger, CERTIFIED_FROM, CERTIFIED_UNTIL)
+    expired = roots.certify(roots.root, "2026-01-14T09:00:00.000Z", "2026-01-15T09:59:59.999Z")
+
+    def carrying(certificate: dict[str, str]) -> dict[str, Any]:
+        keys = key_set(roots.ring())
+        keys["keys"][0]["certificate"] = certificate
+        return edited(good, keys=keys)
+
+    uncertified = edited(good, version=1, keys={**key_set(roots.ring())})
+    uncertified["keys"]["keys"] = [
+        {k: v for k, v in entry.items() if k != "certificate"} for entry in uncertified["keys"]["keys"]
+    ]
+    valid, invalid, error, not_verified = "VALID", "INVALID", "ERROR", "NOT VERIFIED"
+    return [
+        row("certified: bundle version 2, trust root version 2", good, "trust_root_v2_log", valid, None),
+        row("certified: bundle version 2, trust root version 1 pinning the key", good, "trust_root_v1_certified_key", valid, None),
+        row("certified: bundle version 2, trust root version 2 without a log", good, "trust_root_v2_no_log", valid, None),
+        row("certified: a root nobody pinned", carrying(foreign.to_json()), "trust_root_v2_log", invalid, "bad_signature"),
+        row("certified: the receipt outside its key's certificate", carrying(expired.to_json()), "trust_root_v2_log", invalid, "bad_signature"),
+        row("certified: the key revoked", good, "trust_root_v2_revoked", invalid, "bad_signature"),
+        row("certified: a certificate whose signature fails", carrying(roots.badly_signed()), "trust_root_v2_log", invalid, "bad_signature"),
+        row("certified: bare receipt, no certificate at hand", second, "trust_root_v2_no_log", not_verified, "no_key_certificate"),
+        row("certified: bundle version 1, keys without certificates", uncertified, "trust_root_v2_log", not_verified, "no_key_certificate"),
+        row("certified: bundle version 2, a key without its certificate", edited(uncertified, version=2), "trust_root_v2_log", error, None),
+    ]  # fmt: skip
 
 
 def render(table: dict[str, Any]) -> str:

@@ -1,12 +1,15 @@
 """``trust-root``: write the file a verifier pins (docs/trust-root.md) and print its fingerprints.
 
-It asks the service for its receipt keys (``GET /v1/public-key``: every key, active and
-retired) and its log (``GET /v1/log``: origin, verifier key, witness policy; a service without
-a log answers 404 or 503 ``log_unavailable`` and the file says ``"log": null``), adds the TSA
-roots of ``--tsa-roots``, checks the whole by reading it back (receipts/trust_root.py), writes
-it atomically (a temporary file in the same folder, then a rename; mode 0644; an existing file
-is replaced, with a note) and prints one fingerprint a line, ``<label>  sha256:<hex>``, to
-compare with the operator's over another channel.
+It asks the service for its receipt roots (``GET /v1/public-key``: the ``roots`` that certify
+every receipt key, and the ``revocations`` they signed; a service that publishes no ``roots`` is
+refused, since a version 2 file pins nothing else of its keys) and its log (``GET /v1/log``:
+origin, verifier key, witness policy; a service without a log answers 404 or 503
+``log_unavailable`` and the file says ``"log": null``), adds the TSA roots of ``--tsa-roots``,
+checks the whole by reading it back (receipts/trust_root.py), writes it atomically (a temporary
+file in the same folder, then a rename; mode 0644; an existing file is replaced, with a note)
+and prints one fingerprint a line, ``<label>  sha256:<hex>``, to compare with the operator's
+over another channel (``receipt root <kid>`` for each root: the keys a root certifies change
+with every rotation, the root does not).
 
 A client verb: no server library (the base install has none). Exit 0 written, 2 not written
 (usage, the service unreachable or its answers malformed, a PEM file unreadable). ``--json``:
@@ -38,8 +41,8 @@ TRUST_ROOT_EPILOG = epilog(
     "SERVICE_BASE_URL (the service, when --base-url is not given; one of the two is needed).",
     ok="written",
     one="(not used)",
-    two="not written (bad usage, the service unreachable, refusing or answering malformed keys, a PEM file "
-    "unreadable, the folder missing)",
+    two="not written (bad usage, the service unreachable, refusing, publishing no receipt roots or answering "
+    "malformed ones, a PEM file unreadable, the folder missing)",
 )
 
 
@@ -50,9 +53,11 @@ class CouldNotWrite(InvalidInput):
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = verbs.add_parser(
         "trust-root",
-        help="write the service's keys, log key, witness policy and TSA roots to one file to pin; print fingerprints",
-        description="Fetch GET /v1/public-key and GET /v1/log, write them (with --tsa-roots) to --out as a trust "
-        "root for verify --trust-root, and print the SHA-256 fingerprint of each key to compare out of band.",
+        help="write the service's receipt roots, log key, witness policy and TSA roots to one file to pin; print "
+        "fingerprints",
+        description="Fetch GET /v1/public-key (its receipt roots and revocations) and GET /v1/log, write them (with "
+        "--tsa-roots) to --out as a trust root (version 2) for verify --trust-root, and print the SHA-256 "
+        "fingerprint of each root and key to compare out of band.",
         epilog=TRUST_ROOT_EPILOG,
         formatter_class=HelpFormatter,
     )

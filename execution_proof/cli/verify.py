@@ -22,7 +22,7 @@ from execution_proof.cli.output import (
     json_failure,
     print_json,
 )
-from execution_proof.client.reports import ERROR, NOT_VERIFIED
+from execution_proof.client.reports import ERROR, NOT_VERIFIED, certificate_text
 
 if TYPE_CHECKING:
     from execution_proof.client.log_checks import LogCheck
@@ -87,6 +87,9 @@ def _key_lines(key: KeyCheck) -> list[str]:
                 f"(differing kids: {', '.join(key.differing_kids or ['malformed key set'])})"
             )
         )
+    if key.origin == "certified":
+        lines.extend(_certified_lines(key))
+        return lines
     if not found.key_known:
         key_text = f"key {found.kid!r} is not in the key set from {key.source}"
     elif not key.pinned:
@@ -97,6 +100,18 @@ def _key_lines(key: KeyCheck) -> list[str]:
         key_text = f"Ed25519 signature by key {found.kid!r} ({state}, from {key.source}: {whose})"
     lines.append(f"  {_mark(found.signature)} {key_text}")
     return lines
+
+
+def _certified_lines(key: KeyCheck) -> list[str]:
+    """The key of a receipt checked under a version 2 trust root: the signature (when there is
+    a key to check it with), then what the certificate rules found."""
+    found, state = key.receipt, key.receipt.certificate_state
+    if not found.key_known:
+        signature = f"  [--]   no key {found.kid!r} at hand to check the signature with"
+    else:
+        signature = f"  {_mark(found.signature)} Ed25519 signature by key {found.kid!r} (from {key.source})"
+    mark = "[--]  " if state == "no_key_certificate" else _mark(state == "ok")
+    return [signature, f"  {mark} certificate: {certificate_text(found)}"]
 
 
 def _chain_lines(chain: ChainCheck) -> list[str]:
@@ -114,6 +129,12 @@ def _chain_lines(chain: ChainCheck) -> list[str]:
             lines.append(f"      [FAIL] {link.receipt_id} is not the receipt its successor names")
         elif not link.found:
             lines.append(f"      [FAIL] {link.receipt_hash} not found (deleted or past retention)")
+        elif link.lacks_certificate:
+            lines.append(f"      [--]   {link.receipt_id} {link.receipt_hash}: no certificate for its key at hand")
+        elif link.key_certificate not in (None, "ok", "no_key_certificate"):
+            lines.append(
+                f"      [FAIL] {link.receipt_id} {link.receipt_hash}: its key's certificate: {link.key_certificate}"
+            )
         else:
             lines.append(f"      {_mark(link.ok)} {link.receipt_id} {link.receipt_hash}")
     if chain.truncated:
@@ -139,7 +160,8 @@ VERIFY_EPILOG = epilog(
     f"{DEFAULT_BASE_URL}).",
     ok="VALID (every check asked for passed, against keys pinned with --keys or --trust-root, or fetched "
     "from the service; with a pinned log, its inclusion proof too)",
-    one="INVALID (evidence: a bad signature, hash or proof) or NOT VERIFIED (something missing: pending, "
+    one="INVALID (evidence: a bad signature, hash or proof; a key certified by no pinned root, a receipt "
+    "outside its key's certificate, a revoked key) or NOT VERIFIED (something missing: pending, "
     "no_log_proof, no_quorum, no_keys, no_key_certificate, chain_unavailable, deleted), or no such receipt",
     two="ERROR: could not check (an unreadable or malformed file, trust root or key set, an argument that is "
     "neither a file nor a receipt id, or the service unreachable where it was needed)",
@@ -192,14 +214,17 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
     pin.add_argument(
         "--trust-root",
         metavar="FILE",
-        help="a trust root (`trust-root` writes it): verify against it alone, offline: the signature with its "
-        "receipt keys and, for a bundle, the log inclusion, witness quorum and time-stamps",
+        help="a trust root (`trust-root` writes it): verify against it alone, offline: the signature with the "
+        "keys its receipt roots certify (version 2: the key's certificate from the bundle, or from the service "
+        "with --online; version 1: its receipt keys) and, for a bundle, the log inclusion, witness quorum and "
+        "time-stamps",
     )
     verify.add_argument(
         "--online",
         action="store_true",
         help="with --trust-root: also ask the service (its service_url, or --base-url) that the receipt still "
-        "exists, walk --chain and check a plain receipt's log proof; the pinned keys stay",
+        "exists, walk --chain and check a plain receipt's log proof, and (version 2) fetch the keys' certificates "
+        "and revocations, judged against the pinned roots; pinned keys and roots stay",
     )
     verify.add_argument("--chain", action="store_true", help="follow prev_receipt_hash links through the service")
     verify.add_argument(

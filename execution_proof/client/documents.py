@@ -1,9 +1,10 @@
 """What a document a user hands to ``verify`` is, read strictly: one reader per shape.
 
 A document is a bundle exactly when it has a ``format`` member; then it must be a well-formed
-bundle of a known format and version, else it is unreadable (``InvalidInput``: exit 2), never
-verified as something else. A one-byte change to ``format`` therefore cannot turn a bundle,
-whose log proof a pinned log requires, into a plain receipt whose proof is not looked for.
+bundle of a known format and version (1, or 2 whose every key carries its certificate), else it
+is unreadable (``InvalidInput``: exit 2), never verified as something else. A one-byte change
+to ``format`` therefore cannot turn a bundle, whose log proof a pinned log requires, into a
+plain receipt whose proof is not looked for.
 
 Without ``format`` a document is one of:
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from execution_proof.receipts.errors import InvalidInput
-from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSIONS, BundleParts
+from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSIONS, BundleError, BundleParts, carried_key_ring
 
 if TYPE_CHECKING:
     from execution_proof.receipts import shapes
@@ -61,7 +62,8 @@ and strings or null; ``tags`` is an object of strings, or null."""
 RECEIPT_MEMBERS = frozenset((*TEXT, *NULLABLE, "tags"))
 
 BUNDLE_REQUIRED = ("format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete")
-BUNDLE_OPTIONAL = ("log", "timestamps")
+BUNDLE_OPTIONAL = {1: ("log", "timestamps"), 2: ("log", "timestamps")}
+"""The optional members of each bundle version; any other member is refused."""
 BUNDLE_ONLY = ("keys", "timestamps", "chain_complete", "version")
 """Members a bundle has and no other document: without ``format``, a bundle that lost it."""
 LOG_MEMBERS = ("origin", "log_vkey", "proof")
@@ -151,7 +153,7 @@ def read_bundle(value: JSONObject, where: str) -> Document:
     missing = [member for member in BUNDLE_REQUIRED if member not in value]
     if missing:
         raise InvalidInput(f"{where}: the bundle has no {', '.join(missing)}")
-    unknown = sorted(set(value) - {*BUNDLE_REQUIRED, *BUNDLE_OPTIONAL})
+    unknown = sorted(set(value) - {*BUNDLE_REQUIRED, *BUNDLE_OPTIONAL[2 if version == 2 else 1]})
     if unknown:
         raise InvalidInput(f"{where}: the bundle has unknown members: {', '.join(unknown)}")
     for member in ("created_at", "service"):
@@ -159,6 +161,8 @@ def read_bundle(value: JSONObject, where: str) -> Document:
             raise InvalidInput(f"{where}: the bundle's {member} is not a string")
     if not isinstance(value["keys"], dict):
         raise InvalidInput(f"{where}: the bundle's keys is not an object")
+    if version == 2:
+        _read_certified_keys(value["keys"], where)
     if not isinstance(value["chain_complete"], bool):
         raise InvalidInput(f"{where}: the bundle's chain_complete is not true or false")
     receipt = read_receipt(value["receipt"], f"{where} (receipt)")
@@ -188,6 +192,30 @@ def read_bundle(value: JSONObject, where: str) -> Document:
         stamps if isinstance(stamps, list) else None,
     )
     return Document("bundle", receipt, value, parts)
+
+
+def _read_certified_keys(keys: JSONObject, where: str) -> None:
+    """A version 2 bundle's ``keys``: every entry carries its key ``certificate`` (for this key),
+    and ``revocations``, when present, is a list of objects (each checked when the keys are
+    judged against pinned roots)."""
+    entries = keys.get("keys")
+    if not isinstance(entries, list):
+        raise InvalidInput(f"{where}: the bundle's keys has no list of key objects")
+    objects = [entry for entry in entries if isinstance(entry, dict)]
+    if len(objects) != len(entries):
+        raise InvalidInput(f"{where}: the bundle's keys has no list of key objects")
+    lacking = [str(entry.get("kid")) for entry in objects if not isinstance(entry.get("certificate"), dict)]
+    if lacking:
+        raise InvalidInput(
+            f"{where}: a version 2 bundle carries each key's certificate, and {', '.join(lacking)} has none"
+        )
+    revocations = keys.get("revocations", [])
+    if not isinstance(revocations, list) or not all(isinstance(entry, dict) for entry in revocations):
+        raise InvalidInput(f"{where}: the bundle's keys.revocations is not a list of objects")
+    try:
+        carried_key_ring(keys)
+    except BundleError as exc:
+        raise InvalidInput(f"{where}: {exc}") from exc
 
 
 def _read_log(log: JSONValue, where: str) -> JSONObject:

@@ -57,8 +57,9 @@ WHAT_IS_MISSING = {
     "--no-log checks the signature alone",
     "no_quorum": "the proof's checkpoint has fewer witness cosignatures than the policy of --trust-root FILE (or "
     "--log-policy) requires, as when a witness is down: fetch the bundle again later",
-    "no_key_certificate": "the receipt's key has no certificate from a root of --trust-root FILE: fetch a newer "
-    "trust root or bundle",
+    "no_key_certificate": "--trust-root FILE pins receipt roots, not keys, and no certificate for the receipt's key "
+    "is at hand: add --online to fetch it from the service (GET /v1/public-key), or verify the receipt's bundle "
+    "(`execution-proof bundle RECEIPT_ID --out FILE`), which carries it",
     "chain_unavailable": "an earlier receipt of the chain is no longer on the service (deleted, or past "
     "retention): verify a bundle that carries the chain, with --trust-root FILE",
 }
@@ -75,10 +76,45 @@ class Check:
     detail: str
 
 
+CERTIFICATE_STATES = (
+    "ok",
+    "no_key_certificate",
+    "unknown_root",
+    "bad_certificate",
+    "outside_certificate",
+    "revoked",
+)
+"""What a report says of a key judged by the roots of a version 2 trust root (``KeyCheck``'s
+``certificate.state``, a chain link's ``key_certificate``): the first two are OK and NOT
+VERIFIED ``no_key_certificate``; the others are evidence, INVALID ``bad_signature``."""
+
+
+def certificate_text(check: ReceiptCheck) -> str:
+    """One line saying what the certificate rules found for the receipt's key."""
+    kid, certificate, state = check.kid, check.certificate, check.certificate_state
+    root = certificate.root_kid if certificate is not None else "?"
+    window = f"{certificate.not_before}..{certificate.not_after}" if certificate is not None else "?"
+    if state == "ok":
+        return f"key {kid!r} is certified by the pinned root {root} for {window}, which covers the receipt"
+    if state == "no_key_certificate":
+        return f"no certificate for key {kid!r} is at hand (neither the document nor what was fetched holds one)"
+    if state == "unknown_root":
+        return f"key {kid!r} is certified by {root}, a root the trust root does NOT pin"
+    if state == "bad_certificate":
+        return f"the certificate of key {kid!r} does NOT verify with the root it names ({root})"
+    if state == "outside_certificate":
+        return f"the receipt was created outside the certificate of key {kid!r} ({window})"
+    revocation = check.revocation
+    after = f" from {revocation.revoked_after} ({revocation.reason or 'no reason given'})" if revocation else ""
+    return f"key {kid!r} is REVOKED by {root}{after}, which covers the receipt"
+
+
 @dataclass(frozen=True)
 class KeyCheck:
     """The receipt against the keys: where the keys came from, whose word they are
-    (``pinned``, ``service`` or ``bundle``) and what the pure verifier found with them."""
+    (``pinned``, ``service``, ``bundle``, or ``certified``: keys from a bundle or the service,
+    each judged by the pinned roots of a version 2 trust root) and what the pure verifier found
+    with them."""
 
     source: str
     origin: str
@@ -102,7 +138,25 @@ class KeyCheck:
         }
         if self.bundle_keys is not None:
             key["differing_kids"] = list(self.differing_kids)
+        key["certificate"] = self.certificate_json()
         return key
+
+    def certificate_json(self) -> JSONValue:
+        """The key's certificate state (``CERTIFICATE_STATES``) and the certificate's root and
+        window; None when no roots are pinned (the keys are trusted as they are)."""
+        state = self.receipt.certificate_state
+        if state is None:
+            return None
+        certificate = self.receipt.certificate
+        document: JSONObject = {
+            "state": state,
+            "root_kid": certificate.root_kid if certificate is not None else None,
+            "not_before": certificate.not_before if certificate is not None else None,
+            "not_after": certificate.not_after if certificate is not None else None,
+        }
+        if self.receipt.revocation is not None:
+            document["revoked_after"] = self.receipt.revocation.revoked_after
+        return document
 
 
 @dataclass(frozen=True)
@@ -138,6 +192,19 @@ class CheckedLink:
     receipt_hash_recompute: bool | None = None
     signature: bool | None = None
     same_project: bool | None = None
+    key_certificate: str | None = None
+    """With pinned roots: the state of the link's key (``CERTIFICATE_STATES``)."""
+
+    @property
+    def lacks_certificate(self) -> bool:
+        """The link fails only because no certificate for its key is at hand (NOT VERIFIED)."""
+        return (
+            self.found
+            and self.key_certificate == "no_key_certificate"
+            and self.linked is not False
+            and self.receipt_hash_recompute is True
+            and self.same_project is True
+        )
 
     @classmethod
     def judged(cls, step: Mapping[str, object]) -> CheckedLink:
@@ -152,6 +219,7 @@ class CheckedLink:
             receipt_hash_recompute=_flag(step.get("receipt_hash_recompute")),
             signature=_flag(step.get("signature")),
             same_project=_flag(step.get("same_project")),
+            key_certificate=state if isinstance(state := step.get("key_certificate"), str) else None,
         )
 
     def to_json(self) -> JSONObject:
@@ -160,12 +228,10 @@ class CheckedLink:
         link: JSONObject = {"receipt_id": self.receipt_id, "receipt_hash": self.receipt_hash, "found": True}
         if self.linked is not None:
             link["linked"] = self.linked
-        link.update(
-            receipt_hash_recompute=self.receipt_hash_recompute,
-            signature=self.signature,
-            same_project=self.same_project,
-            ok=self.ok,
-        )
+        link.update(receipt_hash_recompute=self.receipt_hash_recompute, signature=self.signature)
+        if self.key_certificate is not None:
+            link["key_certificate"] = self.key_certificate
+        link.update(same_project=self.same_project, ok=self.ok)
         return link
 
 
@@ -230,6 +296,9 @@ class VerifyReport:
                 results["bundle_keys"] = self.key.bundle_keys
             results["receipt_hash_recompute"] = self.key.receipt.receipt_hash_recompute
             results["signature"] = self.key.receipt.signature
+            state = self.key.receipt.certificate_state
+            if state is not None:
+                results["key_certificate"] = state == "ok"
         results.update((checked.field, checked.ok) for checked in self.files)
         if self.online is not None:
             results["service_has_receipt"] = self.online.same
@@ -253,22 +322,37 @@ class VerifyReport:
         else:
             if not key.pinned:
                 missing.add("no_keys")
-            if key.bundle_keys is False or not (key.receipt.receipt_hash_recompute and key.receipt.signature):
+            state = key.receipt.certificate_state
+            if key.bundle_keys is False or not key.receipt.receipt_hash_recompute:
+                invalid.add("bad_signature")
+            elif state == "no_key_certificate":
+                missing.add("no_key_certificate")  # no key to check the signature with, or none trusted
+            elif state not in (None, "ok") or not key.receipt.signature:
                 invalid.add("bad_signature")
         if any(not checked.ok for checked in self.files):
             invalid.add("hash_mismatch")
         if self.online is not None and not self.online.same:
             (invalid.add("receipt_changed") if self.online.found else missing.add("deleted"))
         if self.chain is not None and not self.chain.ok:
-            links = self.chain.links
-            lost_only = any(not link.found for link in links) and all(link.ok or not link.found for link in links)
-            (missing.add("chain_unavailable") if lost_only else invalid.add("bad_chain"))
+            self._chain_findings(self.chain, invalid, missing)
         if self.log is not None:
             self._log_findings(self.log, invalid, missing)
         return (
             [reason for reason in INVALID_REASONS if reason in invalid],
             [reason for reason in NOT_VERIFIED_REASONS if reason in missing],
         )
+
+    @staticmethod
+    def _chain_findings(chain: ChainCheck, invalid: set[str], missing: set[str]) -> None:
+        """A chain that is not ok: NOT VERIFIED when every failing link only lacks something
+        (a predecessor the service no longer has, a certificate for its key), else INVALID."""
+        failing = [link for link in chain.links if not link.ok]
+        broken_claim = chain.claimed_complete is True and chain.complete is False
+        if broken_claim or not failing or not all(not link.found or link.lacks_certificate for link in failing):
+            invalid.add("bad_chain")
+            return
+        for link in failing:
+            missing.add("chain_unavailable" if not link.found else "no_key_certificate")
 
     @staticmethod
     def _log_findings(log: LogCheck, invalid: set[str], missing: set[str]) -> None:
@@ -379,6 +463,8 @@ class VerifyReport:
             return f"receipt_hash recomputed from the fields: {key.receipt.recomputed_receipt_hash}"
         if key is not None and name == "signature":
             return f"Ed25519 signature by key {key.receipt.kid!r} from {key.source} ({key.origin})"
+        if key is not None and name == "key_certificate":
+            return certificate_text(key.receipt)
         if key is not None and name == "bundle_keys":
             return f"the bundle's keys against {key.source}"
         if name in files:

@@ -146,7 +146,8 @@ class Client:
             time.sleep(min(POLL_S, wait - waited))
 
     def public_keys(self) -> JSONValue:
-        """``GET /v1/public-key``'s body: the service's receipt keys, active and retired."""
+        """``GET /v1/public-key``'s body: the service's receipt keys, active and retired, each with
+        its certificate, and the ``roots`` and ``revocations`` of a service with receipt roots."""
         reply = self._http.get(self.base_url + "/v1/public-key", headers={"Accept": "application/json"})
         self._raise_for(reply, (200,))
         return _json(reply)
@@ -160,7 +161,8 @@ class Client:
         return _json(reply)
 
     def trust_root(self, *, tsa_roots: bytes | None = None) -> TrustRoot:
-        """The service's trust root (docs/trust-root.md): its receipt keys, its log's key and
+        """The service's trust root (docs/trust-root.md, version 2): its receipt roots and
+        revocations (``TrustRootError`` when it publishes no roots), its log's key and
         witness policy, and the TSA roots given (PEM). Compare its fingerprints out of band
         before pinning it."""
         return self.trust_root_and_log(tsa_roots=tsa_roots)[0]

@@ -16,10 +16,13 @@ with it), so a bundle verifies only against keys pinned or fetched as above, and
 keys must be those; otherwise ``ok`` is false and the verdict is NOT VERIFIED.
 
 ``--trust-root FILE`` verifies against that file alone with no network at all (an
-``OfflineClient`` makes any request fail loudly): the signature against its receipt keys, and
-for a bundle the log inclusion against its log key, the witness quorum against its policy and
-the time-stamps against its TSA roots. ``--online`` adds what only the service can say (the
-receipt still exists, the chain, the log proof of a plain receipt); the pinned keys stay.
+``OfflineClient`` makes any request fail loudly): the signature with the keys the file's
+receipt roots certify (version 2: each key of the bundle counts only through its certificate,
+client/key_sources.py; version 1: the receipt keys the file pins), and for a bundle the log
+inclusion against its log key, the witness quorum against its policy and the time-stamps
+against its TSA roots. ``--online`` adds what only the service can say (the receipt still
+exists, the chain, the log proof of a plain receipt, and under version 2 the keys'
+certificates and revocations, still judged by the pinned roots); what is pinned stays.
 
 The HTTP client (and ``http.client``, ``ssl``) is loaded on the first request, and the log
 code (verify_log, x509, asn1crypto) only for a log or time-stamp check: an offline
@@ -38,11 +41,12 @@ import orjson
 
 from execution_proof.client.documents import Document, read_document
 from execution_proof.client.hashing import HashSource, hash_source, is_given_hash
+from execution_proof.client.key_sources import certified_keys, key_ring
 from execution_proof.client.models import read_json
 from execution_proof.client.reports import ChainCheck, CheckedLink, FileCheck, KeyCheck, OnlineCheck, VerifyReport
 from execution_proof.errors import Error
 from execution_proof.receipts import errors
-from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
+from execution_proof.receipts.signing import KeyRing
 from execution_proof.receipts.verifier import (
     BundleError,
     BundleParts,
@@ -171,18 +175,9 @@ def _read(path: str) -> bytes:
         raise errors.InvalidInput(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def _key_ring(document: JSONValue, source: str) -> KeyRing:
-    try:
-        if not isinstance(document, dict):  # as load_key_ring says of any other value
-            raise KeySetError('key set must be an object with a "keys" list')
-        return load_key_ring(document)
-    except KeySetError as exc:
-        raise errors.InvalidInput(f"key set from {source} is malformed: {exc}") from exc
-
-
-def _fetch_keys(net: _Network, base: str, hint: str | None = None) -> tuple[KeyRing, str]:
-    """The service's keys; ``hint``: what to say when it cannot be reached (it was no URL the
-    user gave)."""
+def _fetch_key_set(net: _Network, base: str, hint: str | None = None) -> tuple[JSONValue, str]:
+    """The service's ``GET /v1/public-key`` body and its URL; ``hint``: what to say when it
+    cannot be reached (it was no URL the user gave)."""
     source = base + "/v1/public-key"
     try:
         document = net.get_json(source)
@@ -192,7 +187,13 @@ def _fetch_keys(net: _Network, base: str, hint: str | None = None) -> tuple[KeyR
         raise type(exc)(f"{exc}. {hint}") from exc
     if document is None:
         raise errors.InvalidInput(f"{source} not found")
-    return _key_ring(document, source), source
+    return document, source
+
+
+def _fetch_keys(net: _Network, base: str, hint: str | None = None) -> tuple[KeyRing, str]:
+    """The service's keys (``_fetch_key_set``) as a ring."""
+    document, source = _fetch_key_set(net, base, hint)
+    return key_ring(document, source), source
 
 
 def load_trust_root(path: str) -> TrustRoot:
@@ -259,11 +260,15 @@ def _keys(
     base: str,
     hint: str | None = None,
 ) -> tuple[KeyRing, str, str]:
-    """(key ring, where it came from, whose word it is: ``pinned``, ``service`` or ``bundle``)."""
+    """(key ring, where it came from, whose word it is: ``pinned``, ``service``, ``bundle`` or
+    ``certified``)."""
+    if trust is not None and trust.roots is not None:
+        fetched = _fetch_key_set(net, base) if options.online else None
+        return certified_keys(trust, options.trust_root_path, bundle.keys if bundle else None, fetched)
     if trust is not None:
         return trust.keys, f"the trust root {options.trust_root_path or trust.service_url}", "pinned"
     if options.keys_path:
-        return _key_ring(read_json(options.keys_path), options.keys_path), options.keys_path, "pinned"
+        return key_ring(read_json(options.keys_path), options.keys_path), options.keys_path, "pinned"
     if bundle is None:
         return (*_fetch_keys(net, base, hint), "service")
     chosen = options.base_url or options.env_base_url  # never a URL the bundle names itself
@@ -395,7 +400,7 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
         named = base != DEFAULT_BASE_URL or options.base_url or options.env_base_url
         keyring, source, origin = _keys(options, bundle, trust, net, base, None if named else NO_SERVICE_HINT)
         found = check_receipt(receipt, keyring)
-        if bundle is not None and origin != "bundle":
+        if bundle is not None and origin not in ("bundle", "certified"):
             same, differing = carried_keys_match(bundle.keys, keyring)
             report.key = KeyCheck(source, origin, found, same, tuple(differing))
         else:

@@ -25,14 +25,15 @@ from typing import NotRequired, TypedDict
 from execution_proof.errors import Error
 from execution_proof.receipts.canonical import compute_receipt_hash
 from execution_proof.receipts.encoding import HashStr, b64url_decode
-from execution_proof.receipts.key_certificates import KeyVerdict
+from execution_proof.receipts.key_certificates import KeyCertificate, KeyRevocation, KeyVerdict
 from execution_proof.receipts.shapes import JSONObject, JSONValue
 from execution_proof.receipts.signing import KeyRing, KeySetError, load_key_ring
 
 BUNDLE_FORMAT = "eps-receipt-bundle"
-BUNDLE_VERSION = 1
-BUNDLE_VERSIONS = (BUNDLE_VERSION,)
-"""Every bundle version this verifier reads; the service writes ``BUNDLE_VERSION``."""
+BUNDLE_VERSION = 2
+"""The version the service writes: each entry of ``keys`` carries its key ``certificate``."""
+BUNDLE_VERSIONS = (1, BUNDLE_VERSION)
+"""Every bundle version this verifier reads (version 1: keys without certificates)."""
 
 
 class BundleError(Error, ValueError):
@@ -59,11 +60,39 @@ class ReceiptCheck:
     key_verdict: KeyVerdict = KeyVerdict.OK
     """What the ring's certificate rules say of the key for this receipt's ``created_at``
     (always OK for a ring without roots and a known key)."""
+    roots_pinned: bool = False
+    """The ring judges its keys by pinned roots (a version 2 trust root)."""
+    certificate: KeyCertificate | None = None
+    """The key's certificate as the ring holds it (None: none, or no such key)."""
+    revocation: KeyRevocation | None = None
+    """The revocation that covers the receipt, when ``key_verdict`` is REVOKED."""
 
     @property
     def counts(self) -> bool:
         """The signature verifies and its key counts for this receipt."""
         return self.signature and self.key_verdict is KeyVerdict.OK
+
+    @property
+    def certificate_state(self) -> str | None:
+        """``certificate_state`` of this receipt's key verdict (None: no roots pinned)."""
+        return certificate_state(self.key_verdict, self.roots_pinned)
+
+
+NO_KEY_CERTIFICATE = KeyVerdict.NO_CERTIFICATE.value
+
+
+def certificate_state(verdict: KeyVerdict, roots_pinned: bool) -> str | None:
+    """What a report says of a key judged by pinned roots: None when no roots are pinned (the
+    keys are trusted as they are); ``ok``; ``no_key_certificate`` when no certificate for the
+    kid is at hand (the key is not known at all, or known without one: its signature proves
+    nothing either way); else the evidence ``unknown_root``, ``bad_certificate``,
+    ``outside_certificate`` or ``revoked``."""
+    if not roots_pinned:
+        return None
+    if verdict in (KeyVerdict.UNKNOWN_KEY, KeyVerdict.NO_CERTIFICATE):
+        return NO_KEY_CERTIFICATE
+    state: str = verdict.value
+    return state
 
 
 @dataclass(frozen=True)
@@ -75,9 +104,12 @@ class LinkCheck:
     receipt_hash_recompute: bool
     """The entry's own ``receipt_hash`` recomputes from its fields."""
     signature: bool | None
-    """The entry's signature verifies with the ring's key; None when no ring was given (the
-    server's own stored receipt, which ``POST /v1/verify`` does not re-verify)."""
+    """The entry's signature verifies with the ring's key and the key counts for it; None when
+    no ring was given (the server's own stored receipt, which ``POST /v1/verify`` does not
+    re-verify)."""
     same_project: bool
+    key_certificate: str | None = None
+    """``certificate_state`` of the entry's key (None: no ring, or no roots pinned)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +141,8 @@ class ChainLink(TypedDict):
     receipt_hash_recompute: NotRequired[bool]
     signature: NotRequired[bool | None]
     same_project: NotRequired[bool]
+    key_certificate: NotRequired[str]
+    """With pinned roots: ``certificate_state`` of the entry's key."""
 
 
 class BundleChain(TypedDict):
@@ -174,15 +208,19 @@ def check_receipt(receipt: Mapping[str, JSONValue], keyring: KeyRing) -> Receipt
     """Hash recomputation, signature and the state of the signing key, for one receipt."""
     recomputed = recompute_hash_or_none(receipt)
     kid = receipt.get("sig_kid")
-    known = isinstance(kid, str) and kid in keyring.keys
+    key = keyring.keys.get(kid) if isinstance(kid, str) else None
+    verdict = keyring.judge(kid, receipt.get("created_at"))
     return ReceiptCheck(
         recomputed_receipt_hash=recomputed,
         receipt_hash_recompute=recomputed is not None and recomputed == receipt.get("receipt_hash"),
         signature=signature_ok(receipt, keyring),
         kid=kid,
-        key_known=known,
-        key_active=kid == keyring.active_kid if known else None,
-        key_verdict=keyring.judge(kid, receipt.get("created_at")),
+        key_known=key is not None,
+        key_active=kid == keyring.active_kid if key is not None else None,
+        key_verdict=verdict,
+        roots_pinned=keyring.roots is not None,
+        certificate=key.certificate if key is not None else None,
+        revocation=keyring.revocations.get(str(kid)) if verdict is KeyVerdict.REVOKED else None,
     )
 
 
@@ -193,11 +231,17 @@ def check_link(
     ``prev_receipt_hash``) in the chain of project ``project_id``; its signature is checked
     only against a given ``keyring`` (an Ed25519 verification: half the cost of a check)."""
     recomputed = recompute_hash_or_none(entry)
+    state = None
+    if keyring is not None:
+        state = certificate_state(
+            keyring.judge(entry.get("sig_kid"), entry.get("created_at")), keyring.roots is not None
+        )
     return LinkCheck(
         linked=isinstance(expected_hash, str) and entry.get("receipt_hash") == expected_hash,
         receipt_hash_recompute=recomputed is not None and recomputed == entry.get("receipt_hash"),
         signature=None if keyring is None else signature_counts(entry, keyring),
         same_project=entry.get("project_id") == project_id,
+        key_certificate=state,
     )
 
 
@@ -211,7 +255,7 @@ def walk_step(
         return {"receipt_hash": prev_hash, "found": False, "ok": False}
     link = check_link(prev_hash, prev, head.get("project_id"), keyring)
     recompute_ok = link.linked and link.receipt_hash_recompute
-    return {
+    step: ChainLink = {
         "receipt_id": prev.get("receipt_id"),
         "receipt_hash": prev_hash,
         "found": True,
@@ -220,6 +264,9 @@ def walk_step(
         "same_project": link.same_project,
         "ok": recompute_ok and link.signature is True and link.same_project,
     }
+    if link.key_certificate is not None:
+        step["key_certificate"] = link.key_certificate
+    return step
 
 
 def verify_receipt(
@@ -322,18 +369,19 @@ def check_bundle_chain(
     successor = receipt
     for entry in chain:
         link = check_link(successor.get("prev_receipt_hash"), entry, receipt.get("project_id"), keyring)
-        links.append(
-            {
-                "receipt_id": entry.get("receipt_id"),
-                "receipt_hash": entry.get("receipt_hash"),
-                "found": True,
-                "linked": link.linked,
-                "receipt_hash_recompute": link.receipt_hash_recompute,
-                "signature": link.signature,
-                "same_project": link.same_project,
-                "ok": link.linked and link.receipt_hash_recompute and link.signature is True and link.same_project,
-            }
-        )
+        checked: ChainLink = {
+            "receipt_id": entry.get("receipt_id"),
+            "receipt_hash": entry.get("receipt_hash"),
+            "found": True,
+            "linked": link.linked,
+            "receipt_hash_recompute": link.receipt_hash_recompute,
+            "signature": link.signature,
+            "same_project": link.same_project,
+            "ok": link.linked and link.receipt_hash_recompute and link.signature is True and link.same_project,
+        }
+        if link.key_certificate is not None:
+            checked["key_certificate"] = link.key_certificate
+        links.append(checked)
         successor = entry
     complete = successor.get("prev_receipt_hash") is None
     claim_ok = complete or not claimed_complete

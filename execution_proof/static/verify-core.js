@@ -276,9 +276,12 @@ export async function verifyReceipt(receipt, keySet, label = 'The receipt') {
 
 /**
  * Verify the chain entries of a bundle: each one genuine and each link equal.
- * chain = [previous receipt, its previous, ...] (newest first).
+ * chain = [previous receipt, its previous, ...] (newest first). `judge` (optional, under a
+ * version 2 trust root: verify-keys.js judgeReceipt) says whether each entry's key counts: an
+ * entry whose key has no certificate at hand, but is otherwise sound, gets the reason
+ * no_key_certificate (not verified) instead of failing as evidence.
  */
-export async function verifyChain(receipt, chain, keySet) {
+export async function verifyChain(receipt, chain, keySet, judge = null) {
   const checks = [];
   if (!Array.isArray(chain)) {
     checks.push(check('chain', false, 'Chain', 'The bundle\'s "chain" is not a list.'));
@@ -290,16 +293,23 @@ export async function verifyChain(receipt, chain, keySet) {
     const name = `Chain entry ${i + 1}`;
     const result = await verifyReceipt(entry, keySet, name);
     const failed = result.checks.filter((c) => !c.ok);
-    checks.push(
-      check(
-        `chain_receipt_${i + 1}`,
-        result.ok,
-        `${name}: genuine`,
-        result.ok
-          ? `${name} (${isObject(entry) ? entry.receipt_id : '?'}) is self-consistent and signed by the ${result.keyStatus} key "${entry.sig_kid}".`
-          : `${name} fails: ${failed.map((c) => c.detail).join(' ')}`,
-      ),
+    const certificate = judge ? await judge(entry) : { state: 'ok' };
+    const sound = result.checks.every((c) => c.ok || c.id === 'key' || c.id === 'signature');
+    const lacking = certificate.state === 'no_key_certificate' && sound;
+    const genuine = check(
+      `chain_receipt_${i + 1}`,
+      result.ok && certificate.state === 'ok',
+      `${name}: genuine`,
+      result.ok && certificate.state === 'ok'
+        ? `${name} (${isObject(entry) ? entry.receipt_id : '?'}) is self-consistent and signed by the ${result.keyStatus} key "${entry.sig_kid}".` +
+            (judge ? ` ${certificate.detail}` : '')
+        : lacking
+          ? `${name} is self-consistent, but not checked: ${certificate.detail}`
+          : `${name} fails: ${[...failed.map((c) => c.detail), ...(certificate.state === 'ok' ? [] : [certificate.detail])].join(' ')}`,
     );
+    if (lacking) genuine.reason = 'no_key_certificate';
+    if (judge) genuine.state = certificate.state;
+    checks.push(genuine);
     const expected = isObject(newer) ? newer.prev_receipt_hash : undefined;
     const actual = isObject(entry) ? entry.receipt_hash : undefined;
     const sameProject = isObject(newer) && isObject(entry) && newer.project_id === entry.project_id;

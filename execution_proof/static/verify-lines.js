@@ -31,6 +31,8 @@ export function checkList(checks) {
     else if (!c.ok && isMissing(c)) [state, mark] = ['missing', 'Not verified'];
     const attrs = { class: state, 'data-check': c.id, 'data-ok': String(Boolean(c.ok)) };
     if (!c.ok && !c.info && c.reason) attrs['data-reason'] = c.reason;
+    // A key judged by the roots of a version 2 trust root: which rule held or failed (verify-keys.js STATES).
+    if (c.state) attrs['data-state'] = c.state;
     const item = el('li', attrs);
     item.append(el('span', { class: 'mark' }, mark + ':'), el('strong', {}, c.title + '. '), c.detail);
     list.append(item);

@@ -8,13 +8,17 @@
 // into a receipt whose proof is not looked for.
 //
 // The pinned material ("Saved key set") is a GET /v1/public-key body or a trust root
-// (docs/trust-root.md), read as strictly as the library's parse_trust_root reads it.
+// (docs/trust-root.md, version 1 or 2), read as strictly as the library's parse_trust_root
+// reads it.
 
 import { b64urlDecodeStrict, isObject, isReceiptId } from './verify-core.js';
+import { KeyDocumentError, readCertificate, readRevocation, rootKid, signedBy } from './verify-keys.js';
 import { parsePolicy, parseVkey } from './verify-log.js';
 
 export const BUNDLE_FORMAT = 'eps-receipt-bundle';
-export const BUNDLE_VERSION = 1;
+// Version 2 (what the service writes): each entry of `keys` carries its key certificate.
+export const BUNDLE_VERSION = 2;
+export const BUNDLE_VERSIONS = [1, 2];
 const TEXT = ['receipt_id', 'project_id', 'actor_id', 'created_at', 'input_hash', 'status', 'receipt_hash', 'signature', 'sig_kid'];
 const NULLABLE = [
   'output_hash',
@@ -29,7 +33,8 @@ const NULLABLE = [
 ];
 export const RECEIPT_MEMBERS = [...TEXT, ...NULLABLE, 'tags'];
 const BUNDLE_REQUIRED = ['format', 'version', 'created_at', 'service', 'receipt', 'keys', 'chain', 'chain_complete'];
-const BUNDLE_OPTIONAL = ['log', 'timestamps'];
+// The optional members of each version; any other member is refused.
+const BUNDLE_OPTIONAL = { 1: ['log', 'timestamps'], 2: ['log', 'timestamps'] };
 // Members a bundle has and no other document: without `format`, a bundle that lost it.
 const BUNDLE_ONLY = ['keys', 'timestamps', 'chain_complete', 'version'];
 const LOG_MEMBERS = ['origin', 'log_vkey', 'proof'];
@@ -89,6 +94,28 @@ function readBundleLog(log) {
   return log;
 }
 
+/** A version 2 bundle's keys: each entry carries its certificate, read strictly, for that very key. */
+function readCertifiedKeys(keys) {
+  if (!Array.isArray(keys.keys) || !keys.keys.every(isObject)) throw new ReadError('The bundle\'s "keys" holds no list of key objects.');
+  const lacking = keys.keys.filter((entry) => !isObject(entry.certificate)).map((entry) => String(entry.kid));
+  if (lacking.length) {
+    throw new ReadError(`A version 2 bundle carries each key's certificate, and ${names(lacking)} has none: it is malformed.`);
+  }
+  for (const entry of keys.keys) {
+    let certificate;
+    try {
+      certificate = readCertificate(entry.certificate);
+    } catch (err) {
+      if (err instanceof KeyDocumentError) throw new ReadError(`The bundle's key ${JSON.stringify(entry.kid)}: ${err.message}.`);
+      throw err;
+    }
+    if (certificate.kid !== entry.kid) throw new ReadError(`The bundle's key ${JSON.stringify(entry.kid)} carries the certificate of another key.`);
+  }
+  if (has(keys, 'revocations') && !(Array.isArray(keys.revocations) && keys.revocations.every(isObject))) {
+    throw new ReadError('The bundle\'s keys.revocations is not a list of objects.');
+  }
+}
+
 /** A bundle (docs/bundles.md): its format and version known, every required member of its type, nothing unknown. */
 export function readBundle(value) {
   if (value.format !== BUNDLE_FORMAT) {
@@ -97,19 +124,22 @@ export function readBundle(value) {
   const version = value.version;
   if (Number.isInteger(version) && version > BUNDLE_VERSION) {
     throw new ReadError(
-      `This bundle is version ${version}, made by a newer version of the service than this page reads (version ${BUNDLE_VERSION}): ` +
+      `This bundle is version ${version}, made by a newer version of the service than this page reads (up to version ${BUNDLE_VERSION}): ` +
         'check it with a current execution-proof verify.',
     );
   }
-  if (version !== BUNDLE_VERSION) throw new ReadError(`This bundle's version ${JSON.stringify(version)} is not one this page reads (${BUNDLE_VERSION}).`);
+  if (!BUNDLE_VERSIONS.includes(version)) {
+    throw new ReadError(`This bundle's version ${JSON.stringify(version)} is not one this page reads (${BUNDLE_VERSIONS.join(' or ')}).`);
+  }
   const missing = BUNDLE_REQUIRED.filter((name) => !has(value, name));
   if (missing.length) throw new ReadError(`The bundle has no ${names(missing)}: it is malformed.`);
-  const unknown = unknownMembers(value, [...BUNDLE_REQUIRED, ...BUNDLE_OPTIONAL]);
+  const unknown = unknownMembers(value, [...BUNDLE_REQUIRED, ...BUNDLE_OPTIONAL[version]]);
   if (unknown.length) throw new ReadError(`The bundle has unknown members: ${names(unknown)}. They are refused, not ignored: a bundle of this version has no other member.`);
   for (const name of ['created_at', 'service']) {
     if (typeof value[name] !== 'string') throw new ReadError(`The bundle's "${name}" is not a string.`);
   }
   if (!isObject(value.keys)) throw new ReadError('The bundle\'s "keys" is not an object.');
+  if (version === 2) readCertifiedKeys(value.keys);
   if (typeof value.chain_complete !== 'boolean') throw new ReadError('The bundle\'s "chain_complete" is not true or false.');
   readReceipt(value.receipt, 'The bundle\'s "receipt"');
   if (!Array.isArray(value.chain)) throw new ReadError('The bundle\'s "chain" is not a list.');
@@ -201,7 +231,12 @@ const KID_RE = /^[A-Za-z0-9._-]{1,64}$/;
 const SERVICE_URL_RE = /^https?:\/\/[^/?#]+/;
 const ORIGIN_RE = /^[^\s+]+$/;
 const PEM_RE = /^\s*-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----\s*$/;
-const TRUST_ROOT_MEMBERS = ['version', 'service_url', 'receipt_keys', 'log', 'tsa_roots_pem'];
+const TRUST_ROOT_MEMBERS = {
+  1: ['version', 'service_url', 'receipt_keys', 'log', 'tsa_roots_pem'],
+  2: ['version', 'service_url', 'receipt_roots', 'revocations', 'log', 'tsa_roots_pem'],
+};
+// Members only a trust root has (a GET /v1/public-key body may have revocations too).
+const TRUST_ROOT_ONLY = ['service_url', 'receipt_keys', 'receipt_roots', 'log', 'tsa_roots_pem'];
 
 function exactly(value, members, where) {
   const unknown = unknownMembers(value, members);
@@ -242,16 +277,7 @@ async function readTrustRootLog(log) {
   return { origin: log.origin, vkey: log.vkey.trim(), policy, policyText: log.policy };
 }
 
-/** A trust root (docs/trust-root.md), read member by member; a ReadError naming the first fault. */
-export async function readTrustRoot(document) {
-  if (!isObject(document)) throw new ReadError('the trust root must be a JSON object');
-  exactly(document, TRUST_ROOT_MEMBERS, 'the trust root');
-  if (document.version !== 1) throw new ReadError(`version: must be 1, not ${JSON.stringify(document.version)}`);
-  const url = document.service_url;
-  if (typeof url !== 'string' || !SERVICE_URL_RE.test(url) || /\s/u.test(url)) {
-    throw new ReadError(`service_url: must be an http(s) URL, not ${JSON.stringify(url)}`);
-  }
-  const listed = document.receipt_keys;
+function readReceiptKeys(listed) {
   if (!Array.isArray(listed) || listed.length === 0 || listed.length > 256) throw new ReadError('receipt_keys: a list of 1 to 256 keys');
   const seen = new Set();
   listed.forEach((entry, i) => {
@@ -267,20 +293,80 @@ export async function readTrustRoot(document) {
       throw new ReadError(`${where}.public_key_base64url: ${err.message}`);
     }
   });
-  const log = await readTrustRootLog(document.log);
-  const roots = document.tsa_roots_pem;
-  if (!Array.isArray(roots) || roots.length > 64) throw new ReadError('tsa_roots_pem: a list of PEM certificates');
-  roots.forEach((pem, i) => {
-    if (typeof pem !== 'string' || !PEM_RE.test(pem) || pem.split('-----BEGIN CERTIFICATE-----').length !== 2) {
-      throw new ReadError(`tsa_roots_pem[${i}]: not one PEM certificate`);
-    }
-    if (roots.indexOf(pem) !== i) throw new ReadError(`tsa_roots_pem[${i}]: the same certificate twice`);
-  });
-  const keys = {
+  return {
     keys: listed.map((k) => ({ kid: k.kid, alg: 'Ed25519', public_key_base64url: k.public_key_base64url })),
     active_kid: listed[0].kid,
   };
-  return { kind: 'trust_root', keys, log, tsaRoots: roots.length, serviceUrl: url };
+}
+
+/** Version 2: the receipt roots (a Map of kid to raw key, in the file's order). */
+function readReceiptRoots(listed) {
+  if (!Array.isArray(listed) || listed.length === 0 || listed.length > 64) throw new ReadError('receipt_roots: a list of 1 to 64 roots');
+  const roots = new Map();
+  listed.forEach((entry, i) => {
+    const where = `receipt_roots[${i}]`;
+    if (!isObject(entry)) throw new ReadError(`${where}: not an object`);
+    exactly(entry, ['kid', 'public_key_base64url'], where);
+    let raw;
+    try {
+      raw = b64urlDecodeStrict(entry.public_key_base64url, 32);
+    } catch (err) {
+      throw new ReadError(`${where}.public_key_base64url: ${err.message}`);
+    }
+    if (entry.kid !== rootKid(raw)) throw new ReadError(`${where}.kid: must be its key's (${rootKid(raw)})`);
+    if (roots.has(entry.kid)) throw new ReadError(`${where}.kid: duplicate root ${JSON.stringify(entry.kid)}`);
+    roots.set(entry.kid, raw);
+  });
+  return roots;
+}
+
+/** Version 2: every pinned revocation read strictly and signed by a pinned root (the documents, as given). */
+async function readPinnedRevocations(listed, roots) {
+  if (!Array.isArray(listed) || listed.length > 1024) throw new ReadError('revocations: a list (empty: none pinned)');
+  for (const [i, entry] of listed.entries()) {
+    let revocation;
+    try {
+      revocation = readRevocation(entry);
+    } catch (err) {
+      if (err instanceof KeyDocumentError) throw new ReadError(`revocations[${i}]: ${err.message}`);
+      throw err;
+    }
+    const root = roots.get(revocation.rootKid);
+    if (!root) throw new ReadError(`revocations[${i}]: signed by ${revocation.rootKid}, which is not in receipt_roots`);
+    if (!(await signedBy(revocation, root))) throw new ReadError(`revocations[${i}]: its signature does not verify with ${revocation.rootKid}`);
+  }
+  return listed;
+}
+
+/**
+ * A trust root (docs/trust-root.md), version 1 or 2, read member by member; a ReadError naming
+ * the first fault. Version 1 pins receipt keys (`keys`, a GET /v1/public-key body); version 2
+ * pins receipt roots (`roots`, a Map of kid to raw key) and `revocations` (each checked against
+ * them), and `keys` is null: the keys come from a bundle or the service.
+ */
+export async function readTrustRoot(document) {
+  if (!isObject(document)) throw new ReadError('the trust root must be a JSON object');
+  if (!has(document, 'version')) throw new ReadError('the trust root: no version');
+  const version = document.version;
+  if (version !== 1 && version !== 2) throw new ReadError(`version: must be 1 or 2, not ${JSON.stringify(version)}`);
+  exactly(document, TRUST_ROOT_MEMBERS[version], `the trust root (version ${version})`);
+  const url = document.service_url;
+  if (typeof url !== 'string' || !SERVICE_URL_RE.test(url) || /\s/u.test(url)) {
+    throw new ReadError(`service_url: must be an http(s) URL, not ${JSON.stringify(url)}`);
+  }
+  const keys = version === 1 ? readReceiptKeys(document.receipt_keys) : null;
+  const roots = version === 2 ? readReceiptRoots(document.receipt_roots) : null;
+  const revocations = version === 2 ? await readPinnedRevocations(document.revocations, roots) : [];
+  const log = await readTrustRootLog(document.log);
+  const tsa = document.tsa_roots_pem;
+  if (!Array.isArray(tsa) || tsa.length > 64) throw new ReadError('tsa_roots_pem: a list of PEM certificates');
+  tsa.forEach((pem, i) => {
+    if (typeof pem !== 'string' || !PEM_RE.test(pem) || pem.split('-----BEGIN CERTIFICATE-----').length !== 2) {
+      throw new ReadError(`tsa_roots_pem[${i}]: not one PEM certificate`);
+    }
+    if (tsa.indexOf(pem) !== i) throw new ReadError(`tsa_roots_pem[${i}]: the same certificate twice`);
+  });
+  return { kind: 'trust_root', version, keys, roots, revocations, log, tsaRoots: tsa.length, serviceUrl: url };
 }
 
 /** Whether a value has the shape of a GET /v1/public-key body (a saved key set). */
@@ -289,8 +375,10 @@ export function isKeySet(value) {
 }
 
 /**
- * The pinned material of the "Saved key set" file: {kind: 'keys' | 'trust_root', keys (a
- * GET /v1/public-key body), log (null, or {origin, vkey, policy, policyText}), tsaRoots, name}.
+ * The pinned material of the "Saved key set" file: {kind: 'keys' | 'trust_root', version (a
+ * trust root's), keys (a GET /v1/public-key body; null for a version 2 trust root, which pins
+ * `roots` and `revocations` instead), log (null, or {origin, vkey, policy, policyText}),
+ * tsaRoots, name}.
  * A file that is neither is a ReadError (the page cannot verify with it).
  */
 export async function readPinned(text, name) {
@@ -301,7 +389,7 @@ export async function readPinned(text, name) {
   } catch {
     throw new ReadError(`"${name}" is not a saved key set nor a trust root: it is not valid JSON.`);
   }
-  if (isObject(value) && TRUST_ROOT_MEMBERS.some((member) => member !== 'version' && has(value, member))) {
+  if (isObject(value) && TRUST_ROOT_ONLY.some((member) => has(value, member))) {
     try {
       return { ...(await readTrustRoot(value)), name };
     } catch (err) {
@@ -315,5 +403,5 @@ export async function readPinned(text, name) {
         'or a trust root (execution-proof trust-root).',
     );
   }
-  return { kind: 'keys', keys: value, log: null, tsaRoots: 0, name };
+  return { kind: 'keys', version: null, keys: value, roots: null, revocations: [], log: null, tsaRoots: 0, name };
 }

@@ -58,6 +58,10 @@ export const MISSING_NOTES = {
     "The checkpoint of the receipt's log proof is cosigned by fewer witnesses than the pinned policy's quorum: " +
     'nothing is wrong, but independent witnesses have not yet vouched for it. Save the bundle again later ' +
     '(execution-proof bundle RECEIPT_ID --out FILE) and check it with your trust root.',
+  no_key_certificate:
+    'Your trust root pins receipt roots, not keys, and no certificate for the key that signed this receipt is at ' +
+    'hand. Give the receipt\'s bundle (execution-proof bundle RECEIPT_ID --out FILE), which carries it, or check the ' +
+    'receipt by its id on the service, which gives it (execution-proof verify RECEIPT_ID --trust-root FILE --online does the same).',
   no_keys:
     "The signatures match the keys the bundle carries, but those keys were not checked against the service's " +
     'published keys: NOT verified. Give this page your trust root (execution-proof trust-root) or a saved key set ' +

@@ -11,9 +11,12 @@
 // every key and log request, so a pasted or dropped document is checked offline, and a trust
 // root that names a log makes the receipt's inclusion in that log required (for a receipt id,
 // the page asks for its log-proof). A bundle's own keys prove nothing: checked only against
-// them, a bundle is never "valid".
+// them, a bundle is never "valid". A version 2 trust root pins receipt roots, not keys: the keys
+// a bundle carries (or, for a receipt id, GET /v1/public-key?kid=K) count only through a
+// certificate a pinned root signed (verify-keys.js); a pasted plain receipt has no key at hand.
 
 import * as core from './verify-core.js';
+import { certifiedKeys, KeyDocumentError } from './verify-keys.js';
 import { checkList, el, facts, PageError, pinnedLogLines, serviceLogLines } from './verify-lines.js';
 import * as tlog from './verify-log.js';
 import { parseUserInput, ReadError, readPinned } from './verify-read.js';
@@ -109,6 +112,37 @@ async function fetchKeys() {
   return keys;
 }
 
+/** The receipt's key and its certificate (GET /v1/public-key?kid=K); a kid the service does not list: no key. */
+async function fetchKeyOf(kid) {
+  const path = '/v1/public-key?kid=' + encodeURIComponent(String(kid));
+  let response;
+  try {
+    response = await fetch(path, { headers: { Accept: 'application/json' }, credentials: 'omit', cache: 'no-store' });
+  } catch (err) {
+    throw new PageError(`Could not reach the service to fetch the receipt's key (network failure: ${err.message || err}).`);
+  }
+  if (response.status === 404) return { keys: [], active_kid: null };
+  if (!response.ok) throw new PageError(`The service refused to give the receipt's key: HTTP ${response.status}.`);
+  let keys;
+  try {
+    keys = JSON.parse(await response.text());
+  } catch {
+    throw new PageError("The service's answer for the receipt's key is not valid JSON.");
+  }
+  if (!core.isObject(keys) || !Array.isArray(keys.keys)) throw new PageError("The service's key list is malformed.");
+  return keys;
+}
+
+/** Keys judged by the roots of a version 2 trust root (verify-keys.js), or a PageError when a certificate is malformed. */
+async function judgedKeys(pins, keys) {
+  try {
+    return await certifiedKeys(pins, keys);
+  } catch (err) {
+    if (err instanceof KeyDocumentError) throw new PageError(`The keys cannot be read: ${err.message}.`);
+    throw err;
+  }
+}
+
 /** The pinned material chosen or dropped on "Saved key set" (verify-read.js readPinned), or null. */
 async function savedPins() {
   const file = keysFile.files && keysFile.files[0];
@@ -186,8 +220,32 @@ function pinnedName(pins) {
   return pins.kind === 'trust_root' ? `the trust root "${pins.name}"` : `the saved key set "${pins.name}"`;
 }
 
-/** The keys and where they come from: {keys, keySource, pinned, checks (bundle_keys)}. */
+/** Under a version 2 trust root: the keys the document carries, each judged by the pinned roots. */
+function certifiedChoice(parsed, doc, pins) {
+  const roots = `the receipt roots of ${pinnedName(pins)}`;
+  if (parsed.kind === 'id') {
+    return {
+      keySource: `The receipt and its key's certificate were fetched from this service (GET /v1/receipts/{id}, GET /v1/public-key?kid=…) and the certificate checked against ${roots}.`,
+      pinned: true,
+      certified: true,
+      checks: [],
+    };
+  }
+  const bundle = doc.shape === 'bundle' ? doc.bundle : null;
+  return {
+    keys: bundle ? bundle.keys : { keys: [], active_kid: null },
+    keySource: bundle
+      ? `The bundle's receipts and chain were checked in this browser with the keys it carries, each counting only through its certificate, checked against ${roots} (no key request was made). The bundle was made ${bundle.created_at} by ${bundle.service}.`
+      : `A pasted receipt carries no key, and ${pinnedName(pins)} pins receipt roots, not keys (no key request was made).`,
+    pinned: true,
+    certified: true,
+    checks: [],
+  };
+}
+
+/** The keys and where they come from: {keys, keySource, pinned, certified, checks (bundle_keys)}. */
 async function chooseKeys(parsed, doc, pins) {
+  if (pins && pins.roots) return certifiedChoice(parsed, doc, pins);
   const keysFrom = pins ? `${pinnedName(pins)} (no key request was made)` : null;
   if (parsed.kind === 'id') {
     return {
@@ -247,8 +305,24 @@ async function chooseKeys(parsed, doc, pins) {
   return { keys: bundle.keys, keySource: `${made} Its keys were not pinned: ${why}`, pinned: false, checks: [unpinned] };
 }
 
+/**
+ * The certificate check of a receipt's key under a version 2 trust root. Without a certificate
+ * at hand the key and signature are not judged (nothing makes the key the service's): NOT
+ * VERIFIED no_key_certificate; a certificate the rules refuse is evidence (bad_signature).
+ */
+async function certificateCheck(receipt, result, certified) {
+  const { state, detail } = await certified.judgeReceipt(receipt);
+  if (state === 'no_key_certificate') {
+    for (const c of result.checks) {
+      if ((c.id === 'key' || c.id === 'signature') && !c.ok) Object.assign(c, { reason: 'no_key_certificate', unchecked: true });
+    }
+  }
+  const reason = state === 'no_key_certificate' ? 'no_key_certificate' : 'bad_signature';
+  return { id: 'key_certificate', ok: state === 'ok', reason, state, title: 'Key certificate', detail };
+}
+
 /** The receipt's own checks (format, hash, key, signature): evidence of a bad signature when one fails. */
-async function receiptChecks(receipt, keys, pinned) {
+async function receiptChecks(receipt, keys, pinned, certified) {
   const result = await core.verifyReceipt(receipt, keys);
   for (const c of result.checks) {
     c.reason = 'bad_signature';
@@ -261,13 +335,14 @@ async function receiptChecks(receipt, keys, pinned) {
         'that shows only that whoever made the bundle holds that key.';
     }
   }
+  if (certified) result.checks.push(await certificateCheck(receipt, result, certified));
   return result;
 }
 
-async function chainChecks(receipt, bundle, keys, pinned, notes) {
-  const chain = await core.verifyChain(receipt, bundle.chain, keys);
+async function chainChecks(receipt, bundle, keys, pinned, notes, certified) {
+  const chain = await core.verifyChain(receipt, bundle.chain, keys, certified ? certified.judgeReceipt : null);
   for (const c of chain.checks) {
-    c.reason = 'bad_chain';
+    c.reason = c.reason || 'bad_chain';
     if (!pinned && c.ok && c.id.startsWith('chain_receipt_')) c.detail += ' That key is one the bundle carries (NOT pinned).';
   }
   const count = bundle.chain.length;
@@ -354,21 +429,28 @@ async function verify() {
   const chosen = await chooseKeys(parsed, doc, pins);
   let { keys } = chosen;
   let receipt;
-  if (parsed.kind === 'id') {
+  if (parsed.kind === 'id' && chosen.certified) {
+    receipt = await fetchReceipt(parsed.id);
+    keys = await fetchKeyOf(receipt.sig_kid);
+  } else if (parsed.kind === 'id') {
     [receipt, keys] = await Promise.all([fetchReceipt(parsed.id), pins ? pins.keys : fetchKeys()]);
-    const url = new URL(window.location.href);
-    url.searchParams.set('receipt_id', parsed.id);
-    window.history.replaceState(null, '', url);
   } else {
     receipt = doc.receipt;
   }
+  if (parsed.kind === 'id') {
+    const url = new URL(window.location.href);
+    url.searchParams.set('receipt_id', parsed.id);
+    window.history.replaceState(null, '', url);
+  }
+  const certified = chosen.certified ? await judgedKeys(pins, keys) : null;
+  if (certified) keys = certified.keySet;
   const checks = [...chosen.checks];
   const notes = [];
-  const result = await receiptChecks(receipt, keys, chosen.pinned);
+  const result = await receiptChecks(receipt, keys, chosen.pinned, certified);
   checks.push(...result.checks);
   for (const c of await logLines(receipt, parsed, doc, pins, pasted)) (c.info ? notes : checks).push(c);
   if (doc && doc.bundle) {
-    checks.push(...(await chainChecks(receipt, doc.bundle, keys, chosen.pinned, notes)));
+    checks.push(...(await chainChecks(receipt, doc.bundle, keys, chosen.pinned, notes, certified)));
   } else if (typeof receipt.prev_receipt_hash === 'string') {
     const detail = 'The receipt links to an earlier receipt; this page checks chain links only in a bundle.';
     notes.push({ id: 'chain_extent', info: true, ok: true, title: 'Chain', detail });
@@ -394,7 +476,11 @@ async function verify() {
     if (MISSING_NOTES[decision.reason]) explanation.push(el('p', {}, MISSING_NOTES[decision.reason]));
   } else {
     kind = 'valid';
-    const keyNote = result.keyStatus === 'retired' ? ' It was signed by a retired key, which is still listed and valid for the receipts it signed.' : '';
+    const keyNote = certified
+      ? ' Its key is certified by a receipt root your trust root pins.'
+      : result.keyStatus === 'retired'
+        ? ' It was signed by a retired key, which is still listed and valid for the receipts it signed.'
+        : '';
     title = 'Valid: the receipt is genuine and unchanged.' + keyNote;
   }
   showVerdict(
@@ -503,7 +589,10 @@ async function showKeysFile(file = keysFile.files && keysFile.files[0]) {
   keysStatus.textContent =
     pins.kind === 'keys'
       ? `Keys are pinned to the saved key set "${file.name}": no key request is made.`
-      : `Pinned to the trust root "${file.name}": its ${pins.keys.keys.length} receipt key(s)` +
+      : `Pinned to the trust root "${file.name}": ` +
+        (pins.roots
+          ? `its ${pins.roots.size} receipt root(s) (a receipt's key counts only through a certificate one of them signed)`
+          : `its ${pins.keys.keys.length} receipt key(s)`) +
         (pins.log
           ? `, and the log ${pins.log.origin} with its witness policy: a receipt must be shown to be in that log.`
           : '; it names no log.') +

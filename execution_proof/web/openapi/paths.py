@@ -79,15 +79,26 @@ PATHS: dict[str, Any] = {
             "operationId": "getPublicKeys",
             "tags": ["Receipts"],
             "summary": "Signing public keys",
-            "description": "Every key that signed a receipt still retained (retired keys included); "
-            "`active_kid` signs new receipts. Limited per address (`public_key`).",
+            "description": "Every key that signed a receipt still retained (retired keys included), each with "
+            "its key certificate when a receipt root certified it; `active_kid` signs new receipts. A service with "
+            "receipt roots adds `roots` (what a trust root pins) and `revocations`. `?kid=K` answers the same shape "
+            "with that one key. Limited per address (`public_key`).",
             "security": PUBLIC,
+            "parameters": [
+                _query(
+                    "kid",
+                    {"type": "string"},
+                    "Only this key (a receipt's `sig_kid`): `keys` holds it alone, with its certificate; 404 "
+                    "`not_found` when no such key is listed.",
+                )
+            ],
             "responses": {
                 "200": ok_json(
                     "The key set.",
                     "PublicKeySet",
                     ["Cache-Control", "Access-Control-Allow-Origin", *RATE_HEADERS],
                 ),
+                "404": error_response(404, ["not_found"]),
                 "429": E429,
                 "500": SIGNING_500,
                 "503": E503,

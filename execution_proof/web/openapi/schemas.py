@@ -256,20 +256,77 @@ SCHEMAS: dict[str, Any] = {
             "public_key_base64url": _string(
                 "The raw 32-byte Ed25519 public key, base64url without padding.", pattern="^[A-Za-z0-9_-]{43}$"
             ),
-        }
+            "certificate": schema_ref("KeyCertificate"),
+        },
+        required=("kid", "alg", "public_key_base64url"),
+    ),
+    "KeyCertificate": _obj(
+        {
+            "type": {"const": "execution-proof-key-certificate/v1"},
+            "kid": _string(
+                "The certified key's id: `key-` and the first 16 hex of SHA-256 of the raw key.",
+                pattern="^key-[0-9a-f]{16}$",
+            ),
+            "alg": {"const": "Ed25519"},
+            "public_key_base64url": _string(
+                "The certified raw 32-byte Ed25519 key, base64url without padding.", pattern="^[A-Za-z0-9_-]{43}$"
+            ),
+            "not_before": schema_ref("Timestamp"),
+            "not_after": schema_ref("Timestamp"),
+            "root_kid": _string("The receipt root that signed it.", pattern="^root-[0-9a-f]{16}$"),
+            "signature": _string(
+                "Ed25519 by the root over the RFC 8785 bytes of this object without `signature`, base64url.",
+                pattern="^[A-Za-z0-9_-]{86}$",
+            ),
+        },
+        description="A receipt root's statement that the key may sign receipts created within "
+        "`not_before`..`not_after` (docs/keys.md). A receipt counts only through such a certificate signed by "
+        "a root the verifier pins.",
+    ),
+    "KeyRevocation": _obj(
+        {
+            "type": {"const": "execution-proof-key-revocation/v1"},
+            "kid": _string("The revoked key.", pattern="^key-[0-9a-f]{16}$"),
+            "revoked_after": schema_ref("Timestamp"),
+            "reason": _string("Why (at most 200 characters).", maxLength=200),
+            "root_kid": _string("The root that certified the key, and signs this.", pattern="^root-[0-9a-f]{16}$"),
+            "signature": _string(
+                "Ed25519 by the root over the RFC 8785 bytes of this object without `signature`, base64url.",
+                pattern="^[A-Za-z0-9_-]{86}$",
+            ),
+        },
+        description="Receipts by `kid` created at or after `revoked_after` do not count.",
+    ),
+    "ReceiptRoot": _obj(
+        {
+            "kid": _string("`root-` and the first 16 hex of SHA-256 of the raw key.", pattern="^root-[0-9a-f]{16}$"),
+            "alg": {"const": "Ed25519"},
+            "public_key_base64url": _string(
+                "The root's raw 32-byte Ed25519 public key, base64url without padding.", pattern="^[A-Za-z0-9_-]{43}$"
+            ),
+        },
+        description="A receipt root: it certifies receipt keys and never signs a receipt; a trust root pins it.",
     ),
     "PublicKeySet": _obj(
         {
             "keys": {"type": "array", "items": schema_ref("PublicKey")},
             "active_kid": _string("The key that signs new receipts.", minLength=1),
-        }
+            "roots": {"type": "array", "items": schema_ref("ReceiptRoot"), "description": "The receipt roots."},
+            "revocations": {
+                "type": "array",
+                "items": schema_ref("KeyRevocation"),
+                "description": "Every revocation a root signed for a key still listed.",
+            },
+        },
+        required=("keys", "active_kid"),
     ),
     "BundleKeys": _obj(
         {
             "keys": {
                 "type": "array",
                 "items": schema_ref("PublicKey"),
-                "description": "Only the keys that signed a receipt of the bundle.",
+                "description": "Only the keys that signed a receipt of the bundle, each with its `certificate` "
+                "(a version 2 bundle whose key lacks it is malformed).",
             },
             "active_kid": {"type": ["string", "null"]},
         }
