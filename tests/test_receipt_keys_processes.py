@@ -206,3 +206,50 @@ def test_the_independent_check_fails_on_a_changed_certificate() -> None:
     moved = {**certificate, "not_after": "2027-11-29T00:00:00.000Z"}
     with pytest.raises(InvalidSignature):
         independent_check(receipt, moved, root.public_key())
+
+
+def test_certificates_enter_the_log_and_the_monitor_judges_them_by_the_trust_root(
+    tmp_path: Path, receipt_root: str
+) -> None:
+    """The embedded service's key certificate is a log entry of its own kind: the monitor,
+    given the trust root `trust-root` wrote, lists the key under its pinned root; given a
+    trust root pinning another root, it reports the violation ``unknown_root``."""
+    from execution_proof.receipts.encoding import b64url_encode
+    from execution_proof.receipts.key_certificates import Root
+    from execution_proof.transparency.signer import SeedSigner
+    from tests.conftest import TEST_ROOT
+
+    with ServiceProcess(tmp_path, redis_url=None, env={"RECEIPT_ROOT_KEY": receipt_root}) as service:
+        kid = public_keys(service.base_url)["active_kid"]
+
+        def logged() -> bool:
+            checkpoint = httpx.get(f"{service.base_url}/v1/log/checkpoint", timeout=10)
+            return checkpoint.status_code == 200 and int(checkpoint.text.split("\n")[1]) >= 1
+
+        wait_until(logged, 20, "the key certificate in a published checkpoint")
+        trust = tmp_path / "trust.json"
+        done = run_cli("trust-root", "--base-url", service.base_url, "--out", str(trust))
+        assert done.returncode == 0, done.stderr
+        pinned = orjson.loads(trust.read_bytes())
+        assert pinned["version"] == 2
+        assert [r["kid"] for r in pinned["receipt_roots"]] == [Root.of(TEST_ROOT.public_key()).kid]
+        vkey = pinned["log"]["vkey"]
+
+        def monitor(trust_file: Path, state: str) -> tuple[int, dict[str, Any]]:
+            ran = run_cli(
+                "monitor", "--base-url", service.base_url, "--log-key", vkey, "--trust-root", str(trust_file),
+                "--state", str(tmp_path / state), "--once", "--json",
+            )  # fmt: skip
+            return ran.returncode, orjson.loads(ran.stdout.splitlines()[-1])
+
+        code, report = monitor(trust, "state-pinned")
+        assert code == 0 and report["ok"], report
+        [listed] = [k for k in report["keys"] if k["kid"] == kid]
+        assert listed["root_kid"] == Root.of(TEST_ROOT.public_key()).kid and listed["root_pinned"] is True
+        other = SeedSigner.generate()
+        stranger = {**pinned, "receipt_roots": [{"kid": Root.of(other.public_key()).kid,
+                                                  "public_key_base64url": b64url_encode(other.public_key())}]}  # fmt: skip
+        (tmp_path / "stranger.json").write_bytes(orjson.dumps(stranger))
+        code, report = monitor(tmp_path / "stranger.json", "state-stranger")
+        assert code == 1 and not report["ok"], report
+        assert ("unknown_root", kid) in {(v["kind"], v.get("kid")) for v in report["violations"]}, report

@@ -99,7 +99,8 @@ class Services:
 
     async def start(self, spawn: Spawn) -> None:
         """What a serving process does before it serves: the embedded mode's own sweep and
-        log integrator (``spawn``ed), the log store checked (and created if new), and the
+        log integrator (``spawn``ed), the log store checked (and created if new), its receipt
+        key certified (``RootUnavailable`` stops start-up) and kept (``spawn``ed), and the
         durability of the Redis behind us (``StoreAckError`` stops start-up)."""
         settings = self.settings
         if settings.embedded:
@@ -110,6 +111,14 @@ class Services:
             # No worker serves the embedded store, so the server sweeps expired receipts
             # itself, and integrates the log.
             spawn(_sweep_until_stopped(self.store.retention, settings.retention_days), "retention-sweep")
+        if settings.log_signer is not None:
+            assert self.log_store is not None
+            integrator = (
+                Integrator(self.store.log_queue, self.log_store, log_config(settings)) if settings.embedded else None
+            )
+            if await self._prepare_log(integrator) and integrator is not None:
+                spawn(_integrate_until_stopped(integrator), "log-integrator")
+        # After the log store's check: the first key certificate is the first entry this process queues.
         if settings.receipt_root is None and settings.embedded:
             warn("no RECEIPT_ROOT_KEY: an ephemeral receipt root in memory certifies this process's keys")
         try:
@@ -118,13 +127,6 @@ class Services:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             raise
         spawn(_keep_keys(self.receipt_keys), "receipt-keys")
-        if settings.log_signer is not None:
-            assert self.log_store is not None
-            integrator = (
-                Integrator(self.store.log_queue, self.log_store, log_config(settings)) if settings.embedded else None
-            )
-            if await self._prepare_log(integrator) and integrator is not None:
-                spawn(_integrate_until_stopped(integrator), "log-integrator")
         if not settings.embedded:
             # Durability of the Redis behind us (docs/redis.md).
             try:
