@@ -95,7 +95,9 @@ class Place:
 
 
 @pytest.fixture(params=BACKENDS)
-async def place(request: pytest.FixtureRequest, store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Place]:
+async def place(
+    request: pytest.FixtureRequest, store: Store, tmp_path: Path, receipt_root: str
+) -> AsyncIterator[Place]:
     objects: ObjectStore
     if request.param == "file":
         objects = FileObjects(tmp_path / "log")
@@ -106,7 +108,7 @@ async def place(request: pytest.FixtureRequest, store: Store, tmp_path: Path, ke
         objects = s3_objects(fresh_prefix("beyond"))
     counting = Counting(objects)
     log_store = LogStore(counting)
-    yield Place(store, log_store, counting, log_app(store, log_store, keyring, SIGNER), request.param)
+    yield Place(store, log_store, counting, log_app(store, log_store, receipt_root, SIGNER), request.param)
     await log_store.close()
 
 

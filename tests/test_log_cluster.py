@@ -38,17 +38,17 @@ async def cluster_store(redis_cluster: RedisClusterNodes) -> AsyncIterator[Store
     await store.close()
 
 
-def cluster_app(store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, **settings: Any) -> Any:
+def cluster_app(store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, **settings: Any) -> Any:
     config = Settings(
-        redis_url="redis://injected-by-tests", redis_cluster=True, keyring=keyring, env="test",
+        redis_url="redis://injected-by-tests", redis_cluster=True, receipt_root=receipt_root, env="test",
         limits=load_limits(orjson.dumps(RAISED_LIMITS)), log_origin=ORIGIN, log_signer=signer, **settings,
     )  # fmt: skip
     return create_app(config, store=store, log_store=log_store)
 
 
-async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogStore, keyring: Any) -> None:
+async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogStore, receipt_root: str) -> None:
     signer = note.Signer.generate(ORIGIN)
-    app = cluster_app(cluster_store, log_store, keyring, signer)
+    app = cluster_app(cluster_store, log_store, receipt_root, signer)
     client = app.asgi_client
     worker = await integrator(cluster_store, log_store, signer)
     project_keys = [await create_project_key(cluster_store.keys, project_name=f"cl-{i}", plan="pro") for i in range(6)]
@@ -69,11 +69,11 @@ async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogSt
     assert [tlog.leaf_hash(e) for e in entries] == tlog.split_tile(tile.body)
 
 
-async def test_backpressure_on_a_cluster(cluster_store: Store, log_store: LogStore, keyring: Any) -> None:
+async def test_backpressure_on_a_cluster(cluster_store: Store, log_store: LogStore, receipt_root: str) -> None:
     """On a Cluster the count of waiting entries is read before the script and counted after
     it (approximate under concurrency): one at a time, it is exact."""
     signer = note.Signer.generate(ORIGIN)
-    client = cluster_app(cluster_store, log_store, keyring, signer, log_max_pending=4).asgi_client
+    client = cluster_app(cluster_store, log_store, receipt_root, signer, log_max_pending=4).asgi_client
     worker = await integrator(cluster_store, log_store, signer)
     key = await create_project_key(cluster_store.keys, project_name="cl-backlog", plan="pro")
     for n in range(4):
@@ -88,11 +88,11 @@ async def test_backpressure_on_a_cluster(cluster_store: Store, log_store: LogSto
 
 
 async def test_time_stamps_are_kept_and_served_on_a_cluster(
-    cluster_store: Store, log_store: LogStore, keyring: Any, tmp_path: Path
+    cluster_store: Store, log_store: LogStore, receipt_root: str, tmp_path: Path
 ) -> None:
     """The stamper claims its interval in the Cluster and keeps its record in the log store."""
     signer = note.Signer.generate(ORIGIN)
-    app = cluster_app(cluster_store, log_store, keyring, signer)
+    app = cluster_app(cluster_store, log_store, receipt_root, signer)
     client = app.asgi_client
     worker = await integrator(cluster_store, log_store, signer)
     key = await create_project_key(cluster_store.keys, project_name="cl-stamped", plan="pro")

@@ -78,7 +78,7 @@ class Site:
 
 
 @pytest.fixture
-async def site(store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Site]:
+async def site(store: Store, tmp_path: Path, receipt_root: str) -> AsyncIterator[Site]:
     if isinstance(store.client, fakeredis.FakeAsyncRedis):
         server = store.client.connection_pool.connection_kwargs["server"]
 
@@ -92,7 +92,7 @@ async def site(store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Site
             return Store(aioredis.from_url(redis_url))
 
     log_store = LogStore(FileObjects(tmp_path / "log"))
-    yield Site(store, log_store, log_app(store, log_store, keyring, SIGNER), open_store, tmp_path / "log")
+    yield Site(store, log_store, log_app(store, log_store, receipt_root, SIGNER), open_store, tmp_path / "log")
     await log_store.close()
 
 

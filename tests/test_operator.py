@@ -17,7 +17,6 @@ from execution_proof.cli import admin as cli
 from execution_proof.kv.accounts import ProjectNameTaken, create_project_key
 from execution_proof.kv.store import Store
 from execution_proof.receipts.limits import load_limits
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.settings import Settings
 from execution_proof.web.app import create_app
 from tests.clock import Clock
@@ -32,9 +31,9 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def client(store: Store, keyring: KeyRing, clock: Clock) -> Any:
+def client(store: Store, receipt_root: str, clock: Clock) -> Any:
     settings = Settings(
-        redis_url="redis://injected", keyring=keyring, operator_contact=CONTACT, limits=load_limits(None)
+        redis_url="redis://injected", receipt_root=receipt_root, operator_contact=CONTACT, limits=load_limits(None)
     )
     return create_app(settings, store=store, clock_ms=clock).asgi_client
 

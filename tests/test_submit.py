@@ -50,14 +50,13 @@ def files(tmp_path: Path) -> dict[str, Path]:
 @pytest.mark.slow
 def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
     redis_url: str,
-    signing_keys_json: str,
     service_factory: Any,
     files: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     recorded: list[tuple[str, str, bytes]],
 ) -> None:
-    service = service_factory.start(redis_url=redis_url, signing_keys=signing_keys_json)
+    service = service_factory.start(redis_url=redis_url)
     created = create_key_cli(redis_url)
     monkeypatch.setenv("SERVICE_API_KEY", created["api_key"])
     args = [
