@@ -17,7 +17,13 @@ import socket
 import sys
 import tempfile
 
-from execution_proof.runtime.settings import Settings, load_settings, require_log_store
+from execution_proof.runtime.settings import (
+    ConfigError,
+    Settings,
+    load_settings,
+    require_log_store,
+    require_receipt_root,
+)
 
 LISTEN_BACKLOG = 100
 """Sanic's own default backlog for the socket it would have bound."""
@@ -37,6 +43,9 @@ def serve(args: argparse.Namespace) -> int:
     """The ``serve`` verb (the default): the HTTP service until SIGTERM or SIGINT."""
     settings = load_settings()
     require_log_store(settings)
+    require_receipt_root(settings)
+    if settings.receipt_root is not None:
+        check_root(settings.receipt_root)
     own_metrics_dir = None
     if settings.metrics_exposed and not settings.embedded and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Sanic's workers each count in files here and a scrape sums them. Set before
@@ -59,6 +68,25 @@ def serve(args: argparse.Namespace) -> int:
             listener.stop()
         if own_metrics_dir is not None:
             shutil.rmtree(own_metrics_dir, ignore_errors=True)
+
+
+def check_root(uri: str) -> None:
+    """The receipt root answers before any worker starts: ``ConfigError`` (exit 2, one line
+    naming the URI without its PIN) when it cannot be opened or read. Each serving process
+    opens its own afterwards (a PKCS#11 session is never carried across a fork)."""
+    from execution_proof.runtime.signers import open_root
+    from execution_proof.transparency.signer import SignerError, redact
+
+    try:
+        root = open_root(uri)
+        root.public_key()
+    except SignerError as exc:
+        raise ConfigError(f"RECEIPT_ROOT_KEY: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a token's or plugin's own failure, named in one line
+        raise ConfigError(f"RECEIPT_ROOT_KEY {redact(uri)}: {type(exc).__name__}") from None
+    close = getattr(root, "close", None)
+    if close is not None:
+        close()
 
 
 def listen_url(host: str, port: int) -> str:

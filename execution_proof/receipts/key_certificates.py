@@ -329,14 +329,18 @@ def judge(
     created_at: Any,
     roots: Mapping[str, bytes],
     revocations: Mapping[str, KeyRevocation],
+    *,
+    signed: bool | None = None,
 ) -> KeyVerdict:
-    """The certificate rules for one receipt (``created_at``) by the certified key."""
+    """The certificate rules for one receipt (``created_at``) by the certified key.
+    ``signed``: the certificate's signature by its root, when the caller already checked it
+    (None: check it here)."""
     if certificate is None:
         return KeyVerdict.NO_CERTIFICATE
     root = roots.get(certificate.root_kid)
     if root is None:
         return KeyVerdict.UNKNOWN_ROOT
-    if not certificate.signed_by(root):
+    if not (certificate.signed_by(root) if signed is None else signed):
         return KeyVerdict.BAD_CERTIFICATE
     if not isinstance(created_at, str) or not certificate.covers(created_at):
         return KeyVerdict.OUTSIDE_CERTIFICATE

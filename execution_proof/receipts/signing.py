@@ -84,6 +84,9 @@ class KeyRing:
     active_signer: SigningKey | None
     roots: Mapping[str, bytes] | None = None
     revocations: Mapping[str, KeyRevocation] = field(default_factory=dict)
+    _signed: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+    """Each certificate's signature by its root, checked once per ring (a verification costs
+    what a receipt's does)."""
 
     @property
     def can_sign(self) -> bool:
@@ -108,13 +111,17 @@ class KeyRing:
             return KeyVerdict.UNKNOWN_KEY
         if self.roots is None:
             return KeyVerdict.OK
-        return judge(key.certificate, created_at, self.roots, self.revocations)
+        certificate = key.certificate
+        signed = self._signed.get(kid)
+        if signed is None and certificate is not None and certificate.root_kid in self.roots:
+            signed = self._signed[kid] = certificate.signed_by(self.roots[certificate.root_kid])
+        return judge(certificate, created_at, self.roots, self.revocations, signed=signed)
 
     def with_roots(self, roots: Mapping[str, bytes], revocations: Any = ()) -> KeyRing:
         """This ring judged by ``roots`` (what a trust root pins): revocations are those of
         ``revocations`` (JSON objects) and of this ring that a pinned root signed."""
         documents = [r.to_json() for r in self.revocations.values()] + list(revocations or [])
-        return replace(self, roots=dict(roots), revocations=checked_revocations(documents, roots))
+        return replace(self, roots=dict(roots), revocations=checked_revocations(documents, roots), _signed={})
 
     def sign(self, receipt_hash: str) -> str:
         """base64url (no padding) Ed25519 signature over the ASCII receipt hash."""

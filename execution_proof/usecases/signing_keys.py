@@ -98,6 +98,24 @@ class KeyState:
                 continue
         return cls(read.version, roots, certificates, checked_revocations(documents, roots))
 
+    def listing(self, now: int) -> dict[str, Any]:
+        """``signing-key list``'s document: the roots, and every key with its state."""
+        keys = []
+        for kid, certificate in sorted(self.certificates.items(), key=_newest_first):
+            revoked = kid in self.revocations
+            state = "revoked" if revoked else "expired" if certificate.not_after_ms < now else "active"
+            keys.append(
+                {
+                    "kid": kid,
+                    "root_kid": certificate.root_kid,
+                    "not_before": certificate.not_before,
+                    "not_after": certificate.not_after,
+                    "state": state,
+                }
+            )
+        roots = [Root(kid, public).to_json() for kid, public in sorted(self.roots.items())]
+        return {"roots": roots, "keys": keys}
+
     def ring(self, active_kid: str | None = None, signer: SigningKey | None = None) -> KeyRing:
         """Every certified key, judged by the registry's roots."""
         keys = {kid: PublicKey.certified(c) for kid, c in sorted(self.certificates.items(), key=_newest_first)}
@@ -153,19 +171,23 @@ class ReceiptKeys:
         self.key_state_s = key_state_s
         self._root: KeySigner | None = None
         self._root_kid: str | None = None
-        self._token = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eps-root")
+        self._token: ThreadPoolExecutor | None = None
         self._own: _Own | None = None
         self._state = EMPTY_STATE
         self._state_read_ms = 0
         self._view: KeyRing | None = None
         self._renew_failed_since: int | None = None
         self._forced_ms = 0
+        self._backoff = 0.0
+        self._next_renewal = 0.0
         self._closed = False
         self._task: asyncio.Task[Any] | None = None
 
     # -- the root, in its own thread
 
     async def _in_token(self, fn: Callable[[], Any]) -> Any:
+        if self._token is None:
+            self._token = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eps-root")
         return await asyncio.get_running_loop().run_in_executor(self._token, fn)
 
     def _root_now(self) -> KeySigner:
@@ -256,32 +278,9 @@ class ReceiptKeys:
         """Until ``stopping``: read the state every ``KEY_STATE_S``, renew from half the
         lifetime (at once when our key is revoked), retrying with back-off; ERROR on each
         failure."""
-        backoff = 0.0
-        next_renewal = 0.0
-        loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         while not self._closed and (stopping is None or not stopping.is_set()):
-            try:
-                await self.refresh()
-            except StoreUnavailable:
-                log.error("the key state could not be read from the store")
-            except Exception:
-                log.exception("reading the key state failed")
-            now = self.clock_ms()
-            if self.needs_renewal(now) and loop.time() >= next_renewal:
-                try:
-                    await self.renew()
-                    backoff = 0.0
-                except (RootUnavailable, StoreUnavailable) as exc:
-                    self._renew_failed_since = self._renew_failed_since or now
-                    backoff = min(RENEW_BACKOFF_MAX_S, max(1.0, backoff * 2))
-                    next_renewal = loop.time() + backoff * (0.5 + random.random() / 2)
-                    log.error("receipt key renewal failed (retrying in %.0f s): %s", backoff, exc)
-                except Exception:
-                    self._renew_failed_since = self._renew_failed_since or now
-                    backoff = min(RENEW_BACKOFF_MAX_S, max(1.0, backoff * 2))
-                    next_renewal = loop.time() + backoff
-                    log.exception("receipt key renewal failed")
+            await self.step()
             try:
                 if stopping is None:
                     await asyncio.sleep(self.key_state_s)
@@ -290,12 +289,36 @@ class ReceiptKeys:
             except TimeoutError:
                 pass
 
+    async def step(self) -> None:
+        """One turn of ``run``: read the state, renew when due and not backing off."""
+        try:
+            await self.refresh()
+        except StoreUnavailable:
+            log.error("the key state could not be read from the store")
+        except Exception:
+            log.exception("reading the key state failed")
+        now = self.clock_ms()
+        loop = asyncio.get_running_loop()
+        if not self.needs_renewal(now) or loop.time() < self._next_renewal:
+            return
+        try:
+            await self.renew()
+            self._backoff = 0.0
+        except Exception as exc:  # noqa: BLE001 - every failure backs off; the current key signs meanwhile
+            self._renew_failed_since = self._renew_failed_since or now
+            self._backoff = min(RENEW_BACKOFF_MAX_S, max(1.0, self._backoff * 2))
+            self._next_renewal = loop.time() + self._backoff * (0.5 + random.random() / 2)
+            log.error("receipt key renewal failed (retrying in %.0f s): %s", self._backoff, _reason(exc))
+
     def close(self) -> None:
         """Stop the loop (``run`` returns at its next step) and the root's thread."""
         self._closed = True
         if self._task is not None:
             self._task.cancel()
-        self._token.shutdown(wait=False, cancel_futures=True)
+        if self._token is not None:
+            self._token.shutdown(wait=False, cancel_futures=True)
+            self._token = None
+            self._root = None  # opened again, in the new thread, if this process goes on
 
     # -- what the request path asks
 

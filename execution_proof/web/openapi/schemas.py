@@ -382,6 +382,15 @@ SCHEMAS: dict[str, Any] = {
                     "operator runs `log resume`; `off` without a log."
                 ),
             },
+            "keys": {
+                "type": "string",
+                "enum": ["ok", "expiring", "unavailable"],
+                "description": (
+                    "This process's receipt key: `expiring` when renewing it has failed into the last tenth of its "
+                    "lifetime, `unavailable` when no receipt can be signed (creates answer 500 "
+                    "`signing_key_unavailable` with `Retry-After`)."
+                ),
+            },
         }
     ),
     "ClaimRequest": _obj(
