@@ -11,7 +11,6 @@ signature verifies under it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -89,12 +88,6 @@ async def started_receipt_keys(store: Store, clock_ms: Callable[[], int], **opti
 
 async def keys_at_the_clock(keys: ReceiptKeys) -> None:
     """What a running process has done by the time a test's clock jumped (days, or back):
-    certified a key covering the clock's time and read the key state then.
-
-    The ASGI test client runs an app's stop listeners after every request, and they close
-    the keys' root thread (``ReceiptKeys.close``, final: a serving process stops once); the
-    thread is opened again here for the renewal, and closed by the app's next stop."""
-    keys._token.shutdown(wait=False)
-    keys._token = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eps-root")
+    certified a key covering the clock's time and read the key state then."""
     await keys.renew()
     await keys.refresh(force=True)

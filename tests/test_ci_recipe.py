@@ -225,9 +225,7 @@ def test_workflow_run_steps_work_against_a_running_service(
                     "receipt_id"
                 ]
                 service.wait_for_output(rf"/v1/receipts/{receipt_id}/(?:log-proof|bundle)\b", timeout=60)
-                workers.append(
-                    WorkerProcess(tmp_path, {"REDIS_URL": redis_url, **log_env})
-                )
+                workers.append(WorkerProcess(tmp_path, {"REDIS_URL": redis_url, **log_env}))
             stdout, stderr = process.communicate(timeout=STEP_TIMEOUT_S)
             assert process.returncode == 0, f"step {step.get('name')!r} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
             outputs.append(stdout + stderr)

@@ -326,9 +326,7 @@ CRASH_RECEIPTS = 300
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-def test_kill_9_of_redis_loses_no_acknowledged_receipt(
-    redis_servers: list[RedisServer], services: ServicePool
-) -> None:
+def test_kill_9_of_redis_loses_no_acknowledged_receipt(redis_servers: list[RedisServer], services: ServicePool) -> None:
     server = start_redis(redis_servers, AOF_ALWAYS)
     service = services.start(redis_url=server.url)
     key = create_key_cli(server.url, project="crash", plan="pro")

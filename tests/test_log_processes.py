@@ -28,9 +28,7 @@ ORIGIN = "proc.example/log"
 
 
 @pytest.fixture(scope="module")
-def log_site(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
+def log_site(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     folder = tmp_path_factory.mktemp("log-processes")
     signer = note.Signer.generate(ORIGIN)
     env = {"LOG_SIGNING_KEY": signer.encode(), "LOG_ORIGIN": ORIGIN, "LOG_STORE": f"file://{folder}/log"}

@@ -396,9 +396,7 @@ def test_a_client_that_hangs_up_mid_request_is_recorded_as_499_not_as_a_server_e
     """Sanic cancels the handler of a request whose connection is lost. That was rendered as an
     unhandled 500 with an error record: a 5xx alert for every impatient client. Redis is
     paused for writes so the create is surely in flight when the client hangs up."""
-    service = service_factory.start(
-        workers=1, redis_url=redis_url, limits=RAISED_LIMITS
-    )
+    service = service_factory.start(workers=1, redis_url=redis_url, limits=RAISED_LIMITS)
     api_key = create_key_cli(redis_url, project="hangs-up", plan="pro")["api_key"]
     body = orjson.dumps({"input_hash": hash_of("hangs-up")})
     target = urlsplit(service.base_url)

@@ -275,9 +275,7 @@ def _requests_total(samples: dict[Any, float], route: str, status: str) -> float
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-def test_two_workers_are_summed_in_one_scrape(
-    service_factory: ServicePool, redis_url: str
-) -> None:
+def test_two_workers_are_summed_in_one_scrape(service_factory: ServicePool, redis_url: str) -> None:
     metrics_port = free_port()
     service = service_factory.start(
         workers=2,

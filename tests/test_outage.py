@@ -56,9 +56,7 @@ def redis_down_and_up() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def service(
-    redis_down_and_up: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServiceProcess]:
+def service(redis_down_and_up: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     with ServicePool(tmp_path_factory.mktemp("outage")) as pool:
         yield pool.start(redis_url=redis_down_and_up.url)
 

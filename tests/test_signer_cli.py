@@ -84,9 +84,7 @@ def test_a_worker_integrates_with_its_log_key_in_a_token(
     env = {**token.env, "LOG_SIGNING_KEY": uri, "LOG_ORIGIN": ORIGIN, "LOG_STORE": f"file://{tmp_path}/log"}
     worker = WorkerProcess(tmp_path, {"REDIS_URL": redis_server.url, **env})
     try:
-        with ServiceProcess(
-            tmp_path, workers=2, redis_url=redis_server.url, env=env
-        ) as service:
+        with ServiceProcess(tmp_path, workers=2, redis_url=redis_server.url, env=env) as service:
             key = create_key_cli(redis_server.url, project="tokens", plan="pro")
             created = httpx.post(
                 service.base_url + "/v1/receipts",
