@@ -40,6 +40,7 @@ def site(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) ->
         for name in ("w1", "w2"):
             cosigner = cosignature.Cosigner.generate(f"witness.example/{name}")
             (folder / f"{name}.key").write_text(cosigner.encode() + "\n")
+            (folder / f"{name}.key").chmod(0o600)  # a key file others may read is refused
             process, base = start_witness(folder / f"{name}.key", folder / f"{name}.state", {ORIGIN: signer.verifier})
             witnesses.append(process)
             lines.append(f"witness {name} {cosigner.key.encode()} {base}")

@@ -43,6 +43,7 @@ def witnesses(signer: note.Signer, tmp_path_factory: pytest.TempPathFactory) -> 
             cosigner = cosignature.Cosigner.generate(f"witness.example/{name}")
             key_file = folder / f"{name}.key"
             key_file.write_text(cosigner.encode() + "\n")
+            key_file.chmod(0o600)  # a key file others may read is refused
             process, base = start_witness(key_file, folder / f"{name}.state", {ORIGIN: signer.verifier})
             started.append(process)
             cosigners[name] = (cosigner, base)

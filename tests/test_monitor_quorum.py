@@ -396,6 +396,7 @@ async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
     def start(name: str) -> None:
         key_file = tmp_path / f"{name}.key"
         key_file.write_text(cosigners[name].encode() + "\n")
+        key_file.chmod(0o600)  # a key file others may read is refused
         witnesses[name] = start_witness_on(key_file, tmp_path / f"{name}.state", logs, ports[name])
 
     text = policy_text(

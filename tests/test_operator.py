@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import subprocess
 import sys
 from typing import Any
@@ -21,6 +20,7 @@ from execution_proof.runtime.settings import Settings
 from execution_proof.web.app import create_app
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of
+from tests.servers import clean_env
 
 CONTACT = "abuse@receipts.example"
 
@@ -157,8 +157,7 @@ async def test_delete_receipt_leaves_the_chain_reporting_a_missing_link(
 
 @pytest.mark.slow
 def test_operator_commands_as_subprocesses(redis_url: str) -> None:
-    env = {**os.environ, "REDIS_URL": redis_url}
-    env.pop("SIGNING_KEYS", None)
+    env = clean_env({"REDIS_URL": redis_url})  # the runner's environment, no service configuration
 
     def service(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

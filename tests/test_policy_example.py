@@ -77,6 +77,7 @@ def example_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         for local, cosigner in witness_cosigners().items():
             key_file = folder / f"{local}.key"
             key_file.write_text(cosigner.encode() + "\n")
+            key_file.chmod(0o600)  # a key file others may read is refused
             process, base = start_witness(key_file, folder / f"{local}.state", {ORIGIN: signer.verifier})
             processes[local] = process
             public_url = f"https://{WITNESSES[local][0]}/"

@@ -165,7 +165,7 @@ def test_submit_usage_and_io_errors_exit_2(files: dict[str, Path], tmp_path: Pat
 
 @pytest.mark.slow
 async def test_verify_checks_a_salted_input_hash(
-    client: Any, api_key: dict[str, Any], files: dict[str, Path], tmp_path: Path, keyring: Any
+    client: Any, api_key: dict[str, Any], files: dict[str, Path], tmp_path: Path
 ) -> None:
     hashed = run_cli("hash", str(files["input.tar"]), "--salt")
     assert hashed.returncode == 0
@@ -179,7 +179,8 @@ async def test_verify_checks_a_salted_input_hash(
     saved = tmp_path / "salted.receipt.json"
     saved.write_bytes(response.body)
     pinned = tmp_path / "keys.json"
-    pinned.write_bytes(orjson.dumps(keyring.public_keys_json()))
+    _, published = await client.get("/v1/public-key")  # the service's keys, pinned
+    pinned.write_bytes(published.body)
     base = ["verify", str(saved), "--keys", str(pinned), "--input", str(files["input.tar"])]
     good = run_cli(*base, "--salt", salt)
     assert good.returncode == 0, good.stdout + good.stderr
