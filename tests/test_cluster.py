@@ -133,6 +133,9 @@ async def test_chain_main_and_branch_and_no_fork_under_concurrency(cluster_store
 async def test_replay_is_one_201_then_200s_with_the_same_bytes(cluster_store: Store, receipt_root: str) -> None:
     client = make_client(cluster_store, receipt_root)
     key = await create_project_key(cluster_store.keys, project_name="replay", plan="pro")
+    # The app started first (a server serves once its start is over; the test client starts
+    # it at its first request, which eight at once would race).
+    assert (await client.get("/health"))[1].status_code == 200
     body = {"input_hash": hash_of("r"), "tags": {"b": "2", "a": "1"}}
     responses = await asyncio.gather(*(create(client, key, body) for _ in range(8)))
     codes = sorted(r.status_code for r in responses)

@@ -38,6 +38,7 @@ from execution_proof.runtime.settings import ConfigError, Settings, load_setting
 from execution_proof.runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 from execution_proof.web.app import create_app
 from tests.conftest import REPO, RedisServer, auth, hash_of, missing_binary
+from tests.receipt_keys import TEST_ROOT_ENV
 from tests.servers import ServicePool, assert_error_body, clean_env, create_key_cli
 
 STRONG = {"appendonly": "yes", "appendfsync": "always", "maxmemory-policy": "noeviction", "maxmemory": "0"}
@@ -184,7 +185,7 @@ def redis_version(server: RedisServer) -> tuple[int, ...]:
 def test_serve_stops_when_store_ack_aof_cannot_work(redis_servers: list[RedisServer]) -> None:
     """The real command stops at start-up with a clear message instead of serving without the guarantee."""
     server = start_redis(redis_servers, AOF_ALWAYS if redis_version(start_redis(redis_servers)) < (7, 2) else [])
-    env = clean_env({"REDIS_URL": server.url, "STORE_ACK": "aof"})
+    env = clean_env({"REDIS_URL": server.url, "STORE_ACK": "aof", **TEST_ROOT_ENV})
     command = [sys.executable, "service.py", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "1"]
     # A session of its own: Sanic SIGKILLs its whole process group when a worker fails to start.
     done = subprocess.run(

@@ -110,6 +110,15 @@ class Services:
             # No worker serves the embedded store, so the server sweeps expired receipts
             # itself, and integrates the log.
             spawn(_sweep_until_stopped(self.store.retention, settings.retention_days), "retention-sweep")
+        if settings.log_signer is not None:
+            assert self.log_store is not None
+            integrator = (
+                Integrator(self.store.log_queue, self.log_store, log_config(settings)) if settings.embedded else None
+            )
+            if await self._prepare_log(integrator) and integrator is not None:
+                spawn(_integrate_until_stopped(integrator), "log-integrator")
+        # The key's certificate is queued for the log: only once the log store is checked (and
+        # created if new), or a new log's store would be refused for the entry waiting in Redis.
         if settings.receipt_root is None and settings.embedded:
             warn("no RECEIPT_ROOT_KEY: an ephemeral receipt root in memory certifies this process's keys")
         try:
@@ -118,13 +127,6 @@ class Services:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             raise
         spawn(_keep_keys(self.receipt_keys), "receipt-keys")
-        if settings.log_signer is not None:
-            assert self.log_store is not None
-            integrator = (
-                Integrator(self.store.log_queue, self.log_store, log_config(settings)) if settings.embedded else None
-            )
-            if await self._prepare_log(integrator) and integrator is not None:
-                spawn(_integrate_until_stopped(integrator), "log-integrator")
         if not settings.embedded:
             # Durability of the Redis behind us (docs/redis.md).
             try:
