@@ -27,7 +27,9 @@ big=1000000000
 plans="\"free\":{\"per_minute\":$big,\"monthly\":$big},\"basic\":{\"per_minute\":$big,\"monthly\":$big},\"pro\":{\"per_minute\":$big,\"monthly\":$big}"
 ips="\"public_key\":$big,\"get_receipt\":$big,\"unauthenticated\":$big,\"authenticated\":$big"
 export REDIS_URL=redis://127.0.0.1:$port_r/0 LOG_FORMAT=json LIMITS="{\"plans\":{$plans},\"ip_per_minute\":{$ips}}"
-SIGNING_KEYS=$(cd "$A" && $PY service.py signing-key new --kid ab); export SIGNING_KEYS
+# One receipt root for both (a file of mode 0600, made as an operator makes one).
+export RECEIPT_ROOT_KEY="file:$tmp/receipt-root.key"
+(cd "$A" && $PY service.py signing-key root new --signer "$RECEIPT_ROOT_KEY" >/dev/null)
 for i in $(seq 1 32); do
   (cd "$A" && $PY service.py keys create --project "ab-$i" --plan pro) |
     $PY -c "import json,sys; print(json.load(sys.stdin)['api_key'])" >> "$tmp/create32"

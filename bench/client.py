@@ -65,7 +65,7 @@ SIGSTORE_PIN = "4.5.1"
 # or verifies does.
 SIGSTORE_IMPORTS = ("import sigstore", "from sigstore import sign, verify")
 NOT_COUNTED = {"pip", "setuptools", "wheel"}
-CONFIG_PREFIXES = ("SERVICE_", "REDIS_", "SIGNING_KEYS", "LOG_")
+CONFIG_PREFIXES = ("SERVICE_", "REDIS_", "RECEIPT_", "LOG_")
 # What would make a fresh venv import this checkout instead of what it installed.
 NOT_A_USERS = ("PYTHONPATH", "PYTHONHOME")
 INSTALL_TIMEOUT_S = 900

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import new_signing_keys
+from bench.harness import new_receipt_root
 from bench.procs import base_env, free_port
 from bench.redis_kinds import start_kind
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(name)
         redis = start_kind("tcp", tmp, None, aof_always=False)
         try:
-            env = base_env() | redis.service_env() | {"SIGNING_KEYS": new_signing_keys().strip()}
+            env = base_env() | redis.service_env() | {"RECEIPT_ROOT_KEY": new_receipt_root(tmp)}
             env.pop("PYTHONPATH", None)  # each side imports its own checkout's package
             for trial in range(1, args.trials + 1):
                 delay = rng.uniform(*DELAYS_S)

@@ -155,9 +155,12 @@ def create_projects(url: str, prefix: str, count: int, *, cluster: bool = False)
     return asyncio.run(_create_projects(url, prefix, count, cluster))
 
 
-def new_signing_keys() -> str:
-    done = subprocess.run(
-        [sys.executable, "service.py", "signing-key", "new", "--kid", "bench"],
+def new_receipt_root(folder: Path) -> str:
+    """A receipt root for one run, made as an operator makes one (``signing-key root new``) in
+    a new file of mode 0600 in ``folder``: the signer URI to set as ``RECEIPT_ROOT_KEY``."""
+    path = folder.resolve() / f"receipt-root-{secrets.token_hex(4)}.key"
+    done = subprocess.run(  # noqa: S603 - our own command line
+        [sys.executable, "service.py", "signing-key", "root", "new", "--signer", f"file:{path}"],
         cwd=REPO,
         env=base_env(),
         capture_output=True,
@@ -166,8 +169,9 @@ def new_signing_keys() -> str:
         check=False,
     )
     if done.returncode != 0:
-        raise HarnessError(f"signing-key new failed: {done.stderr}")
-    return done.stdout
+        raise HarnessError(f"signing-key root new failed: {done.stderr}")
+    signer: str = orjson.loads(done.stdout)["signer"]
+    return signer
 
 
 # --------------------------------------------------------------------------- load

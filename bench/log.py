@@ -86,7 +86,7 @@ from bench.harness import (
     create_projects,
     loadavg,
     machine_info,
-    new_signing_keys,
+    new_receipt_root,
     run_load,
 )
 from bench.preload import preload
@@ -126,7 +126,7 @@ def store_url(path: Path) -> str:
 def start_worker(
     tmp: Path,
     redis_url: str,
-    signing_keys: str,
+    receipt_root: str,
     name: str,
     log_key: str | None,
     log_store: Path | None,
@@ -134,7 +134,7 @@ def start_worker(
 ) -> Proc:
     """``service.py worker``; with ``log_key`` (and its store) the integrator runs in it."""
     env = base_env()
-    env.update({"REDIS_URL": redis_url, "SIGNING_KEYS": signing_keys, "LOG_FORMAT": "json", **(extra or {})})
+    env.update({"REDIS_URL": redis_url, "RECEIPT_ROOT_KEY": receipt_root, "LOG_FORMAT": "json", **(extra or {})})
     if log_key is not None:
         assert log_store is not None
         env.update({"LOG_SIGNING_KEY": log_key, "LOG_ORIGIN": ORIGIN, "LOG_STORE": store_url(log_store)})
@@ -142,13 +142,13 @@ def start_worker(
 
 
 def start_metered_worker(
-    tmp: Path, redis_url: str, signing_keys: str, name: str, log_key: str | None, log_store: Path | None,
+    tmp: Path, redis_url: str, receipt_root: str, name: str, log_key: str | None, log_store: Path | None,
     extra: dict[str, str] | None = None,
 ) -> tuple[Proc, str]:  # fmt: skip
     """A worker with its metrics listener, answering: (process, metrics URL)."""
     port = free_port()
     extra = {**(extra or {}), "METRICS_HOST": "127.0.0.1", "METRICS_PORT": str(port)}
-    worker = start_worker(tmp, redis_url, signing_keys, name, log_key, log_store, extra)
+    worker = start_worker(tmp, redis_url, receipt_root, name, log_key, log_store, extra)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_http(worker, url)
@@ -379,16 +379,17 @@ def load_phase(
 
 
 def witness_key(tmp: Path, label: str) -> tuple[Path, cosignature.CosignerKey]:
-    """A new witness key made as an operator makes one (its file, its verifier key)."""
+    """A new witness key made as an operator makes one, in a new file of mode 0600 (a key file
+    others may read is refused): (its file, its verifier key)."""
+    path = tmp.resolve() / f"witness-{label}.key"
     done = subprocess.run(  # noqa: S603 - our own command line
-        [sys.executable, "service.py", "witness", "key", "new", "--name", f"witness.bench.example/{label}"],
+        [sys.executable, "service.py", "witness", "key", "new", "--name", f"witness.bench.example/{label}",
+         "--signer", f"file:{path}"],
         cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         raise HarnessError(f"witness key new failed: {done.stderr}")
-    private, public = done.stdout.splitlines()
-    path = tmp / f"witness-{label}.key"
-    path.write_text(private + "\n")
+    _, public = done.stdout.splitlines()
     return path, cosignature.CosignerKey.parse(public)
 
 
@@ -414,7 +415,7 @@ def start_witness(tmp: Path, label: str, key_file: Path, log_vkey: str) -> tuple
 
 
 def witnessed(
-    tmp: Path, port: int, keys: list[str], rate: float, seconds: float, redis_url: str, signing_keys: str,
+    tmp: Path, port: int, keys: list[str], rate: float, seconds: float, redis_url: str, receipt_root: str,
     signer: Signer, log_store: Path, procs: list[Proc],
 ) -> dict[str, Any]:  # fmt: skip
     """The witness figures: two witnesses, a worker with the policy, the steady load, the probes."""
@@ -430,7 +431,7 @@ def witnessed(
     policy = tmp / "policy.txt"
     policy.write_text("\n".join(lines) + "\n")
     worker, metrics_url = start_metered_worker(
-        tmp, redis_url, signing_keys, "worker-witnessed", signer.encode(), log_store,
+        tmp, redis_url, receipt_root, "worker-witnessed", signer.encode(), log_store,
         {"LOG_WITNESS_POLICY": str(policy)},
     )  # fmt: skip
     procs.append(worker)
@@ -592,7 +593,7 @@ def wait_integrated(worker: Proc, store: Path, redis_url: str, size: int, timeou
         time.sleep(0.2)
 
 
-def memory_phase(tmp: Path, signing_keys: str, signer: Signer, count: int) -> dict[str, Any]:
+def memory_phase(tmp: Path, receipt_root: str, signer: Signer, count: int) -> dict[str, Any]:
     """Redis's bytes per receipt after ``count`` receipts, created and (log on) integrated."""
     nonce = secrets.token_hex(8)
     modes: dict[str, Any] = {}
@@ -608,10 +609,10 @@ def memory_phase(tmp: Path, signing_keys: str, signer: Signer, count: int) -> di
                 create_log(redis_kind.url, store, signer)
             before = redis_memory(redis_kind.url)
             identity = IDENTITY if mode == "on" else None
-            _, seconds = preload(redis_kind.url, signing_keys, projects, count, nonce=nonce, log_identity=identity)
+            _, seconds = preload(redis_kind.url, receipt_root, projects, count, nonce=nonce, log_identity=identity)
             loaded = redis_memory(redis_kind.url)
             started = time.monotonic()
-            worker, _ = start_metered_worker(directory, redis_kind.url, signing_keys, f"worker-memory-{mode}",
+            worker, _ = start_metered_worker(directory, redis_kind.url, receipt_root, f"worker-memory-{mode}",
                                              log_key, store)  # fmt: skip
             if store is not None:
                 wait_integrated(worker, store, redis_kind.url, count, DRAIN_TIMEOUT_S)
@@ -727,7 +728,7 @@ async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, 
         await log_store.close()
 
 
-def integrate_phase(tmp: Path, signing_keys: str, signer: Signer, entries: int) -> dict[str, Any]:
+def integrate_phase(tmp: Path, receipt_root: str, signer: Signer, entries: int) -> dict[str, Any]:
     """The integration run: ``entries`` queued, one worker until they are all published."""
     directory = tmp / "integrate"
     directory.mkdir()
@@ -739,7 +740,7 @@ def integrate_phase(tmp: Path, signing_keys: str, signer: Signer, entries: int) 
         create_log(redis_kind.url, store, signer)
         log(f"integration run: loading {entries:,} receipts with their log entries")
         _, load_seconds = preload(
-            redis_kind.url, signing_keys, projects, entries, nonce=secrets.token_hex(8), log_identity=IDENTITY
+            redis_kind.url, receipt_root, projects, entries, nonce=secrets.token_hex(8), log_identity=IDENTITY
         )
         queued = log_state(redis_kind.url)
         log(f"loaded in {load_seconds:.0f} s ({entries / load_seconds:,.0f}/s): {queued}")
@@ -747,7 +748,7 @@ def integrate_phase(tmp: Path, signing_keys: str, signer: Signer, entries: int) 
         samples: list[tuple[float, int, int]] = []  # (seconds since start, size, RSS KiB)
         at_marks: list[tuple[int, float, int]] = []
         started = time.monotonic()
-        worker, metrics_url = start_metered_worker(directory, redis_kind.url, signing_keys, "worker-integrate",
+        worker, metrics_url = start_metered_worker(directory, redis_kind.url, receipt_root, "worker-integrate",
                                                    signer.encode(), store)  # fmt: skip
         answered = time.monotonic() - started
         pid = worker.process.pid
@@ -850,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown phases {sorted(unknown)}: choose among {', '.join(PHASES)}")
     tmp = Path(tempfile.mkdtemp(prefix="eps-bench-log-"))
-    signing_keys = new_signing_keys()
+    receipt_root = new_receipt_root(tmp)
     signer = SIGNER
     report: dict[str, Any] = {
         "phases": phases,
@@ -863,11 +864,11 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     try:
         if "load" in phases or "witness" in phases:
-            report.update(service_phases(tmp, signing_keys, signer, args, phases))
+            report.update(service_phases(tmp, receipt_root, signer, args, phases))
         if "memory" in phases:
-            report.update(memory_phase(tmp, signing_keys, signer, args.memory_receipts))
+            report.update(memory_phase(tmp, receipt_root, signer, args.memory_receipts))
         if "integrate" in phases:
-            report.update(integrate_phase(tmp, signing_keys, signer, args.entries))
+            report.update(integrate_phase(tmp, receipt_root, signer, args.entries))
     except HarnessError as exc:
         log(f"HARNESS FAILURE: {exc} (the processes' logs are kept in {tmp})")
         return 2
@@ -880,11 +881,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def service_phases(tmp: Path, signing_keys: str, signer: Signer, args: Any, phases: list[str]) -> dict[str, Any]:
+def service_phases(tmp: Path, receipt_root: str, signer: Signer, args: Any, phases: list[str]) -> dict[str, Any]:
     """The phases with the two services on one Redis and one log store: load, witness."""
     log_store = tmp / "store"
     redis_kind: RedisKind = start_kind("tcp", tmp, None, True)
-    services = ServiceSpec(signing_keys, orjson.dumps(RAISED_LIMITS).decode(), "json", True, tmp)
+    services = ServiceSpec(receipt_root, orjson.dumps(RAISED_LIMITS).decode(), "json", True, tmp)
     procs: list[Proc] = []
     report: dict[str, Any] = {}
     try:
@@ -894,7 +895,7 @@ def service_phases(tmp: Path, signing_keys: str, signer: Signer, args: Any, phas
         on_proc = services.procs[-1]
         off = services.start("log-off", redis_kind, fly_workers())
         off_proc = services.procs[-1]
-        worker = start_worker(tmp, redis_kind.url, signing_keys, "worker", signer.encode(), log_store)
+        worker = start_worker(tmp, redis_kind.url, receipt_root, "worker", signer.encode(), log_store)
         procs.append(worker)
         rate = 0.0
         if "load" in phases:
@@ -920,7 +921,7 @@ def service_phases(tmp: Path, signing_keys: str, signer: Signer, args: Any, phas
                 setup.items["create32"], setup.item_lists["create32"] = items, keys
                 rate = run_load(setup, Target("on", on), "create32", args.seconds)["rps"] / 2
             report.update(
-                witnessed(tmp, on, keys, rate, args.witness_seconds, redis_kind.url, signing_keys, signer,
+                witnessed(tmp, on, keys, rate, args.witness_seconds, redis_kind.url, receipt_root, signer,
                           log_store, procs)
             )  # fmt: skip
         return report

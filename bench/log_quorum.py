@@ -29,7 +29,7 @@ import httpx
 import orjson
 
 from bench import prom
-from bench.harness import RAISED_LIMITS, create_projects, loadavg, machine_info, new_signing_keys
+from bench.harness import RAISED_LIMITS, create_projects, loadavg, machine_info, new_receipt_root
 from bench.log import ORIGIN, _pct, start_metered_worker, start_witness, store_url, witness_key
 from bench.procs import HarnessError, Proc, log
 from bench.production import ServiceSpec, fly_workers
@@ -67,10 +67,10 @@ class Silent:
 
 def run(args: Any) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="eps-bench-quorum-"))
-    signing_keys = new_signing_keys()
+    receipt_root = new_receipt_root(tmp)
     signer = Signer.generate(ORIGIN)
     redis_kind = start_kind("tcp", tmp, None, True)
-    services = ServiceSpec(signing_keys, orjson.dumps(RAISED_LIMITS).decode(), "json", True, tmp)
+    services = ServiceSpec(receipt_root, orjson.dumps(RAISED_LIMITS).decode(), "json", True, tmp)
     procs: list[Proc] = []
     silent = Silent()
     try:
@@ -92,7 +92,7 @@ def run(args: Any) -> dict[str, Any]:
         }
         port = services.start("quorum", redis_kind, fly_workers(), log_env)
         worker, metrics_url = start_metered_worker(
-            tmp, redis_kind.url, signing_keys, "worker-quorum", signer.encode(), tmp / "store",
+            tmp, redis_kind.url, receipt_root, "worker-quorum", signer.encode(), tmp / "store",
             {"LOG_WITNESS_POLICY": str(policy)},
         )  # fmt: skip
         procs.append(worker)

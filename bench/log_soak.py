@@ -72,7 +72,7 @@ import httpx
 import orjson
 import redis
 
-from bench.harness import RAISED_LIMITS, cpu_busy_share, create_projects, loadavg, machine_info, new_signing_keys
+from bench.harness import RAISED_LIMITS, cpu_busy_share, create_projects, loadavg, machine_info, new_receipt_root
 from bench.log import ORIGIN, SIGNER, log_state, start_worker, store_size, store_url
 from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait_http
 from bench.production import ServiceSpec
@@ -768,8 +768,8 @@ class Tally:
 class Workers:
     """The worker slots, driven by the plan: started, continued, stopped and replaced."""
 
-    def __init__(self, tmp: Path, redis_url: str, signing_keys: str, store: Path, plan: Plan, tally: Tally) -> None:
-        self.tmp, self.redis_url, self.signing_keys, self.store = tmp, redis_url, signing_keys, store
+    def __init__(self, tmp: Path, redis_url: str, receipt_root: str, store: Path, plan: Plan, tally: Tally) -> None:
+        self.tmp, self.redis_url, self.receipt_root, self.store = tmp, redis_url, receipt_root, store
         self.tally = tally
         self.slots = [Slot(n, iter(lives)) for n, lives in enumerate(plan.lives)]
         self.logs: list[Path] = []
@@ -783,7 +783,7 @@ class Workers:
         slot.lives_started += 1
         name = f"worker-{slot.number}-{slot.lives_started:03d}"
         extra = {"LOG_FAILPOINTS": slot.life.failpoints} if slot.life.failpoints else {}
-        slot.proc = start_worker(self.tmp, self.redis_url, self.signing_keys, name, SIGNER.encode(), self.store, extra)
+        slot.proc = start_worker(self.tmp, self.redis_url, self.receipt_root, name, SIGNER.encode(), self.store, extra)
         self.logs.append(slot.proc.log_path)
         slot.started, slot.read = time.monotonic(), 0
         slot.stopped_at = slot.cont_at = slot.terminating_since = None
@@ -1073,9 +1073,9 @@ def watch_overwrite(
     return True
 
 
-def drain(tmp: Path, redis_url: str, signing_keys: str, store: Path) -> tuple[Proc, float, str | None]:
+def drain(tmp: Path, redis_url: str, receipt_root: str, store: Path) -> tuple[Proc, float, str | None]:
     """One healthy worker until nothing waits: (the worker, seconds, None or why not)."""
-    worker = start_worker(tmp, redis_url, signing_keys, "worker-drain", SIGNER.encode(), store)
+    worker = start_worker(tmp, redis_url, receipt_root, "worker-drain", SIGNER.encode(), store)
     started = time.monotonic()
     while True:
         with contextlib.suppress(redis.RedisError, OSError, note.NoteError):
@@ -1109,11 +1109,11 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     began = time.monotonic()
     log("building tests/go/tlogcheck")
     checker = build_tlogcheck(tmp)
-    signing_keys = new_signing_keys()
+    receipt_root = new_receipt_root(tmp)
     soak_redis = SoakRedis(tmp)
     copies = StoreCopies(tmp, store)
     overwrite_findings: list[str] = []
-    services = ServiceSpec(signing_keys, orjson.dumps(RAISED_LIMITS).decode(), "json", False, tmp)
+    services = ServiceSpec(receipt_root, orjson.dumps(RAISED_LIMITS).decode(), "json", False, tmp)
     workers: Workers | None = None
     load: Load | None = None
     observer: Observer | None = None
@@ -1124,7 +1124,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         log_env = {"LOG_SIGNING_KEY": SIGNER.encode(), "LOG_ORIGIN": ORIGIN, "LOG_STORE": store_url(store)}
         port = services.start("soak", RedisKind("tcp", soak_redis.url), 1, log_env)
         observer = Observer(f"http://127.0.0.1:{port}", store, SIGNER.verifier).start()
-        workers = Workers(tmp, soak_redis.url, signing_keys, store, plan, tally)
+        workers = Workers(tmp, soak_redis.url, receipt_root, store, plan, tally)
         workers.start_all()
         load = Load(port, args.rate, args.seed, keys).start()
         log(f"faults for {args.minutes:g} min (seed {args.seed}, {args.workers} workers, {args.rate:g} creates/s)")
@@ -1152,7 +1152,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         load.stop()
         workers.stop_all()
         log(f"faults over: {dict(tally.faults)}; draining with one healthy worker")
-        drainer, drained_s, not_drained = drain(tmp, soak_redis.url, signing_keys, store)
+        drainer, drained_s, not_drained = drain(tmp, soak_redis.url, receipt_root, store)
         report["drain_seconds"] = drained_s
         time.sleep(SETTLE_S)
         observer.stop()

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         redis = start_kind(args.redis, tmp, SIDE_CPUS, aof_always=True)
         services: list[Proc] = []
         try:
-            from bench.harness import create_projects, new_signing_keys
+            from bench.harness import create_projects, new_receipt_root
 
             projects = create_projects(redis.url, "ab", 32, cluster=redis.cluster)
             api_keys = [project["api_key"] for project in projects]
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 base_env()
                 | redis.service_env()
                 | {
-                    "SIGNING_KEYS": new_signing_keys().strip(),
+                    "RECEIPT_ROOT_KEY": new_receipt_root(tmp),
                     "LIMITS": orjson.dumps(RAISED_LIMITS).decode(),
                     "LOG_FORMAT": "json",
                 }

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 PROJECT_FIELDS = ("project_id", "actor_id", "key_hash", "plan")
 UNLIMITED = 10**15
 BATCH = 2000
+KEY_LIFETIME_S = 604_800
+"""A preload's key lives the longest a key may (a week): a preload never outlasts it."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class _RecordingClient:
 
 async def _issue_many(
     redis_url: str,
-    signing_keys: str,
+    receipt_root: str,
     projects: Sequence[dict[str, Any]],
     indexes: Sequence[int],
     nonce: str,
@@ -87,19 +89,34 @@ async def _issue_many(
     log_identity: LogIdentity | None = None,
 ) -> list[tuple[int, str, str]]:
     import redis
+    import redis.asyncio as aioredis
 
     from execution_proof.kv.records import KeyRecord, LogQueue
     from execution_proof.kv.store import Store
     from execution_proof.receipts.limits import PlanLimits
     from execution_proof.receipts.model import parse_create_request
-    from execution_proof.receipts.signing import load_key_ring
+    from execution_proof.runtime.signers import open_root
     from execution_proof.usecases.issuing import ReceiptIssuer
+    from execution_proof.usecases.signing_keys import ReceiptKeys
 
     real = redis.Redis.from_url(redis_url)
     recorder = _RecordingClient(real)
     log = LogQueue(log_identity, 0) if log_identity is not None else None  # 0: no LOG_MAX_PENDING limit
     store = Store(recorder, log=log)  # type: ignore[arg-type]
-    issuer = ReceiptIssuer(store.receipts, load_key_ring(signing_keys), log=log_identity is not None)
+    # This process's receipt key, certified by the run's root and published in the registry
+    # like a serving process's (on a plain client: only the receipts' writes are recorded);
+    # not logged, so the log holds exactly the receipts preloaded.
+    registry = Store(aioredis.from_url(redis_url))
+    keys = ReceiptKeys(
+        registry.signing_keys,
+        lambda: open_root(receipt_root),
+        receipt_root,
+        lifetime_s=KEY_LIFETIME_S,
+        retention_days=180,
+        clock_ms=lambda: int(time.time() * 1000),
+    )
+    await keys.start()
+    issuer = ReceiptIssuer(store.receipts, keys, log=log_identity is not None)
     plan = PlanLimits(per_minute=UNLIMITED, monthly=UNLIMITED)
     records = [
         KeyRecord(p["key_hash"], p["project_id"], p["actor_id"], p["plan"], revoked=False, created_at="")
@@ -145,22 +162,24 @@ async def _issue_many(
     if recorder.calls:
         flush()
     real.close()
+    keys.close()
+    await registry.close()
     return out
 
 
 def _worker_main(
     args: tuple[str, str, list[dict[str, Any]], int, int, int, str, bool, LogIdentity | None],
 ) -> list[tuple[int, str, str]]:
-    redis_url, signing_keys, projects, count, worker, workers, nonce, collect, log_identity = args
+    redis_url, receipt_root, projects, count, worker, workers, nonce, collect, log_identity = args
     # Receipt i belongs to project i % len(projects); this worker takes the projects p with
     # p % workers == worker, so one project's chain is only extended by one process.
     indexes = [i for i in range(count) if (i % len(projects)) % workers == worker]
-    return asyncio.run(_issue_many(redis_url, signing_keys, projects, indexes, nonce, collect, log_identity))
+    return asyncio.run(_issue_many(redis_url, receipt_root, projects, indexes, nonce, collect, log_identity))
 
 
 def preload(
     redis_url: str,
-    signing_keys: str,
+    receipt_root: str,
     projects: Sequence[dict[str, Any]],
     count: int,
     *,
@@ -169,7 +188,8 @@ def preload(
     processes: int = 2,
     log_identity: LogIdentity | None = None,
 ) -> tuple[list[Issued], float]:
-    """Issue ``count`` receipts spread round-robin over ``projects``: (issued if ``collect``, seconds).
+    """Issue ``count`` receipts spread round-robin over ``projects``: (issued if ``collect``, seconds),
+    signed by a key ``receipt_root`` (a signer URI) certifies in each issuing process.
 
     ``projects``: dicts with project_id, actor_id, key_hash and plan (``create_project_key``'s
     output). Raises when the script refuses one (it must not: the limits are unlimited, the
@@ -179,7 +199,7 @@ def preload(
     started = time.perf_counter()
     workers = max(1, min(processes, len(projects)))
     plain = [{name: p[name] for name in PROJECT_FIELDS} for p in projects]
-    jobs = [(redis_url, signing_keys, plain, count, w, workers, nonce, collect, log_identity) for w in range(workers)]
+    jobs = [(redis_url, receipt_root, plain, count, w, workers, nonce, collect, log_identity) for w in range(workers)]
     if workers == 1:
         outputs = [_worker_main(jobs[0])]
     else:

@@ -50,7 +50,7 @@ def fly_workers() -> int:
 class ServiceSpec:
     """What every service of the pass shares (the keys, limits and log settings)."""
 
-    signing_keys: str
+    receipt_root: str
     limits: str
     log_format: str
     metrics: bool
@@ -64,7 +64,7 @@ class ServiceSpec:
         env.update(extra_env or {})
         env.update(
             {
-                "SIGNING_KEYS": self.signing_keys,
+                "RECEIPT_ROOT_KEY": self.receipt_root,
                 "LIMITS": self.limits,
                 "LOG_FORMAT": self.log_format,
                 "SERVICE_ENV": "bench",
@@ -191,14 +191,14 @@ def hot_two_processes(
 
 
 def run_production(
-    args: Any, tmp: Path, signing_keys: str, limits: str, projects_count: int, generator: str
+    args: Any, tmp: Path, receipt_root: str, limits: str, projects_count: int, generator: str
 ) -> dict[str, Any]:
     """The whole production pass; returns its results (rendered by bench/production_report.py)."""
 
     workers = fly_workers()
     kinds = ["tls", "tcp", "unix", *(["cluster"] if args.cluster else [])]
     redises: dict[str, RedisKind] = {}
-    services = ServiceSpec(signing_keys, limits, args.log_format, not args.no_metrics, tmp)
+    services = ServiceSpec(receipt_root, limits, args.log_format, not args.no_metrics, tmp)
     setup = Setup(tmp, generator, args.connections, args.wrk_threads, None, None)
     keys: dict[str, list[str]] = {}
     try:

@@ -37,7 +37,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from bench.harness import new_signing_keys, start_redis
+from bench.harness import new_receipt_root, start_redis
 from bench.procs import REPO, Proc, base_env, free_port, log, wait_http
 
 UNKNOWN_KEY = "eps_" + "x" * 43
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="eps-refused-"))
     redis_proc, url = start_redis(tmp, None, aof_always=False)
     port = free_port()
-    env = {**base_env(), "REDIS_URL": url, "SIGNING_KEYS": new_signing_keys(), "LOG_FORMAT": "json"}
+    env = {**base_env(), "REDIS_URL": url, "RECEIPT_ROOT_KEY": new_receipt_root(tmp), "LOG_FORMAT": "json"}
     raised = {"plans": {"pro": {"per_minute": 10**9, "monthly": 10**9}}, "ip_per_minute": {"authenticated": 10**9}}
     env["LIMITS"] = orjson.dumps(raised).decode()
     server = Proc.start(

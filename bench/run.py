@@ -47,7 +47,7 @@ from bench.harness import (
     create_projects,
     loadavg,
     machine_info,
-    new_signing_keys,
+    new_receipt_root,
     redis_settings,
     run_load,
     run_pass,
@@ -105,13 +105,13 @@ def memory_breakdown(url: str, receipts: int) -> list[tuple[str, int, float, flo
 
 
 def measure_memory(
-    redis_url: str, signing_keys: str, projects: list[dict[str, Any]], count: int
+    redis_url: str, receipt_root: str, projects: list[dict[str, Any]], count: int
 ) -> tuple[dict[str, Any], list[Any]]:
     """Write ``count`` receipts over ``projects`` through the issue path and measure them."""
     before = used_memory(redis_url)
     issued, secs = preload(
         redis_url,
-        signing_keys,
+        receipt_root,
         projects,
         count,
         nonce=secrets.token_hex(8),
@@ -138,7 +138,7 @@ def run_memory_only(args: argparse.Namespace) -> int:
     try:
         proc, redis_url = start_redis(tmp, redis_cpus, args.aof_always)
         projects = create_projects(redis_url, "bench", PROJECTS)
-        memory, _ = measure_memory(redis_url, new_signing_keys(), projects, max(args.memory_receipts, 500))
+        memory, _ = measure_memory(redis_url, new_receipt_root(tmp), projects, max(args.memory_receipts, 500))
     except HarnessError as exc:
         log(f"HARNESS FAILURE: {exc}")
         return 2
@@ -309,12 +309,12 @@ def run(args: argparse.Namespace) -> Report:
     try:
         redis_proc, redis_url = start_redis(tmp, redis_cpus, args.aof_always)
         procs.append(redis_proc)
-        signing_keys = new_signing_keys()
+        receipt_root = new_receipt_root(tmp)
         projects = create_projects(redis_url, "bench", PROJECTS)
         hot = create_projects(redis_url, "bench-hot", 1)
 
         # Fixtures for read/verify, and the memory measurement, through the real issue path.
-        memory, issued = measure_memory(redis_url, signing_keys, projects, max(args.memory_receipts, 500))
+        memory, issued = measure_memory(redis_url, receipt_root, projects, max(args.memory_receipts, 500))
 
         setup = Setup(tmp, generator, args.connections, args.wrk_threads, server_cpus, generator_cpus)
         rng = secrets.SystemRandom()
@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> Report:
         env.update(
             {
                 "REDIS_URL": redis_url,
-                "SIGNING_KEYS": signing_keys,
+                "RECEIPT_ROOT_KEY": receipt_root,
                 "LIMITS": orjson.dumps(RAISED_LIMITS).decode(),
                 "LOG_FORMAT": args.log_format,
                 "SERVICE_ENV": "bench",
@@ -384,7 +384,7 @@ def run(args: argparse.Namespace) -> Report:
         if args.production:
             log("production pass: connection kinds, open loop, scale-out, hot project on two processes")
             production = run_production(
-                args, tmp, signing_keys, orjson.dumps(RAISED_LIMITS).decode(), PROJECTS, generator
+                args, tmp, receipt_root, orjson.dumps(RAISED_LIMITS).decode(), PROJECTS, generator
             )
 
         preloaded = None
@@ -393,7 +393,7 @@ def run(args: argparse.Namespace) -> Report:
             more = create_projects(redis_url, "bench-preload", PRELOAD_PROJECTS)
             before = used_memory(redis_url)
             log(f"preloading {args.preload:,} receipts")
-            _, secs = preload(redis_url, signing_keys, more, args.preload, nonce=secrets.token_hex(8), processes=2)
+            _, secs = preload(redis_url, receipt_root, more, args.preload, nonce=secrets.token_hex(8), processes=2)
             after = used_memory(redis_url)
             preload_info = {
                 "count": args.preload,
@@ -418,7 +418,8 @@ def run(args: argparse.Namespace) -> Report:
                 else "(no persistence: production runs appendonly yes + appendfsync always; "
                 "measure that with `--aof-always`)."
             ),
-            "Service: `python service.py serve --workers 1` with REDIS_URL, SIGNING_KEYS, LIMITS raised to "
+            "Service: `python service.py serve --workers 1` with REDIS_URL, RECEIPT_ROOT_KEY (a `file:` root made "
+            "for the run), LIMITS raised to "
             "10^9 (every limit and quota check still runs), "
             f"LOG_FORMAT={args.log_format} (one log line per request, to a file), "
             + ("metrics on (METRICS_PORT set, as in production)." if metrics_port else "metrics off."),

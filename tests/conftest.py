@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server per session, stores, a fixed signing key, the app.
+"""Shared fixtures: a real redis-server per session, stores, the test receipt root and a fixed
+signing key, the app.
 
 Tests that need a binary that is missing skip with the reason, unless
 REQUIRE_REAL_SERVICES=1 (set by .ci/run), which turns the skip into a failure.
@@ -189,7 +190,9 @@ TEST_ROOT = SeedSigner(hashlib.sha256(b"execution-proof test receipt root").dige
 
 @pytest.fixture(scope="session")
 def signing_keys_json() -> str:
-    """A fixed two-key set: ``test-2026`` active, ``test-2025`` retired (public only)."""
+    """A fixed two-key set: ``test-2026`` active, ``test-2025`` retired (public only), for
+    tests that sign receipts themselves (vectors, the verifier's own tests); a service's
+    receipts are signed by keys ``TEST_ROOT`` certifies (tests/receipt_keys.py)."""
     return (ASSETS / "signing_keys.json").read_text()
 
 
@@ -310,12 +313,12 @@ def redis_binary() -> str:
 
 
 @pytest.fixture
-def stacks(redis_binary: str, signing_keys_json: str, tmp_path: Path) -> Iterator[Any]:
+def stacks(redis_binary: str, tmp_path: Path) -> Iterator[Any]:
     """Makes ``tests.log_stack.Stack``s (a folder each under the test's tmp_path): its own
     redis-server, LOG_STORE directory, server and workers; closes them after."""
     from tests.log_stack import stack_maker
 
-    with stack_maker(tmp_path, redis_binary, signing_keys_json) as make:
+    with stack_maker(tmp_path, redis_binary) as make:
         yield make
 
 
@@ -328,13 +331,13 @@ def tlogcheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory: pytest.TempPathFactory, redis_binary: str, signing_keys_json: str) -> Iterator[Any]:
+def logged(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[Any]:
     """A service with a transparency log (``tests.log_stack.Stack``: its own redis-server and
     store) and an API key (``.api_key``), no worker yet: the client's tests start one when
     they want proofs."""
     from tests.log_stack import stack_maker
 
-    with stack_maker(tmp_path_factory.mktemp("logged"), redis_binary, signing_keys_json) as make:
+    with stack_maker(tmp_path_factory.mktemp("logged"), redis_binary) as make:
         stack = make("logged")
         stack.start_redis()
         stack.serve()

@@ -42,10 +42,10 @@ from execution_proof.kv.records import KeyRecord, LogQueue
 from execution_proof.kv.store import Store
 from execution_proof.receipts.limits import PlanLimits
 from execution_proof.receipts.model import parse_create_request
-from execution_proof.receipts.signing import load_key_ring
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import TileReader, check_tree
 from tests.conftest import REPO, RedisServer, hash_of, missing_binary
+from tests.receipt_keys import started_receipt_keys
 from tests.servers import ServiceProcess, WorkerProcess, clean_env, wait_until
 
 ORIGIN = "faults.example/v1/log"
@@ -256,15 +256,12 @@ class Stack:
     """One log's processes: its own redis-server, a ``LOG_STORE`` directory, ``service.py
     serve`` and any number of ``service.py worker`` processes, all stopped by ``close``."""
 
-    def __init__(
-        self, folder: Path, binary: str, signing_keys: str, env: dict[str, str] | None = None, name: str = "log"
-    ) -> None:
+    def __init__(self, folder: Path, binary: str, env: dict[str, str] | None = None, name: str = "log") -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.store_dir = folder / "log"
         self.signer = note.Signer.generate(ORIGIN)
         self.redis = RedisServer(binary)
-        self.signing_keys = signing_keys
         self.env = {
             "LOG_SIGNING_KEY": self.signer.encode(),
             "LOG_ORIGIN": ORIGIN,
@@ -302,13 +299,11 @@ class Stack:
         return self
 
     def serve(self, **env: str) -> ServiceProcess:
-        self.service = ServiceProcess(
-            self.folder, redis_url=self.redis_url, signing_keys=self.signing_keys, env={**self.env, **env}
-        )
+        self.service = ServiceProcess(self.folder, redis_url=self.redis_url, env={**self.env, **env})
         return self.service.start()
 
     def worker_env(self, **env: str) -> dict[str, str]:
-        return {"REDIS_URL": self.redis_url, "SIGNING_KEYS": self.signing_keys, **self.env, **env}
+        return {"REDIS_URL": self.redis_url, **self.env, **env}
 
     def worker(self, **env: str) -> WorkerProcess:
         worker = WorkerProcess(self.folder, self.worker_env(**env))
@@ -382,16 +377,17 @@ class Stack:
         """``count`` receipts written straight into this log's Redis through the service's
         own issue path (signed, chained, their entries queued for this log), spread over the
         projects of ``api_keys``: setup for a backlog of thousands, which HTTP would take
-        seconds to make. The receipts, in order."""
+        seconds to make. The receipts, in order. They are signed by a key of their own that
+        ``TEST_ROOT`` certifies, published in the registry like a serving process's key but
+        not logged: the log holds only the receipts issued here."""
         labels = [f"{self.name}-issued-{next(self._labels)}" for _ in range(count)]
 
         async def run() -> list[dict[str, Any]]:
             from execution_proof.usecases.issuing import ReceiptIssuer
 
             store = setup_store(self.redis_url, log=LogQueue(self.identity, 0))
-            issuer = ReceiptIssuer(
-                store.receipts, load_key_ring(self.signing_keys), lambda: int(time.time() * 1000), log=True
-            )
+            signing = await started_receipt_keys(store, now_ms)
+            issuer = ReceiptIssuer(store.receipts, signing, now_ms, log=True)
             unlimited = PlanLimits(per_minute=10**9, monthly=10**9)
             try:
                 made: list[dict[str, Any]] = []
@@ -405,6 +401,7 @@ class Stack:
                     made += [issued.receipt for issued in await asyncio.gather(*sends)]
                 return made
             finally:
+                signing.close()
                 await store.close()
 
         return asyncio.run(run())
@@ -522,6 +519,10 @@ service's (2 s and 5 s) are what it answers within; a test's setup on a loaded m
 two cores, a dozen processes) once took longer than 2 s to connect, and failed a run."""
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def setup_store(redis_url: str, log: LogQueue | None = None) -> Store:
     """The service's store over ``redis_url``, for a test's setup and reads, with generous timeouts."""
     client = aioredis.from_url(redis_url, socket_connect_timeout=SETUP_TIMEOUT_S, socket_timeout=SETUP_TIMEOUT_S)
@@ -591,13 +592,13 @@ def kill_9(worker: WorkerProcess) -> int:
 
 
 @contextlib.contextmanager
-def stack_maker(folder: Path, binary: str, signing_keys: str) -> Iterator[Callable[..., Stack]]:
+def stack_maker(folder: Path, binary: str) -> Iterator[Callable[..., Stack]]:
     """Makes ``Stack``s (a folder each under ``folder``); closes them all after (the
     ``stacks`` fixture of tests/conftest.py)."""
     made: list[Stack] = []
 
     def make(name: str = "log", **env: str) -> Stack:
-        stack = Stack(folder / f"{name}-{len(made)}", binary, signing_keys, env, name)
+        stack = Stack(folder / f"{name}-{len(made)}", binary, env, name)
         made.append(stack)
         return stack
 

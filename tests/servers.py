@@ -30,6 +30,7 @@ import pytest
 import redis
 
 from tests.conftest import REPO, free_port
+from tests.receipt_keys import TEST_ROOT_ENV
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -41,7 +42,9 @@ POLL_S = 0.05
 # Variables that would change what a started process does; each test states its own.
 CONFIG_VARIABLES = (
     "REDIS_URL",
-    "SIGNING_KEYS",
+    "RECEIPT_ROOT_KEY",
+    "RECEIPT_KEY_LIFETIME",
+    "SIGNING_KEYS",  # retired (refused at start): never passed on from the runner's environment
     "LIMITS",
     "PUBLIC_BASE_URL",
     "SERVICE_BASE_URL",
@@ -102,7 +105,12 @@ class PortTaken(Exception):
 
 
 class ServiceProcess:
-    """One ``python service.py serve`` process on a free loopback port."""
+    """One ``python service.py serve`` process on a free loopback port.
+
+    ``receipt_root``: the variables that name its receipt root (by default ``TEST_ROOT``
+    through ``RECEIPT_ROOT_KEY=env:…``); ``None``: no ``RECEIPT_ROOT_KEY`` (embedded mode makes
+    an ephemeral root and prints a demo key; with ``REDIS_URL`` the server refuses to start).
+    """
 
     def __init__(
         self,
@@ -110,7 +118,7 @@ class ServiceProcess:
         *,
         workers: int = 1,
         redis_url: str | None = None,
-        signing_keys: str | None = None,
+        receipt_root: Mapping[str, str] | None = TEST_ROOT_ENV,
         limits: Mapping[str, Any] | None = RAISED_LIMITS,
         env: Mapping[str, str | None] | None = None,
         app_dir: Path = REPO,
@@ -127,7 +135,7 @@ class ServiceProcess:
         self.stderr_path = log_dir / f"service-{self.port}.stderr"
         extra: dict[str, str | None] = {
             "REDIS_URL": redis_url,
-            "SIGNING_KEYS": signing_keys,
+            **(receipt_root or {"RECEIPT_ROOT_KEY": None}),
             "LIMITS": orjson.dumps(limits).decode() if limits is not None else None,
         }
         extra.update(env or {})
@@ -293,7 +301,7 @@ def service_pool_fixture(scope: Literal["function", "module", "session"] = "func
     """A pytest fixture (of ``scope``) yielding a ``ServicePool`` whose servers stop at teardown.
 
     In a test module: ``service_factory = service_pool_fixture()``, then
-    ``service_factory.start(workers=..., redis_url=..., signing_keys=...)`` in a test.
+    ``service_factory.start(workers=..., redis_url=...)`` in a test.
     """
 
     @pytest.fixture(scope=scope)

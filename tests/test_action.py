@@ -237,14 +237,14 @@ class Service:
 
 
 def start_service(
-    pool: ServicePool, redis_server: RedisServer, signing_keys_json: str, folder: Path, database: int
+    pool: ServicePool, redis_server: RedisServer, folder: Path, database: int
 ) -> tuple[Service, str, dict[str, str]]:
     """A service with a log of its own in its own Redis database: the service, the database's
     URL and the log's settings (for a worker)."""
     redis_url = redis_server.url.rsplit("/", 1)[0] + f"/{database}"
     redis.Redis.from_url(redis_url).flushdb()
     log_env = log_settings(folder / "log")
-    process = pool.start(redis_url=redis_url, signing_keys=signing_keys_json, env=log_env)
+    process = pool.start(redis_url=redis_url, env=log_env)
     api_key = str(create_key_cli(redis_url, project=f"action-{database}")["api_key"])
     return Service(process, api_key), redis_url, log_env
 
@@ -253,13 +253,12 @@ def start_service(
 def service(
     module_services: ServicePool,
     redis_server: RedisServer,
-    signing_keys_json: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Service]:
     """With a log and a worker integrating it."""
     folder = tmp_path_factory.mktemp("action-service")
-    started, redis_url, log_env = start_service(module_services, redis_server, signing_keys_json, folder, 2)
-    worker = WorkerProcess(folder, {"REDIS_URL": redis_url, "SIGNING_KEYS": signing_keys_json, **log_env})
+    started, redis_url, log_env = start_service(module_services, redis_server, folder, 2)
+    worker = WorkerProcess(folder, {"REDIS_URL": redis_url, **log_env})
     try:
         yield started
     finally:
@@ -270,12 +269,11 @@ def service(
 def service_without_worker(
     module_services: ServicePool,
     redis_server: RedisServer,
-    signing_keys_json: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Service:
     """With a log and no worker: no receipt is ever integrated, every proof stays pending."""
     folder = tmp_path_factory.mktemp("action-service-pending")
-    return start_service(module_services, redis_server, signing_keys_json, folder, 3)[0]
+    return start_service(module_services, redis_server, folder, 3)[0]
 
 
 @pytest.fixture

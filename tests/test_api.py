@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -12,7 +13,18 @@ from prometheus_client import REGISTRY
 from execution_proof.kv.store import Store
 from execution_proof.receipts.apikeys import hash_api_key
 from execution_proof.receipts.canonical import compute_receipt_hash
-from tests.conftest import auth, hash_of
+from execution_proof.receipts.encoding import b64url_encode
+from execution_proof.receipts.key_certificates import KeyCertificate, root_kid
+from execution_proof.runtime.settings import ConfigError, Settings, require_receipt_root
+from execution_proof.transparency.signer import SeedSigner, write_key_file
+from execution_proof.usecases.signing_keys import RootUnavailable
+from execution_proof.web.app import create_app
+from tests.clock import Clock
+from tests.conftest import TEST_ROOT, auth, hash_of
+from tests.receipt_keys import TEST_ROOT_KID, assert_signed_by_test_root, in_key_registry
+
+TEST_ROOT_PUBLIC = b64url_encode(TEST_ROOT.public_key())
+NOON = 1_790_000_000_000
 
 H1, H2, H3 = hash_of("input-1"), hash_of("output-1"), hash_of("params-1")
 RECEIPT_FIELDS = [
@@ -50,11 +62,12 @@ async def snapshot(store: Store, *, ignore_rate_counters: bool = False) -> dict[
     """Every key and value in the store, to prove a rejected request changed nothing.
 
     Per-minute request counters may be left out: a replay is a served request and counts
-    against them, while it must not touch receipts, tips, indexes or the monthly quota.
+    against them, while it must not touch receipts, tips, indexes or the monthly quota. The
+    receipt keys' registry is left out: the app writes it when it starts, at its first request.
     """
     out: dict[bytes, Any] = {}
     async for key in store.client.scan_iter(count=1000):
-        if ignore_rate_counters and key.startswith(RATE_COUNTER_PREFIXES):
+        if (ignore_rate_counters and key.startswith(RATE_COUNTER_PREFIXES)) or in_key_registry(key):
             continue
         kind = await store.client.type(key)
         kind = kind.decode() if isinstance(kind, bytes) else kind
@@ -93,26 +106,63 @@ async def test_entry_information(client: Any, path: str) -> None:
     assert response.headers["x-request-id"].startswith("req_")
 
 
-async def test_public_key_lists_active_and_retired_keys(client: Any, signing_keys_json: str) -> None:
+async def test_public_key_lists_every_process_key_with_its_certificate(
+    client: Any, store: Store, settings: Settings, api_key: dict[str, Any]
+) -> None:
+    """Each serving process's key, certified by the root (``TEST_ROOT`` here); every process
+    lists every process's keys and answers ``active_kid`` with its own."""
+    other = create_app(settings, store=store).asgi_client  # another process of the deployment
+    made = (await create(other, api_key, {"input_hash": H1})).json["receipt"]
     _, response = await client.get("/v1/public-key")
     assert response.status_code == 200
     body = response.json
-    assert body["active_kid"] == "test-2026"
-    expected = {k["kid"]: k["public_key_base64url"] for k in orjson.loads(signing_keys_json)["keys"]}
-    assert {k["kid"]: k["public_key_base64url"] for k in body["keys"]} == expected
-    assert all(k["alg"] == "Ed25519" for k in body["keys"])
+    assert set(body) == {"keys", "active_kid", "roots", "revocations"}
+    assert body["roots"] == [{"kid": TEST_ROOT_KID, "alg": "Ed25519", "public_key_base64url": TEST_ROOT_PUBLIC}]
+    assert body["revocations"] == []
+    kids = [k["kid"] for k in body["keys"]]
+    assert len(kids) == 2 and body["active_kid"] in kids and made["sig_kid"] in kids
+    assert body["active_kid"] != made["sig_kid"], "each process signs with a key of its own"
+    for entry in body["keys"]:
+        assert set(entry) == {"kid", "alg", "public_key_base64url", "certificate"} and entry["alg"] == "Ed25519"
+        certificate = KeyCertificate.parse(entry["certificate"])
+        assert (certificate.kid, b64url_encode(certificate.public_key)) == (entry["kid"], entry["public_key_base64url"])
+        assert certificate.root_kid == TEST_ROOT_KID and certificate.signed_by(TEST_ROOT.public_key())
+    assert_signed_by_test_root(made, body)
     assert "private" not in response.text
 
 
-async def test_without_signing_key_public_key_and_create_are_500(store: Store, api_key: dict[str, Any]) -> None:
-    from execution_proof.runtime.settings import Settings
-    from execution_proof.web.app import create_app
-
-    client = create_app(Settings(redis_url="redis://injected"), store=store).asgi_client
-    _, response = await client.get("/v1/public-key")
+async def test_without_a_usable_receipt_key_creates_are_500_and_write_nothing(
+    store: Store, api_key: dict[str, Any], tmp_path: Path
+) -> None:
+    """With ``REDIS_URL`` and no ``RECEIPT_ROOT_KEY`` the server does not start. A process
+    whose key has expired, and whose root cannot certify a new one (its key file gone),
+    refuses creates with 500 ``signing_key_unavailable`` and ``Retry-After``, writes
+    nothing, and still publishes its keys."""
+    with pytest.raises(ConfigError, match="RECEIPT_ROOT_KEY is not set"):
+        require_receipt_root(Settings(redis_url="redis://injected"))
+    root_file = tmp_path / "root.key"
+    write_key_file(root_file, b64url_encode(TEST_ROOT.seed))
+    clock = Clock(NOON)
+    app = create_app(
+        Settings(redis_url="redis://injected", receipt_root=f"file:{root_file}"), store=store, clock_ms=clock
+    )
+    client = app.asgi_client
+    assert (await create(client, api_key, {"input_hash": H1})).status_code == 201
+    keys = app.ctx.services.receipt_keys
+    root_file.unlink()
+    clock.now += 86_400_000 + 1  # past the key's certificate (a day)
+    with pytest.raises(RootUnavailable, match="RECEIPT_ROOT_KEY file:"):
+        await keys.renew()
+    await keys.refresh()  # the key state is read: what refuses is the key's expiry
+    before = await snapshot(store)
+    response = await create(client, api_key, {"input_hash": H2})
     assert_error(response, 500, "signing_key_unavailable")
-    response = await create(client, api_key, {"input_hash": H1})
-    assert_error(response, 500, "signing_key_unavailable")
+    assert response.headers["retry-after"].isdigit() and int(response.headers["retry-after"]) >= 1
+    assert await snapshot(store) == before
+    _, published = await client.get("/v1/public-key")
+    assert published.status_code == 200 and [k["kid"] for k in published.json["keys"]] == [keys.active_kid]
+    _, health = await client.get("/health")
+    assert health.json["keys"] == "unavailable"
     _, response = await client.get("/")
     assert response.status_code == 200
 
@@ -120,9 +170,7 @@ async def test_without_signing_key_public_key_and_create_are_500(store: Store, a
 # --- creating receipts ------------------------------------------------------------------
 
 
-async def test_create_returns_every_field_and_a_valid_signature(
-    client: Any, api_key: dict[str, Any], keyring: Any
-) -> None:
+async def test_create_returns_every_field_and_a_valid_signature(client: Any, api_key: dict[str, Any]) -> None:
     response = await create(client, api_key, {"input_hash": H1, "tags": {"workflow_stage": "build", "x": None}})
     assert response.status_code == 201, response.text
     body = response.json
@@ -138,7 +186,8 @@ async def test_create_returns_every_field_and_a_valid_signature(
     assert receipt["receipt_id"].startswith("rcpt_") and len(receipt["receipt_id"]) == 31
     assert receipt["created_at"].endswith("Z") and len(receipt["created_at"]) == 24
     assert receipt["receipt_hash"] == compute_receipt_hash(receipt)
-    assert keyring.verify(receipt["sig_kid"], receipt["receipt_hash"], receipt["signature"])
+    _, published = await client.get("/v1/public-key")
+    assert_signed_by_test_root(receipt, published.json)
     assert "=" not in receipt["signature"]
     assert body["idempotency"]["hit"] is False and body["idempotency"]["key"].startswith("ik_")
     assert body["chain"] == {"status": "main", "expected_prev_receipt_hash": None, "prev_receipt_hash": None}
@@ -502,7 +551,7 @@ async def test_verify_all_checks_pass(client: Any, api_key: dict[str, Any]) -> N
         "ok": True,
         "receipt_id": first["receipt_id"],
         "checks": {"signature": True, "hash_match": True, "receipt_hash_recompute": True, "chain_link": True},
-        "sig_kid": "test-2026",
+        "sig_kid": first["sig_kid"],
         "receipt_hash": first["receipt_hash"],
         "recomputed_receipt_hash": first["receipt_hash"],
         "chain": {"prev_receipt_hash": None, "prev_found": False, "prev_receipt_hash_recompute": False},
@@ -599,23 +648,26 @@ async def test_verify_errors(client: Any, api_key: dict[str, Any], store: Store)
     assert_error(response, 415, "unsupported_media_type")
 
 
-async def test_verify_receipt_signed_by_retired_key(client: Any, api_key: dict[str, Any], store: Store) -> None:
-    """Rotate: a receipt signed by the old key still verifies once that key is retired."""
-    from execution_proof.receipts.signing import load_key_ring
-    from execution_proof.runtime.settings import Settings
-    from execution_proof.web.app import create_app
-    from tests.conftest import ASSETS
-
-    old = create_app(
-        Settings(redis_url="r", keyring=load_key_ring((ASSETS / "retired_signing_key.json").read_text())), store=store
-    )
-    old_receipt = (await create(old.asgi_client, api_key, {"input_hash": H1})).json["receipt"]
-    assert old_receipt["sig_kid"] == "test-2025"
+async def test_verify_receipt_signed_by_a_stopped_process_under_another_root(
+    client: Any, api_key: dict[str, Any], store: Store
+) -> None:
+    """Rotate: a receipt signed by a process that stopped, whose key another root (another
+    machine's) certified, still verifies; new receipts are signed by this process's key and
+    chain onto it."""
+    old_root = SeedSigner.generate()
+    old = create_app(Settings(redis_url="r", receipt_root="env:EPS_OLD_ROOT"), store=store)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("EPS_OLD_ROOT", b64url_encode(old_root.seed))
+        old_receipt = (await create(old.asgi_client, api_key, {"input_hash": H1})).json["receipt"]
+    await old.ctx.services.close()  # that process stops
     response = await verify(client, api_key, {"receipt_id": old_receipt["receipt_id"], "input_hash": H1})
-    assert response.json["ok"] is True and response.json["sig_kid"] == "test-2025"
+    assert response.json["ok"] is True and response.json["sig_kid"] == old_receipt["sig_kid"]
     new_receipt = (await create(client, api_key, {"input_hash": H2})).json["receipt"]
-    assert new_receipt["sig_kid"] == "test-2026"
+    assert new_receipt["sig_kid"] not in (old_receipt["sig_kid"], None)
     assert new_receipt["prev_receipt_hash"] == old_receipt["receipt_hash"]
+    _, published = await client.get("/v1/public-key")
+    assert {r["kid"] for r in published.json["roots"]} == {root_kid(old_root.public_key()), TEST_ROOT_KID}
+    assert_signed_by_test_root(new_receipt, published.json)
 
 
 # --- stored records: checked against the id asked for, and decoded safely ---------------------

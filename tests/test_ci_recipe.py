@@ -161,7 +161,6 @@ def log_settings(store: Path) -> dict[str, str]:
 def service(
     module_services: ServicePool,
     redis_server: RedisServer,
-    signing_keys_json: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServiceProcess]:
     """The service with a transparency log (a log store of its own) and a worker integrating it:
@@ -169,9 +168,9 @@ def service(
     folder = tmp_path_factory.mktemp("ci-service")
     env = log_settings(folder / "log")
     redis.Redis.from_url(redis_server.url).flushdb()  # no other test's log state in this database
-    worker = WorkerProcess(folder, {"REDIS_URL": redis_server.url, "SIGNING_KEYS": signing_keys_json, **env})
+    worker = WorkerProcess(folder, {"REDIS_URL": redis_server.url, **env})
     try:
-        yield module_services.start(redis_url=redis_server.url, signing_keys=signing_keys_json, env=env)
+        yield module_services.start(redis_url=redis_server.url, env=env)
     finally:
         worker.stop()
 
@@ -187,7 +186,6 @@ def test_workflow_run_steps_work_against_a_running_service(
     tmp_path_factory: pytest.TempPathFactory,
     tmp_path: Path,
     redis_server: RedisServer,
-    signing_keys_json: str,
     service_factory: ServicePool,
 ) -> None:
     """The steps in order; the log's worker starts only once the bundle step has asked the
@@ -196,7 +194,7 @@ def test_workflow_run_steps_work_against_a_running_service(
     redis_url = redis_server.url.rsplit("/", 1)[0] + "/1"  # a database of its own: no other test's state
     redis.Redis.from_url(redis_url).flushdb()
     log_env = log_settings(tmp_path / "log")
-    service = service_factory.start(redis_url=redis_url, signing_keys=signing_keys_json, env=log_env)
+    service = service_factory.start(redis_url=redis_url, env=log_env)
     api_key = str(create_key_cli(redis_url, project="ci-workflow")["api_key"])
     venv = Venv(tmp_path / "venv")
     workspace = tmp_path / "workspace"
@@ -227,9 +225,7 @@ def test_workflow_run_steps_work_against_a_running_service(
                     "receipt_id"
                 ]
                 service.wait_for_output(rf"/v1/receipts/{receipt_id}/(?:log-proof|bundle)\b", timeout=60)
-                workers.append(
-                    WorkerProcess(tmp_path, {"REDIS_URL": redis_url, "SIGNING_KEYS": signing_keys_json, **log_env})
-                )
+                workers.append(WorkerProcess(tmp_path, {"REDIS_URL": redis_url, **log_env}))
             stdout, stderr = process.communicate(timeout=STEP_TIMEOUT_S)
             assert process.returncode == 0, f"step {step.get('name')!r} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
             outputs.append(stdout + stderr)

@@ -25,14 +25,13 @@ import httpx
 import pytest
 
 from execution_proof.receipts.apikeys import hash_api_key
-from tests.conftest import ASSETS, hash_of
+from tests.conftest import hash_of
 from tests.fake_providers import checkout_event, event_bytes, signed_webhook
 from tests.servers import ServicePool, WorkerProcess, service_pool_fixture
 from tests.test_security import redis_contents
 
 WEBHOOK_SECRET = "whsec_logscan_" + "5f3a9c0e1d7b2468"
 READY_TIMEOUT_S = 60.0
-SIGNING_KEYS = (ASSETS / "signing_keys.json").read_text()
 
 service_factory = service_pool_fixture()
 
@@ -75,7 +74,7 @@ def test_paid_flow_logs_no_session_id_key_or_secret(
 ) -> None:
     session_id = "cs_live_" + secrets.token_urlsafe(40).replace("-", "x").replace("_", "y")
     env = {"PAYMENT_WEBHOOK_SECRET": WEBHOOK_SECRET, "LOG_FORMAT": log_format}
-    service = service_factory.start(workers=1, redis_url=redis_url, signing_keys=SIGNING_KEYS, env=env)
+    service = service_factory.start(workers=1, redis_url=redis_url, env=env)
     worker = workers({"REDIS_URL": redis_url, **env})
     with httpx.Client(base_url=service.base_url, timeout=10) as http:
         # A claim before the payment is known, and the success page, both with the session id.

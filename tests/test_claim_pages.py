@@ -15,7 +15,6 @@ import fakeredis
 import pytest
 
 from execution_proof.kv.store import Store
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.settings import Settings
 from execution_proof.web.app import create_app
 from tests.conftest import missing_binary
@@ -35,11 +34,11 @@ async def page_store() -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-def page_client(page_store: Store, keyring: KeyRing) -> Any:
+def page_client(page_store: Store, receipt_root: str) -> Any:
     def make(**overrides: Any) -> Any:
         values: dict[str, Any] = {
             "redis_url": "redis://injected-by-tests",
-            "keyring": keyring,
+            "receipt_root": receipt_root,
             "payment_webhook_secrets": ("whsec_x",),
             "human_check_secret": "hc-secret",
             "human_check_site_key": "0x4AAAA-site-key",

@@ -28,7 +28,6 @@ from execution_proof.kv.connect import open_store
 from execution_proof.kv.records import ClaimOutcome
 from execution_proof.kv.store import Store
 from execution_proof.receipts.limits import day_window, load_limits
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.receipts.webhook_signature import (
     EventError,
     SignatureError,
@@ -55,6 +54,7 @@ from tests.fake_providers import (
     event_bytes,
     signed_webhook,
 )
+from tests.receipt_keys import in_key_registry
 
 SECRET = "whsec_current_0123456789"
 OLD_SECRET = "whsec_previous_9876543210"
@@ -98,7 +98,7 @@ MakeClient = Callable[..., Any]
 
 @pytest.fixture
 def make_client(
-    store: Store, keyring: KeyRing, clock: Clock, human: FakeHumanCheck, jobs_share_store: None
+    store: Store, receipt_root: str, clock: Clock, human: FakeHumanCheck, jobs_share_store: None
 ) -> MakeClient:
     def make(
         *,
@@ -112,7 +112,7 @@ def make_client(
         settings = Settings(
             redis_url="redis://injected-by-tests",
             jobs_redis_url=jobs_redis_url,
-            keyring=keyring,
+            receipt_root=receipt_root,
             env="test",
             limits=load_limits(orjson.dumps(limits) if limits else None),
             client_ip=ClientIpConfig(real_ip_header="Fly-Client-IP"),
@@ -170,11 +170,12 @@ def _text(value: Any) -> Any:
 
 
 async def snapshot(store: Store, *, counters: bool = True) -> dict[str, Any]:
-    """Every key with its type and value (``counters=False`` leaves out per-address counters)."""
+    """Every key with its type and value (``counters=False`` leaves out per-address counters),
+    the receipt keys' registry left out (an app writes it when it starts, at its first request)."""
     out: dict[str, Any] = {}
     for raw in await store.client.keys("*"):
         key = _text(raw)
-        if not counters and key.startswith("ip:"):
+        if (not counters and key.startswith("ip:")) or in_key_registry(key):
             continue
         kind = _text(await store.client.type(key))
         if kind == "string":
@@ -653,7 +654,7 @@ async def test_unreachable_queue_is_503_and_the_event_can_be_delivered_again(
 
 @pytest.mark.real_redis
 def test_real_rq_worker_indexes_the_checkout(
-    redis_url: str, keyring: KeyRing, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    redis_url: str, receipt_root: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Not inline: the webhook enqueues on the real Redis; until a worker runs the job the
     claim is 409 claim_pending; after a burst worker ran it, the claim succeeds. The job's
@@ -663,7 +664,7 @@ def test_real_rq_worker_indexes_the_checkout(
     settings = Settings(
         redis_url=redis_url,
         jobs_redis_url=redis_url,
-        keyring=keyring,
+        receipt_root=receipt_root,
         env="test",
         payment_webhook_secrets=(SECRET,),
         operator_contact=CONTACT,

@@ -29,6 +29,7 @@ import redis
 
 from execution_proof.kv.keys import receipt_key
 from execution_proof.receipts.encoding import b64url_decode
+from execution_proof.receipts.key_certificates import KeyVerdict, root_kid
 from execution_proof.receipts.signing import load_key_ring, new_key_set
 from tests.conftest import ASSETS, REPO, RedisServer, auth, free_port, hash_of
 from tests.servers import (
@@ -44,7 +45,6 @@ from tests.servers import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 
-CLI_KID = "cli-test-1"
 API_KEY_RE = re.compile(r"eps_[A-Za-z0-9_-]{43}")
 HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -52,14 +52,21 @@ module_services = service_pool_fixture("module")
 
 
 @pytest.fixture(scope="module")
-def cli_key_set() -> str:
-    """A key set, used as the main server's SIGNING_KEYS."""
-    return orjson.dumps(new_key_set(CLI_KID)).decode()
+def cli_root(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A receipt root made by ``signing-key root new --signer file:…``: its printed JSON, used
+    as the main server's ``RECEIPT_ROOT_KEY``."""
+    path = tmp_path_factory.mktemp("root") / "receipt-root.key"
+    done = run_cli("signing-key", "root", "new", "--signer", f"file:{path}")
+    assert done.returncode == 0, done.stderr
+    printed: dict[str, Any] = orjson.loads(done.stdout)
+    return printed
 
 
 @pytest.fixture(scope="module")
-def service(module_services: ServicePool, redis_server: RedisServer, cli_key_set: str) -> ServiceProcess:
-    return module_services.start(workers=1, redis_url=redis_server.url, signing_keys=cli_key_set)
+def service(module_services: ServicePool, redis_server: RedisServer, cli_root: dict[str, Any]) -> ServiceProcess:
+    return module_services.start(
+        workers=1, redis_url=redis_server.url, receipt_root={"RECEIPT_ROOT_KEY": cli_root["signer"]}
+    )
 
 
 @pytest.fixture
@@ -93,28 +100,31 @@ def failed_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if "[FAIL]" in line]
 
 
-# --- the server's key set --------------------------------------------------------------
+# --- the server's receipt root ------------------------------------------------------------
 
 
-def test_the_server_publishes_its_key_set_and_signs_with_it(
-    cli_key_set: str, http: httpx.Client, key: dict[str, Any]
+def test_signing_key_root_new_makes_the_root_that_certifies_the_servers_key(
+    cli_root: dict[str, Any], http: httpx.Client, key: dict[str, Any]
 ) -> None:
-    printed = orjson.loads(cli_key_set)
-    assert printed["active_kid"] == CLI_KID
-    (entry,) = printed["keys"]
-    assert entry["kid"] == CLI_KID
-    assert len(b64url_decode(entry["private_key_base64url"])) == 32
-    assert len(b64url_decode(entry["public_key_base64url"])) == 32
+    assert set(cli_root) == {"kid", "public_key_base64url", "sha256_fingerprint", "signer"}
+    public = b64url_decode(cli_root["public_key_base64url"])
+    assert len(public) == 32 and cli_root["kid"] == root_kid(public)
+    assert cli_root["sha256_fingerprint"] == "sha256:" + hashlib.sha256(public).hexdigest()
+    path = Path(cli_root["signer"].removeprefix("file:"))
+    assert path.stat().st_mode & 0o777 == 0o600, "the root's file is its owner's alone"
 
     published = http.get("/v1/public-key")
     assert published.status_code == 200
-    assert published.json() == {
-        "keys": [{"kid": CLI_KID, "alg": "Ed25519", "public_key_base64url": entry["public_key_base64url"]}],
-        "active_kid": CLI_KID,
-    }
-    receipt = issue(http, key, input_hash=hash_of("signed-by-cli-key")).json()["receipt"]
-    assert receipt["sig_kid"] == CLI_KID
-    assert load_key_ring(printed).verify(CLI_KID, receipt["receipt_hash"], receipt["signature"])
+    body = published.json()
+    # The session's Redis may hold other roots of earlier tests' services; this one is listed.
+    root = {"kid": cli_root["kid"], "alg": "Ed25519", "public_key_base64url": cli_root["public_key_base64url"]}
+    assert root in body["roots"]
+    receipt = issue(http, key, input_hash=hash_of("signed-by-a-certified-key")).json()["receipt"]
+    assert receipt["sig_kid"] == body["active_kid"] and receipt["sig_kid"].startswith("key-")
+    ring = load_key_ring(body).with_roots({cli_root["kid"]: public})
+    assert ring.judge(receipt["sig_kid"], receipt["created_at"]) is KeyVerdict.OK
+    assert ring.verify(receipt["sig_kid"], receipt["receipt_hash"], receipt["signature"])
+    assert "private" not in published.text
 
 
 # --- keys create / revoke ------------------------------------------------------------
@@ -279,17 +289,15 @@ def test_hash_errors_exit_2(tmp_path: Path) -> None:
 def saved(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Files a client keeps: input/output, the create body, the read body, the public keys.
 
-    Issued by a server whose active key is ``test-2025`` (later retired in
-    ``signing_keys.json``), which is stopped before any verification runs.
+    Issued by a server whose process's key (certified by ``TEST_ROOT``) signs nothing more
+    once it is stopped, before any verification runs; ``keys.json`` is its public keys then.
     """
     folder = tmp_path_factory.mktemp("saved")
     paths = {name: folder / name for name in ("input.bin", "output.bin", "create.json", "read.json", "keys.json")}
     paths["input.bin"].write_bytes(b"input bytes\x00\x01" * 1000)
     paths["output.bin"].write_bytes(b"output bytes")
     with ServicePool(folder) as pool:
-        server = pool.start(
-            workers=1, redis_url=redis_server.url, signing_keys=(ASSETS / "retired_signing_key.json").read_text()
-        )
+        server = pool.start(workers=1, redis_url=redis_server.url)
         key = create_key_cli(redis_server.url, project="offline", plan="free")
         with httpx.Client(base_url=server.base_url, timeout=10) as http:
             created = issue(
@@ -323,13 +331,14 @@ def test_verify_saved_receipt_offline(saved: dict[str, Path], tmp_path: Path, do
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Verdict: VALID" in done.stdout
     assert failed_lines(done.stdout) == []
-    assert "test-2025" in done.stdout
+    assert orjson.loads(saved["read.json"].read_bytes())["receipt"]["sig_kid"] in done.stdout
 
 
 def test_verify_needs_the_signing_key(saved: dict[str, Path], tmp_path: Path) -> None:
     """A key set without the receipt's kid (or with another key under that kid) fails the signature."""
     impostor = tmp_path / "impostor.json"
-    impostor.write_bytes(orjson.dumps(new_key_set("test-2025")))
+    kid = orjson.loads(saved["read.json"].read_bytes())["receipt"]["sig_kid"]
+    impostor.write_bytes(orjson.dumps(new_key_set(kid)))
     done = verify(saved["read.json"], "--keys", impostor)
     assert done.returncode == 1
     (failed,) = failed_lines(done.stdout)
@@ -396,15 +405,19 @@ def test_verify_json_output(saved: dict[str, Path]) -> None:
     assert report["receipt_hash"] == report["recomputed_receipt_hash"] == receipt["receipt_hash"]
 
 
-def test_verify_receipt_signed_by_a_retired_key(saved: dict[str, Path]) -> None:
-    """Signed while test-2025 was active; verified with the key set where it is retired."""
-    key_set = ASSETS / "signing_keys.json"
+def test_verify_receipt_signed_by_a_retired_key(saved: dict[str, Path], http: httpx.Client, tmp_path: Path) -> None:
+    """Signed by the key of a process that has stopped; verified with the key set another
+    process of the deployment publishes later, where another key is active."""
+    key_set = tmp_path / "later-keys.json"
+    key_set.write_bytes(http.get("/v1/public-key").content)
+    kid = orjson.loads(saved["read.json"].read_bytes())["receipt"]["sig_kid"]
+    assert orjson.loads(key_set.read_bytes())["active_kid"] != kid
     done = verify(saved["read.json"], "--keys", key_set)
     assert done.returncode == 0, done.stdout
     assert "a retired key" in done.stdout
     report = orjson.loads(verify(saved["read.json"], "--keys", key_set, "--json").stdout)
     assert report["ok"] is True
-    assert report["key"]["kid"] == "test-2025"
+    assert report["key"]["kid"] == kid
     assert report["key"]["active"] is False
 
 
@@ -433,8 +446,8 @@ def test_verify_fetches_keys_from_base_url(
     done = verify(saved, "--base-url", service.base_url)
     assert done.returncode == 0, done.stdout
     assert f"{service.base_url}/v1/public-key" in done.stdout
-    assert CLI_KID in done.stdout
-    # The same receipt against a service with other keys (the saved retired set) fails.
+    assert orjson.loads(saved.read_bytes())["receipt"]["sig_kid"] in done.stdout
+    # The same receipt against other keys (a fixed key set of the tests) fails.
     assert verify(saved, "--keys", ASSETS / "signing_keys.json").returncode == 1
 
 
@@ -548,14 +561,14 @@ def wait_healthy(base_url: str, timeout: float = 30.0) -> None:
 
 @pytest.mark.parametrize("mode", ["embedded", "redis, 2 workers"])
 def test_serve_port_0_listens_on_an_ephemeral_port_and_prints_it(
-    mode: str, redis_server: RedisServer, tmp_path: Path, cli_key_set: str
+    mode: str, redis_server: RedisServer, tmp_path: Path, cli_root: dict[str, Any]
 ) -> None:
     """Port 0 is an ephemeral port (Sanic alone reads 0 as unset and takes 8000), and the
     line that names it is the address that answers."""
     env: dict[str, str | None] = {}
     args = ["--host", "127.0.0.1", "--port", "0"]
     if mode != "embedded":
-        env = {"REDIS_URL": redis_server.url, "SIGNING_KEYS": cli_key_set}
+        env = {"REDIS_URL": redis_server.url, "RECEIPT_ROOT_KEY": cli_root["signer"]}
         args += ["--workers", "2"]
     served = Served(tmp_path, *args, env=env)
     try:

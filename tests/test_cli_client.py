@@ -303,11 +303,11 @@ def test_every_verbs_help_names_its_environment_and_exit_codes() -> None:
 
 
 def test_bundle_from_a_service_without_a_log_is_saved_at_once(
-    redis_url: str, signing_keys_json: str, service_factory: Any, tmp_path: Path
+    redis_url: str, service_factory: Any, tmp_path: Path
 ) -> None:
     """No log: the bundle carries no proof and none will come; `bundle --wait` does not wait
     for one (exit 0), and `verify` of it checks what it carries."""
-    service = service_factory.start(redis_url=redis_url, signing_keys=signing_keys_json)
+    service = service_factory.start(redis_url=redis_url)
     key = create_key_cli(redis_url, project="cli-no-log")["api_key"]
     data = tmp_path / "data.bin"
     data.write_bytes(b"no log here")

@@ -43,7 +43,7 @@ service_pool = service_pool_fixture("module")
 @pytest.fixture(scope="module")
 def demo(service_pool: ServicePool) -> tuple[ServiceProcess, str]:
     """The embedded demo (default limits) and the API key it prints."""
-    service = service_pool.start(redis_url=None, signing_keys=None, limits=None)
+    service = service_pool.start(redis_url=None, receipt_root=None, limits=None)
     (found,) = service.wait_for_output(r"API key:\s+(eps_[A-Za-z0-9_-]{43})\b")
     return service, found.group(1)
 

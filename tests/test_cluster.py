@@ -28,7 +28,6 @@ from execution_proof.kv.store import Store
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.receipts.ids import new_project_id, slot_tag
 from execution_proof.receipts.limits import load_limits
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.settings import CLUSTER_NEEDS_JOBS_REDIS, ConfigError, Settings, load_settings
 from execution_proof.web.app import create_app
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
@@ -56,12 +55,12 @@ async def cluster_store(redis_cluster: RedisClusterNodes) -> AsyncIterator[Store
 
 
 def make_client(
-    store: Store, keyring: KeyRing, limits: dict[str, Any] | None = None, clock_ms: Callable[[], int] | None = None
+    store: Store, receipt_root: str, limits: dict[str, Any] | None = None, clock_ms: Callable[[], int] | None = None
 ) -> Any:
     settings = Settings(
         redis_url="redis://injected-by-tests",
         redis_cluster=True,
-        keyring=keyring,
+        receipt_root=receipt_root,
         env="test",
         limits=load_limits(orjson.dumps(limits or RAISED_LIMITS)),
     )
@@ -104,8 +103,8 @@ def tagged_keys_per_node(cluster: RedisClusterNodes, tag: str) -> dict[int, int]
 # --- the API on the cluster (ASGI) --------------------------------------------------------
 
 
-async def test_chain_main_and_branch_and_no_fork_under_concurrency(cluster_store: Store, keyring: KeyRing) -> None:
-    client = make_client(cluster_store, keyring)
+async def test_chain_main_and_branch_and_no_fork_under_concurrency(cluster_store: Store, receipt_root: str) -> None:
+    client = make_client(cluster_store, receipt_root)
     key = await create_project_key(cluster_store.keys, project_name="chain", plan="pro")
     first = (await create(client, key, {"input_hash": hash_of("a")})).json["receipt"]
     second = (await create(client, key, {"input_hash": hash_of("b")})).json["receipt"]
@@ -131,9 +130,12 @@ async def test_chain_main_and_branch_and_no_fork_under_concurrency(cluster_store
     assert hashes - set(prevs) == {tip}
 
 
-async def test_replay_is_one_201_then_200s_with_the_same_bytes(cluster_store: Store, keyring: KeyRing) -> None:
-    client = make_client(cluster_store, keyring)
+async def test_replay_is_one_201_then_200s_with_the_same_bytes(cluster_store: Store, receipt_root: str) -> None:
+    client = make_client(cluster_store, receipt_root)
     key = await create_project_key(cluster_store.keys, project_name="replay", plan="pro")
+    # The app started first (a server serves once its start is over; the test client starts
+    # it at its first request, which eight at once would race).
+    assert (await client.get("/health"))[1].status_code == 200
     body = {"input_hash": hash_of("r"), "tags": {"b": "2", "a": "1"}}
     responses = await asyncio.gather(*(create(client, key, body) for _ in range(8)))
     codes = sorted(r.status_code for r in responses)
@@ -145,8 +147,8 @@ async def test_replay_is_one_201_then_200s_with_the_same_bytes(cluster_store: St
     assert (header.status_code, again.status_code, conflict.status_code) == (201, 200, 409)
 
 
-async def test_verify_ok_and_tampered_and_reads_by_id_and_hash(cluster_store: Store, keyring: KeyRing) -> None:
-    client = make_client(cluster_store, keyring)
+async def test_verify_ok_and_tampered_and_reads_by_id_and_hash(cluster_store: Store, receipt_root: str) -> None:
+    client = make_client(cluster_store, receipt_root)
     key = await create_project_key(cluster_store.keys, project_name="verify", plan="pro")
     first = (await create(client, key, {"input_hash": hash_of("1"), "output_hash": hash_of("2")})).json["receipt"]
     second = (await create(client, key, {"input_hash": hash_of("3")})).json["receipt"]
@@ -169,11 +171,11 @@ async def test_verify_ok_and_tampered_and_reads_by_id_and_hash(cluster_store: St
 
 
 async def test_minute_limit_and_monthly_quota_refuse_exactly_at_the_limit(
-    cluster_store: Store, keyring: KeyRing
+    cluster_store: Store, receipt_root: str
 ) -> None:
     now = [int(time.time() * 1000) // 60_000 * 60_000 + 1_000]  # early in a minute window
     limits = {"plans": {"free": {"per_minute": 5, "monthly": 1000}, "basic": {"per_minute": 1000, "monthly": 4}}}
-    client = make_client(cluster_store, keyring, limits, clock_ms=lambda: now[0])
+    client = make_client(cluster_store, receipt_root, limits, clock_ms=lambda: now[0])
     minute_key = await create_project_key(cluster_store.keys, project_name="minute", plan="free")
     codes = [(await create(client, minute_key, {"input_hash": hash_of(f"m{i}")})).status_code for i in range(6)]
     assert codes == [201] * 5 + [429]
@@ -185,8 +187,8 @@ async def test_minute_limit_and_monthly_quota_refuse_exactly_at_the_limit(
     assert "4" in usage.text  # read_usage's MGET of two same-slot counters answers on the cluster
 
 
-async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, keyring: KeyRing) -> None:
-    client = make_client(cluster_store, keyring)
+async def test_claim_suspend_reissue_on_the_cluster(cluster_store: Store, receipt_root: str) -> None:
+    client = make_client(cluster_store, receipt_root)
     # A paid checkout: the lookup key lives in its own slot, the session in the project's.
     project_id = new_project_id()
     assigned = await cluster_store.checkouts.index_checkout(
@@ -261,12 +263,12 @@ async def test_authenticate_answers_the_scripts_outcomes_on_the_cluster(cluster_
 
 async def test_data_spreads_over_every_master_and_the_sweep_covers_them_all(
     cluster_store: Store,
-    keyring: KeyRing,
+    receipt_root: str,
     redis_cluster: RedisClusterNodes,  # noqa: F811
 ) -> None:
     now = int(time.time() * 1000)
-    old_client = make_client(cluster_store, keyring, clock_ms=lambda: now - 10 * DAY_MS)
-    new_client = make_client(cluster_store, keyring)
+    old_client = make_client(cluster_store, receipt_root, clock_ms=lambda: now - 10 * DAY_MS)
+    new_client = make_client(cluster_store, receipt_root)
     projects = await asyncio.gather(
         *(create_project_key(cluster_store.keys, project_name=f"spread-{i}", plan="pro") for i in range(PROJECTS))
     )
@@ -313,8 +315,8 @@ async def test_data_spreads_over_every_master_and_the_sweep_covers_them_all(
     assert again["receipts"] == again["hash_index"] == again["idempotency"] == again["search_index"] == 0
 
 
-async def test_operator_delete_on_the_cluster(cluster_store: Store, keyring: KeyRing) -> None:
-    client = make_client(cluster_store, keyring)
+async def test_operator_delete_on_the_cluster(cluster_store: Store, receipt_root: str) -> None:
+    client = make_client(cluster_store, receipt_root)
     key = await create_project_key(cluster_store.keys, project_name="delete", plan="pro")
     receipt = (await create(client, key, {"input_hash": hash_of("d")})).json["receipt"]
     removed = await cluster_store.receipts.delete_receipt(receipt["receipt_id"])
@@ -359,7 +361,6 @@ def test_worker_refuses_a_queue_on_a_cluster_node(redis_cluster: RedisClusterNod
 async def test_real_service_with_two_workers_on_the_cluster(
     redis_cluster: RedisClusterNodes,  # noqa: F811
     redis_server: RedisServer,
-    signing_keys_json: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     redis_cluster.flushall()
@@ -368,7 +369,7 @@ async def test_real_service_with_two_workers_on_the_cluster(
     assert created.returncode == 0, created.stderr
     key = orjson.loads(created.stdout)
     with ServicePool(tmp_path_factory.mktemp("cluster")) as pool:
-        service = pool.start(workers=2, redis_url=redis_cluster.url, signing_keys=signing_keys_json, env=env)
+        service = pool.start(workers=2, redis_url=redis_cluster.url, env=env)
         async with httpx.AsyncClient(base_url=service.base_url, timeout=30) as http:
             responses = await asyncio.gather(
                 *(

@@ -28,7 +28,6 @@ from execution_proof.kv.cluster_link import ClusterLink
 from execution_proof.kv.connect import open_store
 from execution_proof.kv.keys import project_key, receipt_key
 from execution_proof.kv.store import Store
-from execution_proof.receipts.signing import KeyRing
 from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the session fixture)
 from tests.conftest import hash_of
 from tests.test_cluster import cluster_store, create, make_client, node_of_key  # noqa: F401  (fixture)
@@ -91,9 +90,9 @@ async def test_a_moved_slot_is_followed_by_two_stores_without_a_fork(
     cluster_store: Store,  # noqa: F811
     second_store: Store,
     redis_cluster: RedisClusterNodes,  # noqa: F811
-    keyring: KeyRing,
+    receipt_root: str,
 ) -> None:
-    clients = [make_client(cluster_store, keyring), make_client(second_store, keyring)]
+    clients = [make_client(cluster_store, receipt_root), make_client(second_store, receipt_root)]
     key = await create_project_key(cluster_store.keys, project_name="moved", plan="pro")
     earlier = [(await create(clients[i % 2], key, {"input_hash": hash_of(f"e{i}")})).json["receipt"] for i in range(4)]
     name = project_key(key["project_id"])
@@ -122,9 +121,9 @@ async def test_a_moved_slot_is_followed_by_two_stores_without_a_fork(
 async def test_during_a_migration_reads_follow_ask_and_a_create_waits_for_its_end(
     cluster_store: Store,  # noqa: F811
     redis_cluster: RedisClusterNodes,  # noqa: F811
-    keyring: KeyRing,
+    receipt_root: str,
 ) -> None:
-    client = make_client(cluster_store, keyring)
+    client = make_client(cluster_store, receipt_root)
     key = await create_project_key(cluster_store.keys, project_name="ask", plan="pro")
     first = (await create(client, key, {"input_hash": hash_of("a1"), "output_hash": hash_of("o1")})).json["receipt"]
     name = project_key(key["project_id"])
@@ -168,9 +167,9 @@ async def test_during_a_migration_reads_follow_ask_and_a_create_waits_for_its_en
 async def test_a_restarted_master_is_503_while_down_and_reconnected_after(
     cluster_store: Store,  # noqa: F811
     redis_cluster: RedisClusterNodes,  # noqa: F811
-    keyring: KeyRing,
+    receipt_root: str,
 ) -> None:
-    client = make_client(cluster_store, keyring)
+    client = make_client(cluster_store, receipt_root)
     projects = [
         await create_project_key(cluster_store.keys, project_name=f"restart-{i}", plan="pro") for i in range(12)
     ]

@@ -28,11 +28,11 @@ CLIENT_TIMEOUT_S = 30.0
 
 @pytest.fixture(scope="module", params=[1, 4], ids=["workers1", "workers4"])
 def service(
-    request: pytest.FixtureRequest, redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: Any
+    request: pytest.FixtureRequest, redis_server: RedisServer, tmp_path_factory: Any
 ) -> Iterator[ServiceProcess]:
     """One server per worker count for the module; each test makes its own project."""
     with ServicePool(tmp_path_factory.mktemp("concurrency")) as pool:
-        yield pool.start(workers=request.param, redis_url=redis_server.url, signing_keys=signing_keys_json)
+        yield pool.start(workers=request.param, redis_url=redis_server.url)
 
 
 @pytest.fixture

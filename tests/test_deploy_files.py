@@ -28,9 +28,12 @@ import pytest
 from sanic.config import DEFAULT_CONFIG
 
 from execution_proof.cli.main import GROUPS, _parser
-from execution_proof.runtime.settings import ConfigError, load_settings, require_log_store
+from execution_proof.receipts.encoding import b64url_encode
+from execution_proof.runtime.settings import ConfigError, load_settings, require_log_store, require_receipt_root
+from execution_proof.runtime.signers import open_root
 from execution_proof.transparency import cosignature, note, tlog
 from execution_proof.transparency.note import Signer
+from execution_proof.transparency.signer import SeedSigner, write_key_file
 from tests.conftest import REPO, free_port, hash_of
 from tests.servers import ServicePool, run_cli, service_pool_fixture
 
@@ -151,15 +154,27 @@ def test_fly_env_is_a_valid_production_configuration() -> None:
     """The [env] block plus the secrets a deploy sets gives settings the service accepts."""
     secrets = {
         "REDIS_URL": "redis://redis.internal:6379",
-        "SIGNING_KEYS": (REPO / "tests/assets/signing_keys.json").read_text(),
+        "RECEIPT_ROOT_KEY": "env:RECEIPT_ROOT_SEED",
+        "RECEIPT_ROOT_SEED": b64url_encode(SeedSigner.generate().seed),
     }
     settings = load_settings({**FLY_ENV, **secrets})
     require_log_store(settings)  # no log key: no log, nothing required
+    require_receipt_root(settings)
+    assert settings.receipt_root == "env:RECEIPT_ROOT_SEED"
+    open_root(settings.receipt_root, environ=secrets)  # the runbook's root opens from its secret
+    with pytest.raises(ConfigError, match="RECEIPT_ROOT_KEY"):
+        require_receipt_root(load_settings({**FLY_ENV, "REDIS_URL": secrets["REDIS_URL"]}))
     assert settings.client_ip.real_ip_header == "Fly-Client-IP"
     assert settings.client_ip.proxies_count == 0, "only the configured header, no X-Forwarded-For counting"
     assert settings.env == "production"
     assert settings.public_base_url == FLY_ENV["PUBLIC_BASE_URL"]
-    for secret in ("REDIS_URL", "SIGNING_KEYS", "PAYMENT_WEBHOOK_SECRET", "HUMAN_CHECK_SECRET"):
+    for secret in (
+        "REDIS_URL",
+        "RECEIPT_ROOT_KEY",
+        "RECEIPT_ROOT_SEED",
+        "PAYMENT_WEBHOOK_SECRET",
+        "HUMAN_CHECK_SECRET",
+    ):
         assert secret not in FLY_ENV, f"{secret} is a secret: `fly secrets set`, never fly.toml"
     # With the log's key, the runbook's LOG_STORE (a shared bucket) is what lets both groups start.
     origin = urlsplit(FLY_ENV["PUBLIC_BASE_URL"]).netloc + "/v1/log"
@@ -277,7 +292,7 @@ def install_like_the_image(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.real_redis
 def test_the_image_install_serves_issues_and_works_jobs(
-    tmp_path: Path, redis_url: str, signing_keys_json: str, service_factory: ServicePool
+    tmp_path: Path, redis_url: str, service_factory: ServicePool
 ) -> None:
     """The installed copy alone: `serve` (2 workers) issues a receipt and serves the pages and
     static files from inside the package, and `worker --burst` runs."""
@@ -293,9 +308,7 @@ def test_the_image_install_serves_issues_and_works_jobs(
     module, static = where.stdout.split()
     assert Path(module).is_relative_to(site) and Path(static).is_relative_to(site), where.stdout
 
-    service = service_factory.start(
-        workers=2, redis_url=redis_url, signing_keys=signing_keys_json, app_dir=site, entry=INSTALLED
-    )
+    service = service_factory.start(workers=2, redis_url=redis_url, app_dir=site, entry=INSTALLED)
     created_key = run_cli(
         "keys",
         "create",
@@ -352,7 +365,7 @@ def test_the_witness_command_refuses_the_placeholder_and_serves_once_the_log_key
     words = command_words(WITNESS_FLY["processes"]["witness"])
     (key_path,) = (f["guest_path"] for f in WITNESS_FLY["files"])
     cosigner = cosignature.Cosigner.generate("witness.example.org")
-    (tmp_path / "witness.key").write_text(cosigner.encode() + "\n")
+    write_key_file(tmp_path / "witness.key", cosigner.encode())  # mode 0600: a key file others read is refused
     port = str(free_port())
     args = _parser(GROUPS).parse_args(words[1:])
     local = [

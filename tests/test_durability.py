@@ -34,11 +34,11 @@ from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.health import check_store_at_startup, durability_warnings
 from execution_proof.kv.keys import project_key, receipt_key
 from execution_proof.kv.store import Store
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.settings import ConfigError, Settings, load_settings
 from execution_proof.runtime.store_ack import NO_ACK, StoreAck, StoreAckError, parse_store_ack
 from execution_proof.web.app import create_app
 from tests.conftest import REPO, RedisServer, auth, hash_of, missing_binary
+from tests.receipt_keys import TEST_ROOT_ENV
 from tests.servers import ServicePool, assert_error_body, clean_env, create_key_cli
 
 STRONG = {"appendonly": "yes", "appendfsync": "always", "maxmemory-policy": "noeviction", "maxmemory": "0"}
@@ -185,7 +185,7 @@ def redis_version(server: RedisServer) -> tuple[int, ...]:
 def test_serve_stops_when_store_ack_aof_cannot_work(redis_servers: list[RedisServer]) -> None:
     """The real command stops at start-up with a clear message instead of serving without the guarantee."""
     server = start_redis(redis_servers, AOF_ALWAYS if redis_version(start_redis(redis_servers)) < (7, 2) else [])
-    env = clean_env({"REDIS_URL": server.url, "STORE_ACK": "aof"})
+    env = clean_env({"REDIS_URL": server.url, "STORE_ACK": "aof", **TEST_ROOT_ENV})
     command = [sys.executable, "service.py", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "1"]
     # A session of its own: Sanic SIGKILLs its whole process group when a worker fails to start.
     done = subprocess.run(
@@ -234,12 +234,12 @@ failed a first create while two test suites shared the two cores)."""
 
 @pytest.fixture
 async def ack_app(
-    primary_and_replica: tuple[RedisServer, RedisServer], keyring: KeyRing
+    primary_and_replica: tuple[RedisServer, RedisServer], receipt_root: str
 ) -> AsyncIterator[tuple[Any, Store, RedisServer, RedisServer]]:
     primary, replica = primary_and_replica
     store = Store(aioredis.from_url(primary.url))
     settings = Settings(
-        redis_url=primary.url, keyring=keyring, env="test", store_ack=StoreAck("replicas", 1, ACK_TIMEOUT_MS)
+        redis_url=primary.url, receipt_root=receipt_root, env="test", store_ack=StoreAck("replicas", 1, ACK_TIMEOUT_MS)
     )
     yield create_app(settings, store=store), store, primary, replica
     await store.close()
@@ -327,11 +327,9 @@ CRASH_RECEIPTS = 300
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-def test_kill_9_of_redis_loses_no_acknowledged_receipt(
-    redis_servers: list[RedisServer], services: ServicePool, signing_keys_json: str
-) -> None:
+def test_kill_9_of_redis_loses_no_acknowledged_receipt(redis_servers: list[RedisServer], services: ServicePool) -> None:
     server = start_redis(redis_servers, AOF_ALWAYS)
-    service = services.start(redis_url=server.url, signing_keys=signing_keys_json)
+    service = services.start(redis_url=server.url)
     key = create_key_cli(server.url, project="crash", plan="pro")
     acknowledged: list[dict[str, Any]] = []
     with httpx.Client(base_url=service.base_url, timeout=30) as http:
@@ -370,12 +368,12 @@ def test_kill_9_of_redis_loses_no_acknowledged_receipt(
 
 @pytest.mark.real_redis
 async def test_a_full_redis_with_noeviction_answers_503_and_keeps_every_receipt(
-    redis_servers: list[RedisServer], keyring: KeyRing
+    redis_servers: list[RedisServer], receipt_root: str
 ) -> None:
     server = start_redis(redis_servers, ["--maxmemory-policy", "noeviction"])
     store = Store(aioredis.from_url(server.url))
     try:
-        app = create_app(Settings(redis_url=server.url, keyring=keyring, env="test"), store=store)
+        app = create_app(Settings(redis_url=server.url, receipt_root=receipt_root, env="test"), store=store)
         key = await create_project_key(store.keys, project_name="full", plan="pro")
         _, first = await create_receipt(app, key, "before-full")
         assert first.status == 201

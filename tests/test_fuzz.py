@@ -37,7 +37,6 @@ from hypothesis import strategies as st
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.store import Store
 from execution_proof.receipts.limits import load_limits
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.receipts.webhook_signature import signature_header
 from execution_proof.runtime.settings import ClientIpConfig, Settings
 from execution_proof.web.app import create_app
@@ -297,10 +296,10 @@ class Target:
     receipt_id: str
 
 
-def fuzz_settings(keyring: KeyRing, human_url: str, limits: dict[str, Any] | None = RAISED_LIMITS) -> Settings:
+def fuzz_settings(receipt_root: str, human_url: str, limits: dict[str, Any] | None = RAISED_LIMITS) -> Settings:
     return Settings(
         redis_url="redis://injected-by-tests",
-        keyring=keyring,
+        receipt_root=receipt_root,
         env="test",
         limits=load_limits(orjson.dumps(limits) if limits else None),
         client_ip=ClientIpConfig(),
@@ -318,9 +317,9 @@ def human() -> Iterator[FakeHumanCheck]:
 
 
 @pytest.fixture
-async def target(keyring: KeyRing, human: FakeHumanCheck) -> AsyncIterator[Target]:
+async def target(receipt_root: str, human: FakeHumanCheck) -> AsyncIterator[Target]:
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
-    client = create_app(fuzz_settings(keyring, human.url), store=store).asgi_client
+    client = create_app(fuzz_settings(receipt_root, human.url), store=store).asgi_client
     key_a = await create_project_key(store.keys, project_name="fuzz-a", plan="pro")
     key_b = await create_project_key(store.keys, project_name="fuzz-b", plan="free")
     _, response = await client.post(
@@ -445,11 +444,11 @@ async def test_get_paths_and_queries_never_5xx_and_write_nothing(target: Target,
     assert await store_snapshot(target.store) == before, f"{method} {url} wrote"
 
 
-async def test_429_keeps_the_error_shape(keyring: KeyRing, human: FakeHumanCheck) -> None:
+async def test_429_keeps_the_error_shape(receipt_root: str, human: FakeHumanCheck) -> None:
     """With the default limits, failed authentications and a spent quota answer 429 in shape."""
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
     limits = {"plans": {"free": {"per_minute": 60, "monthly": 1}}}
-    client = create_app(fuzz_settings(keyring, human.url, limits), store=store).asgi_client
+    client = create_app(fuzz_settings(receipt_root, human.url, limits), store=store).asgi_client
     key = await create_project_key(store.keys, project_name="quota", plan="free")
     body = orjson.dumps({"input_hash": hash_of("q-1")})
     _, response = await client.post("/v1/receipts", content=body, headers=auth(key))
@@ -476,11 +475,10 @@ module_services = service_pool_fixture("module")
 
 
 @pytest.fixture(scope="module")
-def service(module_services: ServicePool, redis_server: RedisServer, signing_keys_json: str) -> ServiceProcess:
+def service(module_services: ServicePool, redis_server: RedisServer) -> ServiceProcess:
     return module_services.start(
         workers=1,
         redis_url=redis_server.url,
-        signing_keys=signing_keys_json,
         env={"PAYMENT_WEBHOOK_SECRET": WEBHOOK_SECRET, "HUMAN_CHECK_SECRET": HUMAN_SECRET},
     )
 

@@ -10,6 +10,8 @@ the creates queued behind them.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -20,11 +22,24 @@ from execution_proof.kv.store import Store
 from execution_proof.receipts.errors import RateLimited, StoreUnavailable
 from execution_proof.receipts.limits import PlanLimits
 from execution_proof.receipts.model import parse_create_request
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.usecases.issuing import MAX_GROUP, Issued, ReceiptIssuer, group_size
+from execution_proof.usecases.signing_keys import ReceiptKeys
 from tests.conftest import hash_of
+from tests.receipt_keys import started_receipt_keys
 
 UNLIMITED = PlanLimits(per_minute=10**9, monthly=10**9)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@pytest.fixture
+async def keys(store: Store) -> AsyncIterator[ReceiptKeys]:
+    """This process's receipt keys: a key ``TEST_ROOT`` certified, on the store's registry."""
+    started = await started_receipt_keys(store, now_ms)
+    yield started
+    started.close()
 
 
 def record(key: dict[str, Any]) -> KeyRecord:
@@ -53,9 +68,9 @@ async def main_chain(store: Store, project_id: str) -> list[dict[str, Any]]:
 
 
 async def test_concurrent_creates_on_one_project_are_committed_in_groups_as_one_chain(
-    store: Store, keyring: KeyRing, api_key: dict[str, Any]
+    store: Store, keys: ReceiptKeys, api_key: dict[str, Any]
 ) -> None:
-    issuer = ReceiptIssuer(store.receipts, keyring)
+    issuer = ReceiptIssuer(store.receipts, keys)
     key = record(api_key)
     issued = await asyncio.gather(*(create(issuer, key, f"hot-{i}") for i in range(150)))
     assert not any(i.replayed for i in issued)
@@ -68,11 +83,11 @@ async def test_concurrent_creates_on_one_project_are_committed_in_groups_as_one_
 
 
 async def test_a_refusal_inside_a_group_keeps_the_chain_and_the_creates_behind_it(
-    store: Store, keyring: KeyRing, api_key: dict[str, Any]
+    store: Store, keys: ReceiptKeys, api_key: dict[str, Any]
 ) -> None:
     """Key A may make 3 creates a minute, key B any number; their creates interleave in
     the same groups. A's 4th-6th are refused; every other create is issued, on one chain."""
-    issuer = ReceiptIssuer(store.receipts, keyring)
+    issuer = ReceiptIssuer(store.receipts, keys)
     a = record(api_key)
     b = KeyRecord("sha256:" + "b" * 64, a.project_id, a.actor_id, "pro", False, "")
     await store.keys.add_project_key(b)
@@ -92,9 +107,9 @@ async def test_a_refusal_inside_a_group_keeps_the_chain_and_the_creates_behind_i
 
 
 async def test_the_same_create_twice_in_one_group_is_one_receipt_and_a_replay(
-    store: Store, keyring: KeyRing, api_key: dict[str, Any]
+    store: Store, keys: ReceiptKeys, api_key: dict[str, Any]
 ) -> None:
-    issuer = ReceiptIssuer(store.receipts, keyring)
+    issuer = ReceiptIssuer(store.receipts, keys)
     key = record(api_key)
     results = await asyncio.gather(
         create(issuer, key, "first"), create(issuer, key, "same"), create(issuer, key, "same"), create(issuer, key, "z")
@@ -111,26 +126,29 @@ async def test_the_same_create_twice_in_one_group_is_one_receipt_and_a_replay(
 
 
 async def test_two_issuers_on_one_project_retry_on_each_others_tips(
-    store: Store, keyring: KeyRing, api_key: dict[str, Any]
+    store: Store, keys: ReceiptKeys, api_key: dict[str, Any]
 ) -> None:
     """Two processes' issuers (each with its own cached tip) never fork the chain."""
-    first, second = ReceiptIssuer(store.receipts, keyring), ReceiptIssuer(store.receipts, keyring)
+    other_keys = await started_receipt_keys(store, now_ms)  # the other process's own key
+    first, second = ReceiptIssuer(store.receipts, keys), ReceiptIssuer(store.receipts, other_keys)
     key = record(api_key)
     calls = [create(first if i % 2 else second, key, f"two-{i}") for i in range(80)]
     issued = await asyncio.gather(*calls)
     chain = await main_chain(store, key.project_id)
     assert len(chain) == 80
     assert {r["receipt_id"] for r in chain} == {i.receipt["receipt_id"] for i in issued}
+    assert {r["sig_kid"] for r in chain} == {keys.active_kid, other_keys.active_kid}
+    other_keys.close()
 
 
 async def test_a_create_that_keeps_losing_to_another_process_gets_in_with_a_smaller_group(
-    store: Store, keyring: KeyRing, api_key: dict[str, Any]
+    store: Store, keys: ReceiptKeys, api_key: dict[str, Any]
 ) -> None:
     """Another process lands a receipt whenever this one commits more than one create at a
     time (a long group: built and signed while the tip moves). Shrinking the group of a
     create that lost (``group_size``) lets every create in; a fixed group of every queued
     create would lose until it answered 503 chain_contention."""
-    rival = ReceiptIssuer(store.receipts, keyring)
+    rival = ReceiptIssuer(store.receipts, keys)
     key = record(api_key)
     rival_writes = 0
 
@@ -145,7 +163,7 @@ async def test_a_create_that_keeps_losing_to_another_process_gets_in_with_a_smal
                 await create(rival, key, f"rival-{rival_writes}")
             return await store.receipts.issue_receipts(project_id, items)
 
-    issuer = ReceiptIssuer(RacedStore(), keyring)  # type: ignore[arg-type]
+    issuer = ReceiptIssuer(RacedStore(), keys)  # type: ignore[arg-type]
     issued = await asyncio.gather(*(create(issuer, key, f"raced-{i}") for i in range(10)))
     chain = await main_chain(store, key.project_id)
     assert {i.receipt["receipt_id"] for i in issued} <= {r["receipt_id"] for r in chain}
@@ -155,9 +173,9 @@ async def test_a_create_that_keeps_losing_to_another_process_gets_in_with_a_smal
 
 
 async def test_a_store_failure_answers_every_create_of_the_group_and_the_next_group_works(
-    store: Store, keyring: KeyRing, api_key: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    store: Store, keys: ReceiptKeys, api_key: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    issuer = ReceiptIssuer(store.receipts, keyring)
+    issuer = ReceiptIssuer(store.receipts, keys)
     key = record(api_key)
     real = store.receipts.issue_receipts
     failures = [StoreUnavailable("the receipt store is unreachable; try again shortly")]
@@ -179,9 +197,9 @@ async def test_a_store_failure_answers_every_create_of_the_group_and_the_next_gr
 
 
 async def test_a_caller_that_goes_away_does_not_stop_the_group(
-    store: Store, keyring: KeyRing, api_key: dict[str, Any]
+    store: Store, keys: ReceiptKeys, api_key: dict[str, Any]
 ) -> None:
-    issuer = ReceiptIssuer(store.receipts, keyring)
+    issuer = ReceiptIssuer(store.receipts, keys)
     key = record(api_key)
     tasks = [asyncio.create_task(create(issuer, key, f"c-{i}")) for i in range(10)]
     await asyncio.sleep(0)

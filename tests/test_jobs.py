@@ -65,7 +65,7 @@ async def test_sweep_job_runs_inline_on_the_embedded_server(monkeypatch: pytest.
     project_id = await planted.project()
     old = await planted.receipt(project_id, OLD)
     fresh = await planted.receipt(project_id, NOW)
-    for name in ("REDIS_URL", "JOBS_REDIS_URL", "SIGNING_KEYS"):
+    for name in ("REDIS_URL", "JOBS_REDIS_URL", "RECEIPT_ROOT_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RETENTION_DAYS", "1")
     monkeypatch.setattr(jobs_context, "_embedded_server", server)

@@ -19,7 +19,6 @@ from execution_proof.receipts.limits import (
     month_window,
     ratelimit_headers,
 )
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
 from execution_proof.usecases import creating
 from execution_proof.web.app import create_app
@@ -33,11 +32,11 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def make_client(store: Store, keyring: KeyRing, clock: Clock) -> Any:
+def make_client(store: Store, receipt_root: str, clock: Clock) -> Any:
     def make(limits: dict[str, Any] | None = None, ip: ClientIpConfig | None = None) -> Any:
         settings = Settings(
             redis_url="redis://injected",
-            keyring=keyring,
+            receipt_root=receipt_root,
             limits=load_limits(orjson.dumps(limits) if limits else None),
             client_ip=ip or ClientIpConfig(),
         )

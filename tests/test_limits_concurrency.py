@@ -86,8 +86,8 @@ def limits_with(override: Mapping[str, Any]) -> dict[str, Any]:
     return merged(RAISED_LIMITS, override)
 
 
-def start_service(pool: ServicePool, redis_url: str, signing_keys: str, override: Mapping[str, Any]) -> ServiceProcess:
-    return pool.start(workers=WORKERS, redis_url=redis_url, signing_keys=signing_keys, limits=limits_with(override))
+def start_service(pool: ServicePool, redis_url: str, override: Mapping[str, Any]) -> ServiceProcess:
+    return pool.start(workers=WORKERS, redis_url=redis_url, limits=limits_with(override))
 
 
 @pytest.fixture
@@ -326,10 +326,10 @@ async def burst_from_processes(
 
 
 async def test_per_key_minute_limit_holds_across_workers_and_client_processes(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str, connect: Any
+    service_factory: ServicePool, redis_url: str, connect: Any
 ) -> None:
     limit, extra = 40, 20
-    service = start_service(service_factory, redis_url, signing_keys_json, {"plans": {"free": {"per_minute": limit}}})
+    service = start_service(service_factory, redis_url, {"plans": {"free": {"per_minute": limit}}})
     key = create_key_cli(redis_url, project="minute-limit", plan="free")
     bodies = [{"input_hash": hash_of(f"minute-limit-{i}")} for i in range(limit + extra)]
 
@@ -363,10 +363,10 @@ async def test_per_key_minute_limit_holds_across_workers_and_client_processes(
 
 
 async def test_monthly_quota_admits_exactly_one_of_a_burst_and_refused_creates_write_nothing(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str, connect: Any
+    service_factory: ServicePool, redis_url: str, connect: Any
 ) -> None:
     quota, burst = 10, 50
-    service = start_service(service_factory, redis_url, signing_keys_json, {"plans": {"free": {"monthly": quota}}})
+    service = start_service(service_factory, redis_url, {"plans": {"free": {"monthly": quota}}})
     key = create_key_cli(redis_url, project="quota", plan="free")
     project_id = key["project_id"]
     http = connect(service)
@@ -448,12 +448,10 @@ async def test_monthly_quota_admits_exactly_one_of_a_burst_and_refused_creates_w
 
 
 async def test_failed_auth_throttle_counts_exactly_and_applies_before_authentication(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str, connect: Any
+    service_factory: ServicePool, redis_url: str, connect: Any
 ) -> None:
     allowance, burst = 10, 30
-    service = start_service(
-        service_factory, redis_url, signing_keys_json, {"ip_per_minute": {"unauthenticated": allowance}}
-    )
+    service = start_service(service_factory, redis_url, {"ip_per_minute": {"unauthenticated": allowance}})
     key = create_key_cli(redis_url, project="auth-throttle", plan="free")
     http = connect(service)
     guesses = [f"eps_{secrets.token_urlsafe(24)}" for _ in range(burst)]
@@ -494,10 +492,10 @@ async def test_failed_auth_throttle_counts_exactly_and_applies_before_authentica
 
 
 async def test_per_ip_authenticated_limit_is_shared_by_every_key_of_an_address(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str, connect: Any
+    service_factory: ServicePool, redis_url: str, connect: Any
 ) -> None:
     limit, burst = 25, 40
-    service = start_service(service_factory, redis_url, signing_keys_json, {"ip_per_minute": {"authenticated": limit}})
+    service = start_service(service_factory, redis_url, {"ip_per_minute": {"authenticated": limit}})
     keys = await asyncio.gather(
         *(asyncio.to_thread(create_key_cli, redis_url, project=f"ip-limit-{i}", plan="pro") for i in range(3))
     )
@@ -524,15 +522,12 @@ async def test_per_ip_authenticated_limit_is_shared_by_every_key_of_an_address(
 # --- 5. public read limits -------------------------------------------------------------------------------
 
 
-async def test_public_read_limits_per_ip(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str, connect: Any
-) -> None:
+async def test_public_read_limits_per_ip(service_factory: ServicePool, redis_url: str, connect: Any) -> None:
     get_limit, get_burst = 30, 40
     key_limit, key_burst = 20, 30
     service = start_service(
         service_factory,
         redis_url,
-        signing_keys_json,
         {"ip_per_minute": {"get_receipt": get_limit, "public_key": key_limit}},
     )
     key = create_key_cli(redis_url, project="public-reads", plan="pro")

@@ -46,10 +46,8 @@ def tip_hash(redis_url: str, project_id: str) -> str:
     raise AssertionError("project not found")
 
 
-def test_concurrent_creates_form_one_linear_chain(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str
-) -> None:
-    service = service_factory.start(workers=4, redis_url=redis_url, signing_keys=signing_keys_json)
+def test_concurrent_creates_form_one_linear_chain(service_factory: ServicePool, redis_url: str) -> None:
+    service = service_factory.start(workers=4, redis_url=redis_url)
     key = create_key_cli(redis_url, project="load", plan="pro")
     headers = {"Authorization": f"Bearer {key['api_key']}"}
 
@@ -118,10 +116,8 @@ def sample_rss(pid: int) -> dict[int, int]:
     return {p: kb for p in descendants(pid) if (kb := rss_kb(p)) is not None}
 
 
-def test_soak_mixed_traffic_no_5xx_and_flat_memory(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str
-) -> None:
-    service = service_factory.start(workers=2, redis_url=redis_url, signing_keys=signing_keys_json)
+def test_soak_mixed_traffic_no_5xx_and_flat_memory(service_factory: ServicePool, redis_url: str) -> None:
+    service = service_factory.start(workers=2, redis_url=redis_url)
     assert service.process is not None
     keys = [create_key_cli(redis_url, project=f"soak-{n}", plan="pro") for n in range(3)]
     rng = random.Random(20260101)

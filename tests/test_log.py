@@ -34,6 +34,7 @@ from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.logstore.log import Identity
 from execution_proof.kv.records import KeyRecord
 from execution_proof.kv.store import Store
+from execution_proof.receipts.errors import SigningKeyUnavailable
 from execution_proof.receipts.limits import PlanLimits, load_limits
 from execution_proof.receipts.model import parse_create_request
 from execution_proof.runtime.failpoints import STEPS
@@ -42,6 +43,7 @@ from execution_proof.transparency import note, tlog
 from execution_proof.web.app import create_app
 from tests.clock import Clock
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
+from tests.receipt_keys import keys_at_the_clock
 from tests.servers import RAISED_LIMITS
 
 ORIGIN = "test.example/v1/log"
@@ -62,7 +64,7 @@ def signer() -> note.Signer:
 def log_app(
     store: Store,
     log_store: LogStore,
-    keyring: Any,
+    receipt_root: str,
     signer: note.Signer | None,
     clock_ms: Any = None,
     **settings: Any,
@@ -70,7 +72,7 @@ def log_app(
     settings = {"limits": load_limits(orjson.dumps(RAISED_LIMITS)), **settings}
     config = Settings(
         redis_url="redis://injected-by-tests",
-        keyring=keyring,
+        receipt_root=receipt_root,
         env="test",
         log_origin=ORIGIN,
         log_signer=signer,
@@ -98,9 +100,32 @@ async def create(client: Any, key: dict[str, Any], label: str, **headers: str) -
     return response.json
 
 
+KEY_ENTRIES = 1
+"""The entries a serving app queues for the log of its own when it starts: its receipt key's
+certificate (in the log's own queue, ahead of any receipt of its)."""
+
+
+async def started(app: Any) -> Any:
+    """``app`` started as a serving process starts (the ASGI client starts it at its first
+    request; this one reads nothing of the log): its receipt key certified, the certificate
+    queued for the log."""
+    _, response = await app.asgi_client.get("/v1/public-key")
+    assert response.status == 200 and response.json["active_kid"], response.text
+    return app
+
+
 async def issue(app: Any, key: dict[str, Any], labels: list[str]) -> list[dict[str, Any]]:
     """Many creates at once through the app's issuer (group commit, the route's own path
-    after its HTTP checks): the ASGI test client costs tens of ms a request."""
+    after its HTTP checks): the ASGI test client costs tens of ms a request. The app is
+    started first, and given a key certified at its clock when the test moved the clock
+    outside its key's certificate (as a process running then would have had)."""
+    services = app.ctx.services
+    if services.receipt_keys.active_kid is None:
+        await started(app)
+    try:
+        services.receipt_keys.signing(services.clock_ms())
+    except SigningKeyUnavailable:
+        await keys_at_the_clock(services.receipt_keys)
     record = KeyRecord(key["key_hash"], key["project_id"], key["actor_id"], key["plan"], False, "")
     issued = await asyncio.gather(
         *(
@@ -162,6 +187,18 @@ async def log_entries(log_store: LogStore, size: int) -> list[bytes]:
     return entries
 
 
+def receipt_ids(entries: list[bytes]) -> list[str]:
+    """The receipt ids of the entries that are receipts, in order (receipt keys' certificates
+    left out)."""
+    return [tlog.LogEntry.parse(e).receipt_id for e in entries if not e.startswith(tlog.KEY_CERTIFICATE_HEADER)]
+
+
+async def certificate_indices(log_store: LogStore, size: int) -> list[int]:
+    """Where the log's first ``size`` entries hold a receipt key's certificate."""
+    entries = await log_entries(log_store, size)
+    return [i for i, entry in enumerate(entries) if entry.startswith(tlog.KEY_CERTIFICATE_HEADER)]
+
+
 async def assert_extends(log_store: LogStore, old: note.Checkpoint, new: note.Checkpoint) -> None:
     from execution_proof.transparency.tiles import TileReader
 
@@ -175,9 +212,9 @@ async def queued(store: Store) -> int:
 
 
 async def test_receipts_reach_the_log_and_their_proofs_verify(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
-    client = log_app(store, log_store, keyring, signer).asgi_client
+    client = log_app(store, log_store, receipt_root, signer).asgi_client
     worker = await integrator(store, log_store, signer)
     # A new log publishes its empty tree at once.
     empty = await served(client, signer)
@@ -199,13 +236,14 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     long_wait = await create(client, keys_[0], "long-wait", Prefer="wait=" + "9" * 5000)
     assert long_wait["log"]["status"] == "pending"
     receipts.append(long_wait["receipt"])
-    assert await store.log_queue.log_pending(IDENTITY) == 41
-    assert await worker.step(force=True) == 41
+    size = 41 + KEY_ENTRIES  # and the app's key certificate
+    assert await store.log_queue.log_pending(IDENTITY) == size
+    assert await worker.step(force=True) == size
     assert await store.log_queue.log_pending(IDENTITY) == 0
     checkpoint = await published(log_store, signer)
-    assert checkpoint.size == 41 and checkpoint.origin == ORIGIN
+    assert checkpoint.size == size and checkpoint.origin == ORIGIN
     indices = [await check_proof(client, signer, r) for r in receipts]
-    assert sorted(indices) == list(range(41))
+    assert sorted(indices + await certificate_indices(log_store, size)) == list(range(size))
     # Each project's receipts are in the log in their chain order.
     for project in {r["project_id"] for r in receipts}:
         mine = [i for i, r in zip(indices, receipts, strict=True) if r["project_id"] == project]
@@ -214,7 +252,7 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     again = await create(client, keys_[0], "r0")
     assert again["idempotency"]["hit"] is True
     assert await worker.step(force=True) == 0
-    assert (await published(log_store, signer)).size == 41
+    assert (await published(log_store, signer)).size == size
     _, described = await client.get("/v1/log")
     assert described.json == {
         "origin": ORIGIN,
@@ -228,47 +266,49 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     assert described.headers["access-control-allow-origin"] == "*"
     # Nothing of the log is left in Redis but the sizes and the indices.
     assert await queued(store) == 0
-    assert await store.log_queue.log_size(IDENTITY) == 41
+    assert await store.log_queue.log_size(IDENTITY) == size
     assert [name async for name in store.client.scan_iter(match="lt:*")] == []
 
 
 async def test_the_tiles_url_is_where_outsiders_read_the_log(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     await integrator(store, log_store, signer)
-    configured = log_app(store, log_store, keyring, signer, log_public_url="https://cdn.example/log/").asgi_client
+    configured = log_app(store, log_store, receipt_root, signer, log_public_url="https://cdn.example/log/").asgi_client
     _, described = await configured.get("/v1/log")
     assert described.json["tiles_url"] == "https://cdn.example/log/"
-    plain = log_app(store, log_store, keyring, signer).asgi_client
+    plain = log_app(store, log_store, receipt_root, signer).asgi_client
     request, described = await plain.get("/v1/log", headers={"Host": "eps.example:8443"})
     assert described.json["tiles_url"] == f"{request.scheme}://eps.example:8443/v1/log/"
 
 
 async def test_the_published_directory_is_a_log_tlog_scales_reads(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
     """An implementation nobody here wrote (tlog-scales) reads the store's directory as it
     lies on disk (what any static web server serves), and the service's routes: same
     checkpoint, root and proofs, and our signature verifies."""
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="scales", plan="pro")
     worker = await integrator(store, log_store, signer)
     receipts = []
     old: note.Checkpoint | None = None
-    for batch, count in enumerate((300, 1, 255)):
+    for batch, count in enumerate((300 - KEY_ENTRIES, 1, 255)):  # with the app's key certificate: 556
         receipts += await issue(app, key, [f"b{batch}-{n}" for n in range(count)])
         await worker.step(force=True)
         old = old or await published(log_store, signer)
     assert old is not None
     checkpoint = await published(log_store, signer)
     assert checkpoint.size == 556
+    certificates = await certificate_indices(log_store, 556)
+    assert len(certificates) == KEY_ENTRIES
     reader = TilesReader(LocalBackend(tmp_path / "log"))
     theirs = reader.get_checkpoint()
     theirs.verify(Vkey.from_string(signer.verifier.encode()))  # raises unless our signature verifies
     assert theirs.size == 556 and theirs.root_hash == checkpoint.root
     assert reader.calculate_root_hash() == checkpoint.root
-    for index in (0, 255, 256, 299, 300, 555):
+    for index in sorted({0, 1, 255, 256, 299, 300, 555} - set(certificates)):
         assert reader.get_entry(index) in {tlog.entry_bytes(r) for r in receipts}
         proof = reader.get_inclusion_proof(index, 556)
         _, response = await client.get(
@@ -289,13 +329,13 @@ async def test_the_published_directory_is_a_log_tlog_scales_reads(
 
 
 async def test_partial_tiles_go_once_full_and_older_widths_are_still_served(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="partials", plan="pro")
     worker = await integrator(store, log_store, signer)
-    for count in (3, 4, 300):
+    for count in (3 - KEY_ENTRIES, 4, 300):  # and the app's key certificate, in the first step
         await issue(app, key, [f"p{count}-{n}" for n in range(count)])
         await worker.step(force=True)
     # Widths 3 and 7 of tile 0 were published, then the tile filled: only the full one is left.
@@ -309,12 +349,12 @@ async def test_partial_tiles_go_once_full_and_older_widths_are_still_served(
 
 
 async def test_tile_routes_refuse_what_is_not_published(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
-    client = log_app(store, log_store, keyring, signer).asgi_client
+    client = log_app(store, log_store, receipt_root, signer).asgi_client
     key = await create_project_key(store.keys, project_name="tiles", plan="pro")
     worker = await integrator(store, log_store, signer)
-    for n in range(5):
+    for n in range(5 - KEY_ENTRIES):  # and the app's key certificate: 5 entries
         await create(client, key, f"t{n}")
     await worker.step(force=True)
     _, ok = await client.get("/v1/log/tile/0/000.p/5")
@@ -332,14 +372,14 @@ async def test_tile_routes_refuse_what_is_not_published(
 
 
 async def test_tiles_have_their_own_generous_limit(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     """An honest monitor reads many tiles: they count against ``log_tiles``, never against
     the public-key limit the checkpoint and proofs share."""
     limits = {"ip_per_minute": {"public_key": 2, "log_tiles": 50}}
     noon = 1_790_000_000_000 // 60_000 * 60_000 + 30_000  # mid-minute, and it stays there: one window
     client = log_app(
-        store, log_store, keyring, signer, clock_ms=lambda: noon, limits=load_limits(orjson.dumps(limits))
+        store, log_store, receipt_root, signer, clock_ms=lambda: noon, limits=load_limits(orjson.dumps(limits))
     ).asgi_client
     key = await create_project_key(store.keys, project_name="tile-limit", plan="pro")
     worker = await integrator(store, log_store, signer)
@@ -357,9 +397,9 @@ async def test_tiles_have_their_own_generous_limit(
 
 
 async def test_without_a_log_key_the_log_routes_answer_503_and_creates_are_unchanged(
-    store: Store, log_store: LogStore, keyring: Any
+    store: Store, log_store: LogStore, receipt_root: str
 ) -> None:
-    client = log_app(store, log_store, keyring, None).asgi_client
+    client = log_app(store, log_store, receipt_root, None).asgi_client
     key = await create_project_key(store.keys, project_name="nolog", plan="pro")
     body = await create(client, key, "x")
     assert "log" not in body
@@ -377,9 +417,9 @@ async def test_without_a_log_key_the_log_routes_answer_503_and_creates_are_uncha
 
 
 async def test_prefer_wait_returns_the_proof_once_a_checkpoint_covers_the_receipt(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
-    client = log_app(store, log_store, keyring, signer).asgi_client
+    client = log_app(store, log_store, receipt_root, signer).asgi_client
     key = await create_project_key(store.keys, project_name="wait", plan="pro")
     worker = await integrator(store, log_store, signer, interval_s=0.05)
     stop = asyncio.Event()
@@ -398,7 +438,7 @@ async def test_prefer_wait_returns_the_proof_once_a_checkpoint_covers_the_receip
 
 
 async def test_a_waiting_create_whose_wait_meets_an_outage_answers_201_pending(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, monkeypatch: pytest.MonkeyPatch
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Redis (or the log store) failing while a ``Prefer: wait`` create waits for its proof:
     the receipt is issued, so the answer is its 201 with the pending form, not a 503 that
@@ -411,7 +451,7 @@ async def test_a_waiting_create_whose_wait_meets_an_outage_answers_201_pending(
         raise StoreUnavailable("the receipt store is unreachable; try again shortly")
 
     monkeypatch.setattr(LogService, "wait_for_proof", outage)
-    client = log_app(store, log_store, keyring, signer).asgi_client
+    client = log_app(store, log_store, receipt_root, signer).asgi_client
     key = await create_project_key(store.keys, project_name="wait-outage", plan="pro")
     body = await create(client, key, "w", Prefer="wait=5")
     assert body["log"] == {"status": "pending", "proof_url": f"/v1/receipts/{body['receipt']['receipt_id']}/log-proof"}
@@ -445,9 +485,9 @@ the tree state and Redis to agree); every point runs under ``slow``."""
     "point", [pytest.param(step, marks=() if step in INNER_LOOP_STEPS else pytest.mark.slow) for step in BATCH_STEPS]
 )
 async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, point: str
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, point: str
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     key_a = await create_project_key(store.keys, project_name="crash-a", plan="pro")
     key_b = await create_project_key(store.keys, project_name="crash-b", plan="pro")
     worker = await integrator(store, log_store, signer)
@@ -469,23 +509,24 @@ async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
     await successor.step(force=True)  # finishes the batch
     await successor.step(force=True)  # nothing left
     after = await published(log_store, signer)
-    assert after.size == 306, "every entry exactly once"
+    size = 306 + KEY_ENTRIES  # and the app's key certificate
+    assert after.size == size, "every entry exactly once"
     await assert_extends(log_store, before, after)
-    indices = sorted([await proof_index(app, signer, r) for r in first + second])
-    assert indices == list(range(306))
+    indices = [await proof_index(app, signer, r) for r in first + second]
+    assert sorted(indices + await certificate_indices(log_store, size)) == list(range(size))
     assert await queued(store) == 0
     assert await store.log_queue.log_pending(IDENTITY) == 0
-    entries = await log_entries(log_store, 306)
-    assert len({tlog.LogEntry.parse(e).receipt_id for e in entries}) == 306
+    assert len(set(receipt_ids(await log_entries(log_store, size)))) == 306
     assert await log_store.staging_names() == []
 
 
 async def test_racing_integrators_never_fork_and_lose_nothing(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     keys_ = [await create_project_key(store.keys, project_name=f"race-{i}", plan="pro") for i in range(4)]
     rivals = [await integrator(store, log_store, signer), await integrator(store, log_store, signer)]
+    await started(app)  # once, before the creates race
     seen: list[note.Checkpoint] = []
     receipts: list[dict[str, Any]] = []
     for round_ in range(12):
@@ -501,19 +542,20 @@ async def test_racing_integrators_never_fork_and_lose_nothing(
         await rival.step(force=True)
         await rival.step(force=True)
     final = await published(log_store, signer)
-    assert final.size == len(receipts) == 252
+    assert final.size == len(receipts) + KEY_ENTRIES == 252 + KEY_ENTRIES
     for old in seen:
         await assert_extends(log_store, old, final)
-    assert sorted([await proof_index(app, signer, r) for r in receipts]) == list(range(252))
+    indices = [await proof_index(app, signer, r) for r in receipts]
+    assert sorted(indices + await certificate_indices(log_store, final.size)) == list(range(final.size))
 
 
 async def test_lost_tiles_refuse_to_extend_instead_of_signing_a_fork(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     key = await create_project_key(store.keys, project_name="lost", plan="pro")
     worker = await integrator(store, log_store, signer)
-    await issue(app, key, [f"l{n}" for n in range(10)])
+    await issue(app, key, [f"l{n}" for n in range(10 - KEY_ENTRIES)])  # and the app's key certificate: 10
     await worker.step(force=True)
     before = await published(log_store, signer)
     (tmp_path / "log/tile/0/000.p/10").unlink()
@@ -534,13 +576,13 @@ async def test_lost_tiles_refuse_to_extend_instead_of_signing_a_fork(
 
 @pytest.mark.slow
 async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     """The fault that forked the Redis-resident log: 100 receipts, a snapshot, 100 more
     (published), Redis restored from the snapshot, the integrator restarted, 100 more. The
     log goes on from 200: no checkpoint that does not extend the last, no receipt id twice,
     and every receipt Redis still has gets a working proof."""
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="restore", plan="pro")
     worker = await integrator(store, log_store, signer)
@@ -551,33 +593,37 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
     second = await issue(app, key, [f"two-{n}" for n in range(100)])
     await worker.step(force=True)
     at_200 = await published(log_store, signer)
-    assert at_200.size == 200
+    assert at_200.size == 200 + KEY_ENTRIES  # and the app's key certificate
     await store.client.flushall()
     for name, value in snapshot.items():
         await store.client.restore(name, 0, value)
-    assert await store.log_queue.log_size(IDENTITY) == 0 and await queued(store) == 100
+    assert await store.log_queue.log_size(IDENTITY) == 0 and await queued(store) == 100 + KEY_ENTRIES
     restarted = await integrator(store, log_store, signer)
     third = await issue(app, key, [f"three-{n}" for n in range(100)])
     await restarted.step(force=True)
     await restarted.step(force=True)
     final = await published(log_store, signer)
-    assert final.size == 300
+    assert final.size == 300 + KEY_ENTRIES
     await assert_extends(log_store, at_200, final)
     entries = await log_entries(log_store, final.size)
-    ids = [tlog.LogEntry.parse(e).receipt_id for e in entries]
+    ids = receipt_ids(entries)
     assert len(ids) == len(set(ids)) == 300
+    assert len(await certificate_indices(log_store, final.size)) == KEY_ENTRIES, "the certificate once"
+    at_index = [
+        None if e.startswith(tlog.KEY_CERTIFICATE_HEADER) else tlog.LogEntry.parse(e).receipt_id for e in entries
+    ]
     # Receipts Redis still holds (the first 100, restored; the last 100) prove their place.
     for receipt in first + third:
-        assert ids[await check_proof(client, signer, receipt)] == receipt["receipt_id"]
+        assert at_index[await check_proof(client, signer, receipt)] == receipt["receipt_id"]
     # The second 100 are gone from Redis, not from the log.
     assert {r["receipt_id"] for r in second} <= set(ids)
     assert await queued(store) == 0 and await store.log_queue.log_pending(IDENTITY) == 0
 
 
 async def test_a_flushed_redis_loses_nothing_the_log_holds(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     key = await create_project_key(store.keys, project_name="flush", plan="pro")
     worker = await integrator(store, log_store, signer)
     before = await issue(app, key, [f"f{n}" for n in range(50)])
@@ -591,14 +637,15 @@ async def test_a_flushed_redis_loses_nothing_the_log_holds(
     await again.step(force=True)
     await worker.step(force=True)  # the old one, whose memory predates the flush, adds nothing
     final = await published(log_store, signer)
-    assert final.size == 70
+    assert final.size == 70 + KEY_ENTRIES  # and the app's key certificate, before the flush
     await assert_extends(log_store, at_50, final)
-    ids = [tlog.LogEntry.parse(e).receipt_id for e in await log_entries(log_store, 70)]
+    assert len(await certificate_indices(log_store, final.size)) == KEY_ENTRIES
+    ids = receipt_ids(await log_entries(log_store, final.size))
     assert ids == [r["receipt_id"] for r in before] + [r["receipt_id"] for r in after]
 
 
 async def test_a_store_of_another_log_is_refused_naming_both(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     await integrator(store, log_store, signer)
     other_origin = note.Signer.generate("other.example/v1/log")
@@ -615,9 +662,9 @@ async def test_a_store_of_another_log_is_refused_naming_both(
 
 
 async def test_an_empty_store_beside_a_redis_that_knows_the_log_is_refused(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     key = await create_project_key(store.keys, project_name="lost-store", plan="pro")
     await integrator(store, log_store, signer)
     await issue(app, key, ["queued"])
@@ -642,26 +689,27 @@ async def test_an_empty_store_beside_a_redis_that_knows_the_log_is_refused(
 
 
 async def test_two_logs_on_one_redis_never_share_a_queue(
-    store: Store, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
     other = note.Signer.generate("second.example/v1/log")
     first_store, second_store = LogStore(FileObjects(tmp_path / "a")), LogStore(FileObjects(tmp_path / "b"))
-    app = log_app(store, first_store, keyring, signer)
+    app = log_app(store, first_store, receipt_root, signer)
     key = await create_project_key(store.keys, project_name="two-logs", plan="pro")
     first = await integrator(store, first_store, signer)
     receipts = await issue(app, key, ["only-the-first"])
     second = Integrator(store.log_queue, second_store, LogConfig(other.name, other))
     await second.prepare()
     assert await second.step(force=True) == 0
-    assert await first.step(force=True) == 1
+    assert await first.step(force=True) == 1 + KEY_ENTRIES  # and the app's key certificate
     assert (await published(second_store, other)).size == 0
-    assert await proof_index(app, signer, receipts[0]) == 0
+    assert await proof_index(app, signer, receipts[0]) in (0, 1)
 
 
 async def test_backpressure_refuses_creates_without_using_quota(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
-    client = log_app(store, log_store, keyring, signer, log_max_pending=3).asgi_client
+    # Room for three receipts besides the app's key certificate.
+    client = log_app(store, log_store, receipt_root, signer, log_max_pending=3 + KEY_ENTRIES).asgi_client
     key = await create_project_key(store.keys, project_name="backlog", plan="free")
     worker = await integrator(store, log_store, signer)
     bodies = [await create(client, key, f"b{n}") for n in range(3)]
@@ -678,7 +726,7 @@ async def test_backpressure_refuses_creates_without_using_quota(
     assert abs(month_before.pop("reset_in_seconds") - month_after.pop("reset_in_seconds")) <= 5
     assert month_after == month_before
     assert usage_after.json["minute"]["used"] == usage_before.json["minute"]["used"]
-    assert await store.log_queue.log_pending(IDENTITY) == 3
+    assert await store.log_queue.log_pending(IDENTITY) == 3 + KEY_ENTRIES
     # A replay of a receipt that exists still answers.
     replay = await create(client, key, "b0")
     assert replay["idempotency"]["hit"] is True and replay["receipt"] == bodies[0]["receipt"]
@@ -688,7 +736,7 @@ async def test_backpressure_refuses_creates_without_using_quota(
 
 
 async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
     """A witness answering 422 (or 409 with a larger tree) shows a history signed with our
     key that is not ours: nothing more is signed, creates go on, /health and /metrics say
@@ -716,7 +764,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
     witness = Cosigner.generate("witness.example")
     with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
         policy = parse_policy(f"log {signer.verifier.encode()}\nwitness w {witness.key.encode()} {url}\nquorum w\n")
-        app = log_app(store, log_store, keyring, signer, log_policy=policy, metrics_token="t0ken")
+        app = log_app(store, log_store, receipt_root, signer, log_policy=policy, metrics_token="t0ken")
         client = app.asgi_client
         key = await create_project_key(store.keys, project_name="halt", plan="pro")
         worker = await integrator(store, log_store, signer, policy=policy, witness_timeout_ms=2000)
@@ -744,7 +792,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
         assert restarted.witnesses is not None
         restarted.witnesses.jitter = lambda: 0.0
         await restarted.step(force=True)
-        assert (await published(log_store, signer)).size == 2
+        assert (await published(log_store, signer)).size == 2 + KEY_ENTRIES
         app.ctx.services.log._state = (-1e9, "halted")  # forget the cached answer
         _, health = await client.get("/health")
         assert health.json["log"] == "ok"
@@ -756,7 +804,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
         assert halted is not None and halted["evidence"]["status"] == 409 and halted["evidence"]["size"] == 99
 
 
-async def test_the_dirty_set_forgets_empty_projects_but_never_a_queued_entry(store: Store, keyring: Any) -> None:
+async def test_the_dirty_set_forgets_empty_projects_but_never_a_queued_entry(store: Store, receipt_root: str) -> None:
     key = await create_project_key(store.keys, project_name="dirty", plan="pro")
     project = key["project_id"]
     dirty = keys.log_dirty_key(IDENTITY)
@@ -806,7 +854,7 @@ def test_the_log_verbs_need_only_log_store(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_forks_nothing(
-    keyring: Any, signer: note.Signer, log_store: LogStore
+    receipt_root: str, signer: note.Signer, log_store: LogStore
 ) -> None:
     """kill -9 of a redis-server running appendfsync always, mid-way through the log's life:
     every receipt acknowledged by a 201 before the kill reaches the log after the restart,
@@ -819,7 +867,7 @@ async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_f
     server.start()
     store = Store(aioredis.from_url(server.url))
     try:
-        app = log_app(store, log_store, keyring, signer)
+        app = log_app(store, log_store, receipt_root, signer)
         key = await create_project_key(store.keys, project_name="restart", plan="pro")
         worker = await integrator(store, log_store, signer)
         before_kill = await issue(app, key, [f"k{n}" for n in range(300)])
@@ -834,31 +882,31 @@ async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_f
         after = await issue(app, key, [f"a{n}" for n in range(5)])
         await worker.step(force=True)
         final = await published(log_store, signer)
-        assert final.size == 345
+        assert final.size == 345 + KEY_ENTRIES  # and the app's key certificate
         await assert_extends(log_store, first, final)
-        assert sorted([await proof_index(app, signer, r) for r in before_kill + after]) == list(range(345))
+        indices = [await proof_index(app, signer, r) for r in before_kill + after]
+        assert sorted(indices + await certificate_indices(log_store, final.size)) == list(range(final.size))
     finally:
         await store.close()
         server.cleanup()
 
 
 async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps_its_entry(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     import time
 
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="sweep", plan="pro")
     worker = await integrator(store, log_store, signer)
     receipts = await issue(app, key, [f"s{n}" for n in range(4)])
     await worker.step(force=True)
-    assert (
-        await store.log_queue.log_index(
-            IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]
-        )
-        == 0
-    )
+    size = 4 + KEY_ENTRIES  # and the app's key certificate
+    entries = await log_entries(log_store, size)
+    assert await store.log_queue.log_index(
+        IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]
+    ) == entries.index(tlog.entry_bytes(receipts[0]))
     summary = await store.retention.expire_receipts(int(time.time() * 1000) + 86_400_000)
     assert summary["receipts"] == 4
     assert (
@@ -869,15 +917,16 @@ async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps
     )
     _, gone = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/log-proof")
     assert gone.status == 404
-    assert (await published(log_store, signer)).size == 4
-    _, bundle = await client.get("/v1/log/tile/entries/000.p/4")
-    assert tlog.split_bundle(bundle.body) == [tlog.entry_bytes(r) for r in receipts]
+    assert (await published(log_store, signer)).size == size
+    _, bundle = await client.get(f"/v1/log/tile/entries/000.p/{size}")
+    assert tlog.split_bundle(bundle.body) == entries
+    assert receipt_ids(entries) == [r["receipt_id"] for r in receipts]
 
 
 async def test_a_deleted_receipt_takes_its_log_index_with_it(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     key = await create_project_key(store.keys, project_name="delete", plan="pro")
     worker = await integrator(store, log_store, signer)
     [receipt] = await issue(app, key, ["gone"])
@@ -888,16 +937,16 @@ async def test_a_deleted_receipt_takes_its_log_index_with_it(
         await store.log_queue.log_index(IDENTITY, key["project_id"], receipt["receipt_id"], receipt["receipt_hash"])
         is None
     )
-    assert (await published(log_store, signer)).size == 1
+    assert (await published(log_store, signer)).size == 1 + KEY_ENTRIES  # the log keeps the entry
 
 
 async def test_head_answers_every_log_route_like_get_without_a_body_and_counts_alike(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     """docs/log.md, "Routes": HEAD on every route of the log's table answers as GET (status and
     headers), with no body, and takes one from the same limit. (Content-Length over real HTTP:
     tests/test_log_operator_faults.py.)"""
-    client = log_app(store, log_store, keyring, signer).asgi_client
+    client = log_app(store, log_store, receipt_root, signer).asgi_client
     key = await create_project_key(store.keys, project_name="head", plan="pro")
     worker = await integrator(store, log_store, signer)
     receipt = (await create(client, key, "head"))["receipt"]
@@ -923,24 +972,24 @@ async def test_head_answers_every_log_route_like_get_without_a_body_and_counts_a
 
 
 async def test_a_receipt_of_another_log_or_of_none_is_not_in_this_log(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
     """A new origin on the same Redis is a new log: the old log's receipts answer 404
     ``not_in_log`` on their log-proof and bundle (never a proof that does not verify), are
     never queued into the new log, and a replay of one is still a 200 whose ``log`` is the
     pending form. A receipt issued while the service ran without a log is not in it either."""
-    old_client = log_app(store, log_store, keyring, signer).asgi_client
+    old_client = log_app(store, log_store, receipt_root, signer).asgi_client
     key = await create_project_key(store.keys, project_name="new-origin", plan="pro")
     old_worker = await integrator(store, log_store, signer)
     old = (await create(old_client, key, "old"))["receipt"]
     await old_worker.step(force=True)
     await check_proof(old_client, signer, old)
-    plain = (await create(log_app(store, log_store, keyring, None).asgi_client, key, "no-log"))["receipt"]
+    plain = (await create(log_app(store, log_store, receipt_root, None).asgi_client, key, "no-log"))["receipt"]
 
     other = note.Signer.generate("elsewhere.example/v1/log")
     new_store = LogStore(FileObjects(tmp_path / "new-log"))
     config = Settings(
-        redis_url="redis://injected-by-tests", keyring=keyring, env="test", log_origin=other.name, log_signer=other,
+        redis_url="redis://injected-by-tests", receipt_root=receipt_root, env="test", log_origin=other.name, log_signer=other,
         limits=load_limits(orjson.dumps(RAISED_LIMITS)),
     )  # fmt: skip
     new_app = create_app(config, store=store, log_store=new_store)
@@ -959,25 +1008,33 @@ async def test_a_receipt_of_another_log_or_of_none_is_not_in_this_log(
     _, proof = await client.get(f"/v1/receipts/{fresh['receipt_id']}/log-proof")
     assert proof.status == 200
     checkpoint = await published(new_store, other)
-    assert checkpoint.size == 1, "the old log's receipt was queued into the new log"
+    assert checkpoint.size == 1 + KEY_ENTRIES, "the old log's receipt was queued into the new log"
+    assert receipt_ids(await log_entries(new_store, checkpoint.size)) == [fresh["receipt_id"]]
     # The old log still proves its own receipt.
     await check_proof(old_client, signer, old)
 
 
 async def test_a_proof_is_checked_before_it_is_served(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     """An index in Redis that names another entry (a Redis of another deployment with the
     same log's key, say) gives 404 ``not_in_log``, not a proof that fails to verify."""
-    client = log_app(store, log_store, keyring, signer).asgi_client
+    client = log_app(store, log_store, receipt_root, signer).asgi_client
     key = await create_project_key(store.keys, project_name="leaf", plan="pro")
     worker = await integrator(store, log_store, signer)
     first = (await create(client, key, "first"))["receipt"]
     second = (await create(client, key, "second"))["receipt"]
     await worker.step(force=True)
-    # Swap the two receipts' recorded indices.
+    # Swap the two receipts' recorded indices (the tree also holds the app's key certificate).
+    size = 2 + KEY_ENTRIES
+    entries = await log_entries(log_store, size)
+    at_first, at_second = entries.index(tlog.entry_bytes(first)), entries.index(tlog.entry_bytes(second))
     await store.log_queue.log_ack(
-        IDENTITY, key["project_id"], 2, 2, [(tlog.entry_bytes(first), 1), (tlog.entry_bytes(second), 0)]
+        IDENTITY,
+        key["project_id"],
+        size,
+        size,
+        [(tlog.entry_bytes(first), at_second), (tlog.entry_bytes(second), at_first)],
     )
     for receipt in (first, second):
         _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}/log-proof")
@@ -985,13 +1042,13 @@ async def test_a_proof_is_checked_before_it_is_served(
 
 
 async def test_health_counts_a_stall_from_one_moment_in_every_web_process(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     """No integrator has marked its progress on this Redis (none ran yet): two web processes,
     the second asked for the first time once entries have waited ``LOG_STALL_S`` since the
     first saw them, both say ``stalled`` (the first set the mark; each used to count from
     when it was first asked, and the second said ``ok`` for ``LOG_STALL_S`` more)."""
-    first, second = (log_app(store, log_store, keyring, signer, log_stall_s=0.3) for _ in range(2))
+    first, second = (log_app(store, log_store, receipt_root, signer, log_stall_s=0.3) for _ in range(2))
     key = await create_project_key(store.keys, project_name="stall-clock", plan="pro")
     await integrator(store, log_store, signer)  # creates the log; marks no progress
     await create(first.asgi_client, key, "waits")
@@ -1004,7 +1061,7 @@ async def test_health_counts_a_stall_from_one_moment_in_every_web_process(
 
 
 async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
 ) -> None:
     """``/health``: ``ok`` while the log keeps up; ``stalled`` once the oldest entry waiting in
     Redis is older than ``LOG_STALL_S`` and nothing was published for as long (by the
@@ -1014,7 +1071,7 @@ async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     # below by setting the progress mark to 0 and the clock back, not by waiting.
     now_ms = int(time.time() * 1000)
     clock = Clock(now_ms)
-    app = log_app(store, log_store, keyring, signer, clock_ms=clock, log_stall_s=5)
+    app = log_app(store, log_store, receipt_root, signer, clock_ms=clock, log_stall_s=5)
     client = app.asgi_client
     service = app.ctx.services.log
     key = await create_project_key(store.keys, project_name="stall", plan="pro")
@@ -1034,6 +1091,7 @@ async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     await store.client.set(keys.log_progress_key(IDENTITY), 0)  # no integrator for a long time
     assert await health() == "ok", "a fresh entry is not a stall, however long no integrator ran"
     clock.set(now_ms - 60_000)
+    await keys_at_the_clock(app.ctx.services.receipt_keys)  # a key for a minute ago
     await create(client, older, "waited")  # its receipt was made a minute ago: it has waited that long
     clock.set(now_ms)
     assert await health() == "stalled"

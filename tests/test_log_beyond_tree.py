@@ -36,7 +36,7 @@ from execution_proof.kv.store import Store
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tiles import TileReader, check_tree
 from tests.log_stack import files_beyond
-from tests.test_log import ORIGIN, SIGNER, CrashAt, assert_extends, issue, log_app, published
+from tests.test_log import KEY_ENTRIES, ORIGIN, SIGNER, CrashAt, assert_extends, issue, log_app, published
 from tests.test_log_fencing import Paused, Site, restore, snapshot
 from tests.test_log_fencing import site as site
 from tests.test_log_store_s3 import fresh_prefix, moto, s3_env, s3_objects  # noqa: F401
@@ -95,7 +95,9 @@ class Place:
 
 
 @pytest.fixture(params=BACKENDS)
-async def place(request: pytest.FixtureRequest, store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Place]:
+async def place(
+    request: pytest.FixtureRequest, store: Store, tmp_path: Path, receipt_root: str
+) -> AsyncIterator[Place]:
     objects: ObjectStore
     if request.param == "file":
         objects = FileObjects(tmp_path / "log")
@@ -106,7 +108,7 @@ async def place(request: pytest.FixtureRequest, store: Store, tmp_path: Path, ke
         objects = s3_objects(fresh_prefix("beyond"))
     counting = Counting(objects)
     log_store = LogStore(counting)
-    yield Place(store, log_store, counting, log_app(store, log_store, keyring, SIGNER), request.param)
+    yield Place(store, log_store, counting, log_app(store, log_store, receipt_root, SIGNER), request.param)
     await log_store.close()
 
 
@@ -177,7 +179,7 @@ async def test_a_file_beyond_the_tree_is_refused_naming_it(place: Place, kind: s
     checkpoint still 300. ``log resume`` alone halts again: the file is still there."""
     key = await create_project_key(place.store.keys, project_name="beyond", plan="pro")
     running = await integrator(place)
-    await grow(place, running, key, [f"b{n}" for n in range(300)])
+    await grow(place, running, key, [f"b{n}" for n in range(300 - KEY_ENTRIES)])  # and the app's key certificate
     name, length = PLANTED[kind]
     assert await find_evidence_beyond(place.log_store, 300) is None
     await place.log_store.objects.write(name, os.urandom(length))
@@ -207,7 +209,7 @@ async def test_files_at_or_below_the_tree_are_not_evidence(place: Place) -> None
     "Fencing"), and narrower partials of the edge, are at or below the tree: the log goes on."""
     key = await create_project_key(place.store.keys, project_name="below", plan="pro")
     worker = await integrator(place)
-    await grow(place, worker, key, [f"b{n}" for n in range(300)])
+    await grow(place, worker, key, [f"b{n}" for n in range(300 - KEY_ENTRIES)])  # and the app's key certificate
     full = await place.log_store.fetch("tile/0/000")
     edge = await place.log_store.fetch("tile/0/001.p/44")
     assert full is not None and edge is not None
@@ -228,7 +230,9 @@ async def test_the_staged_batchs_own_files_are_not_evidence_and_it_is_finished(p
     up to 80): the next one, finding the tree state naming that batch, writes them again and
     goes on, neither refusing nor halting."""
     key = await create_project_key(place.store.keys, project_name="staged", plan="pro")
-    await grow(place, await integrator(place), key, [f"s{n}" for n in range(50)])
+    await grow(
+        place, await integrator(place), key, [f"s{n}" for n in range(50 - KEY_ENTRIES)]
+    )  # and the key certificate
     before = await published(place.log_store, SIGNER)
     await issue(place.app, key, [f"t{n}" for n in range(30)])
     with pytest.raises(BaseException, match=point):
@@ -260,7 +264,7 @@ async def test_a_stale_integrator_that_meets_the_current_trees_files_goes_back_t
     key = await create_project_key(site.store.keys, project_name="stale", plan="pro")
     first = Integrator(site.store.log_queue, site.log_store, LogConfig(ORIGIN, SIGNER))
     await first.prepare()
-    await issue(site.app, key, [f"a{n}" for n in range(10)])
+    await issue(site.app, key, [f"a{n}" for n in range(10 - KEY_ENTRIES)])  # and the app's key certificate
     await first.step(force=True)
     await issue(site.app, key, [f"b{n}" for n in range(20)])
     paused = Paused(site, "batch").start()
@@ -300,7 +304,7 @@ async def test_a_backup_copied_over_the_live_store_is_refused_until_the_store_is
     new tree does not extend them: what a whole-store rollback costs)."""
     key = await create_project_key(place.store.keys, project_name="copy", plan="pro")
     worker = await integrator(place)
-    await grow(place, worker, key, [f"c{n}" for n in range(50)])
+    await grow(place, worker, key, [f"c{n}" for n in range(50 - KEY_ENTRIES)])  # and the app's key certificate
     at_50 = await published(place.log_store, SIGNER)
     objects = place.log_store.objects
     backup = {name: await place.log_store.fetch(name) for name in await objects.names("")}
@@ -354,7 +358,7 @@ async def test_moving_the_newer_files_aside_and_resuming_lets_the_log_go_on(plac
     runs ``log resume``: the log goes on from 50."""
     key = await create_project_key(place.store.keys, project_name="aside", plan="pro")
     worker = await integrator(place)
-    await grow(place, worker, key, [f"c{n}" for n in range(50)])
+    await grow(place, worker, key, [f"c{n}" for n in range(50 - KEY_ENTRIES)])  # and the app's key certificate
     objects = place.log_store.objects
     saved = {name: await objects.read(name) for name in [".state/tree", "checkpoint"]}
     redis_at_50 = await snapshot(place.store)
@@ -401,8 +405,8 @@ async def test_the_store_calls_per_staging_are_a_handful_whatever_the_size(
     monkeypatch.setattr(log_evidence, "find_evidence_beyond", counted)
     key = await create_project_key(place.store.keys, project_name="cost", plan="pro")
     worker = await integrator(place)
-    for count in (20, 280, 300):
-        await grow(place, worker, key, [f"k{count}-{n}" for n in range(count)])
+    for count in (20, 280, 300):  # the first 20 entries hold the app's key certificate
+        await grow(place, worker, key, [f"k{count}-{n}" for n in range(count - (KEY_ENTRIES if count == 20 else 0))])
     assert (await published(place.log_store, SIGNER)).size == 600
     sizes = [size for size, _ in looks]
     assert sizes == [0, 0, 20, 300], sizes  # at load, then before each of the three stagings

@@ -17,7 +17,7 @@ from execution_proof.kv.store import Store
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.cosignature import Cosigner
 from execution_proof.transparency.policy import parse_policy
-from tests.test_log import ORIGIN, integrator, issue, log_app
+from tests.test_log import KEY_ENTRIES, ORIGIN, integrator, issue, log_app
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +39,11 @@ class Log:
         self.receipts: list[dict[str, Any]] = []
 
     async def grow(self, count: int) -> str:
-        """``count`` more receipts, sequenced and published: the signed checkpoint."""
+        """``count`` more entries, sequenced and published: the signed checkpoint. They are
+        receipts, but for the app's key certificate in the first batch (the app starts then)."""
         key = await create_project_key(self.store.keys, project_name=f"p{len(self.receipts)}", plan="pro")
         worker = await integrator(self.store, self.log_store, self.signer)
+        count -= 0 if self.receipts else KEY_ENTRIES
         self.receipts += await issue(self.app, key, [f"r{len(self.receipts) + n}" for n in range(count)])
         await worker.step(force=True)
         raw = await self.log_store.checkpoint()
@@ -73,9 +75,9 @@ def policy_of(signer: note.Signer, witness: Cosigner) -> Any:
 
 
 async def test_the_earliest_stamped_checkpoint_that_meets_the_quorum_then_the_newest_that_does(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, witness: Cosigner
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, witness: Cosigner
 ) -> None:
-    app = log_app(store, log_store, keyring, signer, log_policy=policy_of(signer, witness))
+    app = log_app(store, log_store, receipt_root, signer, log_policy=policy_of(signer, witness))
     log = Log(app, store, log_store, signer, witness)
     three = await log.grow(3)
     await log.stamp(three, "tsa-3")  # stamped, but no witness cosigned it
@@ -100,9 +102,9 @@ async def test_the_earliest_stamped_checkpoint_that_meets_the_quorum_then_the_ne
 
 
 async def test_without_a_policy_the_earliest_stamped_checkpoint(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, witness: Cosigner
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, witness: Cosigner
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     log = Log(app, store, log_store, signer, witness)
     await log.stamp(await log.grow(3), "tsa-3")
     await log.stamp(log.cosigned(await log.grow(3)), "tsa-6")
@@ -115,7 +117,7 @@ async def test_without_a_policy_the_earliest_stamped_checkpoint(
 async def test_a_cosignature_ahead_of_the_clock_counts_within_the_skew(
     store: Store,
     log_store: LogStore,
-    keyring: Any,
+    receipt_root: str,
     signer: note.Signer,
     witness: Cosigner,
     skew_s: int,
@@ -123,7 +125,7 @@ async def test_a_cosignature_ahead_of_the_clock_counts_within_the_skew(
     counts: bool,
 ) -> None:
     app = log_app(
-        store, log_store, keyring, signer, log_policy=policy_of(signer, witness), log_cosignature_skew_s=skew_s
+        store, log_store, receipt_root, signer, log_policy=policy_of(signer, witness), log_cosignature_skew_s=skew_s
     )
     log = Log(app, store, log_store, signer, witness)
     await log.stamp(log.cosigned(await log.grow(3), ahead_s), "tsa-3")

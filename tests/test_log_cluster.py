@@ -25,7 +25,7 @@ from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the s
 from tests.conftest import auth, hash_of
 from tests.local_tsa import LocalTsa
 from tests.servers import RAISED_LIMITS
-from tests.test_log import ORIGIN, check_proof, create, ident, integrator, issue, published
+from tests.test_log import KEY_ENTRIES, ORIGIN, check_proof, create, ident, integrator, issue, published
 
 pytestmark = pytest.mark.slow
 
@@ -38,42 +38,45 @@ async def cluster_store(redis_cluster: RedisClusterNodes) -> AsyncIterator[Store
     await store.close()
 
 
-def cluster_app(store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, **settings: Any) -> Any:
+def cluster_app(store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, **settings: Any) -> Any:
     config = Settings(
-        redis_url="redis://injected-by-tests", redis_cluster=True, keyring=keyring, env="test",
+        redis_url="redis://injected-by-tests", redis_cluster=True, receipt_root=receipt_root, env="test",
         limits=load_limits(orjson.dumps(RAISED_LIMITS)), log_origin=ORIGIN, log_signer=signer, **settings,
     )  # fmt: skip
     return create_app(config, store=store, log_store=log_store)
 
 
-async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogStore, keyring: Any) -> None:
+async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogStore, receipt_root: str) -> None:
     signer = note.Signer.generate(ORIGIN)
-    app = cluster_app(cluster_store, log_store, keyring, signer)
+    app = cluster_app(cluster_store, log_store, receipt_root, signer)
     client = app.asgi_client
     worker = await integrator(cluster_store, log_store, signer)
     project_keys = [await create_project_key(cluster_store.keys, project_name=f"cl-{i}", plan="pro") for i in range(6)]
     receipts = [(await create(client, project_keys[0], "over-http"))["receipt"]]
     for n, key in enumerate(project_keys):
         receipts += await issue(app, key, [f"c{n}-{i}" for i in range(100)])
-    assert await cluster_store.log_queue.log_pending(ident(signer)) == 601
-    assert await worker.step(force=True) == 601
+    size = 601 + KEY_ENTRIES  # and the app's key certificate, in the log's own queue (its own slot)
+    assert await cluster_store.log_queue.log_pending(ident(signer)) == size
+    assert await worker.step(force=True) == size
     assert await cluster_store.log_queue.log_pending(ident(signer)) == 0
-    assert await cluster_store.log_queue.log_size(ident(signer)) == 601
+    assert await cluster_store.log_queue.log_size(ident(signer)) == size
     checkpoint = await published(log_store, signer)
-    assert checkpoint.size == 601
+    assert checkpoint.size == size
     for receipt in receipts[::37]:
         await check_proof(client, signer, receipt)
-    _, tile = await client.get("/v1/log/tile/0/002.p/89")
-    assert tile.status == 200 and len(tile.body) == 89 * 32
-    entries = tlog.split_bundle((await client.get("/v1/log/tile/entries/002.p/89"))[1].body)
+    width = size - 512
+    _, tile = await client.get(f"/v1/log/tile/0/002.p/{width}")
+    assert tile.status == 200 and len(tile.body) == width * 32
+    entries = tlog.split_bundle((await client.get(f"/v1/log/tile/entries/002.p/{width}"))[1].body)
     assert [tlog.leaf_hash(e) for e in entries] == tlog.split_tile(tile.body)
 
 
-async def test_backpressure_on_a_cluster(cluster_store: Store, log_store: LogStore, keyring: Any) -> None:
+async def test_backpressure_on_a_cluster(cluster_store: Store, log_store: LogStore, receipt_root: str) -> None:
     """On a Cluster the count of waiting entries is read before the script and counted after
     it (approximate under concurrency): one at a time, it is exact."""
     signer = note.Signer.generate(ORIGIN)
-    client = cluster_app(cluster_store, log_store, keyring, signer, log_max_pending=4).asgi_client
+    # Room for four receipts besides the app's key certificate.
+    client = cluster_app(cluster_store, log_store, receipt_root, signer, log_max_pending=4 + KEY_ENTRIES).asgi_client
     worker = await integrator(cluster_store, log_store, signer)
     key = await create_project_key(cluster_store.keys, project_name="cl-backlog", plan="pro")
     for n in range(4):
@@ -88,15 +91,15 @@ async def test_backpressure_on_a_cluster(cluster_store: Store, log_store: LogSto
 
 
 async def test_time_stamps_are_kept_and_served_on_a_cluster(
-    cluster_store: Store, log_store: LogStore, keyring: Any, tmp_path: Path
+    cluster_store: Store, log_store: LogStore, receipt_root: str, tmp_path: Path
 ) -> None:
     """The stamper claims its interval in the Cluster and keeps its record in the log store."""
     signer = note.Signer.generate(ORIGIN)
-    app = cluster_app(cluster_store, log_store, keyring, signer)
+    app = cluster_app(cluster_store, log_store, receipt_root, signer)
     client = app.asgi_client
     worker = await integrator(cluster_store, log_store, signer)
     key = await create_project_key(cluster_store.keys, project_name="cl-stamped", plan="pro")
-    receipts = await issue(app, key, [f"s{i}" for i in range(5)])
+    receipts = await issue(app, key, [f"s{i}" for i in range(5 - KEY_ENTRIES)])  # and the app's key certificate
     await worker.step(force=True)
     tsa = LocalTsa(tmp_path / "tsa").start()
     try:

@@ -33,7 +33,7 @@ from tests.clock import Clock
 from tests.conftest import hash_of
 from tests.log_stack import WAIT_S, Stack, log_records
 from tests.servers import wait_until
-from tests.test_log import IDENTITY, ORIGIN, SIGNER, issue, log_app, published
+from tests.test_log import IDENTITY, KEY_ENTRIES, ORIGIN, SIGNER, issue, log_app, published
 from tests.test_log_state_files import poll
 
 STALL_S = 5.0
@@ -70,7 +70,7 @@ async def shared(tmp_path: Path) -> Any:
 
 
 async def test_a_standby_behind_another_deployments_lease_warns_once_per_holder(
-    shared: LogStore, keyring: Any, caplog: pytest.LogCaptureFixture
+    shared: LogStore, receipt_root: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Deployment blue's integrator holds the lease. Green's standby says nothing while green's
     entries are younger than ``LOG_STALL_S``; once one is older, it warns once at WARNING (however
@@ -79,7 +79,7 @@ async def test_a_standby_behind_another_deployments_lease_warns_once_per_holder(
     blue, green, red = own_redis(), own_redis(), own_redis()
     now_ms = int(time.time() * 1000)
     clock = Clock(now_ms)
-    green_app = log_app(green, shared, keyring, SIGNER, clock_ms=clock)
+    green_app = log_app(green, shared, receipt_root, SIGNER, clock_ms=clock)
     first = await worker(blue, shared)  # creates the log
     assert await look(first)
     standby = await worker(green, shared)
@@ -126,7 +126,9 @@ async def test_a_standby_behind_another_deployments_lease_warns_once_per_holder(
     assert len(behind_warnings(caplog)) == 2
 
 
-async def test_a_standby_never_marks_progress(shared: LogStore, keyring: Any, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_standby_never_marks_progress(
+    shared: LogStore, receipt_root: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Green's worker runs its loop as a standby behind blue's lease, looking at the lease every
     0.1 s: it warns, and in all its passes it never sets green's progress mark (which
     ``/health`` reads), never touches green's queue and never publishes."""
@@ -135,7 +137,7 @@ async def test_a_standby_never_marks_progress(shared: LogStore, keyring: Any, ca
     first = await worker(blue, shared, lease_ms=60_000)
     assert await look(first)
     key = await create_project_key(green.keys, project_name="behind", plan="pro")
-    await issue(log_app(green, shared, keyring, SIGNER, clock_ms=clock), key, ["a", "b"])
+    await issue(log_app(green, shared, receipt_root, SIGNER, clock_ms=clock), key, ["a", "b"])
     before = await published(shared, SIGNER)
     standby_store = LogStore(FileObjects(Path(shared.url.removeprefix("file://"))))
     looks = 0
@@ -165,7 +167,7 @@ async def test_a_standby_never_marks_progress(shared: LogStore, keyring: Any, ca
 
 
 async def test_health_judges_a_stall_by_the_oldest_entry_waiting_in_its_own_redis(
-    shared: LogStore, keyring: Any
+    shared: LogStore, receipt_root: str
 ) -> None:
     """Blue's integrator keeps publishing (blue's ``/health`` says ``ok``); green's entries wait
     behind its lease. Green's ``/health``: ``ok`` with no entry, and with fresh ones whatever
@@ -175,8 +177,8 @@ async def test_health_judges_a_stall_by_the_oldest_entry_waiting_in_its_own_redi
     blue, green = own_redis(), own_redis()
     now_ms = int(time.time() * 1000)
     clock = Clock(now_ms)
-    blue_app = log_app(blue, shared, keyring, SIGNER, log_stall_s=STALL_S)
-    green_app = log_app(green, shared, keyring, SIGNER, clock_ms=clock, log_stall_s=STALL_S)
+    blue_app = log_app(blue, shared, receipt_root, SIGNER, log_stall_s=STALL_S)
+    green_app = log_app(green, shared, receipt_root, SIGNER, clock_ms=clock, log_stall_s=STALL_S)
     first = await worker(blue, shared)
     assert await look(first)
     blue_key = await create_project_key(blue.keys, project_name="blue", plan="pro")
@@ -210,21 +212,22 @@ async def test_health_judges_a_stall_by_the_oldest_entry_waiting_in_its_own_redi
     assert await health(green_app) == "stalled"
 
     await issue(blue_app, blue_key, ["blue"])
-    assert await first.step(force=True) == 1  # blue's log goes on, and its integrator marks blue's Redis
-    assert (await published(shared, SIGNER)).size == 1
+    # Blue's log goes on (its receipt and blue's key certificate), and its integrator marks blue's Redis.
+    assert await first.step(force=True) == 1 + KEY_ENTRIES
+    assert (await published(shared, SIGNER)).size == 1 + KEY_ENTRIES
     assert await health(blue_app) == "ok"
     assert await health(green_app) == "stalled"
     assert await green.client.get(keys.log_progress_key(IDENTITY)) == b"0"
 
 
 async def test_the_oldest_waiting_entry_is_the_oldest_queue_head_of_the_dirty_projects(
-    keyring: Any, shared: LogStore
+    receipt_root: str, shared: LogStore
 ) -> None:
     """``log_oldest_waiting_ms``: None with nothing queued; the oldest head among the dirty
     projects' queues; a head that names no receipt (not this format) is passed over."""
     store = own_redis()
     clock = Clock("2026-11-21T10:00:00Z")
-    app = log_app(store, shared, keyring, SIGNER, clock_ms=clock)
+    app = log_app(store, shared, receipt_root, SIGNER, clock_ms=clock)
     queue = store.log_queue
     assert await queue.log_oldest_waiting_ms(IDENTITY) is None
     made = {}

@@ -27,7 +27,7 @@ ORIGIN = "evidence.example/log"
 
 
 @pytest.fixture(scope="module")
-def site(redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def site(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     folder = tmp_path_factory.mktemp("log-evidence")
     signer = note.Signer.generate(ORIGIN)
     import redis
@@ -40,6 +40,7 @@ def site(redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: py
         for name in ("w1", "w2"):
             cosigner = cosignature.Cosigner.generate(f"witness.example/{name}")
             (folder / f"{name}.key").write_text(cosigner.encode() + "\n")
+            (folder / f"{name}.key").chmod(0o600)  # a key file others may read is refused
             process, base = start_witness(folder / f"{name}.key", folder / f"{name}.state", {ORIGIN: signer.verifier})
             witnesses.append(process)
             lines.append(f"witness {name} {cosigner.key.encode()} {base}")
@@ -55,10 +56,10 @@ def site(redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: py
             "LOG_TSA_ROOTS": str(tsa.roots_pem),
             "LOG_STORE": f"file://{folder}/log",
         }
-        worker = WorkerProcess(folder, {"REDIS_URL": redis_server.url, "SIGNING_KEYS": signing_keys_json, **env})
+        worker = WorkerProcess(folder, {"REDIS_URL": redis_server.url, **env})
         try:
             with ServicePool(folder) as pool:
-                service = pool.start(redis_url=redis_server.url, signing_keys=signing_keys_json, env=env)
+                service = pool.start(redis_url=redis_server.url, env=env)
                 key = create_key_cli(redis_server.url, project="evidence", plan="pro")
                 yield {
                     "base": service.base_url,

@@ -115,12 +115,12 @@ def run_crash(stack: Stack, point: str) -> CrashRun:
 
 @pytest.fixture(scope="module")
 def crash_runs(
-    redis_binary: str, signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory
+    redis_binary: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, concurrent.futures.Future[CrashRun]]]:
     """Every crash point's run, each on its own Redis, store and server, all at once: most of
     a run is the killed worker's lease running out (5 s), which the runs spend together."""
     folder = tmp_path_factory.mktemp("crashes")
-    made = {point: Stack(folder / point, redis_binary, signing_keys_json, name=point) for point in CRASH_POINTS}
+    made = {point: Stack(folder / point, redis_binary, name=point) for point in CRASH_POINTS}
     try:
         with concurrent.futures.ThreadPoolExecutor(len(made)) as pool:
             runs = {point: pool.submit(run_crash, stack, point) for point, stack in made.items()}
@@ -450,7 +450,7 @@ def test_a_server_in_embedded_mode_with_another_key_leaves_the_store_untouched(
     untouched = directory_state(stack.store_dir)
     other_key = note.Signer.generate(ORIGIN)
     service = ServiceProcess(
-        tmp_path, redis_url=None, signing_keys=None, env={**stack.env, "LOG_SIGNING_KEY": other_key.encode()}
+        tmp_path, redis_url=None, receipt_root=None, env={**stack.env, "LOG_SIGNING_KEY": other_key.encode()}
     ).start()
     try:
         output = service.stdout() + service.stderr()
@@ -647,13 +647,11 @@ def test_a_witness_showing_a_fork_halts_the_log_across_processes_until_resumed(
 
 
 @pytest.fixture(scope="module")
-def site(
-    redis_binary: str, signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
+def site(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A log of 556 entries grown in three batches (300, 1, 255): full and partial tiles at
     levels 0 and 1, partial bundles; the checkpoints at 0 and 300 kept as files."""
     folder = tmp_path_factory.mktemp("site")
-    stack = Stack(folder / "site", redis_binary, signing_keys_json, name="site")
+    stack = Stack(folder / "site", redis_binary, name="site")
     try:
         stack.start_redis()
         stack.serve()

@@ -37,7 +37,17 @@ from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.store import Store
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import TileReader, check_tree
-from tests.test_log import ORIGIN, SIGNER, CrashAt, assert_extends, issue, log_app, published
+from tests.test_log import (
+    KEY_ENTRIES,
+    ORIGIN,
+    SIGNER,
+    CrashAt,
+    assert_extends,
+    issue,
+    log_app,
+    published,
+    receipt_ids,
+)
 
 BATCH_STEPS = ["batch", "staged", "tiles_half", "tiles", "advanced", "unstaged", "acked_half", "synced", "signed"]
 REDIS_FAULTS = ["none", "flushall", "restore"]
@@ -78,7 +88,7 @@ class Site:
 
 
 @pytest.fixture
-async def site(store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Site]:
+async def site(store: Store, tmp_path: Path, receipt_root: str) -> AsyncIterator[Site]:
     if isinstance(store.client, fakeredis.FakeAsyncRedis):
         server = store.client.connection_pool.connection_kwargs["server"]
 
@@ -92,7 +102,7 @@ async def site(store: Store, tmp_path: Path, keyring: Any) -> AsyncIterator[Site
             return Store(aioredis.from_url(redis_url))
 
     log_store = LogStore(FileObjects(tmp_path / "log"))
-    yield Site(store, log_store, log_app(store, log_store, keyring, SIGNER), open_store, tmp_path / "log")
+    yield Site(store, log_store, log_app(store, log_store, receipt_root, SIGNER), open_store, tmp_path / "log")
     await log_store.close()
 
 
@@ -186,8 +196,10 @@ async def assert_whole(site: Site, history: Published, receipts: list[dict[str, 
         await assert_extends(site.log_store, checkpoint, final)
     entries: list[bytes] = []
     await check_tree(TileReader(site.log_store.fetch), final.size, final.root, lambda _, batch: entries.extend(batch))
-    ids = [tlog.LogEntry.parse(entry).receipt_id for entry in entries]
+    ids = receipt_ids(entries)
     assert len(ids) == len(set(ids)), "a receipt id is in the log twice"
+    certificates = [entry for entry in entries if entry.startswith(tlog.KEY_CERTIFICATE_HEADER)]
+    assert len(certificates) == len(set(certificates)), "a key certificate is in the log twice"
     service = site.app.ctx.services.log
     service._read_at = -1e9  # read the checkpoint afresh
     for receipt in receipts:
@@ -200,7 +212,7 @@ async def assert_whole(site: Site, history: Published, receipts: list[dict[str, 
         tlog.verify_inclusion(
             tlog.leaf_hash(tlog.entry_bytes(receipt)), proof.index, checkpoint.size, proof.path, checkpoint.root
         )
-        assert ids[proof.index] == receipt["receipt_id"]
+        assert tlog.LogEntry.parse(entries[proof.index]).receipt_id == receipt["receipt_id"]
     return final
 
 
@@ -300,7 +312,7 @@ async def test_an_integrator_paused_while_finishing_a_stopped_ones_batch_wakes_b
     assert any("moved under this integrator" in r.getMessage() for r in caplog.records)
     receipts += await grow(site, successor, key, ["after"])
     final = await assert_whole(site, history, receipts)
-    assert final.size == 56
+    assert final.size == 56 + KEY_ENTRIES  # and the app's key certificate
 
 
 @pytest.mark.parametrize("flushed", [False, True])
@@ -313,7 +325,7 @@ async def test_a_tree_state_put_back_with_its_old_bytes_is_refused_by_the_anchor
     written. A fresh integrator refuses the same way."""
     key = await create_project_key(site.store.keys, project_name="rollback", plan="pro")
     active = await integrator(site)
-    await grow(site, active, key, [f"r{n}" for n in range(10)])
+    await grow(site, active, key, [f"r{n}" for n in range(10 - KEY_ENTRIES)])  # and the app's key certificate
     old_tree = (site.directory / ".state/tree").read_bytes()
     await issue(site.app, key, ["queued"])
     paused = Paused(site, "batch").start()  # it has read the tree state of size 10
@@ -348,7 +360,7 @@ async def test_a_creation_cut_short_is_finished_by_the_next_start(site: Site) ->
     assert (await published(site.log_store, SIGNER)).size == 0
     key = await create_project_key(site.store.keys, project_name="created", plan="pro")
     receipts = await grow(site, worker, key, ["one", "two"])
-    assert (await published(site.log_store, SIGNER)).size == 2
+    assert (await published(site.log_store, SIGNER)).size == 2 + KEY_ENTRIES  # and the app's key certificate
     await assert_whole(site, Published(site), receipts)
 
 
@@ -370,7 +382,7 @@ async def test_an_unreadable_checkpoint_is_published_again_and_never_a_500(site:
     client = site.app.asgi_client
     key = await create_project_key(site.store.keys, project_name="truncated", plan="pro")
     worker = await integrator(site)
-    receipts = await grow(site, worker, key, [f"t{n}" for n in range(5)])
+    receipts = await grow(site, worker, key, [f"t{n}" for n in range(5 - KEY_ENTRIES)])  # and the key certificate
     checkpoint_file = site.directory / "checkpoint"
     good = checkpoint_file.read_bytes()
     checkpoint_file.write_bytes(good[: len(good) // 2])
@@ -438,7 +450,7 @@ async def test_temporary_files_a_full_disk_left_are_removed_and_never_left_again
     in_flight.unlink()
     while await worker.step(force=True):
         pass
-    assert (await published(site.log_store, SIGNER)).size == 2
+    assert (await published(site.log_store, SIGNER)).size == 2 + KEY_ENTRIES  # and the app's key certificate
 
 
 def test_pause_helpers_are_honest() -> None:

@@ -351,12 +351,11 @@ two cores; each has its own Redis, store and processes."""
 @dataclass
 class Lane:
     """What one scenario gets: a maker of ``Stack``s (closed when it ends), a folder of its
-    own, Go's checker, the signing keys, and moto's server on demand."""
+    own, Go's checker, and moto's server on demand."""
 
     stacks: Callable[..., Stack]
     tmp_path: Path
     tlogcheck: Path
-    signing_keys: str
     moto: Callable[[], MotoServer]
 
 
@@ -364,7 +363,6 @@ class Lane:
 def runs(
     request: pytest.FixtureRequest,
     redis_binary: str,
-    signing_keys_json: str,
     tlogcheck: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Future[None]]]:
@@ -379,8 +377,8 @@ def runs(
         moto_server.append(request.getfixturevalue("moto"))
 
     def run(name: str, folder: Path) -> None:
-        with stack_maker(folder / "stacks", redis_binary, signing_keys_json) as make:
-            SCENARIOS[name][0](Lane(make, folder, tlogcheck, signing_keys_json, lambda: moto_server[0]))
+        with stack_maker(folder / "stacks", redis_binary) as make:
+            SCENARIOS[name][0](Lane(make, folder, tlogcheck, lambda: moto_server[0]))
 
     with ThreadPoolExecutor(LANES, thread_name_prefix="scenario") as pool:
         futures = {
@@ -875,12 +873,11 @@ def _health_says_stalled_then_ok_and_a_refusal_is_halted_in_every_web_process(la
     stacks = lane.stacks
     tlogcheck = lane.tlogcheck
     tmp_path = lane.tmp_path
-    signing_keys_json = lane.signing_keys
     token = secrets.token_hex(8)
     stack = stacks("health")
     stack.start_redis()
     stack.service = ServiceProcess(
-        stack.folder, workers=2, redis_url=stack.redis_url, signing_keys=signing_keys_json,
+        stack.folder, workers=2, redis_url=stack.redis_url,
         env={**stack.env, "LOG_STALL_S": str(STALL_S), "METRICS_TOKEN": token},
     ).start()  # fmt: skip
     service = stack.service

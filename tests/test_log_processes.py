@@ -28,19 +28,17 @@ ORIGIN = "proc.example/log"
 
 
 @pytest.fixture(scope="module")
-def log_site(
-    redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
+def log_site(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     folder = tmp_path_factory.mktemp("log-processes")
     signer = note.Signer.generate(ORIGIN)
     env = {"LOG_SIGNING_KEY": signer.encode(), "LOG_ORIGIN": ORIGIN, "LOG_STORE": f"file://{folder}/log"}
     import redis
 
     redis.Redis.from_url(redis_server.url).flushall()
-    worker = WorkerProcess(folder, {"REDIS_URL": redis_server.url, "SIGNING_KEYS": signing_keys_json, **env})
+    worker = WorkerProcess(folder, {"REDIS_URL": redis_server.url, **env})
     try:
         with ServicePool(folder) as pool:
-            service = pool.start(redis_url=redis_server.url, signing_keys=signing_keys_json, env=env)
+            service = pool.start(redis_url=redis_server.url, env=env)
             key = create_key_cli(redis_server.url, project="log-processes", plan="pro")
             yield {"base": service.base_url, "key": key, "signer": signer, "folder": folder, "worker": worker}
     finally:
@@ -154,7 +152,7 @@ def test_the_embedded_server_runs_its_own_integrator(tmp_path: Path) -> None:
     tsa = LocalTsa(tmp_path / "tsa").start()
     env = {"LOG_TSA_URLS": tsa.url, "LOG_TSA_INTERVAL_S": "1"}
     with ServicePool(tmp_path) as pool:
-        service = pool.start(redis_url=None, signing_keys=None, env=env)
+        service = pool.start(redis_url=None, receipt_root=None, env=env)
         demo_key = re.search(r"eps_[A-Za-z0-9_-]{43}", service.stdout() + service.stderr())
         assert demo_key is not None, "the embedded server prints a demo key"
         headers = {"Authorization": f"Bearer {demo_key.group(0)}", "Prefer": "wait=10"}

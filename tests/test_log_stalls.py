@@ -613,7 +613,6 @@ def selected(request: pytest.FixtureRequest) -> list[Case]:
 def stall_runs(
     request: pytest.FixtureRequest,
     redis_binary: str,
-    signing_keys_json: str,
     tmp_path_factory: pytest.TempPathFactory,
     tlogcheck: Path,
 ) -> dict[Case, concurrent.futures.Future[StallRun]]:
@@ -642,7 +641,7 @@ def stall_runs(
             env = {"LOG_STORE": f"s3://{BUCKET}/stalls-{secrets.token_hex(4)}", "AWS_ENDPOINT_URL": moto_server.endpoint,
                    "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
                    **dict.fromkeys(FOREIGN_VARIABLES)}  # fmt: skip
-        stack = Stack(folder / name, redis_binary, signing_keys_json, env, name=name)
+        stack = Stack(folder / name, redis_binary, env, name=name)
         try:
             action = f"sleep:{SLEEP_MS}" if test == SLEEPING else "stop"
             return run_stall(stack, step, fault, tlogcheck, moto_server if test == ON_S3 else None, action)

@@ -29,7 +29,7 @@ from execution_proof.kv.store import Store
 from tests.conftest import hash_of
 from tests.log_stack import WAIT_S, Stack, log_records, loud_records
 from tests.servers import run_cli, wait_until
-from tests.test_log import ORIGIN, SIGNER, integrator, issue, log_app, published
+from tests.test_log import KEY_ENTRIES, ORIGIN, SIGNER, integrator, issue, log_app, published
 
 TOKEN = "t0ken"
 DAMAGED = {
@@ -101,13 +101,14 @@ STATE_GAUGES = ("eps_log_halted", "eps_log_stalled")
 
 
 @pytest.fixture
-async def log(store: Store, log_store: LogStore, keyring: Any, tmp_path: Path) -> Log:
-    app = log_app(store, log_store, keyring, SIGNER, metrics_token=TOKEN, log_stall_s=30)
+async def log(store: Store, log_store: LogStore, receipt_root: str, tmp_path: Path) -> Log:
+    app = log_app(store, log_store, receipt_root, SIGNER, metrics_token=TOKEN, log_stall_s=30)
     worker = await integrator(store, log_store, SIGNER)
     made = Log(store, log_store, tmp_path / "log", app, worker)
     assert await made.look_again()
     made.key = await create_project_key(store.keys, project_name="state-files", plan="pro")
-    made.receipts = await issue(app, made.key, [f"r{n}" for n in range(5)])
+    # Four receipts and the app's key certificate: five entries.
+    made.receipts = await issue(app, made.key, [f"r{n}" for n in range(5 - KEY_ENTRIES)])
     assert await worker.step(force=True) == 5
     assert await made.health() == "ok"
     return made

@@ -27,7 +27,7 @@ from tests import tsa_tokens
 from tests.conftest import free_port
 from tests.local_tsa import LocalTsa, openssl_binary
 from tests.servers import verify_cli
-from tests.test_log import ORIGIN, ident, integrator, issue, log_app
+from tests.test_log import KEY_ENTRIES, ORIGIN, ident, integrator, issue, log_app
 
 CHECKPOINT_TEXT = f"{ORIGIN}\n5\n{base64.b64encode(bytes(range(32))).decode()}\n"
 
@@ -144,6 +144,8 @@ def tsa_config(*urls: str, interval_s: float = 60, roots: tuple[Any, ...] = ()) 
 async def grow(
     app: Any, store: Store, log_store: LogStore, signer: note.Signer, key: dict[str, Any], labels: list[str]
 ) -> Any:
+    """A receipt per label, sequenced and published (the first time, with the app's key
+    certificate: the app starts then)."""
     worker = await integrator(store, log_store, signer)
     receipts = await issue(app, key, labels)
     await worker.step(force=True)
@@ -155,13 +157,13 @@ def failures(url: str, kind: str) -> float:
 
 
 async def test_the_newest_checkpoint_is_stamped_and_served(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="stamped", plan="pro")
-    await grow(app, store, log_store, signer, key, [f"s{n}" for n in range(7)])
+    await grow(app, store, log_store, signer, key, [f"s{n}" for n in range(7 - KEY_ENTRIES)])  # 7 entries
     both_roots = tuple(roots_of(tsa) + roots_of(other_tsa))
     stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=both_roots))
     asked = len(tsa.requests)
@@ -197,12 +199,12 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
 
 
 async def test_workers_stamp_once_per_interval_between_them(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tsa: LocalTsa
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     await integrator(store, log_store, signer)
     key = await create_project_key(store.keys, project_name="racing", plan="pro")
-    await grow(app, store, log_store, signer, key, ["r0", "r1"])
+    await grow(app, store, log_store, signer, key, ["r0"])  # and the app's key certificate: 2 entries
     asked = len(tsa.requests)
     stampers = [Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)) for _ in range(4)]
     results = await asyncio.gather(*(s.step() for s in stampers))
@@ -211,13 +213,13 @@ async def test_workers_stamp_once_per_interval_between_them(
 
 
 async def test_an_answer_that_fails_a_check_is_not_kept(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tsa: LocalTsa, other_tsa: LocalTsa
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="refused", plan="pro")
-    await grow(app, store, log_store, signer, key, ["f0"])
+    await grow(app, store, log_store, signer, key, [])  # the app's key certificate alone: 1 entry
     down = f"http://127.0.0.1:{free_port()}/"
     other_tsa.mode = "other_nonce"
     refused, unreachable = failures(other_tsa.url, "refused"), failures(down, "unreachable")
@@ -246,13 +248,13 @@ async def test_an_answer_that_fails_a_check_is_not_kept(
 
 
 async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tsa: LocalTsa
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="bundled", plan="pro")
-    early = await grow(app, store, log_store, signer, key, [f"b{n}" for n in range(3)])
+    early = await grow(app, store, log_store, signer, key, ["b0", "b1"])  # and the app's key certificate: 3
     stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url))
     assert await stamper.step() == 3
     late = await grow(app, store, log_store, signer, key, [f"c{n}" for n in range(300)])  # past a full tile
@@ -293,17 +295,17 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
 async def test_verify_reports_when_the_receipt_existed(
     store: Store,
     log_store: LogStore,
-    keyring: Any,
+    receipt_root: str,
     signer: note.Signer,
     tsa: LocalTsa,
     other_tsa: LocalTsa,
     tmp_path: Path,
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="timed", plan="pro")
-    receipts = await grow(app, store, log_store, signer, key, ["t0", "t1"])
+    receipts = await grow(app, store, log_store, signer, key, ["t0"])  # and the app's key certificate: 2
     assert await Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)).step() == 2
     _, response = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/bundle")
     bundle = response.json
@@ -342,17 +344,17 @@ async def test_verify_reports_when_the_receipt_existed(
 
 
 async def test_the_stamper_keeps_a_chain_tsas_answer(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tsa: LocalTsa, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tsa: LocalTsa, tmp_path: Path
 ) -> None:
     """A TSA that sends its chain (``openssl ts -reply -chain``: signer, intermediate, root,
     out of DER set order) and names it in its ESSCertIDs: kept, with and without roots, and
     verified by ``verify_token`` and OpenSSL."""
     chained = LocalTsa(tmp_path / "chained", name="Chained TSA", chain=True, ess_cert_id_chain=True).start()
     try:
-        app = log_app(store, log_store, keyring, signer)
+        app = log_app(store, log_store, receipt_root, signer)
         await integrator(store, log_store, signer)
         key = await create_project_key(store.keys, project_name="chained", plan="pro")
-        await grow(app, store, log_store, signer, key, ["k0", "k1", "k2"])
+        await grow(app, store, log_store, signer, key, ["k0", "k1"])  # and the app's key certificate: 3
         refused = failures(chained.url, "refused")
         pinned = Stamper(
             store.log_queue, log_store, ident(signer), tsa_config(chained.url, roots=tuple(roots_of(chained)))

@@ -43,6 +43,7 @@ def witnesses(signer: note.Signer, tmp_path_factory: pytest.TempPathFactory) -> 
             cosigner = cosignature.Cosigner.generate(f"witness.example/{name}")
             key_file = folder / f"{name}.key"
             key_file.write_text(cosigner.encode() + "\n")
+            key_file.chmod(0o600)  # a key file others may read is refused
             process, base = start_witness(key_file, folder / f"{name}.state", {ORIGIN: signer.verifier})
             started.append(process)
             cosigners[name] = (cosigner, base)
@@ -59,9 +60,9 @@ def witnesses(signer: note.Signer, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, witnesses: dict[str, Any], tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, witnesses: dict[str, Any], tmp_path: Path
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="witnessed", plan="pro")
     config = LogConfig(ORIGIN, signer, policy=witnesses["policy"], witness_timeout_ms=3000)
@@ -77,7 +78,8 @@ async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum
     _, bundle_response = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/bundle")
     bundle = bundle_response.json
     keys_file = tmp_path / "keys.json"
-    keys_file.write_bytes(orjson.dumps(keyring.public_keys_json()))
+    _, published = await client.get("/v1/public-key")  # the service's keys, saved
+    keys_file.write_bytes(published.body)
     bundle_file = tmp_path / "bundle.json"
 
     def run(document: dict[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -102,9 +104,9 @@ async def test_checkpoints_carry_both_cosignatures_and_verify_applies_the_quorum
 
 
 async def test_a_witness_the_log_lost_track_of_answers_409_and_is_caught_up(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, witnesses: dict[str, Any]
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, witnesses: dict[str, Any]
 ) -> None:
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="caught-up", plan="pro")
     config = LogConfig(ORIGIN, signer, policy=witnesses["policy"], witness_timeout_ms=3000)

@@ -9,9 +9,7 @@ requests name their plan and project, and no secret appears anywhere.
 
 from __future__ import annotations
 
-import base64
 import io
-import json
 import logging
 import re
 import socket
@@ -26,13 +24,13 @@ import orjson
 import pytest
 import redis
 
-from execution_proof.receipts.signing import KeyRing
+from execution_proof.receipts.encoding import b64url_encode
 from execution_proof.runtime import logs
 from execution_proof.runtime.settings import ClientIpConfig, ConfigError, Settings, load_settings
 from execution_proof.usecases.limiting import Caller
 from execution_proof.web import access_log
 from execution_proof.web.app import create_app
-from tests.conftest import auth, hash_of
+from tests.conftest import TEST_ROOT, auth, hash_of
 from tests.fake_providers import checkout_event, event_bytes, signed_webhook
 from tests.servers import RAISED_LIMITS, ServicePool, create_key_cli, run_cli, service_pool_fixture
 
@@ -46,14 +44,9 @@ REQUEST_FIELDS = {
 }  # fmt: skip
 
 
-def private_seed_forms(key_set: str) -> list[str]:
-    forms = []
-    for entry in json.loads(key_set)["keys"]:
-        seed = entry.get("private_key_base64url")
-        if seed:
-            raw = base64.urlsafe_b64decode(seed + "=" * (-len(seed) % 4))
-            forms += [seed, raw.hex(), raw.hex().upper()]
-    return forms
+def private_seed_forms(seed: bytes) -> list[str]:
+    """A private key (a 32-byte Ed25519 seed) as base64url and hex (both cases)."""
+    return [b64url_encode(seed), seed.hex(), seed.hex().upper()]
 
 
 # --- configuration and formatting ------------------------------------------------------------
@@ -130,13 +123,13 @@ def test_json_mode_sends_every_logger_through_one_formatter(
     logging.getLogger("sanic.server").info("Worker ready [%s]", 1)
     logging.getLogger("eps.audit").warning("receipt deleted")
     logging.getLogger("rq.worker").info("job done")
-    warn("no SIGNING_KEYS: something to fix")
+    warn("no RECEIPT_ROOT_KEY: something to fix")
     lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
     assert [(e["logger"], e["msg"]) for e in lines] == [
         ("sanic.server", "Worker ready [1]"),
         ("eps.audit", "receipt deleted"),
         ("rq.worker", "job done"),
-        ("eps", "no SIGNING_KEYS: something to fix"),
+        ("eps", "no RECEIPT_ROOT_KEY: something to fix"),
     ]
     assert lines[-1]["level"] == "warning"
 
@@ -236,10 +229,12 @@ async def test_request_records_in_process(
 
 
 async def test_request_log_uses_the_configured_client_address(
-    store: Any, keyring: KeyRing, caplog: pytest.LogCaptureFixture
+    store: Any, receipt_root: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = Settings(
-        redis_url="redis://injected", keyring=keyring, client_ip=ClientIpConfig(real_ip_header="Fly-Client-IP")
+        redis_url="redis://injected",
+        receipt_root=receipt_root,
+        client_ip=ClientIpConfig(real_ip_header="Fly-Client-IP"),
     )
     client = create_app(settings, store=store).asgi_client
     caplog.set_level(logging.INFO, logger="eps.request")
@@ -254,13 +249,12 @@ async def test_request_log_uses_the_configured_client_address(
 @pytest.mark.slow
 @pytest.mark.real_redis
 def test_live_service_logs_one_json_line_per_request_and_no_secret(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str
+    service_factory: ServicePool, redis_url: str
 ) -> None:
     limits = {**RAISED_LIMITS, "ip_per_minute": {**RAISED_LIMITS["ip_per_minute"], "public_key": 2}}
     service = service_factory.start(
         workers=1,
         redis_url=redis_url,
-        signing_keys=signing_keys_json,
         limits=limits,
         env={"METRICS_TOKEN": METRICS_TOKEN, "PAYMENT_WEBHOOK_SECRET": WEBHOOK_SECRET},
     )
@@ -358,7 +352,7 @@ def test_live_service_logs_one_json_line_per_request_and_no_secret(
 
     v1 = signature.split("v1=", 1)[1]
     secrets = [api_key, f"Bearer {api_key}", METRICS_TOKEN, WEBHOOK_SECRET, signature, v1]
-    secrets += private_seed_forms(signing_keys_json)
+    secrets += private_seed_forms(TEST_ROOT.seed)  # the service's receipt root
     for secret in secrets:
         assert secret not in printed, f"a secret ({secret[:6]}...) is in the service's output"
     assert "W" * 43 not in printed and "not-it" not in printed and "token=abc" not in printed
@@ -397,14 +391,12 @@ def test_request_lines_skip_the_logging_machinery_with_the_same_fields(
 
 @pytest.mark.slow
 def test_a_client_that_hangs_up_mid_request_is_recorded_as_499_not_as_a_server_error(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str
+    service_factory: ServicePool, redis_url: str
 ) -> None:
     """Sanic cancels the handler of a request whose connection is lost. That was rendered as an
     unhandled 500 with an error record: a 5xx alert for every impatient client. Redis is
     paused for writes so the create is surely in flight when the client hangs up."""
-    service = service_factory.start(
-        workers=1, redis_url=redis_url, signing_keys=signing_keys_json, limits=RAISED_LIMITS
-    )
+    service = service_factory.start(workers=1, redis_url=redis_url, limits=RAISED_LIMITS)
     api_key = create_key_cli(redis_url, project="hangs-up", plan="pro")["api_key"]
     body = orjson.dumps({"input_hash": hash_of("hangs-up")})
     target = urlsplit(service.base_url)

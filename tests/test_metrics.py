@@ -31,7 +31,6 @@ from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.store import Store
 from execution_proof.receipts.errors import StoreUnavailable
 from execution_proof.receipts.limits import load_limits
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime import metrics
 from execution_proof.runtime.metrics import job_label
 from execution_proof.runtime.settings import ConfigError, Settings, load_settings
@@ -56,10 +55,10 @@ def scrape_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
     }
 
 
-def make_app(store: Store, keyring: KeyRing, limits: dict[str, Any] | None = None, token: str | None = None) -> Any:
+def make_app(store: Store, receipt_root: str, limits: dict[str, Any] | None = None, token: str | None = None) -> Any:
     settings = Settings(
         redis_url="redis://injected",
-        keyring=keyring,
+        receipt_root=receipt_root,
         limits=load_limits(orjson.dumps(limits) if limits else None),
         metrics_token=token,
     )
@@ -136,12 +135,12 @@ async def test_receipts_new_and_replayed(client: Any, api_key: dict[str, Any]) -
     assert sample("eps_receipts_issued_total", outcome="replay", plan="free") - replay == 2
 
 
-async def test_limit_refusals_by_kind(store: Store, keyring: KeyRing) -> None:
+async def test_limit_refusals_by_kind(store: Store, receipt_root: str) -> None:
     limits = {
         "plans": {"free": {"per_minute": 1, "monthly": 1000}, "basic": {"per_minute": 100, "monthly": 1}},
         "ip_per_minute": {"public_key": 1, "unauthenticated": 1},
     }
-    client = make_app(store, keyring, limits).asgi_client
+    client = make_app(store, receipt_root, limits).asgi_client
     free = await create_project_key(store.keys, project_name="limited", plan="free")
     basic = await create_project_key(store.keys, project_name="quota", plan="basic")
     kinds = [
@@ -213,15 +212,15 @@ def _without_request_id(response: Any) -> tuple[int, dict[str, Any], str]:
     return response.status_code, body, response.headers.get("content-type")
 
 
-async def test_metrics_on_the_main_port_look_like_any_unknown_path(store: Store, keyring: KeyRing) -> None:
-    unknown = _without_request_id((await make_app(store, keyring).asgi_client.get("/no-such-path"))[1])
+async def test_metrics_on_the_main_port_look_like_any_unknown_path(store: Store, receipt_root: str) -> None:
+    unknown = _without_request_id((await make_app(store, receipt_root).asgi_client.get("/no-such-path"))[1])
     assert unknown[0] == 404 and unknown[1]["error"]["code"] == "not_found"
 
-    hidden = make_app(store, keyring).asgi_client  # no METRICS_TOKEN: no route at all
+    hidden = make_app(store, receipt_root).asgi_client  # no METRICS_TOKEN: no route at all
     for headers in ({}, {"Authorization": f"Bearer {TOKEN}"}):
         assert _without_request_id((await hidden.get("/metrics", headers=headers))[1]) == unknown
 
-    guarded = make_app(store, keyring, token=TOKEN).asgi_client
+    guarded = make_app(store, receipt_root, token=TOKEN).asgi_client
     refused = [
         await guarded.get("/metrics"),
         await guarded.get("/metrics", headers={"Authorization": "Bearer wrong"}),
@@ -276,14 +275,11 @@ def _requests_total(samples: dict[Any, float], route: str, status: str) -> float
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-def test_two_workers_are_summed_in_one_scrape(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str
-) -> None:
+def test_two_workers_are_summed_in_one_scrape(service_factory: ServicePool, redis_url: str) -> None:
     metrics_port = free_port()
     service = service_factory.start(
         workers=2,
         redis_url=redis_url,
-        signing_keys=signing_keys_json,
         env={"METRICS_PORT": str(metrics_port), "METRICS_TOKEN": TOKEN},
     )
     key = create_key_cli(redis_url, project="summed", plan="pro")
@@ -363,8 +359,8 @@ def test_two_workers_are_summed_in_one_scrape(
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-def test_metrics_are_off_by_default(service_factory: ServicePool, redis_url: str, signing_keys_json: str) -> None:
-    service = service_factory.start(workers=1, redis_url=redis_url, signing_keys=signing_keys_json)
+def test_metrics_are_off_by_default(service_factory: ServicePool, redis_url: str) -> None:
+    service = service_factory.start(workers=1, redis_url=redis_url)
     with httpx.Client(base_url=service.base_url, timeout=10) as http:
         for headers in ({}, {"Authorization": f"Bearer {TOKEN}"}):
             response = http.get("/metrics", headers=headers)

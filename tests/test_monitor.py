@@ -146,7 +146,7 @@ def signer() -> note.Signer:
 
 
 async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
     """Through the service's own routes, with a ``log_tiles`` limit far below what catching up
     needs, and a ``public_key`` limit of 1: every tile request past the limit is answered
@@ -155,7 +155,7 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
     limit."""
     now = [1_790_000_000_000 // 60_000 * 60_000]
     limits = load_limits(orjson.dumps({"ip_per_minute": {"public_key": 1, "log_tiles": 4}}))
-    app = log_app(store, log_store, keyring, signer, clock_ms=lambda: now[0], limits=limits)
+    app = log_app(store, log_store, receipt_root, signer, clock_ms=lambda: now[0], limits=limits)
     key = await create_project_key(store.keys, project_name="monitored", plan="pro")
     worker = await integrator(store, log_store, signer)
     issued = await issue(app, key, [f"r{i}" for i in range(300)])
@@ -189,10 +189,10 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
 
 
 async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path, serve: Any
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path, serve: Any
 ) -> None:
     """The directory the integrator writes (a ``file://`` log store) behind http.server."""
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     worker = await integrator(store, log_store, signer)
     keys = [await create_project_key(store.keys, project_name=f"p{i}", plan="pro") for i in range(2)]
     for k in keys:

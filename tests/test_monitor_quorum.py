@@ -381,7 +381,7 @@ def start_witness_on(key_file: Path, state: Path, logs: dict[str, note.Verifier]
 
 @pytest.mark.slow
 async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
-    store: Store, log_store: LogStore, keyring: Any, signer: note.Signer, tmp_path: Path
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
 ) -> None:
     """The service's log, integrated with two real witness processes and a policy needing
     both: w2 is stopped for one checkpoint, which the log publishes with w1's cosignature
@@ -396,6 +396,7 @@ async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
     def start(name: str) -> None:
         key_file = tmp_path / f"{name}.key"
         key_file.write_text(cosigners[name].encode() + "\n")
+        key_file.chmod(0o600)  # a key file others may read is refused
         witnesses[name] = start_witness_on(key_file, tmp_path / f"{name}.state", logs, ports[name])
 
     text = policy_text(
@@ -406,7 +407,7 @@ async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
     try:
         start("w1")
         start("w2")
-        app = log_app(store, log_store, keyring, signer)
+        app = log_app(store, log_store, receipt_root, signer)
         key = await create_project_key(store.keys, project_name="witnessed", plan="pro")
         config = LogConfig(ORIGIN, signer, policy=policy.parse_policy(text), witness_timeout_ms=3000)
         worker = Integrator(store.log_queue, log_store, config)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import subprocess
 import sys
 from typing import Any
@@ -17,11 +16,11 @@ from execution_proof.cli import admin as cli
 from execution_proof.kv.accounts import ProjectNameTaken, create_project_key
 from execution_proof.kv.store import Store
 from execution_proof.receipts.limits import load_limits
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.settings import Settings
 from execution_proof.web.app import create_app
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of
+from tests.servers import clean_env
 
 CONTACT = "abuse@receipts.example"
 
@@ -32,9 +31,9 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def client(store: Store, keyring: KeyRing, clock: Clock) -> Any:
+def client(store: Store, receipt_root: str, clock: Clock) -> Any:
     settings = Settings(
-        redis_url="redis://injected", keyring=keyring, operator_contact=CONTACT, limits=load_limits(None)
+        redis_url="redis://injected", receipt_root=receipt_root, operator_contact=CONTACT, limits=load_limits(None)
     )
     return create_app(settings, store=store, clock_ms=clock).asgi_client
 
@@ -158,8 +157,7 @@ async def test_delete_receipt_leaves_the_chain_reporting_a_missing_link(
 
 @pytest.mark.slow
 def test_operator_commands_as_subprocesses(redis_url: str) -> None:
-    env = {**os.environ, "REDIS_URL": redis_url}
-    env.pop("SIGNING_KEYS", None)
+    env = clean_env({"REDIS_URL": redis_url})  # the runner's environment, no service configuration
 
     def service(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -56,11 +56,9 @@ def redis_down_and_up() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def service(
-    redis_down_and_up: RedisServer, signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServiceProcess]:
+def service(redis_down_and_up: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     with ServicePool(tmp_path_factory.mktemp("outage")) as pool:
-        yield pool.start(redis_url=redis_down_and_up.url, signing_keys=signing_keys_json)
+        yield pool.start(redis_url=redis_down_and_up.url)
 
 
 def create(http: httpx.Client, key: dict[str, Any], label: str) -> httpx.Response:

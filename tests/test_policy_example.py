@@ -77,6 +77,7 @@ def example_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         for local, cosigner in witness_cosigners().items():
             key_file = folder / f"{local}.key"
             key_file.write_text(cosigner.encode() + "\n")
+            key_file.chmod(0o600)  # a key file others may read is refused
             process, base = start_witness(key_file, folder / f"{local}.state", {ORIGIN: signer.verifier})
             processes[local] = process
             public_url = f"https://{WITNESSES[local][0]}/"
@@ -91,7 +92,7 @@ def example_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
             "LOG_WITNESS_TIMEOUT_MS": "3000",
         }
         with ServicePool(folder) as pool:
-            service = pool.start(redis_url=None, signing_keys=None, env=env)
+            service = pool.start(redis_url=None, receipt_root=None, env=env)
             demo_key = re.search(r"eps_[A-Za-z0-9_-]{43}", service.stdout() + service.stderr())
             assert demo_key is not None, "the embedded server prints a demo key"
             keys = httpx.get(service.base_url + "/v1/public-key", timeout=10)

@@ -26,16 +26,16 @@ from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.records import Counter, IssueOutcome
 from execution_proof.kv.store import Store
 from execution_proof.receipts.ids import new_receipt_id
-from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.settings import Settings
 from execution_proof.web.app import create_app
 from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import REPO, auth, hash_of, index_field
-from tests.retention_fixtures import NOW, OLD
+from tests.retention_fixtures import NOW, OLD, Travel
 from tests.servers import clean_env, run_cli
 
-app = retention_fixtures.app  # the shared retention-window fixture
+app = retention_fixtures.app  # the shared retention-window fixtures
+travel = retention_fixtures.travel
 
 
 @pytest.fixture
@@ -141,22 +141,22 @@ def names_of(receipts: list[dict[str, str]]) -> set[str]:
 
 
 async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
-    client: Any, store: Store, api_key: dict[str, Any], clock: Clock
+    client: Any, store: Store, api_key: dict[str, Any], travel: Travel
 ) -> None:
-    clock.now = OLD
+    await travel(OLD)
     o1 = (await create(client, api_key, {"input_hash": hash_of("o1")})).json["receipt"]
     o2_response = await create(client, api_key, {"input_hash": hash_of("o2")}, **{"Idempotency-Key": "old-key"})
     o2 = o2_response.json["receipt"]
     branch = await create(client, api_key, {"input_hash": hash_of("ob"), "prev_receipt_hash": hash_of("elsewhere")})
     assert branch.json["receipt"]["chain_status"] == "branch"
     o4 = (await create(client, api_key, {"input_hash": hash_of("o4")})).json["receipt"]
-    clock.now = NOW
+    await travel(NOW)
     fresh = (await create(client, api_key, {"input_hash": hash_of("fresh")})).json["receipt"]
     assert fresh["prev_receipt_hash"] == o4["receipt_hash"]
 
     # A second project whose receipts, tip included, are all old.
     other = await create_project_key(store.keys, project_name="old-only", plan="free")
-    clock.now = OLD
+    await travel(OLD)
     p1 = (await create(client, other, {"input_hash": hash_of("o1")})).json["receipt"]
     p2 = (await create(client, other, {"input_hash": hash_of("p2")})).json["receipt"]
     expired = [o1, o2, branch.json["receipt"], o4, p1, p2]
@@ -168,7 +168,7 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
     assert summary["scanned"] == 7 + 2, "r: (7 receipts) and b: (one index bucket per project here)"
     assert await other_keys(store) == before_other, "projects, tips, API keys and counters are untouched"
 
-    clock.now = NOW
+    await travel(NOW)
     for receipt in expired:
         assert (await get(client, receipt["receipt_id"])).status_code == 404
         by_hash = await get(client, receipt["receipt_hash"], project_id=receipt["project_id"])
@@ -217,11 +217,11 @@ async def test_sweep_removes_expired_receipts_keeps_fresh_ones_and_every_tip(
 
 
 async def test_a_receipt_is_kept_until_it_is_older_than_the_window(
-    client: Any, store: Store, api_key: dict[str, Any], clock: Clock
+    client: Any, store: Store, api_key: dict[str, Any], travel: Travel
 ) -> None:
-    clock.now = NOW - DAY_MS  # exactly one day old at NOW
+    await travel(NOW - DAY_MS)  # exactly one day old at NOW
     edge = (await create(client, api_key, {"input_hash": hash_of("edge")})).json["receipt"]
-    clock.now = NOW - DAY_MS - 1
+    await travel(NOW - DAY_MS - 1)
     older = (await create(client, api_key, {"input_hash": hash_of("older")})).json["receipt"]
     assert cutoff_ms(NOW, 1.0) == NOW - DAY_MS
     summary = await sweep(store.retention, 1.0, NOW)
@@ -232,12 +232,12 @@ async def test_a_receipt_is_kept_until_it_is_older_than_the_window(
 
 
 async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_window(
-    client: Any, store: Store, api_key: dict[str, Any], clock: Clock
+    client: Any, store: Store, api_key: dict[str, Any], travel: Travel
 ) -> None:
     """``receipts delete`` removes the receipt and its hash-index and search entries only; the idempotency record left behind
     is dated by the receipt id it names, so the sweep removes it once that receipt's window
     has passed (a resend before then issues a new receipt: see tests/test_operator.py)."""
-    clock.now = NOW - DAY_MS // 2
+    await travel(NOW - DAY_MS // 2)
     created = await create(client, api_key, {"input_hash": hash_of("deleted")})
     receipt = created.json["receipt"]
     record = entry(api_key["project_id"], keys.idempotency_field(created.json["idempotency"]["key"]))
@@ -253,7 +253,7 @@ async def test_an_operator_deleted_receipts_idempotency_record_goes_with_its_win
     later = await sweep(store.retention, 1.0, NOW + DAY_MS)
     assert later["removed"] == {"receipts": 0, "hash_index": 0, "idempotency": 1, "search_index": 0}
     assert await record_keys(store) == set()
-    clock.now = NOW + DAY_MS
+    await travel(NOW + DAY_MS)
     again = await create(client, api_key, {"input_hash": hash_of("deleted")})
     assert again.status_code == 201 and again.json["receipt"]["receipt_id"] != receipt["receipt_id"]
 
@@ -382,10 +382,10 @@ def test_receipt_ids_date_themselves() -> None:
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-async def test_expire_command_sweeps_once_and_prints_a_summary(redis_url: str, keyring: KeyRing) -> None:
+async def test_expire_command_sweeps_once_and_prints_a_summary(redis_url: str, receipt_root: str) -> None:
     store = Store(aioredis.from_url(redis_url))
     try:
-        settings = Settings(redis_url=redis_url, keyring=keyring, env="test", retention_days=0.0001)
+        settings = Settings(redis_url=redis_url, receipt_root=receipt_root, env="test", retention_days=0.0001)
         clock = Clock(int(time.time() * 1000) - 60_000)  # a minute ago: past a window of 8.64 s
         app = create_app(settings, store=store, clock_ms=clock)
         key = await create_project_key(store.keys, project_name="cli", plan="free")

@@ -148,7 +148,7 @@ def test_the_readme_limits_raise_every_limit_of_the_defaults() -> None:
 @pytest.mark.slow
 def test_schemathesis_finds_no_failure_on_the_demo(service_factory: ServicePool, tmp_path: Path) -> None:
     limits, _ = readme_commands()
-    service = service_factory.start(redis_url=None, signing_keys=None, limits=limits)
+    service = service_factory.start(redis_url=None, receipt_root=None, limits=limits)
     (found,) = service.wait_for_output(r"API key:\s+(eps_[A-Za-z0-9_-]{43})\b")
     assert "NOTHING SURVIVES A RESTART" in service.stderr(), "not the embedded demo"
     run_readme_command(service.base_url, found.group(1), tmp_path, {})
@@ -157,13 +157,12 @@ def test_schemathesis_finds_no_failure_on_the_demo(service_factory: ServicePool,
 @pytest.mark.slow
 @pytest.mark.real_redis
 def test_schemathesis_finds_no_failure_on_a_configured_service(
-    service_factory: ServicePool, redis_url: str, signing_keys_json: str, tmp_path: Path
+    service_factory: ServicePool, redis_url: str, tmp_path: Path
 ) -> None:
     human = FakeHumanCheck()
     try:
         service = service_factory.start(
             redis_url=redis_url,
-            signing_keys=signing_keys_json,
             env={
                 "PAYMENT_WEBHOOK_SECRET": WEBHOOK_SECRET,
                 "HUMAN_CHECK_SECRET": "human-check-secret",

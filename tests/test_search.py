@@ -20,10 +20,11 @@ from execution_proof.web.app import create_app
 from tests import retention_fixtures
 from tests.clock import Clock
 from tests.conftest import auth, hash_of, index_field, index_ids
-from tests.retention_fixtures import NOW, OLD
+from tests.retention_fixtures import NOW, OLD, Travel
 
 app = retention_fixtures.app
 clock = retention_fixtures.clock  # the shared retention-window fixtures
+travel = retention_fixtures.travel
 
 
 async def create(client: Any, key: Any, body: dict[str, Any]) -> Any:
@@ -214,13 +215,13 @@ async def test_an_index_entry_whose_receipt_is_gone_is_skipped(
     assert rest == older
 
 
-async def test_sweep_trims_the_search_sets(client: Any, store: Store, api_key: dict[str, Any], clock: Clock) -> None:
-    clock.now = OLD
+async def test_sweep_trims_the_search_sets(client: Any, store: Store, api_key: dict[str, Any], travel: Travel) -> None:
+    await travel(OLD)
     old = (await create(client, api_key, {"input_hash": hash_of("mixed"), "output_hash": hash_of("o1")})).json
     only_old = (await create(client, api_key, {"input_hash": hash_of("only-old")})).json
-    clock.now = NOW - DAY_MS  # exactly at the window's edge: kept
+    await travel(NOW - DAY_MS)  # exactly at the window's edge: kept
     edge = (await create(client, api_key, {"input_hash": hash_of("mixed"), "run_id": "edge"})).json
-    clock.now = NOW
+    await travel(NOW)
     fresh = (await create(client, api_key, {"input_hash": hash_of("mixed"), "run_id": "fresh"})).json
     pid = api_key["project_id"]
     names = {

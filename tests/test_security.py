@@ -1,5 +1,5 @@
 """Security properties: project boundaries (OWASP API1), secret hygiene in responses, the
-store and the logs, constant-time secret comparison, and signing-key rotation end to end.
+store and the logs, constant-time secret comparison, and receipt key rotation end to end.
 
 - Another project's receipt through ``POST /v1/verify`` is 403; search by hash only ever
   returns the caller's own receipts; the public read and the bundle carry nothing beyond
@@ -9,20 +9,20 @@ store and the logs, constant-time secret comparison, and signing-key rotation en
 - After a session on a real service (CLI ``keys create``, a free claim, creates, verifies,
   failed authentications with the key in wrong header forms) neither Redis (every key and
   value) nor the service's stdout/stderr (nor caplog in process) holds a raw API key or the
-  private signing key (base64url seed, raw bytes, hex).
+  receipt root's private key (base64url seed, raw bytes, hex).
 - Secrets are compared in constant time: API keys are looked up by their SHA-256 (the
   lookup key is the hash, so no byte-by-byte comparison of the secret ever runs); webhook
   signatures go through ``hmac.compare_digest`` and no ``==`` touches a secret (AST check).
-- Rotation: receipts signed by a key that is later retired still verify (API, CLI, bundle);
-  new receipts are signed by the new key and chain onto the old ones; an unknown ``sig_kid``
-  fails closed. Figures and summary: docs/operations.md.
+- Rotation: receipts signed by a process's key, certified by one machine's root, still verify
+  after that process stopped and a new machine (a root of its own) took over (API, CLI,
+  bundle: each key with its certificate); new receipts are signed by the new key and chain
+  onto the old ones; an unknown ``sig_kid`` fails closed. Figures and summary:
+  docs/operations.md.
 """
 
 from __future__ import annotations
 
 import ast
-import base64
-import json
 import logging
 import re
 import time
@@ -39,31 +39,28 @@ from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.store import Store
 from execution_proof.receipts import compact
 from execution_proof.receipts.apikeys import hash_api_key
-from execution_proof.receipts.signing import KeyRing
+from execution_proof.receipts.encoding import b64url_encode
+from execution_proof.receipts.key_certificates import root_kid
 from execution_proof.runtime.settings import Settings
+from execution_proof.transparency.signer import SeedSigner
 from execution_proof.web.app import create_app
-from tests.conftest import ASSETS, REPO, RedisServer, auth, hash_of
+from tests.conftest import REPO, TEST_ROOT, RedisServer, auth, hash_of
 from tests.fake_providers import PASS, FakeHumanCheck, checkout_event, event_bytes, signed_webhook
+from tests.receipt_keys import TEST_ROOT_KID, assert_signed_by_test_root
 from tests.servers import ServicePool, create_key_cli, run_cli, service_pool_fixture
 
 H = hash_of("shared-input")
-SIGNING_KEYS = (ASSETS / "signing_keys.json").read_text()
 WEBHOOK_SECRET = "whsec_hygiene_0123456789abcdef"
 HUMAN_SECRET = "hc-secret-hygiene-xyz"
-RETIRED_KEY = (ASSETS / "retired_signing_key.json").read_text()
 
 service_factory = service_pool_fixture()
 
 
-def private_seeds(*key_sets: str) -> list[bytes]:
-    """Every private key of the key sets, as base64url text, raw bytes and hex (both cases)."""
+def private_seeds(*seeds: bytes) -> list[bytes]:
+    """Every private key (a 32-byte Ed25519 seed) as base64url text, raw bytes and hex (both cases)."""
     forms: list[bytes] = []
-    for key_set in key_sets:
-        for entry in json.loads(key_set)["keys"]:
-            seed_b64 = entry.get("private_key_base64url")
-            if seed_b64:
-                raw = base64.urlsafe_b64decode(seed_b64 + "=" * (-len(seed_b64) % 4))
-                forms += [seed_b64.encode(), raw, raw.hex().encode(), raw.hex().upper().encode()]
+    for raw in seeds:
+        forms += [b64url_encode(raw).encode(), raw, raw.hex().encode(), raw.hex().upper().encode()]
     return forms
 
 
@@ -76,9 +73,11 @@ def key_hash_forms(key: dict[str, Any]) -> list[bytes]:
 
 
 @pytest.fixture
-async def two_projects(keyring: KeyRing) -> Any:
+async def two_projects(receipt_root: str) -> Any:
     store = Store(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
-    client = create_app(Settings(redis_url="redis://injected", keyring=keyring, env="test"), store=store).asgi_client
+    client = create_app(
+        Settings(redis_url="redis://injected", receipt_root=receipt_root, env="test"), store=store
+    ).asgi_client
     a = await create_project_key(store.keys, project_name="alpha", plan="pro")
     b = await create_project_key(store.keys, project_name="beta", plan="pro")
     yield client, store, a, b
@@ -135,7 +134,9 @@ async def test_cross_project_access_and_no_leaks(two_projects: Any, caplog: pyte
         "chain_complete",
     }
     assert bundle.json["receipt"] == ra["receipt"]
-    assert all(set(entry) == {"kid", "alg", "public_key_base64url"} for entry in bundle.json["keys"]["keys"])
+    assert all(
+        set(entry) == {"kid", "alg", "public_key_base64url", "certificate"} for entry in bundle.json["keys"]["keys"]
+    )
 
     # The rest of the endpoints, authenticated and not, and failed auths in wrong header forms.
     for caller, key in (("a", a), ("b", b)):
@@ -155,7 +156,7 @@ async def test_cross_project_access_and_no_leaks(two_projects: Any, caplog: pyte
     await call("a", "POST", "/v1/receipts", a, {"input_hash": H, "project_id": b["project_id"]})
 
     secrets = [*key_hash_forms(a), *key_hash_forms(b), a["api_key"].encode(), b["api_key"].encode()]
-    secrets += private_seeds(SIGNING_KEYS)
+    secrets += private_seeds(TEST_ROOT.seed)
     others = {"a": [b["project_id"], rid_b, b["actor_id"]], "b": [a["project_id"], rid_a, a["actor_id"]]}
     for caller, label, response in responses:
         blob = response.content + b"\n" + "\n".join(f"{k}: {v}" for k, v in response.headers.items()).encode()
@@ -165,7 +166,7 @@ async def test_cross_project_access_and_no_leaks(two_projects: Any, caplog: pyte
             assert other.encode() not in blob, f"{label} as {caller}: another project's data"
     assert len(responses) >= 20
     logged = caplog.text.encode()
-    for secret in [a["api_key"].encode(), b["api_key"].encode(), *private_seeds(SIGNING_KEYS)]:
+    for secret in [a["api_key"].encode(), b["api_key"].encode(), *private_seeds(TEST_ROOT.seed)]:
         assert secret not in logged
 
 
@@ -240,7 +241,6 @@ def test_no_raw_key_or_signing_key_in_redis_or_logs(service_factory: ServicePool
         service = service_factory.start(
             workers=1,
             redis_url=redis_url,
-            signing_keys=SIGNING_KEYS,
             env={
                 "HUMAN_CHECK_SECRET": HUMAN_SECRET,
                 "HUMAN_CHECK_VERIFY_URL": human.url,
@@ -289,7 +289,7 @@ def test_no_raw_key_or_signing_key_in_redis_or_logs(service_factory: ServicePool
         human.close()
     service.stop()
     secrets = (
-        [k.encode() for k in keys] + private_seeds(SIGNING_KEYS) + [WEBHOOK_SECRET.encode(), HUMAN_SECRET.encode()]
+        [k.encode() for k in keys] + private_seeds(TEST_ROOT.seed) + [WEBHOOK_SECRET.encode(), HUMAN_SECRET.encode()]
     )
     stored = redis_contents(redis_url)
     assert len(stored) > 10
@@ -301,16 +301,21 @@ def test_no_raw_key_or_signing_key_in_redis_or_logs(service_factory: ServicePool
         assert any(hash_api_key(key).removeprefix("sha256:").encode() in item for item in stored)
 
 
-# --- signing-key rotation end to end ---------------------------------------------------------
+# --- receipt key and root rotation end to end --------------------------------------------------
 
 
 @pytest.mark.slow
 @pytest.mark.real_redis
-def test_signing_key_rotation_end_to_end(
+def test_receipt_key_and_root_rotation_end_to_end(
     service_factory: ServicePool, redis_url: str, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    # Key A (test-2025) signs the first receipts.
-    old = service_factory.start(workers=1, redis_url=redis_url, signing_keys=RETIRED_KEY)
+    # The first machine's root certifies its process's key, which signs the first receipts.
+    old_root = SeedSigner.generate()
+    old = service_factory.start(
+        workers=1,
+        redis_url=redis_url,
+        receipt_root={"RECEIPT_ROOT_KEY": "env:EPS_OLD_ROOT", "EPS_OLD_ROOT": b64url_encode(old_root.seed)},
+    )
     key = create_key_cli(redis_url, project="rotation", plan="pro")
     headers = {"Authorization": f"Bearer {key['api_key']}"}
     old_receipts = []
@@ -319,12 +324,13 @@ def test_signing_key_rotation_end_to_end(
             created = http.post("/v1/receipts", json={"input_hash": hash_of(f"old-{n}")}, headers=headers)
             assert created.status_code == 201
             old_receipts.append(created.json()["receipt"])
-    assert {r["sig_kid"] for r in old_receipts} == {"test-2025"}
+    (old_kid,) = {r["sig_kid"] for r in old_receipts}
+    assert old_kid.startswith("key-")
     old.stop()
 
-    # Restart with B (test-2026) active and A retired (public key only).
-    assert "private_key_base64url" not in json.loads(SIGNING_KEYS)["keys"][1]
-    new = service_factory.start(workers=1, redis_url=redis_url, signing_keys=SIGNING_KEYS)
+    # A new machine with a root of its own (TEST_ROOT): a new key, certified by the new root;
+    # the old root and its certificate stay in the shared registry.
+    new = service_factory.start(workers=1, redis_url=redis_url)
     with httpx.Client(base_url=new.base_url, timeout=10) as http:
         for n, receipt in enumerate(old_receipts):
             answer = http.post(
@@ -333,11 +339,14 @@ def test_signing_key_rotation_end_to_end(
                 headers=headers,
             ).json()
             assert answer["ok"] is True, answer
-            assert answer["sig_kid"] == "test-2025"
+            assert answer["sig_kid"] == old_kid
         created = http.post("/v1/receipts", json={"input_hash": hash_of("new-0")}, headers=headers)
         assert created.status_code == 201
         fresh = created.json()["receipt"]
-        assert fresh["sig_kid"] == "test-2026"
+        assert fresh["sig_kid"] not in (old_kid, None)
+        published = http.get("/v1/public-key").json()
+        assert {r["kid"] for r in published["roots"]} == {root_kid(old_root.public_key()), TEST_ROOT_KID}
+        assert_signed_by_test_root(fresh, published)
         assert fresh["prev_receipt_hash"] == old_receipts[-1]["receipt_hash"]
         assert fresh["chain_status"] == "main"
         answer = http.post(
@@ -346,7 +355,8 @@ def test_signing_key_rotation_end_to_end(
         assert answer["ok"] is True
         assert answer["checks"]["chain_link"] is True
         bundle = http.get(f"/v1/receipts/{fresh['receipt_id']}/bundle").json()
-        assert {k["kid"] for k in bundle["keys"]["keys"]} == {"test-2025", "test-2026"}
+        certified = {k["kid"]: k["certificate"]["root_kid"] for k in bundle["keys"]["keys"]}
+        assert certified == {old_kid: root_kid(old_root.public_key()), fresh["sig_kid"]: TEST_ROOT_KID}
         assert bundle["chain_complete"] is True
         assert [r["receipt_id"] for r in bundle["chain"]] == [r["receipt_id"] for r in reversed(old_receipts)]
         old_bundle = http.get(f"/v1/receipts/{old_receipts[0]['receipt_id']}/bundle").json()

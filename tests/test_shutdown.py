@@ -48,7 +48,7 @@ def hold_until_released(started_path: str, release_path: str) -> str:
 @pytest.mark.real_redis
 @pytest.mark.parametrize("web_workers", [1, 2])
 def test_web_server_finishes_in_flight_requests_on_sigterm(
-    web_workers: int, redis_url: str, signing_keys_json: str, service_factory: ServicePool
+    web_workers: int, redis_url: str, service_factory: ServicePool
 ) -> None:
     """A free claim waits on the (held) human-check provider when SIGTERM arrives: every Sanic
     worker logs that it is stopping, yet the claim completes with its key, which works in Redis."""
@@ -57,7 +57,6 @@ def test_web_server_finishes_in_flight_requests_on_sigterm(
         service = service_factory.start(
             workers=web_workers,
             redis_url=redis_url,
-            signing_keys=signing_keys_json,
             env={"HUMAN_CHECK_SECRET": "shutdown-test-secret", "HUMAN_CHECK_VERIFY_URL": human.url},
         )
         answer: dict[str, Any] = {}

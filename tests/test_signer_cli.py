@@ -62,7 +62,7 @@ def test_log_key_new_in_a_token_and_the_embedded_service_signs_its_checkpoints_t
     assert verifier.name == ORIGIN
     configured = token.uri("log")  # the URI printed, with the PIN's file added
     env = {**token.env, "LOG_SIGNING_KEY": configured, "LOG_ORIGIN": ORIGIN}
-    with ServiceProcess(tmp_path, redis_url=None, signing_keys=None, env=env) as service:
+    with ServiceProcess(tmp_path, redis_url=None, receipt_root=None, env=env) as service:
         info = httpx.get(service.base_url + "/v1/log").json()
         assert info["log_vkey"] == vkey
         signed = httpx.get(service.base_url + "/v1/log/checkpoint").text
@@ -71,7 +71,7 @@ def test_log_key_new_in_a_token_and_the_embedded_service_signs_its_checkpoints_t
 
 
 def test_a_worker_integrates_with_its_log_key_in_a_token(
-    token: Token, tmp_path: Path, redis_server: RedisServer, signing_keys_json: str
+    token: Token, tmp_path: Path, redis_server: RedisServer
 ) -> None:
     """Sanic's manager and its two spawned workers load the settings (each reads the public
     key, none keeps a session); the worker's integrator thread signs every checkpoint in the
@@ -82,11 +82,9 @@ def test_a_worker_integrates_with_its_log_key_in_a_token(
     assert uri == token.uri("log")
     redis.Redis.from_url(redis_server.url).flushall()
     env = {**token.env, "LOG_SIGNING_KEY": uri, "LOG_ORIGIN": ORIGIN, "LOG_STORE": f"file://{tmp_path}/log"}
-    worker = WorkerProcess(tmp_path, {"REDIS_URL": redis_server.url, "SIGNING_KEYS": signing_keys_json, **env})
+    worker = WorkerProcess(tmp_path, {"REDIS_URL": redis_server.url, **env})
     try:
-        with ServiceProcess(
-            tmp_path, workers=2, redis_url=redis_server.url, signing_keys=signing_keys_json, env=env
-        ) as service:
+        with ServiceProcess(tmp_path, workers=2, redis_url=redis_server.url, env=env) as service:
             key = create_key_cli(redis_server.url, project="tokens", plan="pro")
             created = httpx.post(
                 service.base_url + "/v1/receipts",

@@ -17,6 +17,8 @@ import httpx
 import orjson
 import pytest
 
+from execution_proof.receipts.encoding import b64url_decode
+from execution_proof.receipts.key_certificates import KeyVerdict
 from execution_proof.receipts.signing import load_key_ring
 from tests.conftest import RedisServer, hash_of
 from tests.servers import (
@@ -25,6 +27,7 @@ from tests.servers import (
     assert_error_body,
     create_key_cli,
     redis_snapshot,
+    run_cli,
     service_pool_fixture,
 )
 
@@ -39,8 +42,8 @@ module_services = service_pool_fixture("module")
 
 
 @pytest.fixture(scope="module")
-def service(module_services: ServicePool, redis_server: RedisServer, signing_keys_json: str) -> ServiceProcess:
-    return module_services.start(workers=1, redis_url=redis_server.url, signing_keys=signing_keys_json)
+def service(module_services: ServicePool, redis_server: RedisServer) -> ServiceProcess:
+    return module_services.start(workers=1, redis_url=redis_server.url)
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +193,9 @@ def test_non_json_media_type_is_415(
 
 
 def test_embedded_mode_prints_a_working_demo_key(service_factory: ServicePool) -> None:
-    """No REDIS_URL, no SIGNING_KEYS: an in-process store, an ephemeral key and a demo API key."""
-    service = service_factory.start(workers=1, redis_url=None, signing_keys=None)
+    """No REDIS_URL, no RECEIPT_ROOT_KEY: an in-process store, an ephemeral root certifying the
+    process's key, and a demo API key."""
+    service = service_factory.start(workers=1, redis_url=None, receipt_root=None)
     (found,) = service.wait_for_output(r"API key:\s+(eps_[A-Za-z0-9_-]{43})\b")
     api_key = found.group(1)
     printed = service.stdout()
@@ -215,25 +219,20 @@ def test_embedded_mode_prints_a_working_demo_key(service_factory: ServicePool) -
 
     published = httpx.get(f"{service.base_url}/v1/public-key", timeout=10)
     assert published.status_code == 200
-    keyring = load_key_ring(published.json())
-    assert published.json()["active_kid"] == receipt["sig_kid"]
-    assert keyring.verify(receipt["sig_kid"], receipt["receipt_hash"], receipt["signature"])
+    body = published.json()
+    assert body["active_kid"] == receipt["sig_kid"] and receipt["sig_kid"].startswith("key-")
+    (root,) = body["roots"]  # the ephemeral root, which certified the process's key
+    ring = load_key_ring(body).with_roots({root["kid"]: b64url_decode(root["public_key_base64url"])})
+    assert ring.judge(receipt["sig_kid"], receipt["created_at"]) is KeyVerdict.OK
+    assert ring.verify(receipt["sig_kid"], receipt["receipt_hash"], receipt["signature"])
+    assert "RECEIPT_ROOT_KEY" in service.stderr()
 
 
-def test_redis_without_signing_keys_answers_500(service_factory: ServicePool, redis_server: RedisServer) -> None:
-    redis_url = redis_server.url  # not the flushing fixture: this module's shared key must survive
-    service = service_factory.start(workers=1, redis_url=redis_url, signing_keys=None)
-    key = create_key_cli(redis_url, project="unsigned", plan="free")
-    with httpx.Client(base_url=service.base_url, timeout=10) as http:
-        assert http.get("/").status_code == 200
-        assert http.get("/health").status_code == 200
-        assert_error_body(http.get("/v1/public-key"), 500, "signing_key_unavailable")
-        before = redis_snapshot(redis_url)
-        response = http.post(
-            "/v1/receipts",
-            content=orjson.dumps({"input_hash": hash_of("unsigned")}),
-            headers={**bearer(key), "Content-Type": "application/json"},
-        )
-        assert_error_body(response, 500, "signing_key_unavailable")
-        assert redis_snapshot(redis_url) == before
-    assert "SIGNING_KEYS" in service.stderr()
+def test_redis_without_a_receipt_root_refuses_to_start(redis_server: RedisServer) -> None:
+    """With REDIS_URL and no RECEIPT_ROOT_KEY the server does not start: exit 2, one line
+    naming RECEIPT_ROOT_KEY, nothing written to Redis."""
+    before = redis_snapshot(redis_server.url)
+    done = run_cli("serve", "--port", "0", env={"REDIS_URL": redis_server.url})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "RECEIPT_ROOT_KEY is not set" in done.stderr and "Traceback" not in done.stderr
+    assert redis_snapshot(redis_server.url) == before

@@ -66,6 +66,7 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
             keys.project_key(project_id),
             keys.project_api_keys_key(project_id),
         ],
+        "publish_key_document.lua": [keys.signing_keys_key("certificates"), keys.signing_keys_key("version")],
         # The index buckets a script reaches through its declared index meta key.
         "index buckets": [keys.index_meta_key(project_id), *(keys.index_bucket_key(project_id, n) for n in range(64))],
     }

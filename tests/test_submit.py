@@ -50,14 +50,13 @@ def files(tmp_path: Path) -> dict[str, Path]:
 @pytest.mark.slow
 def test_submit_sends_only_hashes_saves_a_receipt_that_verifies(
     redis_url: str,
-    signing_keys_json: str,
     service_factory: Any,
     files: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     recorded: list[tuple[str, str, bytes]],
 ) -> None:
-    service = service_factory.start(redis_url=redis_url, signing_keys=signing_keys_json)
+    service = service_factory.start(redis_url=redis_url)
     created = create_key_cli(redis_url)
     monkeypatch.setenv("SERVICE_API_KEY", created["api_key"])
     args = [
@@ -166,7 +165,7 @@ def test_submit_usage_and_io_errors_exit_2(files: dict[str, Path], tmp_path: Pat
 
 @pytest.mark.slow
 async def test_verify_checks_a_salted_input_hash(
-    client: Any, api_key: dict[str, Any], files: dict[str, Path], tmp_path: Path, keyring: Any
+    client: Any, api_key: dict[str, Any], files: dict[str, Path], tmp_path: Path
 ) -> None:
     hashed = run_cli("hash", str(files["input.tar"]), "--salt")
     assert hashed.returncode == 0
@@ -180,7 +179,8 @@ async def test_verify_checks_a_salted_input_hash(
     saved = tmp_path / "salted.receipt.json"
     saved.write_bytes(response.body)
     pinned = tmp_path / "keys.json"
-    pinned.write_bytes(orjson.dumps(keyring.public_keys_json()))
+    _, published = await client.get("/v1/public-key")  # the service's keys, pinned
+    pinned.write_bytes(published.body)
     base = ["verify", str(saved), "--keys", str(pinned), "--input", str(files["input.tar"])]
     good = run_cli(*base, "--salt", salt)
     assert good.returncode == 0, good.stdout + good.stderr

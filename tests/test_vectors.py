@@ -547,29 +547,28 @@ async def test_api_issued_receipts_verify_independently_and_chain(client: Any, a
     assert resp.status == 404
 
 
-async def test_receipt_signed_before_a_key_rotation_still_verifies(store: Any, api_key: dict[str, Any]) -> None:
-    """Issued under the old key, read and verified after rotation via the new key set."""
-    old_ring = load_key_ring((ASSETS / "retired_signing_key.json").read_text())
-    old_app = create_app(Settings(redis_url="redis://injected-by-tests", keyring=old_ring, env="test"), store=store)
+async def test_receipt_signed_before_a_key_rotation_still_verifies(
+    store: Any, api_key: dict[str, Any], receipt_root: str
+) -> None:
+    """Issued by one process's key, read and verified through another process (a key of its
+    own, the same root) after the first stopped: the service lists both keys."""
+    old_app = create_app(
+        Settings(redis_url="redis://injected-by-tests", receipt_root=receipt_root, env="test"), store=store
+    )
     old = await issue(old_app.asgi_client, api_key, {"input_hash": hash_of("before rotation"), "tags": {"k": "\u00e9"}})
-    assert old["sig_kid"] == "test-2025"
+    await old_app.ctx.services.close()  # that process stops
 
     new_app = create_app(
-        Settings(
-            redis_url="redis://injected-by-tests",
-            keyring=load_key_ring(ASSETS.joinpath("signing_keys.json").read_text()),
-            env="test",
-        ),
-        store=store,
+        Settings(redis_url="redis://injected-by-tests", receipt_root=receipt_root, env="test"), store=store
     )
     client = new_app.asgi_client
     new = await issue(client, api_key, {"input_hash": hash_of("after rotation")})
-    assert new["sig_kid"] == "test-2026" and new["prev_receipt_hash"] == old["receipt_hash"]
+    assert new["sig_kid"] != old["sig_kid"] and new["prev_receipt_hash"] == old["receipt_hash"]
     _, keys_resp = await client.get("/v1/public-key")
     keys = keys_resp.json
-    assert keys["active_kid"] == "test-2026" and {k["kid"] for k in keys["keys"]} == {"test-2025", "test-2026"}
+    assert keys["active_kid"] == new["sig_kid"] and {k["kid"] for k in keys["keys"]} == {old["sig_kid"], new["sig_kid"]}
     _, resp = await client.get(f"/v1/receipts/{old['receipt_id']}")
     assert ok(iv.verify(resp.json["receipt"], keys))
     assert ok(iv.verify(new, keys))
     assert iv.verify_chain_link(new, resp.json["receipt"], keys)
-    assert not ok(iv.verify(old, {"keys": [k for k in keys["keys"] if k["kid"] == "test-2026"]}))
+    assert not ok(iv.verify(old, {"keys": [k for k in keys["keys"] if k["kid"] == new["sig_kid"]]}))

@@ -57,8 +57,8 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Venv:
 
 
 @pytest.fixture(scope="module")
-def service(module_services: ServicePool, redis_server: RedisServer, signing_keys_json: str) -> ServiceProcess:
-    return module_services.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
+def service(module_services: ServicePool, redis_server: RedisServer) -> ServiceProcess:
+    return module_services.start(redis_url=redis_server.url)
 
 
 @pytest.fixture(scope="module")

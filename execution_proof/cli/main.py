@@ -75,9 +75,9 @@ no such receipt; 2 could not check or bad usage; 130 interrupted (Ctrl-C).
 
 
 ENVIRONMENT = {
-    "serve": "REDIS_URL, SIGNING_KEYS, PORT, WEB_WORKERS, PUBLIC_BASE_URL, LOG_SIGNING_KEY, LOG_STORE and the rest "
+    "serve": "REDIS_URL, RECEIPT_ROOT_KEY, PORT, WEB_WORKERS, PUBLIC_BASE_URL, LOG_SIGNING_KEY, LOG_STORE and the rest "
     'of README "Configuration"',
-    "worker": 'REDIS_URL, SIGNING_KEYS, LOG_SIGNING_KEY, LOG_STORE and the rest of README "Configuration"',
+    "worker": 'REDIS_URL, LOG_SIGNING_KEY, LOG_STORE and the rest of README "Configuration"',
     "expire": "REDIS_URL",
     "keys": "REDIS_URL",
     "receipts": "REDIS_URL",

@@ -148,7 +148,9 @@ def verify_signature(key: VerifyKey, receipt_hash: str, signature: str) -> bool:
 
 
 def new_key_set(kid: str) -> KeySet:
-    """A fresh ``SIGNING_KEYS`` document holding one active key named ``kid``."""
+    """A fresh key set holding one active key named ``kid``, its private half included: for
+    signing receipts outside a service (test vectors, the benchmark's client); a service's
+    keys are certified per process by its receipt root (docs/keys.md)."""
     if not KID_RE.fullmatch(kid):
         raise KeySetError("kid must be 1-64 characters of A-Z a-z 0-9 . _ -")
     signer = SigningKey.generate()
@@ -165,8 +167,8 @@ def new_key_set(kid: str) -> KeySet:
 
 
 def load_key_ring(document: str | bytes | KeySet | JSONValue) -> KeyRing:
-    """Parse a ``SIGNING_KEYS`` document (README.md, "Configuration") or a ``GET /v1/public-key`` body,
-    as text or as parsed JSON of any shape (it is checked here).
+    """Parse a key set (a ``GET /v1/public-key`` body, a ``--keys`` file, or one with private
+    keys as ``new_key_set`` makes), as text or as parsed JSON of any shape (it is checked here).
 
     Raises ``KeySetError`` for malformed JSON, duplicate kids, bad key material, a private
     and public half that do not match, or an ``active_kid`` without a private key.

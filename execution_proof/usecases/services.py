@@ -118,7 +118,8 @@ class Services:
             )
             if await self._prepare_log(integrator) and integrator is not None:
                 spawn(_integrate_until_stopped(integrator), "log-integrator")
-        # After the log store's check: the first key certificate is the first entry this process queues.
+        # The key's certificate is queued for the log: only once the log store is checked (and
+        # created if new), or a new log's store would be refused for the entry waiting in Redis.
         if settings.receipt_root is None and settings.embedded:
             warn("no RECEIPT_ROOT_KEY: an ephemeral receipt root in memory certifies this process's keys")
         try:

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 from nacl.signing import SigningKey
 
+from execution_proof.errors import Error
 from execution_proof.kv.records import LogQueue
 from execution_proof.kv.store_log import LogQueueStore
 from execution_proof.kv.store_signing_keys import KeyRegistry, RegistryRead
@@ -54,7 +55,7 @@ RENEW_BACKOFF_MAX_S = 30.0
 DAY_MS = 86_400_000
 
 
-class RootUnavailable(Exception):
+class RootUnavailable(Error):
     """The receipt root could not be opened or did not sign (the message names the URI, PIN
     removed, never a key)."""
 
