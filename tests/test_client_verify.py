@@ -513,11 +513,10 @@ def test_hash_and_offline_verify_load_only_what_they_use(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_submit_then_verify_against_a_trust_root_of_the_real_service(
-    redis_server: Any, signing_keys_json: str, tmp_path: Path
-) -> None:
+def test_submit_then_verify_against_a_trust_root_of_the_real_service(redis_server: Any, tmp_path: Path) -> None:
     import redis
 
+    from tests.receipt_keys import TEST_ROOT_ENV
     from tests.servers import ServicePool, WorkerProcess, create_key_cli, wait_until
 
     signer = note.Signer.generate("client.example/log")
@@ -527,10 +526,10 @@ def test_submit_then_verify_against_a_trust_root_of_the_real_service(
         "LOG_STORE": f"file://{tmp_path}/log",
     }
     redis.Redis.from_url(redis_server.url).flushall()
-    worker = WorkerProcess(tmp_path, {"REDIS_URL": redis_server.url, "SIGNING_KEYS": signing_keys_json, **env})
+    worker = WorkerProcess(tmp_path, {"REDIS_URL": redis_server.url, **TEST_ROOT_ENV, **env})
     try:
         with ServicePool(tmp_path) as pool:
-            base = pool.start(redis_url=redis_server.url, signing_keys=signing_keys_json, env=env).base_url
+            base = pool.start(redis_url=redis_server.url, env=env).base_url
             key = create_key_cli(redis_server.url, project="client-verbs", plan="pro")
             data = tmp_path / "input.bin"
             data.write_bytes(b"built artefact\n")
