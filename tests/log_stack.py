@@ -93,7 +93,14 @@ def log_entries(store_dir: Path, checkpoint: note.Checkpoint) -> list[bytes]:
 
 
 def entry_ids(entries: list[bytes]) -> list[str]:
-    return [tlog.LogEntry.parse(entry).receipt_id for entry in entries]
+    """The receipt ids of the receipt entries, in the log's order (receipt keys' certificates
+    left out: ``certificate_indices``)."""
+    return [tlog.LogEntry.parse(e).receipt_id for e in entries if not e.startswith(tlog.KEY_CERTIFICATE_HEADER)]
+
+
+def certificate_indices(entries: list[bytes]) -> list[int]:
+    """Where the log holds receipt keys' certificates."""
+    return [i for i, entry in enumerate(entries) if entry.startswith(tlog.KEY_CERTIFICATE_HEADER)]
 
 
 def assert_extends(store_dir: Path, old: note.Checkpoint, new: note.Checkpoint) -> None:
@@ -462,6 +469,13 @@ class Stack:
             tlog.verify_inclusion(leaf, proof.index, checkpoint.size, proof.path, checkpoint.root)
             indices.append(proof.index)
         return indices
+
+    def assert_fills(self, receipts: list[dict[str, Any]], final: note.Checkpoint) -> None:
+        """Each receipt's log-proof verifies (``assert_proofs``), and with the log's receipt
+        key certificates (one per serving process started) the receipts fill ``final``'s tree:
+        every index exactly once."""
+        indices = self.assert_proofs(receipts) + certificate_indices(log_entries(self.store_dir, final))
+        assert sorted(indices) == list(range(final.size))
 
     def assert_no_staging(self) -> None:
         staging = self.store_dir / ".state" / "staging"

@@ -28,6 +28,9 @@ TEST_ROOT_KID = root_kid(TEST_ROOT.public_key())
 TEST_ROOT_VARIABLE = "EPS_TEST_ROOT"
 TEST_ROOT_ENV = {"RECEIPT_ROOT_KEY": f"env:{TEST_ROOT_VARIABLE}", TEST_ROOT_VARIABLE: b64url_encode(TEST_ROOT.seed)}
 """The environment that gives a service process ``TEST_ROOT`` as its receipt root."""
+KEY_ENTRIES = 1
+"""The entries a serving process (an in-process app, or each Sanic worker of a served
+process) queues for the transparency log of its own when it starts: its key's certificate."""
 KEY_REGISTRY_PREFIX = signing_keys_key("")
 """Where the receipt keys' registry lives in Redis: written when a serving process starts
 (its root and its key's certificate) and renews, never by a request."""

@@ -43,7 +43,7 @@ from execution_proof.transparency import note, tlog
 from execution_proof.web.app import create_app
 from tests.clock import Clock
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
-from tests.receipt_keys import keys_at_the_clock
+from tests.receipt_keys import KEY_ENTRIES, keys_at_the_clock
 from tests.servers import RAISED_LIMITS
 
 ORIGIN = "test.example/v1/log"
@@ -98,11 +98,6 @@ async def create(client: Any, key: dict[str, Any], label: str, **headers: str) -
     _, response = await client.post("/v1/receipts", content=orjson.dumps(body), headers={**auth(key), **headers})
     assert response.status in (200, 201), response.text
     return response.json
-
-
-KEY_ENTRIES = 1
-"""The entries a serving app queues for the log of its own when it starts: its receipt key's
-certificate (in the log's own queue, ahead of any receipt of its)."""
 
 
 async def started(app: Any) -> Any:

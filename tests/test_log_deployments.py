@@ -31,7 +31,7 @@ from execution_proof.kv.store import Store
 from execution_proof.transparency import tlog
 from tests.clock import Clock
 from tests.conftest import hash_of
-from tests.log_stack import WAIT_S, Stack, log_records
+from tests.log_stack import WAIT_S, Stack, certificate_indices, log_entries, log_records
 from tests.servers import wait_until
 from tests.test_log import IDENTITY, KEY_ENTRIES, ORIGIN, SIGNER, issue, log_app, published
 from tests.test_log_state_files import poll
@@ -292,15 +292,19 @@ def test_a_second_deployment_with_its_own_redis_on_the_same_store_says_it_waits(
     receipts += first.create_waiting(first_keys, 1)  # deployment 1's log goes on meanwhile
     assert health(first) == "ok"
     assert health(second) == "stalled"
-    assert second.pending() == 4 and first.stored().size == 3
+    # Each deployment's server queued its key's certificate as well.
+    assert second.pending() == 4 + KEY_ENTRIES and first.stored().size == 3 + KEY_ENTRIES
     assert len(behind()) == 1, "said once per holder"
     assert not [r for r in log_records(holder) if BEHIND in str(r.get("msg"))]
 
     assert holder.stop() == 0  # it gives the lease up: deployment 2's worker takes it
-    final = second.wait_for_size(7)
-    assert final.size == 7
-    assert sorted(first.assert_proofs(receipts)) == [0, 1, 2]
-    assert sorted(second.assert_proofs(waiting)) == [3, 4, 5, 6]
+    final = second.wait_for_size(7 + 2 * KEY_ENTRIES)
+    assert final.size == 7 + 2 * KEY_ENTRIES
+    ones, twos = first.assert_proofs(receipts), second.assert_proofs(waiting)
+    certificates = certificate_indices(log_entries(first.store_dir, final))
+    assert len(certificates) == 2 * KEY_ENTRIES
+    assert sorted(ones + twos + certificates) == list(range(final.size))
+    assert max(ones) < min(twos), "deployment 1's receipts entered the log before deployment 2's"
     wait_until(lambda: health(second) == "ok", WAIT_S, "deployment 2's /health to say ok")
     assert standby.process.poll() is None
 

@@ -44,6 +44,7 @@ from tests.log_stack import (
     Stack,
     assert_extends,
     assert_included,
+    certificate_indices,
     directory_state,
     entry_ids,
     go_checker,
@@ -53,6 +54,7 @@ from tests.log_stack import (
     loud_records,
     static_server,
 )
+from tests.receipt_keys import KEY_ENTRIES
 from tests.servers import (
     ServiceProcess,
     assert_error_body,
@@ -84,7 +86,8 @@ class CrashRun:
 
 
 def run_crash(stack: Stack, point: str) -> CrashRun:
-    """Six receipts in the log (one batch, partial tiles), then 300 more over three projects
+    """Six entries in the log (one batch, partial tiles: five receipts and the server's key
+    certificate), then 300 more receipts over three projects
     queued while no worker runs; a worker started with ``LOG_FAILPOINTS=<point>=kill`` takes
     them in one batch, which completes tile 0, and kills itself there; another worker,
     started after, finishes."""
@@ -92,7 +95,7 @@ def run_crash(stack: Stack, point: str) -> CrashRun:
     stack.serve()
     observer = stack.observe()
     api_keys = stack.make_keys(3)
-    receipts = stack.create(api_keys, 6)
+    receipts = stack.create(api_keys, 6 - KEY_ENTRIES)
     first = stack.worker()
     before = stack.wait_for_size(6)
     assert first.stop() == 0, first.log()[-2000:]
@@ -151,9 +154,9 @@ def test_a_worker_killed_at_any_step_of_a_batch_is_finished_by_the_next(
     history = stack.observer.assert_history(run.final)
     assert {checkpoint.size for checkpoint in history} <= {0, 6, 306}, [c.size for c in history]
     ids = entry_ids(log_entries(stack.store_dir, run.final))
-    assert len(set(ids)) == 306, "a receipt id is in the log twice"
+    assert len(ids) == len(set(ids)) == 306 - KEY_ENTRIES, "a receipt id is in the log twice"
     assert set(ids) == {receipt["receipt_id"] for receipt in run.receipts}
-    assert sorted(stack.assert_proofs(run.receipts)) == list(range(306))
+    stack.assert_fills(run.receipts, run.final)
     stack.assert_no_staging()
     assert stack.pending() == 0
     assert (stack.store_dir / "tile/0/000").exists() and not (stack.store_dir / "tile/0/000.p").exists()
@@ -181,15 +184,15 @@ def test_two_workers_racing_never_fork_and_lose_nothing(stacks: Callable[..., St
             victim = rivals.pop(0)
             assert kill_9(victim) == -signal.SIGKILL
             rivals.append(stack.worker())
-        if round_:
-            stack.wait_for_size(len(receipts) - 50)  # at most one round waits for the log
-    final = stack.wait_for_size(len(receipts))
-    assert final.size == len(receipts) == 400
+        if round_:  # at most one round waits for the log (which holds the server's key certificate too)
+            stack.wait_for_size(len(receipts) - 50 + KEY_ENTRIES)
+    final = stack.wait_for_size(len(receipts) + KEY_ENTRIES)
+    assert final.size == len(receipts) + KEY_ENTRIES == 400 + KEY_ENTRIES
     observer.stop()
     observer.assert_history(final)
     ids = entry_ids(log_entries(stack.store_dir, final))
     assert len(set(ids)) == 400 and set(ids) == {receipt["receipt_id"] for receipt in receipts}
-    assert sorted(stack.assert_proofs(receipts)) == list(range(400))
+    stack.assert_fills(receipts, final)
     stack.assert_no_staging()
 
 
@@ -243,26 +246,26 @@ def test_a_worker_frozen_mid_batch_past_its_lease_forks_nothing_when_it_wakes(st
         # sleeper staged, and goes on with new receipts.
         standby = stack.worker()
         receipts += stack.create(api_keys, 100)
-        stack.wait_for_size(len(receipts))
+        stack.wait_for_size(len(receipts) + KEY_ENTRIES)
         assert "finishing the batch a stopped integrator staged" in standby.log()
         assert staged_batches(stack.store_dir) == []
     finally:
         active.process.send_signal(signal.SIGCONT)
     # The sleeper wakes in the middle of its batch; more receipts arrive.
     receipts += stack.create(api_keys, 50)
-    stack.wait_for_size(len(receipts))
+    stack.wait_for_size(len(receipts) + KEY_ENTRIES)
     # The other stops: the one that slept carries the log on, from the tree as it is now.
     assert standby.stop() == 0
     receipts += stack.create(api_keys, 50)
-    final = stack.wait_for_size(len(receipts))
-    assert final.size == len(receipts)
+    final = stack.wait_for_size(len(receipts) + KEY_ENTRIES)
+    assert final.size == len(receipts) + KEY_ENTRIES
     assert active.process.poll() is None
     assert loud_records(active) == [], "the sleeper said more than INFO about being overtaken"
     observer.stop()
     observer.assert_history(final)
     ids = entry_ids(log_entries(stack.store_dir, final))
     assert len(set(ids)) == len(ids) and set(ids) == {receipt["receipt_id"] for receipt in receipts}
-    assert sorted(stack.assert_proofs(receipts)) == list(range(len(receipts)))
+    stack.assert_fills(receipts, final)
     stack.assert_no_staging()
 
 
@@ -287,9 +290,9 @@ def test_a_worker_stopped_while_its_integrator_sleeps_mid_batch_exits_at_once_wi
     assert "did not stop within 10 s" in said and "Traceback (most recent call last)" not in said, said[-3000:]
     assert mid_batch(stack.store_dir), "the batch is left staged, as a crash would leave it"
     successor = stack.worker()
-    final = stack.wait_for_size(5)
+    final = stack.wait_for_size(5 + KEY_ENTRIES)
     assert "finishing the batch a stopped integrator staged" in successor.log()
-    assert sorted(stack.assert_proofs(receipts)) == list(range(final.size))
+    stack.assert_fills(receipts, final)
 
 
 # --------------------------------------------------------------------------- 3. Redis restored, Redis flushed
@@ -315,8 +318,8 @@ def test_redis_restored_from_an_older_rdb_never_forks_or_duplicates(stacks: Call
     shutil.copyfile(Path(stack.redis.dir) / "dump.rdb", older)
     worker = stack.worker()
     second = stack.create([key], 100)
-    at_200 = stack.wait_for_size(200)
-    assert at_200.size == 200
+    at_200 = stack.wait_for_size(200 + KEY_ENTRIES)  # and the server's key certificate
+    assert at_200.size == 200 + KEY_ENTRIES
     assert worker.stop() == 0
     stack.redis.stop(kill=True)
     shutil.copyfile(older, Path(stack.redis.dir) / "dump.rdb")
@@ -327,21 +330,21 @@ def test_redis_restored_from_an_older_rdb_never_forks_or_duplicates(stacks: Call
     restarted = stack.worker()
     wait_until(lambda: stack.client.get(stack.base_url + "/health").json()["store"] == "ok", 20, "the server's Redis")
     third = stack.create([key], 100)
-    final = stack.wait_for_size(300)
-    assert final.size == 300
+    final = stack.wait_for_size(300 + KEY_ENTRIES)
+    assert final.size == 300 + KEY_ENTRIES
     observer.stop()
     observer.assert_history(final)
     entries = log_entries(stack.store_dir, final)
     ids = entry_ids(entries)
-    assert len(set(ids)) == 300, "a receipt id is in the log twice"
+    assert len(ids) == len(set(ids)) == 300, "a receipt id is in the log twice"
+    assert len(certificate_indices(entries)) == KEY_ENTRIES, "the restored certificate entered the log again"
     assert set(ids[:200]) == {r["receipt_id"] for r in first + second}
     assert set(ids[200:]) == {r["receipt_id"] for r in third}, "the log went on from 200"
     stack.assert_proofs(first + third)
     for receipt in second:  # gone from Redis, not from the log
         gone = stack.client.get(f"{stack.base_url}/v1/receipts/{receipt['receipt_id']}/log-proof")
         assert gone.status_code == 404
-        index = ids.index(receipt["receipt_id"])
-        assert entries[index] == tlog.entry_bytes(receipt)
+        index = entries.index(tlog.entry_bytes(receipt))
         assert_included(stack.store_dir, entries[index], index, final)
     # The restored queue's entries were found in the tree, not added again.
     assert "queued entries were in the log already" in restarted.log()
@@ -358,13 +361,13 @@ def test_redis_flushed_under_a_running_server_and_worker_the_log_goes_on(stacks:
     observer = stack.observe()
     worker = stack.worker()
     before = stack.create([create_key_cli(stack.redis_url, project="before-flush")], 100)
-    at_100 = stack.wait_for_size(100)
-    assert at_100.size == 100
+    at_100 = stack.wait_for_size(100 + KEY_ENTRIES)  # and the server's key certificate
+    assert at_100.size == 100 + KEY_ENTRIES
     with redis.Redis.from_url(stack.redis_url) as conn:
         assert conn.flushall()
     after = stack.create([create_key_cli(stack.redis_url, project="after-flush")], 200)
-    final = stack.wait_for_size(300)
-    assert final.size == 300
+    final = stack.wait_for_size(300 + KEY_ENTRIES)
+    assert final.size == 300 + KEY_ENTRIES
     assert worker.process.poll() is None, f"the worker died of the flush:\n{worker.log()[-3000:]}"
     observer.stop()
     observer.assert_history(final)
@@ -372,10 +375,11 @@ def test_redis_flushed_under_a_running_server_and_worker_the_log_goes_on(stacks:
     ids = entry_ids(entries)
     assert set(ids[:100]) == {r["receipt_id"] for r in before}
     assert set(ids[100:]) == {r["receipt_id"] for r in after} and len(set(ids)) == 300
-    assert sorted(stack.assert_proofs(after)) == list(range(100, 300))
+    assert sorted(stack.assert_proofs(after)) == list(range(at_100.size, final.size))
     gone = stack.client.get(f"{stack.base_url}/v1/receipts/{before[0]['receipt_id']}/log-proof")
     assert gone.status_code == 404  # Redis forgot the receipt; the log did not
-    assert_included(stack.store_dir, tlog.entry_bytes(before[0]), ids.index(before[0]["receipt_id"]), final)
+    first = tlog.entry_bytes(before[0])
+    assert_included(stack.store_dir, first, entries.index(first), final)
 
 
 # --------------------------------------------------------------------------- 4. identities, a lost store
@@ -499,17 +503,17 @@ def test_embedded_mode_with_a_log_store_and_no_log_key_is_refused(tmp_path: Path
 
 
 def test_backpressure_over_http_refuses_without_a_trace_until_the_log_drains(stacks: Callable[..., Stack]) -> None:
-    """``LOG_MAX_PENDING=5`` and no worker: five creates are 201, the sixth 503
+    """``LOG_MAX_PENDING`` 5 besides the server's key certificate, and no worker: five creates are 201, the sixth 503
     ``log_backlog`` with ``Retry-After``, using no monthly quota and writing nothing to Redis
     but the counters of the request's own rate limits; a replay still answers 200. A worker
     drains the queue and creates succeed again."""
-    stack = stacks("backlog", LOG_MAX_PENDING="5")
+    stack = stacks("backlog", LOG_MAX_PENDING=str(5 + KEY_ENTRIES))
     stack.start_redis()
     stack.serve()
     key = create_key_cli(stack.redis_url, project="backlog", plan="pro")
     headers = {"Authorization": f"Bearer {key['api_key']}"}
     created = stack.create([key], 5)
-    assert stack.pending() == 5
+    assert stack.pending() == 5 + KEY_ENTRIES
     usage_before = stack.client.get(stack.base_url + "/v1/usage", headers=headers).json()
     before = redis_snapshot(stack.redis_url)
     body = {"input_hash": hash_of("refused")}
@@ -531,7 +535,7 @@ def test_backpressure_over_http_refuses_without_a_trace_until_the_log_drains(sta
     assert {k: v for k, v in usage_after["month"].items() if k != ticking} == {
         k: v for k, v in usage_before["month"].items() if k != ticking
     }
-    assert stack.pending() == 5
+    assert stack.pending() == 5 + KEY_ENTRIES
     # A replay of an existing receipt still answers.
     replay = stack.client.post(
         stack.base_url + "/v1/receipts", headers=headers, json={"input_hash": created[0]["input_hash"]}
@@ -540,7 +544,7 @@ def test_backpressure_over_http_refuses_without_a_trace_until_the_log_drains(sta
     assert replay.json()["idempotency"]["hit"] is True
     # A worker drains the queue; creates are accepted again.
     stack.worker()
-    assert stack.wait_for_size(5).size == 5
+    assert stack.wait_for_size(5 + KEY_ENTRIES).size == 5 + KEY_ENTRIES
     wait_until(lambda: stack.pending() == 0, 20, "the pending count to drain")
     accepted = stack.client.post(stack.base_url + "/v1/receipts", headers=headers, json=body)
     assert accepted.status_code == 201, accepted.text
@@ -633,8 +637,8 @@ def test_a_witness_showing_a_fork_halts_the_log_across_processes_until_resumed(
             done = run_cli("log", "resume", "--reason", "checked", env={"LOG_STORE": stack.env["LOG_STORE"]})
             assert done.returncode == 0, done.stderr
             assert orjson.loads(done.stdout.splitlines()[-1])["resumed"] is lifted
-        final = stack.wait_for_size(5)
-        assert final.size == 5
+        final = stack.wait_for_size(5 + KEY_ENTRIES)  # and the server's key certificate
+        assert final.size == 5 + KEY_ENTRIES
         served = stack.client.get(stack.base_url + "/v1/log/checkpoint").text
         assert cosignature.cosignatures(note.parse_note(served), [witness.cosigner.key]), "not cosigned"
         wait_until(lambda: health()["log"] == "ok", 10, "/health to say ok again")
@@ -648,25 +652,27 @@ def test_a_witness_showing_a_fork_halts_the_log_across_processes_until_resumed(
 
 @pytest.fixture(scope="module")
 def site(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A log of 556 entries grown in three batches (300, 1, 255): full and partial tiles at
-    levels 0 and 1, partial bundles; the checkpoints at 0 and 300 kept as files."""
+    """A log of 556 entries grown in three batches (300, 1, 255; the first holds the server's
+    key certificate): full and partial tiles at levels 0 and 1, partial bundles; the
+    checkpoints at 0 and 300 kept as files."""
     folder = tmp_path_factory.mktemp("site")
     stack = Stack(folder / "site", redis_binary, name="site")
     try:
         stack.start_redis()
-        stack.serve()
-        stack.worker()
-        api_keys = stack.make_keys(2)
+        stack.serve()  # it creates the store: its size-0 checkpoint, kept before a worker runs
         kept: dict[int, Path] = {}
         assert stack.wait_for_size(0).size == 0
         kept[0] = folder / "checkpoint-0"
         kept[0].write_bytes((stack.store_dir / "checkpoint").read_bytes())
+        assert stack.stored().size == 0
+        stack.worker()
+        api_keys = stack.make_keys(2)
         receipts: list[dict[str, Any]] = []
-        for count in (300, 1, 255):
+        for count in (300 - KEY_ENTRIES, 1, 255):
             receipts += stack.create(api_keys, count)
-            reached = stack.wait_for_size(len(receipts))
-            assert reached.size == len(receipts)
-            if len(receipts) == 300:
+            reached = stack.wait_for_size(len(receipts) + KEY_ENTRIES)
+            assert reached.size == len(receipts) + KEY_ENTRIES
+            if reached.size == 300:
                 kept[300] = folder / "checkpoint-300"
                 kept[300].write_bytes((stack.store_dir / "checkpoint").read_bytes())
         assert note.parse_checkpoint(note.parse_note(kept[300].read_bytes()).text).size == 300
@@ -797,7 +803,8 @@ def test_tlog_scales_reads_the_store_served_by_a_plain_web_server(site: dict[str
     assert (theirs.size, theirs.root_hash) == (ours.size, ours.root) and ours.size >= 556
     assert reader.calculate_root_hash() == ours.root
     by_id = {receipt["receipt_id"]: receipt for receipt in site["receipts"]}
-    for index in (0, 255, 256, 299, 300, 301, 511, 512, ours.size - 1):
+    certificates = certificate_indices(log_entries(stack.store_dir, ours))
+    for index in sorted({0, 1, 255, 256, 299, 300, 301, 511, 512, ours.size - 1} - set(certificates)):
         entry = reader.get_entry(index)
         receipt = by_id[tlog.LogEntry.parse(entry).receipt_id]
         assert entry == tlog.entry_bytes(receipt)

@@ -54,6 +54,7 @@ from tests.log_stack import (
     loud_records,
     stack_maker,
 )
+from tests.receipt_keys import KEY_ENTRIES
 from tests.servers import ServiceProcess, WorkerProcess, assert_error_body, run_cli, wait_until
 from tests.test_log_store_s3 import ACCESS_KEY, BUCKET, FOREIGN_VARIABLES, SECRET_KEY, MotoServer, moto  # noqa: F401
 
@@ -441,7 +442,7 @@ def _a_state_directory_put_back_with_redis_flushed_is_refused_and_signs_nothing(
     worker = stack.worker()
     api_keys = stack.make_keys(2)
     acknowledged = stack.create_waiting(api_keys, 2)
-    receipts = acknowledged + stack.create(api_keys, 48)
+    receipts = acknowledged + stack.create(api_keys, 48 - KEY_ENTRIES)  # and the server's key certificate
     assert stack.wait_for_size(50).size == 50
     place.save_state()
     more = stack.create_waiting(api_keys, 2)
@@ -513,7 +514,7 @@ def _a_new_origin_on_an_old_redis_says_not_in_log_for_the_old_receipts(lane: Lan
     old_worker = old_log.worker()
     api_keys = old_log.make_keys(2)
     old_acknowledged = old_log.create_waiting(api_keys, 2)
-    old = old_acknowledged + old_log.create(api_keys, 38)
+    old = old_acknowledged + old_log.create(api_keys, 38 - KEY_ENTRIES)  # and the server's key certificate
     old_final = old_log.wait_for_size(40)
     assert old_final.size == 40
     old_log.assert_proofs(old)
@@ -530,7 +531,8 @@ def _a_new_origin_on_an_old_redis_says_not_in_log_for_the_old_receipts(lane: Lan
     new_log.serve()
     new_observer = new_log.observe()
     new_log.worker()
-    assert new_log.wait_for_size(0).size == 0, "the new store is a new log"
+    # The new store is a new log: its first entry is its server's key certificate.
+    assert new_log.wait_for_size(KEY_ENTRIES).size == KEY_ENTRIES, "the new store is a new log"
     key_of = {key["project_id"]: key for key in api_keys}
 
     def assert_not_in_new_log() -> None:
@@ -551,10 +553,10 @@ def _a_new_origin_on_an_old_redis_says_not_in_log_for_the_old_receipts(lane: Lan
         assert body["idempotency"]["hit"] is True and body["receipt"]["receipt_id"] == receipt["receipt_id"]
         assert body["log"] == {"status": "pending", "proof_url": f"/v1/receipts/{receipt['receipt_id']}/log-proof"}
     new_acknowledged = new_log.create_waiting(api_keys, 2)
-    new = new_acknowledged + new_log.create(api_keys, 18)
+    new = new_acknowledged + new_log.create(api_keys, 18 - KEY_ENTRIES)
     new_final = new_log.wait_for_size(20)
     assert new_final.size == 20 and new_final.origin == NEW_ORIGIN
-    assert sorted(new_log.assert_proofs(new)) == list(range(20))
+    new_log.assert_fills(new, new_final)
     assert_not_in_new_log()  # indices 0-19 are the new log's entries now: still none is given
     assert new_log.pending() == 0
 
@@ -595,9 +597,10 @@ def _a_redis_restored_from_another_deployment_is_not_taken_for_this_log(lane: La
     x.serve()
     x_worker = x.worker()
     x_keys = x.make_keys(3)
-    x_integrated = x.create_waiting(x_keys, 2) + x.create(x_keys, 198)
-    assert x.wait_for_size(200).size == 200
-    assert sorted(x.assert_proofs(x_integrated)) == list(range(200))
+    x_integrated = x.create_waiting(x_keys, 2) + x.create(x_keys, 198 - KEY_ENTRIES)  # and X's key certificate
+    x_log = x.wait_for_size(200)
+    assert x_log.size == 200
+    x.assert_fills(x_integrated, x_log)
     assert x_worker.stop() == 0
     x_queued = x.create(x_keys, 100)
     assert x.pending() == 100
@@ -612,8 +615,9 @@ def _a_redis_restored_from_another_deployment_is_not_taken_for_this_log(lane: La
     y_worker = y.worker()
     y_keys = y.make_keys(2)
     y_acknowledged = y.create_waiting(y_keys, 2)
-    y_receipts = y_acknowledged + y.create(y_keys, 28)
+    y_receipts = y_acknowledged + y.create(y_keys, 28 - KEY_ENTRIES)  # and Y's key certificate
     assert y.wait_for_size(30).size == 30
+    first_receipts = len(y_receipts)
     assert y_worker.stop() == 0
     y.restore_redis(snapshot)
     wait_until(lambda: y.client.get(y.base_url + "/health").json()["store"] == "ok", 20, "Y's server's Redis")
@@ -624,7 +628,7 @@ def _a_redis_restored_from_another_deployment_is_not_taken_for_this_log(lane: La
     y_receipts += y.create(x_keys, 18)
     final = y.wait_for_size(50)
     assert final.size == 50
-    y.assert_proofs(y_receipts[30:])
+    y.assert_proofs(y_receipts[first_receipts:])
     answers = collections.Counter()
     for receipt in x_integrated + x_queued:
         response = y.client.get(f"{y.base_url}/v1/receipts/{receipt['receipt_id']}/log-proof")
@@ -739,7 +743,7 @@ def _a_truncated_checkpoint_is_published_again_and_no_route_answers_500(lane: La
     worker = stack.worker()
     api_keys = stack.make_keys(2)
     acknowledged = stack.create_waiting(api_keys, 2)
-    receipts = acknowledged + stack.create(api_keys, 28)
+    receipts = acknowledged + stack.create(api_keys, 28 - KEY_ENTRIES)  # and the server's key certificate
     before = stack.wait_for_size(30)
     wait_until(lambda: parses(stack.store_dir / "checkpoint", stack.verifier), WAIT_S, "the stored checkpoint")
     assert stack.stored() == before
@@ -889,24 +893,25 @@ def _health_says_stalled_then_ok_and_a_refusal_is_halted_in_every_web_process(la
     assert [metrics_gauge(service, token, "eps_log_stalled") for _ in range(4)] == ["eps_log_stalled 1.0"] * 4
 
     worker = stack.worker()
-    stack.wait_for_size(1)
+    certified = 2 * KEY_ENTRIES  # each of the two web processes' key certificate
+    stack.wait_for_size(1 + certified)
     published_at = time.monotonic()
     assert_every_process_says(service, published_at, SEEN_WITHIN_S, "ok")
     acknowledged = stack.create_waiting(api_keys, 2)
     receipts += acknowledged
-    assert stack.wait_for_size(3).size == 3
+    assert stack.wait_for_size(3 + certified).size == 3 + certified
     aside = tmp_path / "state-aside"
     shutil.copytree(stack.store_dir / ".state", aside)
     receipts += stack.create(api_keys, 5)
-    final = stack.wait_for_size(8)
-    assert final.size == 8
+    final = stack.wait_for_size(8 + certified)
+    assert final.size == 8 + certified
     wait_until(lambda: parses(stack.store_dir / "checkpoint", stack.verifier) and stack.stored() == final, 10, "size 8")
     published = public_state(stack.store_dir)
 
     shutil.rmtree(stack.store_dir / ".state")
     shutil.copytree(aside, stack.store_dir / ".state")
     queued = stack.create(api_keys, 1)
-    assert_refused_once(worker, "(size 8) is ahead of the tree state", "(size 3)")
+    assert_refused_once(worker, f"(size {8 + certified}) is ahead of the tree state", f"(size {3 + certified})")
     refused_at = time.monotonic()
     assert_every_process_says(service, refused_at, SEEN_WITHIN_S, "halted")
     assert [metrics_gauge(service, token, "eps_log_halted") for _ in range(4)] == ["eps_log_halted 1.0"] * 4
@@ -1005,7 +1010,7 @@ def _head_over_http_answers_like_get_with_its_content_length(lane: Lane) -> None
     stack.serve()
     stack.worker()
     api_keys = stack.make_keys(2)
-    receipts = stack.issue(api_keys, 300)
+    receipts = stack.issue(api_keys, 300 - KEY_ENTRIES)  # and the server's key certificate
     final = stack.wait_for_size(300)
     assert final.size == 300
     paths = {
@@ -1079,7 +1084,7 @@ def _a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go(lane:
     worker = stack.worker()
     api_keys = stack.make_keys(2)
     acknowledged = stack.create_waiting(api_keys, 2)
-    receipts = acknowledged + stack.create(api_keys, 48)
+    receipts = acknowledged + stack.create(api_keys, 48 - KEY_ENTRIES)  # and the server's key certificate
     assert stack.wait_for_size(50).size == 50
     assert wait_for_stored(stack, 50).size == 50
     assert worker.stop() == 0

@@ -66,6 +66,7 @@ from tests.log_stack import (
     Observer,
     Stack,
     assert_included,
+    certificate_indices,
     entry_ids,
     go_check,
     is_stopped,
@@ -74,6 +75,7 @@ from tests.log_stack import (
     loud_records,
     setup_store,
 )
+from tests.receipt_keys import KEY_ENTRIES
 from tests.servers import WorkerProcess, clean_env, run_cli, wait_until
 from tests.test_log_store_s3 import (  # noqa: F401 (moto: the session's fixture, asked for by name)
     ACCESS_KEY,
@@ -95,7 +97,8 @@ REDIS_FAULTS = ["none", "flushall", "restore"]
 S3_CASES = [("staged", "none"), ("staged", "flushall"), ("tiles_half", "none"), ("tiles_half", "flushall"),
             ("advanced", "restore")]  # fmt: skip
 FIRST = 6
-"""Receipts in the log before the stall: partial tiles and a partial bundle."""
+"""Entries in the log before the stall (the server's key certificate and FIRST - KEY_ENTRIES
+receipts): partial tiles and a partial bundle."""
 BACKLOG = 4150
 """Queued in two projects when the sleeper starts: its batch is a full 4,096, 54 stay queued."""
 LATE = 40
@@ -363,7 +366,7 @@ def run_stall(
     observer = stack.observe(OBSERVE_S)
     api_keys = stack.make_keys(2)
     first_worker = stack.worker()
-    first = stack.create(api_keys, FIRST, threads=2)
+    first = stack.create(api_keys, FIRST - KEY_ENTRIES, threads=2)
     stack.wait_for_size(FIRST)
     assert first_worker.stop() == 0, first_worker.log()[-3000:]
     failpoint = f"{step}={action}"
@@ -553,7 +556,11 @@ def assert_changed_nothing(run: StallRun) -> None:
     entries = log_entries(run.store_dir, run.final)
     ids = entry_ids(entries)
     assert len(set(ids)) == len(ids), f"{context}: a receipt id is in the log twice"
-    assert set(ids[:FIRST]) == set(run.first)
+    # The server's key certificate is among the first FIRST entries, before any receipt's
+    # position the checks below name: a receipt at tree index i is ids[i - KEY_ENTRIES].
+    certificates = certificate_indices(entries)
+    assert len(certificates) == KEY_ENTRIES and all(i < FIRST for i in certificates), certificates
+    assert set(ids[: FIRST - KEY_ENTRIES]) == set(run.first)
     queued = set(run.backlog + run.late)
     stall = run.tree_at_stall
     batch_end = stall["staged"]["new_size"] if "staged" in stall else stall["size"]
@@ -561,7 +568,7 @@ def assert_changed_nothing(run: StallRun) -> None:
         assert batch_end == FIRST, stall  # read from Redis, never staged: only Redis can bring it back
     elif run.action == "stop":
         assert batch_end == FIRST + MAX_BATCH, f"{context}: the stopped batch is not a full one: {stall}"
-    batch = set(ids[FIRST:batch_end])
+    batch = set(ids[FIRST - KEY_ENTRIES : batch_end - KEY_ENTRIES])
     assert len(batch) == batch_end - FIRST and batch <= queued, f"{context}: the stopped batch is not in the log"
     survivors = {"none": queued, "flushall": set(), "restore": set(run.backlog)}[run.fault]
     expected = set(run.first) | batch | survivors | set(run.after_fault)

@@ -27,7 +27,7 @@ from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.logstore.log import UNREADABLE_HALT, checkpoint_size
 from execution_proof.kv.store import Store
 from tests.conftest import hash_of
-from tests.log_stack import WAIT_S, Stack, log_records, loud_records
+from tests.log_stack import WAIT_S, Stack, certificate_indices, log_entries, log_records, loud_records
 from tests.servers import run_cli, wait_until
 from tests.test_log import KEY_ENTRIES, ORIGIN, SIGNER, integrator, issue, log_app, published
 
@@ -256,7 +256,8 @@ def test_garbage_in_the_halt_file_of_a_running_log_halts_it_until_resumed(stacks
     stack.serve()
     worker = stack.worker()
     api_keys = stack.make_keys(2)
-    receipts = stack.create_waiting(api_keys, 1) + stack.create(api_keys, 9)
+    # Nine receipts and the server's key certificate: ten entries.
+    receipts = stack.create_waiting(api_keys, 1) + stack.create(api_keys, 9 - KEY_ENTRIES)
     before = stack.wait_for_size(10)
     halt = stack.store_dir / ".state/halt"
     halt.write_bytes(DAMAGED["binary"])
@@ -288,7 +289,8 @@ def test_garbage_in_the_halt_file_of_a_running_log_halts_it_until_resumed(stacks
     assert said["resumed"] is True and said["halt"]["reason"] == UNREADABLE_HALT, said
     assert not halt.exists()
     final = stack.wait_for_size(13)
-    assert sorted(stack.assert_proofs(receipts + waiting)) == list(range(13))
+    indices = stack.assert_proofs(receipts + waiting) + certificate_indices(log_entries(stack.store_dir, final))
+    assert sorted(indices) == list(range(13))
     assert final.size == 13
     wait_until(lambda: health(stack) == "ok", WAIT_S, "/health to say ok")
     [line] = said_halted()

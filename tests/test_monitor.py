@@ -46,8 +46,9 @@ from execution_proof.receipts.limits import load_limits
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, free_port
+from tests.receipt_keys import TEST_ROOT_KID
 from tests.servers import serving
-from tests.test_log import ORIGIN, integrator, issue, log_app
+from tests.test_log import KEY_ENTRIES, ORIGIN, integrator, issue, log_app
 
 pytestmark = pytest.mark.slow
 
@@ -158,7 +159,7 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
     app = log_app(store, log_store, receipt_root, signer, clock_ms=lambda: now[0], limits=limits)
     key = await create_project_key(store.keys, project_name="monitored", plan="pro")
     worker = await integrator(store, log_store, signer)
-    issued = await issue(app, key, [f"r{i}" for i in range(300)])
+    issued = await issue(app, key, [f"r{i}" for i in range(300 - KEY_ENTRIES)])  # and the app's key certificate
     await worker.step(force=True)
     told: list[float] = []
 
@@ -175,13 +176,13 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
     db = MonitorDb(tmp_path / "state.sqlite3")
     fetcher = Fetcher(get, "http://service/v1/log/", sleep=sleep, concurrency=1)
     report = await Pass(fetcher, signer.verifier, None, db, Progress(False)).run()
+    assert [k["kid"] for k in report.pop("keys")] == [app.ctx.services.receipt_keys.active_kid]
     assert report == {
         "ok": True,
         "violations": [],
         "checkpoint": {"origin": ORIGIN, "size": 300},
         "new_entries": 300,
         "unwitnessed_since": None,
-        "keys": [],
     }
     assert told and fetcher.waits == told  # each 429's Retry-After, waited out as given
     assert db.projects[key["project_id"]].tip == issued[-1]["receipt_hash"]
@@ -195,12 +196,15 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
     app = log_app(store, log_store, receipt_root, signer)
     worker = await integrator(store, log_store, signer)
     keys = [await create_project_key(store.keys, project_name=f"p{i}", plan="pro") for i in range(2)]
-    for k in keys:
-        await issue(app, k, [f"{k['project_id']}-{i}" for i in range(150)])
+    for n, k in enumerate(keys):  # 300 entries with the app's key certificate
+        await issue(app, k, [f"{k['project_id']}-{i}" for i in range(150 - (KEY_ENTRIES if n == 0 else 0))])
     await worker.step(force=True)
     served = serve(tmp_path / "log")
     state = tmp_path / "state"
-    assert monitor(served.url, signer, state) == (
+    code, report = monitor(served.url, signer, state)
+    listed = report.pop("keys")
+    assert [(k["kid"], k["root_kid"]) for k in listed] == [(app.ctx.services.receipt_keys.active_kid, TEST_ROOT_KID)]
+    assert (code, report) == (
         0,
         {
             "ok": True,
@@ -208,7 +212,6 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
             "checkpoint": {"origin": ORIGIN, "size": 300},
             "new_entries": 300,
             "unwitnessed_since": None,
-            "keys": [],
         },
     )
     await issue(app, keys[0], [f"more-{i}" for i in range(100)])

@@ -42,7 +42,7 @@ from execution_proof.transparency import note, policy
 from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, free_port
 from tests.servers import serving
-from tests.test_log import ORIGIN, issue, log_app
+from tests.test_log import KEY_ENTRIES, ORIGIN, issue, log_app
 from tests.test_monitor import chain
 from tests.test_witness import spawn_witness, stop_witness
 
@@ -424,7 +424,7 @@ async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
                 )
                 return done.returncode, document(done.stdout)
 
-            await issue(app, key, [f"a{n}" for n in range(5)])
+            await issue(app, key, [f"a{n}" for n in range(5 - KEY_ENTRIES)])  # and the app's key certificate: 5
             await worker.step(force=True)
             code, report = monitor()
             assert (code, report["unwitnessed_since"], report["quorum"]["ok"]) == (0, None, True), report

@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.real_redis]
 OUTAGE_BOUND_S = 7.0
 """Connect timeout 2 s / command timeout 5 s (kv/connect.py), plus room for a slow machine."""
 AOF_ALWAYS = ["--appendonly", "yes", "--appendfsync", "always"]
-ENTRY_FIELDS = {"product", "subtitle", "env", "docs_url", "endpoints", "store", "log"}
+ENTRY_FIELDS = {"product", "subtitle", "env", "docs_url", "endpoints", "store", "keys", "log"}
 
 
 @pytest.fixture
