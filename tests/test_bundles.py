@@ -63,9 +63,11 @@ async def test_bundle_holds_the_receipt_its_chain_and_keys(client: Any, api_key:
     assert body["receipt"] == receipts[-1]
     assert body["chain"] == list(reversed(receipts[:-1])), "newest first"
     assert body["chain_complete"] is True
-    assert body["keys"]["active_kid"] == "test-2026"
-    assert [k["kid"] for k in body["keys"]["keys"]] == ["test-2026"], "only the kids that signed something"
-    assert set(body["keys"]["keys"][0]) == {"kid", "alg", "public_key_base64url"}
+    kid = receipts[-1]["sig_kid"]
+    assert body["keys"]["active_kid"] == kid and kid.startswith("key-")
+    assert [k["kid"] for k in body["keys"]["keys"]] == [kid], "only the kids that signed something"
+    assert set(body["keys"]["keys"][0]) == {"kid", "alg", "public_key_base64url", "certificate"}
+    assert body["keys"]["keys"][0]["certificate"]["kid"] == kid
     # The stored bytes are spliced in unchanged: the receipt is byte-for-byte what a read returns.
     _, read = await client.get(f"/v1/receipts/{receipts[-1]['receipt_id']}")
     assert raw_json_member(response.body, "receipt") == raw_json_member(read.body, "receipt")
@@ -159,21 +161,24 @@ async def test_a_corrupt_record_is_a_json_500_logged_once(
 async def test_bundle_lists_every_signing_kid_and_leaves_unknown_ones_out(
     settings: Settings, store: Store, api_key: dict[str, Any]
 ) -> None:
-    old_set, new_set = new_key_set("k-old"), new_key_set("k-new")
-    old_public = {"kid": "k-old", "public_key_base64url": old_set["keys"][0]["public_key_base64url"]}
-    before = create_app(replace(settings, keyring=load_key_ring(old_set)), store=store).asgi_client
-    rotated_keys = load_key_ring({"active_kid": "k-new", "keys": [*new_set["keys"], old_public]})
-    after = create_app(replace(settings, keyring=rotated_keys), store=store).asgi_client
+    """Two serving processes, each with its own certified key: a bundle lists the keys that
+    signed its receipts, the answering process's first; a key the registry no longer holds is
+    left out (fail closed)."""
+    before = create_app(settings, store=store).asgi_client
+    after = create_app(settings, store=store).asgi_client
     first = await create(before, api_key, {"input_hash": hash_of("1")})
     second = await create(after, api_key, {"input_hash": hash_of("2")})
+    old, new = first["sig_kid"], second["sig_kid"]
+    assert old != new
     body = orjson.loads((await bundle(after, second["receipt_id"])).body)
     assert body["chain"] == [first]
-    assert [k["kid"] for k in body["keys"]["keys"]] == ["k-new", "k-old"]
-    assert body["keys"]["active_kid"] == "k-new"
-    # A service that does not know k-old (the fixture's key set) leaves it out: fail closed.
+    assert [k["kid"] for k in body["keys"]["keys"]] == [new, old]
+    assert body["keys"]["active_kid"] == new
+    # A service whose registry no longer holds the old key leaves it out.
+    await store.signing_keys.forget([old], [])
     unknown = create_app(settings, store=store).asgi_client
     body = orjson.loads((await bundle(unknown, second["receipt_id"])).body)
-    assert body["keys"]["keys"] == [] and body["keys"]["active_kid"] == "test-2026"
+    assert [k["kid"] for k in body["keys"]["keys"]] == [new] and body["keys"]["active_kid"] not in (old, new)
 
 
 async def test_service_is_the_public_base_url_when_configured(
@@ -220,10 +225,11 @@ def offline(path: Path, **options: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def pinned_keys(saved_bundle: dict[str, Any], signing_keys_json: str) -> str:
-    """The service's key set saved as its ``GET /v1/public-key`` body: the keys a verifier pins."""
+async def pinned_keys(saved_bundle: dict[str, Any], client: Any) -> str:
+    """The service's ``GET /v1/public-key`` body saved: the keys a verifier pins."""
+    _, response = await client.get("/v1/public-key")
     path = saved_bundle["dir"] / "keys.json"
-    path.write_bytes(orjson.dumps(load_key_ring(signing_keys_json).public_keys_json()))
+    path.write_bytes(response.body)
     return str(path)
 
 
@@ -260,6 +266,9 @@ def forge(body: dict[str, Any], input_hash: str) -> dict[str, Any]:
     for entry in forged["chain"]:
         entry["signature"] = stranger.sign(entry["receipt_hash"])
     forged["keys"] = stranger.public_keys_json()
+    # A stranger's key can carry no certificate under the service's kid (a kid names its key):
+    # the forger writes the version without certificates, which every verifier still reads.
+    forged["version"] = 1
     return forged
 
 
@@ -396,12 +405,14 @@ async def test_tampered_bundles_fail(
     assert report["ok"] is False and report["checks"]["signature"] is False and report["key"]["known"] is False
 
     forged_key = orjson.loads(orjson.dumps(body))
-    other = new_key_set("test-2026")["keys"][0]["public_key_base64url"]
+    other = new_key_set("forged")["keys"][0]["public_key_base64url"]
     forged_key["keys"]["keys"][0]["public_key_base64url"] = other
+    del forged_key["keys"]["keys"][0]["certificate"]
+    forged_key["version"] = 1
     report = offline(_write(where / "forged.json", forged_key))
     assert report["checks"]["bundle_keys"] is False and report["ok"] is False
 
-    assert offline(_write(where / "v2.json", {**body, "version": 2}))["error"] is not None
+    assert offline(_write(where / "v3.json", {**body, "version": 3}))["error"] is not None
 
 
 async def test_keys_option_overrides_the_bundles_keys(
@@ -411,7 +422,9 @@ async def test_keys_option_overrides_the_bundles_keys(
     report = offline(saved_bundle["path"], keys_path=pinned_keys)
     assert report["ok"] is True and report["key"]["source"] == pinned_keys
     stranger = saved_bundle["dir"] / "stranger.json"
-    stranger.write_bytes(orjson.dumps(load_key_ring(new_key_set("test-2026")).public_keys_json()))
+    kid = saved_bundle["body"]["receipt"]["sig_kid"]
+    other = new_key_set("stranger")["keys"][0]["public_key_base64url"]
+    stranger.write_bytes(orjson.dumps({"keys": [{"kid": kid, "alg": "Ed25519", "public_key_base64url": other}]}))
     report = offline(saved_bundle["path"], keys_path=str(stranger))
     assert report["ok"] is False and report["checks"]["signature"] is False
     assert report["checks"]["bundle_keys"] is False

@@ -445,13 +445,13 @@ def test_trust_root_verifies_a_bundle_offline_and_refutes_a_forged_one(
 
 
 async def test_trust_root_checks_a_bundles_log_proof_and_quorum_offline(
-    store: Any, log_store: Any, keyring: KeyRing, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Any, log_store: Any, receipt_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from execution_proof.kv.accounts import create_project_key
     from tests.test_log import ORIGIN, integrator, issue, log_app
 
     signer = note.Signer.generate(ORIGIN)
-    app = log_app(store, log_store, keyring, signer)
+    app = log_app(store, log_store, receipt_root, signer)
     key = await create_project_key(store.keys, project_name="trust", plan="pro")
     worker = await integrator(store, log_store, signer)
     [receipt] = await issue(app, key, ["one"])
@@ -461,8 +461,9 @@ async def test_trust_root_checks_a_bundles_log_proof_and_quorum_offline(
     path = tmp_path / "bundle.json"
     path.write_bytes(response.body)
 
+    _, published = await app.asgi_client.get("/v1/public-key")
     no_network(monkeypatch)
-    public = load_key_ring(keyring.public_keys_json())
+    public = load_key_ring(published.json)  # pinned as keys: a version 1 trust root
     root = trust_root_file(tmp_path, UNREACHABLE, public, log=pinned_log(signer))
     report = run_verify(VerifyOptions(receipt_path=str(path), trust_root_path=str(root))).to_dict()
     assert report["error"] is None and report["ok"] is True, report
