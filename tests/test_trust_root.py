@@ -402,9 +402,7 @@ def test_the_verb_loads_no_server_library() -> None:
 
 
 @pytest.fixture(scope="module")
-def logged_service(
-    parts: dict[str, Any], signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
+def logged_service(parts: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An embedded-store service with two receipt keys, a log and a policy of two witnesses."""
     folder = tmp_path_factory.mktemp("trust-root-service")
     (folder / "policy.txt").write_text(parts["policy"])
@@ -415,7 +413,7 @@ def logged_service(
         "LOG_WITNESS_TIMEOUT_MS": "100",
     }
     with ServicePool(folder) as pool:
-        yield pool.start(redis_url=None, signing_keys=signing_keys_json, env=env).base_url
+        yield pool.start(redis_url=None, env=env).base_url
 
 
 def trust_root_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -456,11 +454,9 @@ def test_the_verb_writes_what_the_service_publishes(parts: dict[str, Any], logge
 
 
 @pytest.mark.slow
-def test_a_service_without_a_log_gives_log_null(
-    redis_server: RedisServer, signing_keys_json: str, tmp_path: Path
-) -> None:
+def test_a_service_without_a_log_gives_log_null(redis_server: RedisServer, tmp_path: Path) -> None:
     with ServicePool(tmp_path) as pool:
-        service = pool.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
+        service = pool.start(redis_url=redis_server.url)
         assert httpx.get(service.base_url + "/v1/log").status_code in (404, 503)
         out = tmp_path / "root.json"
         done = trust_root_cli("--base-url", service.base_url, "--out", str(out))

@@ -1,7 +1,7 @@
 """The public verification page (GET /verify) in a real Chromium against a real service.
 
-One service process (test keys, ``test-2026`` active) on the session's redis-server, plus a
-second one, briefly, whose active key is ``test-2025`` (retired in the first one's key set) to
+One service process (its own certified key active) on the session's redis-server, plus a
+second one before it, briefly, whose key (listed, not active, in the first one's keys) is used to
 issue an older receipt. Chromium opens http://127.0.0.1 (a secure context, so WebCrypto and
 Ed25519 exist), and every check happens in the page's own JavaScript; the tests only read
 ``<output id="verdict" data-verdict=…>`` and record which requests the page made.
@@ -26,7 +26,7 @@ import redis
 
 from execution_proof.receipts.signing import load_key_ring, new_key_set
 from execution_proof.receipts.verifier import recompute_hash_or_none
-from tests.conftest import ASSETS, REPO, RedisServer, missing_binary
+from tests.conftest import REPO, RedisServer, missing_binary
 from tests.servers import ServicePool, create_key_cli
 
 CHROMIUM = "/usr/bin/chromium"
@@ -110,20 +110,20 @@ def test_every_help_line_names_the_execution_proof_command() -> None:
 
 
 @pytest.fixture(scope="module")
-def site(redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def site(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A running service and receipts on it: a retired-key one, then two chained main ones."""
     folder = tmp_path_factory.mktemp("verify-page")
     with ServicePool(folder) as pool:
-        old = pool.start(redis_url=redis_server.url, signing_keys=(ASSETS / "retired_signing_key.json").read_text())
+        old = pool.start(redis_url=redis_server.url)
         key = create_key_cli(redis_server.url, project="verify-page", plan="pro")
         headers = {"Authorization": f"Bearer {key['api_key']}", "Content-Type": "application/json"}
         with httpx.Client(base_url=old.base_url, timeout=10) as http:
             created = http.post("/v1/receipts", headers=headers, json={"input_hash": sha(b"first")})
             assert created.status_code in (200, 201), created.text
             retired = created.json()["receipt"]
-        assert retired["sig_kid"] == "test-2025"
+        assert retired["sig_kid"].startswith("key-")
         old.stop()
-        service = pool.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
+        service = pool.start(redis_url=redis_server.url)
         with httpx.Client(base_url=service.base_url, timeout=10) as http:
             second = http.post(
                 "/v1/receipts", headers=headers, json={"input_hash": sha(b"second"), "tags": {"stage": "test"}}
@@ -140,7 +140,7 @@ def site(redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: py
             )
             assert third.status_code in (200, 201), third.text
             newest = third.json()["receipt"]
-            assert newest["sig_kid"] == "test-2026"
+            assert newest["sig_kid"].startswith("key-") and newest["sig_kid"] != retired["sig_kid"]
             salted = http.post("/v1/receipts", headers=headers, json={"input_hash": sha(SALT + b"secret")})
             assert salted.status_code in (200, 201), salted.text
         yield {
@@ -258,7 +258,14 @@ def test_genuine_receipt_by_url_is_valid_and_reads_only_the_receipt_and_keys(tab
     verdict, text = tab.verdict()
     assert verdict == "valid", text
     assert tab.reason() is None
-    for words in ("Self-consistency", "Signature", "Key id", "test-2026", "active signing key", receipt_id):
+    for words in (
+        "Self-consistency",
+        "Signature",
+        "Key id",
+        site["newest"]["sig_kid"],
+        "active signing key",
+        receipt_id,
+    ):
         assert words in text, words
     assert tab.checks() == {
         "format": True,
@@ -399,7 +406,7 @@ def test_receipt_signed_by_retired_key_is_valid_and_says_retired(tab: Page, site
     verdict, text = tab.verdict()
     assert verdict == "valid", text
     assert "retired" in text
-    assert "test-2025" in text
+    assert site["retired"]["sig_kid"] in text
 
 
 def make_bundle(site: dict[str, Any]) -> dict[str, Any]:
@@ -534,7 +541,7 @@ def test_forged_bundle_with_a_strangers_key_is_invalid(tab: Page, site: dict[str
     assert checks["self_consistency"] is True  # re-hashed: only the keys give it away
     assert checks["signature"] is False  # checked with the published key, not the carried one
     assert "not this service's keys" in text
-    assert "test-2026" in text and "test-2025" in text  # the kids whose keys differ
+    assert site["newest"]["sig_kid"] in text and site["retired"]["sig_kid"] in text  # the kids whose keys differ
 
     # A kid the service does not publish is not this service's key either.
     extra = make_bundle(site)
@@ -669,7 +676,7 @@ def test_bundle_from_the_bundle_endpoint_verifies_offline_with_saved_keys(
     assert verdict == "valid", text
     assert tab.checks()["bundle_keys"] is True
     assert tab.checks()["chain_link_2"] is True
-    assert 'signed by the retired key "test-2025"' in text  # the oldest chain entry
+    assert f'signed by the retired key "{site["retired"]["sig_kid"]}"' in text  # the oldest chain entry
     assert tab.requests == []
 
 
@@ -681,7 +688,7 @@ def test_saved_key_file_replaces_the_key_request_for_ids_and_pasted_receipts(
     makes a genuine receipt invalid, and the page never asks for GET /v1/public-key."""
     keys = published_keys(site)
     (tmp_path / "keys.json").write_text(json.dumps(keys))
-    stale = {"keys": [k for k in keys["keys"] if k["kid"] != "test-2026"], "active_kid": None}
+    stale = {"keys": [k for k in keys["keys"] if k["kid"] != site["newest"]["sig_kid"]], "active_kid": None}
     (tmp_path / "stale-keys.json").write_text(json.dumps(stale))
     receipt = site["newest"]
     tab.open()

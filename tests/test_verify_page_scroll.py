@@ -25,12 +25,10 @@ LAPTOP = {"width": 1280, "height": 720}
 
 
 @pytest.fixture(scope="module")
-def receipt_site(
-    redis_server: RedisServer, signing_keys_json: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
+def receipt_site(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A running service and one real receipt on it."""
     with ServicePool(tmp_path_factory.mktemp("verify-scroll")) as pool:
-        service = pool.start(redis_url=redis_server.url, signing_keys=signing_keys_json)
+        service = pool.start(redis_url=redis_server.url)
         key = create_key_cli(redis_server.url, project="verify-scroll", plan="pro")
         created = httpx.post(
             service.base_url + "/v1/receipts",

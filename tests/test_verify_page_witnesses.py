@@ -377,7 +377,7 @@ def witnessed_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
             "LOG_WITNESS_TIMEOUT_MS": "10000",
         }
         with ServicePool(folder) as pool:
-            service = pool.start(redis_url=None, signing_keys=None, env=env)
+            service = pool.start(redis_url=None, receipt_root=None, env=env)
             demo_key = re.search(r"eps_[A-Za-z0-9_-]{43}", service.stdout() + service.stderr())
             assert demo_key is not None, "the embedded server prints a demo key"
             yield {
