@@ -88,7 +88,14 @@ async def test_start_certifies_a_key_by_the_root_and_publishes_it_before_signing
     keys = lifecycle(fresh_store, clock, log_queue=fresh_store.log_queue, log_identity=LOG)
     with pytest.raises(SigningKeyUnavailable):
         keys.signing(clock.now)
+    # No integrator has made the log's store yet: the certificate waits in the process (an
+    # entry beside a store not yet made would have every worker refuse that store as lost).
     await keys.start()
+    keys.signing(clock.now)
+    own_queue = kv_keys.log_queue_key(LOG.identity, kv_keys.LOG_OWN_QUEUE)
+    assert await fresh_store.client.llen(own_queue) == 0
+    await fresh_store.log_queue.log_tell_size(LOG.identity, 0)  # what the integrator says once it made the store
+    await keys.step()
     ring = keys.signing(clock.now)
     kid = keys.active_kid
     assert kid is not None and kid.startswith("key-") and ring.active_kid == kid
@@ -183,6 +190,7 @@ async def test_an_unreadable_key_state_for_a_tenth_of_the_lifetime_stops_signing
 async def test_a_revoked_key_stops_signing_at_once_and_a_new_one_is_certified(fresh_store: Store) -> None:
     clock = Clock()
     keys = lifecycle(fresh_store, clock, log_queue=fresh_store.log_queue, log_identity=LOG)
+    await fresh_store.log_queue.log_tell_size(LOG.identity, 0)
     await keys.start()
     kid = keys.active_kid
     assert kid is not None
@@ -428,6 +436,7 @@ async def test_the_lifecycle_on_a_redis_cluster(redis_cluster: Any) -> None:  # 
     store = open_store(redis_cluster.url, cluster=True)
     try:
         clock = Clock()
+        await store.log_queue.log_tell_size(LOG.identity, 0)
         first = lifecycle(store, clock, log_queue=store.log_queue, log_identity=LOG)
         second = lifecycle(store, clock, seeded("another machine"), log_queue=store.log_queue, log_identity=LOG)
         await first.start()
@@ -454,3 +463,28 @@ async def test_the_lifecycle_on_a_redis_cluster(redis_cluster: Any) -> None:  # 
         assert kv_keys.LOG_OWN_QUEUE.encode() in await store.client.smembers(kv_keys.log_dirty_key(LOG.identity))
     finally:
         await store.close()
+
+
+async def test_a_store_away_at_start_delays_the_key_and_creates_answer_503(
+    fresh_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server starts while Redis is away (as it always has): its key is certified once the
+    store answers; meanwhile creates answer 503 store_unavailable, not a crash at start."""
+    from execution_proof.receipts.errors import StoreUnavailable
+
+    clock = Clock()
+    keys = lifecycle(fresh_store, clock)
+    real = fresh_store.signing_keys.add_root
+
+    async def away(*args: Any) -> bool:
+        raise StoreUnavailable("the store is unreachable")
+
+    monkeypatch.setattr(fresh_store.signing_keys, "add_root", away)
+    await keys.start()
+    with pytest.raises(StoreUnavailable):
+        keys.signing(clock.now)
+    assert keys.health(clock.now) == "unavailable"
+    monkeypatch.setattr(fresh_store.signing_keys, "add_root", real)
+    await keys.step()
+    keys.signing(clock.now)
+    assert set((await fresh_store.signing_keys.read()).roots) == {Root.of(TEST_ROOT.public_key()).kid}

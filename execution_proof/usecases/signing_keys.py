@@ -52,6 +52,8 @@ log = logging.getLogger("eps.keys")
 KEY_STATE_S = 1.0
 """How often every process reads the shared key state (at least)."""
 RENEW_BACKOFF_MAX_S = 30.0
+STEP_TIMEOUT_S = 3.0
+NO_KEY_RETRY_S = 0.05
 DAY_MS = 86_400_000
 
 
@@ -182,6 +184,10 @@ class ReceiptKeys:
         self._backoff = 0.0
         self._next_renewal = 0.0
         self._closed = False
+        self._root_document: Root | None = None
+        self._root_published = False
+        self._unlogged: list[bytes] = []
+        self._store_down = False
         self._task: asyncio.Task[Any] | None = None
 
     # -- the root, in its own thread
@@ -212,10 +218,22 @@ class ReceiptKeys:
         """Open the root, publish it, certify this process's first key and read the shared
         state. ``RootUnavailable`` when the root cannot sign; ``StoreUnavailable`` when the
         registry cannot be written."""
-        root = await self.open_root()
-        await self.registry.add_root(root.kid, orjson.dumps(root.to_json()))
-        await self.renew()
-        await self.refresh()
+        self._root_document = await self.open_root()
+        try:
+            await self._publish_root()
+            await self.renew()
+            await self.refresh()
+        except StoreUnavailable as exc:
+            # The server starts while Redis is away (creates answer 503 until it is back, as
+            # every other request does): the loop certifies the key once the store answers.
+            self._store_down = True
+            log.error("the receipt key could not be published (the store is unreachable); retrying: %s", exc)
+
+    async def _publish_root(self) -> None:
+        if not self._root_published and self._root_document is not None:
+            root = self._root_document
+            await self.registry.add_root(root.kid, orjson.dumps(root.to_json()))
+            self._root_published = True
 
     async def renew(self) -> KeyCertificate:
         """Make a key, have the root certify it, queue and publish the certificate, then sign
@@ -233,8 +251,7 @@ class ReceiptKeys:
         if not certificate.signed_by(self._root_now().public_key()):
             raise RootUnavailable(f"RECEIPT_ROOT_KEY {self.root_name}: the root's signature does not verify")
         body = certificate.entry_body()
-        if self.log_queue is not None and self.log_identity is not None:
-            await self.log_queue.queue_own_entry(self.log_identity.identity, tlog.KEY_CERTIFICATE_HEADER + body + b"\n")
+        await self._log(tlog.KEY_CERTIFICATE_HEADER + body + b"\n")
         await self.registry.add_certificate(certificate.kid, body)
         self._own = _Own(signer, certificate, now, not_after)
         self._renew_failed_since = None
@@ -249,6 +266,25 @@ class ReceiptKeys:
             "receipt key %s certified by %s until %s", certificate.kid, certificate.root_kid, certificate.not_after
         )
         return certificate
+
+    async def _log(self, entry: bytes) -> None:
+        """Queue ``entry`` for the log once the log's store exists (an integrator told this
+        Redis its size): an entry waiting beside a store not yet created would make every
+        worker refuse that store as lost. Until then it waits here, and each turn tries again."""
+        if self.log_queue is None or self.log_identity is None:
+            return
+        self._unlogged.append(entry)
+        await self._flush_log()
+
+    async def _flush_log(self) -> None:
+        if not self._unlogged or self.log_queue is None or self.log_identity is None:
+            return
+        identity = self.log_identity.identity
+        if await self.log_queue.log_size(identity) is None:
+            return
+        while self._unlogged:
+            await self.log_queue.queue_own_entry(identity, self._unlogged[0])
+            self._unlogged.pop(0)
 
     async def refresh(self, *, force: bool = False) -> bool:
         """Read the shared state if its version moved; True when it was read or unchanged."""
@@ -282,17 +318,32 @@ class ReceiptKeys:
         self._task = asyncio.current_task()
         while not self._closed and (stopping is None or not stopping.is_set()):
             await self.step()
+            # Without a key (the store was away at start) the next turn comes at once: creates
+            # answer 503 until the store is back, and sign again as soon as it is.
+            pause = self.key_state_s if self._own is not None else NO_KEY_RETRY_S
             try:
                 if stopping is None:
-                    await asyncio.sleep(self.key_state_s)
+                    await asyncio.sleep(pause)
                 else:
-                    await asyncio.wait_for(stopping.wait(), self.key_state_s)
+                    await asyncio.wait_for(stopping.wait(), pause)
             except TimeoutError:
                 pass
 
     async def step(self) -> None:
-        """One turn of ``run``: read the state, renew when due and not backing off."""
+        """One turn of ``run``: read the state, renew when due and not backing off. A store
+        call that hangs (a connection made while Redis was away) is given up after
+        ``STEP_TIMEOUT_S`` and tried again next turn."""
         try:
+            await asyncio.wait_for(self._step(), STEP_TIMEOUT_S)
+        except TimeoutError:
+            log.error(
+                "the receipt keys' turn took over %.0f s (the store does not answer); trying again", STEP_TIMEOUT_S
+            )
+
+    async def _step(self) -> None:
+        try:
+            await self._publish_root()
+            await self._flush_log()
             await self.refresh()
         except StoreUnavailable:
             log.error("the key state could not be read from the store")
@@ -305,10 +356,14 @@ class ReceiptKeys:
         try:
             await self.renew()
             self._backoff = 0.0
+            self._store_down = False
         except Exception as exc:  # noqa: BLE001 - every failure backs off; the current key signs meanwhile
             self._renew_failed_since = self._renew_failed_since or now
             self._backoff = min(RENEW_BACKOFF_MAX_S, max(1.0, self._backoff * 2))
-            self._next_renewal = loop.time() + self._backoff * (0.5 + random.random() / 2)
+            # Without any key (the store was away at start) every turn tries again: nothing
+            # signs until one is certified.
+            wait = 0.0 if self._own is None else self._backoff * (0.5 + random.random() / 2)
+            self._next_renewal = loop.time() + wait
             log.error("receipt key renewal failed (retrying in %.0f s): %s", self._backoff, _reason(exc))
 
     def close(self) -> None:
@@ -333,6 +388,8 @@ class ReceiptKeys:
         revoked, or the shared state unread for a tenth of the lifetime."""
         own = self._own
         if own is None:
+            if self._store_down:
+                raise StoreUnavailable("the store is unreachable: no receipt key could be certified yet")
             raise self._unavailable("no receipt key is certified yet", now)
         if now > own.not_after_ms or now < own.not_before_ms:
             raise self._unavailable("the receipt key expired and no new one could be certified", now)
@@ -347,7 +404,7 @@ class ReceiptKeys:
         ``unavailable`` when no receipt can be signed."""
         try:
             self.signing(now)
-        except SigningKeyUnavailable:
+        except (SigningKeyUnavailable, StoreUnavailable):
             return "unavailable"
         own = self._own
         assert own is not None
