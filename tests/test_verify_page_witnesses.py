@@ -360,6 +360,7 @@ def witnessed_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
             cosigner = Cosigner.generate(f"witness.example/{name}")
             key_file = folder / f"{name}.key"
             key_file.write_text(cosigner.encode() + "\n")
+            key_file.chmod(0o600)  # --key-file is file:, which refuses a key others may read
             process, base = start_witness(key_file, folder / f"{name}.state", {PAGE_ORIGIN: signer.verifier})
             processes.append(process)
             cosigners[name] = (cosigner, base)
