@@ -20,7 +20,6 @@ the pending case runs against a second service with a log and no worker. Each ru
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import re
@@ -461,14 +460,17 @@ def test_action_fails_on_a_pattern_that_matches_no_file(action_path: Path, runne
 def test_action_fails_when_the_bundle_does_not_verify_against_the_trust_root(
     service: Service, action_path: Path, runner_temp: Path, workspace: Path
 ) -> None:
-    """A trust root pinning other receipt keys than the service's: the check fails, whatever the
-    service itself says about its receipt."""
+    """A trust root pinning another receipt root than the service's: the check fails, whatever
+    the service itself says about its receipt."""
+    from execution_proof.receipts.encoding import b64url_encode
+    from execution_proof.receipts.key_certificates import root_kid
+    from execution_proof.transparency.signer import SeedSigner
+
     trust_root = pinned_trust_root(service, workspace)
     document = orjson.loads((workspace / trust_root).read_bytes())
-    assert document["receipt_keys"], document
-    for key in document["receipt_keys"]:
-        other = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
-        key["public_key_base64url"] = other if key["public_key_base64url"].endswith("=") else other.rstrip("=")
+    assert document["receipt_roots"], document
+    other = SeedSigner(secrets.token_bytes(32)).public_key()
+    document["receipt_roots"] = [{"kid": root_kid(other), "public_key_base64url": b64url_encode(other)}]
     (workspace / trust_root).write_bytes(orjson.dumps(document))
     inputs = {
         "files": "dist/**",

@@ -235,8 +235,8 @@ def test_base_install_trust_root_then_verify_against_it(
     assert done.returncode == 0, done.stdout + done.stderr
     written = orjson.loads(root.read_bytes())
     published = httpx.get(service.base_url + "/v1/public-key", timeout=10).json()
-    assert {k["kid"]: k["public_key_base64url"] for k in written["receipt_keys"]} == {
-        k["kid"]: k["public_key_base64url"] for k in published["keys"]
+    assert written["version"] == 2 and {r["kid"]: r["public_key_base64url"] for r in written["receipt_roots"]} == {
+        r["kid"]: r["public_key_base64url"] for r in published["roots"]
     }
     receipt_id = orjson.loads(saved.read_bytes())["receipt"]["receipt_id"]
     bundle = tmp_path / "bundle.json"
