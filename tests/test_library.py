@@ -197,16 +197,18 @@ def test_the_library_against_a_service_with_a_log_and_no_worker_then_one(logged:
     receipt.save(saved)
     offline = verify(saved, input=data, trust_root=root)
     assert (offline.verdict, offline.reason) == ("NOT VERIFIED", "no_log_proof"), offline.to_dict()
-    # Offline, a saved create response carries no key certificate either: only that and the
-    # proof are missing, and --online supplies both.
-    assert all(check.ok for check in offline.checks if check.name != "key_certificate"), offline.to_dict()
+    # Offline, a saved create response carries no key certificate either: the key (so its
+    # signature) and the proof are what is missing, and --online supplies both.
+    assert {c.name for c in offline.checks if not c.ok} <= {"signature", "key_certificate"}, offline.to_dict()
     assert "--online" in offline.notes[-1]
     with_salts = verify(saved, input=data, trust_root=root, online=True)
     assert with_salts.ok and with_salts.reason is None, with_salts.to_dict()
-    assert verify(saved, input=data, trust_root=root, require_log=False).reason == "signature_only"
+    # Without the log, the key must still be judged: offline nothing carries its certificate.
+    assert verify(saved, input=data, trust_root=root, require_log=False).reason == "no_key_certificate"
+    assert verify(saved, input=data, trust_root=root, require_log=False, online=True).reason == "signature_only"
     other = tmp_path / "other.bin"
     other.write_bytes(b"another file")
-    refused = verify(Receipt.load(saved), input=other, trust_root=root, require_log=False)
+    refused = verify(Receipt.load(saved), input=other, trust_root=root, require_log=False, online=True)
     assert not refused.ok and refused.verdict == "INVALID"
     assert [c.name for c in refused.checks if not c.ok] == ["input_hash"]
 
