@@ -165,6 +165,8 @@ class Services:
         except (StoreUnavailable, LogStoreError) as exc:
             again = "the integrator retries" if integrator is not None else "the worker checks it before integrating"
             warn(f"could not check the log store at start-up ({exc}); {again}")
+            return True
+        self.receipt_keys.log_store_checked = True
         return True
 
     async def close(self) -> None:

@@ -187,6 +187,9 @@ class ReceiptKeys:
         self._root_document: Root | None = None
         self._root_published = False
         self._unlogged: list[bytes] = []
+        self.log_store_checked = False
+        """This process checked the log's store at its start (it exists): entries may queue.
+        Otherwise they wait until an integrator tells this Redis the log's size."""
         self._store_down = False
         self._task: asyncio.Task[Any] | None = None
 
@@ -268,9 +271,10 @@ class ReceiptKeys:
         return certificate
 
     async def _log(self, entry: bytes) -> None:
-        """Queue ``entry`` for the log once the log's store exists (an integrator told this
-        Redis its size): an entry waiting beside a store not yet created would make every
-        worker refuse that store as lost. Until then it waits here, and each turn tries again."""
+        """Queue ``entry`` for the log once the log's store exists (this process checked it at
+        start, or an integrator told this Redis its size): an entry waiting beside a store not
+        yet created would make every worker refuse that store as lost. Until then it waits
+        here, and each turn tries again."""
         if self.log_queue is None or self.log_identity is None:
             return
         self._unlogged.append(entry)
@@ -280,7 +284,7 @@ class ReceiptKeys:
         if not self._unlogged or self.log_queue is None or self.log_identity is None:
             return
         identity = self.log_identity.identity
-        if await self.log_queue.log_size(identity) is None:
+        if not self.log_store_checked and await self.log_queue.log_size(identity) is None:
             return
         while self._unlogged:
             await self.log_queue.queue_own_entry(identity, self._unlogged[0])
