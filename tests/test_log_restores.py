@@ -23,7 +23,8 @@ import pytest
 import redis
 
 from tests.conftest import RedisServer
-from tests.log_stack import WAIT_S, Stack, is_stopped
+from tests.log_stack import WAIT_S, Stack, certificate_indices, is_stopped, log_entries
+from tests.receipt_keys import KEY_ENTRIES
 from tests.servers import wait_until
 from tests.test_log_operator_faults import assert_whole
 
@@ -67,13 +68,19 @@ def queues_empty(stack: Stack) -> Callable[[], bool]:
 def judge(
     stack: Stack, receipts: list[dict[str, Any]], acknowledged: list[dict[str, Any]], checker: Path, tmp: Path
 ) -> None:
-    """Every queue empties, the log holds exactly ``receipts`` once each, Go's check passes,
-    every proof given earlier still proves at its index and every receipt's log-proof works."""
+    """Every queue empties, the log holds exactly ``receipts`` once each (beside each serving
+    process's key certificate), Go's check passes, every proof given earlier still proves at
+    its index and every receipt's log-proof works."""
     wait_until(queues_empty(stack), WAIT_S, "every queue to empty")
-    final = stack.wait_for_size(len(receipts))
+    final = stack.wait_for_size(len(receipts) + KEY_ENTRIES)
     wait_until(queues_empty(stack), WAIT_S, "every queue to empty")
     final = stack.served()
-    assert final.size == len(receipts), f"the log holds {final.size} entries for {len(receipts)} receipts"
+    certificates = certificate_indices(log_entries(stack.store_dir, final))
+    assert len(certificates) >= KEY_ENTRIES
+    assert final.size == len(receipts) + len(certificates), (
+        f"the log holds {final.size} entries for {len(receipts)} receipts and {len(certificates)} key certificates"
+    )
+    stack.assert_fills(receipts, final)
     assert stack.observer is not None
     assert_whole(
         stack.store_dir,
