@@ -116,7 +116,7 @@ async def _issue_many(
         clock_ms=lambda: int(time.time() * 1000),
     )
     await keys.start()
-    issuer = ReceiptIssuer(store.receipts, keys, log=log_identity is not None)
+    issuer = ReceiptIssuer(store.receipts, keys, log_origin=log_identity.origin if log_identity is not None else None)
     plan = PlanLimits(per_minute=UNLIMITED, monthly=UNLIMITED)
     records = [
         KeyRecord(p["key_hash"], p["project_id"], p["actor_id"], p["plan"], revoked=False, created_at="")

@@ -394,7 +394,7 @@ class Stack:
 
             store = setup_store(self.redis_url, log=LogQueue(self.identity, 0))
             signing = await started_receipt_keys(store, now_ms)
-            issuer = ReceiptIssuer(store.receipts, signing, now_ms, log=True)
+            issuer = ReceiptIssuer(store.receipts, signing, now_ms, log_origin=self.identity.origin)
             unlimited = PlanLimits(per_minute=10**9, monthly=10**9)
             try:
                 made: list[dict[str, Any]] = []

@@ -275,15 +275,16 @@ class Integrator:
         self._point("batch")
         # Only a queue in line with the tree gives entries (jobs/log_sync.py): one that moved
         # since it was looked at (a restore put it back) is looked at again next pass.
-        entries: list[bytes] = []
+        items: list[bytes] = []
         sources: list[str] = []
         for queue, read in queued.items():
             if read.synced == tree.size:
-                taken = read.entries[: self.config.max_batch - len(entries)]
-                entries += taken
+                taken = read.entries[: self.config.max_batch - len(items)]
+                items += taken
                 sources += [queue] * len(taken)
-        if not entries:
+        if not items:
             return 0
+        entries = [entry for item in items for entry in tlog.item_entries(item)]
         edge = await self._edge_of(tree)
         extension = tlog.extend(tree.size, edge.tiles, [tlog.leaf_hash(entry) for entry in entries])
         newest = newest_created_ms(entries)

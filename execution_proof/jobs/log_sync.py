@@ -59,7 +59,7 @@ def _entry_ref(entry: bytes) -> str:
 
 @dataclass(frozen=True)
 class Sampled:
-    """Where a pass read its batch from: each entry's queue, in the batch's order, and every
+    """Where a pass read its batch from: each queue item's queue, in the batch's order, and every
     queue it sampled (those that gave nothing move with the batch too)."""
 
     sources: list[str]
@@ -79,10 +79,11 @@ async def ack_batch(
     integrator knows no more than its entries: each one's queue by its kind). A queue whose
     synced size is no longer the batch's tree is left as it is (put back by a restore: the
     next pass catches it up). ``point``: the fault points ``acked_half`` and ``synced``."""
-    sources = sampled.sources if sampled is not None else [queue_of(entry) for entry in batch.entries]
+    items = tlog.items_of(batch.entries)
+    sources = sampled.sources if sampled is not None else [queue_of(item) for item, _ in items]
     by_queue: dict[str, list[tuple[bytes, int]]] = {}
-    for offset, (entry, queue) in enumerate(zip(batch.entries, sources, strict=True)):
-        by_queue.setdefault(queue, []).append((entry, batch.size + offset))
+    for (item, offset), queue in zip(items, sources, strict=True):
+        by_queue.setdefault(queue, []).append((item, batch.size + offset))
     others = sampled.queues if sampled is not None else []
     moves = list(by_queue.items()) + [(queue, []) for queue in dict.fromkeys(others) if queue not in by_queue]
     await store.log_tell_size(identity, batch.new_size)
@@ -146,13 +147,16 @@ async def catch_up(
 async def _tree_entries(
     reader: TileReader, tree: TreeState, start: int, recent: Batch | None
 ) -> list[tuple[int, bytes]]:
-    """The tree's entries from ``start`` on, with their positions: from ``recent`` when it is
-    exactly that stretch's end, else from the store's bundles."""
+    """The tree's queue items from ``start`` on (``tlog.items_of``), with the positions of
+    their first entries: from ``recent`` when it is exactly that stretch's end, else from
+    the store's bundles."""
     if recent is not None and recent.new_size == tree.size and recent.size <= start:
-        return [(recent.size + offset, entry) for offset, entry in enumerate(recent.entries)]
+        return [(recent.size + offset, item) for item, offset in tlog.items_of(recent.entries)]
     log.info("looking for queued entries in the tree from %d to %d", start, tree.size)
-    entries: list[tuple[int, bytes]] = []
-    for index in range(start // tlog.TILE_WIDTH, (tree.size + tlog.TILE_WIDTH - 1) // tlog.TILE_WIDTH):
-        bundle = await reader.bundle(index, tlog.tile_width(tree.size, 0, index))
-        entries += [(index * tlog.TILE_WIDTH + offset, entry) for offset, entry in enumerate(bundle)]
-    return entries
+    first = start // tlog.TILE_WIDTH
+    entries: list[bytes] = []
+    for index in range(first, (tree.size + tlog.TILE_WIDTH - 1) // tlog.TILE_WIDTH):
+        entries += await reader.bundle(index, tlog.tile_width(tree.size, 0, index))
+    # A stretch that starts at a bundle's edge may start with the second half of an item
+    # (a lone leaf): it matches nothing queued, since no synced size splits an item.
+    return [(first * tlog.TILE_WIDTH + offset, item) for item, offset in tlog.items_of(entries)]

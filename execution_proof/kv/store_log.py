@@ -194,13 +194,13 @@ class LogQueueStore:
     async def log_ack(
         self, log: keys.LogIdentity, queue: str, was: int, size: int, acks: list[tuple[bytes, int]]
     ) -> Acked:
-        """The queue's ``acks`` (entries, each with its index) are in the tree of ``size``: take
+        """The queue's ``acks`` (queue items, each with its first entry's index) are in the tree of ``size``: take
         them off the queue, record each receipt's index and move the queue's synced size from
         ``was`` to ``size``, at once (kv/lua/log_ack.lua), if it is still ``was``. With no
         ``acks``, the synced size alone moves (the tree grew by entries of other queues)."""
         args: list[Any] = ["0" if self.is_cluster else "1", log.tag, was, size]
         for entry, index in acks:
-            receipt = LogEntry.parse(entry) if entry.startswith(RECEIPT_ENTRY) else None
+            receipt = LogEntry.parse(tlog.item_entries(entry)[0]) if entry.startswith(RECEIPT_ENTRY) else None
             args += [
                 entry,
                 keys.receipt_id_bytes(receipt.receipt_id) if receipt is not None else b"",

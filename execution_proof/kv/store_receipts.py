@@ -27,7 +27,8 @@ from execution_proof.kv.records import (
     unavailable_as_503,
 )
 from execution_proof.kv.store_log import CreateCounts, LogQueueStore
-from execution_proof.receipts.errors import StoreUnavailable
+from execution_proof.receipts import compact
+from execution_proof.receipts.errors import CorruptRecord, StoreUnavailable
 from execution_proof.runtime.store_ack import NO_ACK, StoreAck
 
 
@@ -320,6 +321,20 @@ class ReceiptStore:
         receipt's record (another ``receipt_id``; another project than ``project_id``, when
         given): a read never hands out another receipt than the one it was asked for."""
         return checked_receipt_bytes(await self.prefetch_receipt_json(receipt_id), receipt_id, project_id)
+
+    @unavailable_as_503
+    async def get_attested_receipt(self, receipt_id: str) -> tuple[bytes, compact.Kept | None] | None:
+        """The receipt's JSON bytes (as ``get_receipt_json``) and what its record keeps beside
+        it (its attestation's signature and log origin; None for a record that keeps nothing),
+        or None when there is no such receipt. ``CorruptRecord`` as ``get_receipt_json``."""
+        stored = as_bytes(await self.prefetch_receipt_json(receipt_id))
+        receipt_json = checked_receipt_bytes(stored, receipt_id)
+        if stored is None or receipt_json is None:
+            return None
+        try:
+            return receipt_json, compact.kept(stored)
+        except ValueError as exc:
+            raise CorruptRecord(receipt_id, str(exc)) from None
 
     @unavailable_as_503
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:

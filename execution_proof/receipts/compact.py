@@ -28,6 +28,7 @@ import binascii
 import functools
 import struct
 from binascii import b2a_base64, hexlify
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -40,6 +41,9 @@ from execution_proof.receipts.shapes import ReceiptObject
 
 VERSION_1 = 0x01
 """First byte of a version-1 record. JSON records start with ``{`` (0x7B)."""
+JSON_KEPT = 0x02
+"""First byte of a JSON record with what is kept beside it: a flag byte (1: a log origin
+follows), the attestation's signature, the origin (length-prefixed text), then the JSON."""
 
 _KINDS = (None, *RECEIPT_KINDS)
 _CHAINS = (None, "main", "branch")
@@ -50,7 +54,7 @@ _OUTPUT, _PARAMS, _ENV = 1 << 0, 1 << 1, 1 << 2
 _CODE_REF, _RUN_ID, _TAGS = 1 << 3, 1 << 4, 1 << 5
 _PREV, _EXPECTED, _EXPECTED_IS_PREV = 1 << 6, 1 << 7, 1 << 8
 _KIND_SHIFT, _CHAIN_SHIFT = 9, 11  # two bits each: index into _KINDS / _CHAINS
-_PENDING, _OWN_TIME = 1 << 13, 1 << 14
+_PENDING, _OWN_TIME, _LOG_ORIGIN = 1 << 13, 1 << 14, 1 << 15
 _OPTIONAL_HASHES: tuple[tuple[Literal["output_hash", "params_hash", "env_hash"], int], ...] = (
     ("output_hash", _OUTPUT),
     ("params_hash", _PARAMS),
@@ -59,33 +63,79 @@ _OPTIONAL_HASHES: tuple[tuple[Literal["output_hash", "params_hash", "env_hash"],
 _HEAD = struct.Struct(">BH")
 _FIXED = 3 + 26 + 16 + 16 + 32 + 32 + 64 + 1
 """Bytes every version-1 record has: head, ids, input hash, receipt hash, signature, kid length."""
+ATTESTATION_SIGNATURE = 64
 
 
 class NotCompactable(Error, ValueError):
     """The receipt has a value the compact form cannot hold exactly (it is stored as JSON)."""
 
 
-def encode(receipt: ReceiptObject, receipt_json: bytes) -> bytes:
-    """The value to store for ``receipt`` (whose serialisation is ``receipt_json``): its
-    compact form when that decodes to exactly ``receipt_json``, else ``receipt_json``."""
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What a receipt's record keeps beside the receipt (receipts/attestation.py): its
+    attestation's signature, and the origin of the log its Statement names (None: none)."""
+
+    signature: bytes
+    log_origin: str | None
+
+
+def encode(receipt: ReceiptObject, receipt_json: bytes, kept: Kept) -> bytes:
+    """The value to store for ``receipt`` (whose serialisation is ``receipt_json``) and what
+    is ``kept`` beside it: the compact form when that decodes to exactly ``receipt_json``,
+    else the JSON form."""
+    if len(kept.signature) != ATTESTATION_SIGNATURE:
+        raise ValueError("an attestation signature is 64 bytes")
+    tail = kept.signature + (b"" if kept.log_origin is None else _text(kept.log_origin))
     try:
-        packed = _pack(receipt)
+        packed = _pack(receipt, kept.log_origin is not None) + tail
     except (NotCompactable, KeyError, TypeError, ValueError, OverflowError, UnicodeError, binascii.Error):
-        return receipt_json
-    return packed if decode(packed) == receipt_json else receipt_json
+        packed = b""
+    if packed and decode(packed) == receipt_json:
+        return packed
+    return bytes((JSON_KEPT, kept.log_origin is not None)) + tail + receipt_json
 
 
 def decode(stored: bytes) -> bytes:
-    """The receipt's JSON bytes from a stored value (compact or JSON).
+    """The receipt's JSON bytes from a stored value (compact, JSON with what is kept, or bare
+    JSON, which a test or a preload may write).
 
-    Raises ``ValueError`` for a value that is neither (a truncated or foreign record).
+    Raises ``ValueError`` for a value that is none of them (a truncated or foreign record).
     """
-    if not stored or stored[0] != VERSION_1:
+    if not stored or stored[0] > JSON_KEPT:
         return stored
     try:
-        return _json(stored)
+        return _json(stored) if stored[0] == VERSION_1 else stored[_kept_end(stored) :]
     except (IndexError, KeyError, UnicodeError, ValueError, OverflowError, TypeError) as exc:
         raise ValueError("not a stored receipt") from exc
+
+
+def kept(stored: bytes) -> Kept | None:
+    """What a stored value keeps beside its receipt; None for bare JSON (nothing kept).
+    Raises ``ValueError`` for a value that is no record."""
+    try:
+        if stored and stored[0] == VERSION_1:
+            return _kept_at(stored, _json_end(stored), stored[1] << 8 & _LOG_ORIGIN)[0]
+        if stored and stored[0] == JSON_KEPT:
+            return _kept_at(stored, 2, stored[1])[0]
+    except (IndexError, UnicodeError) as exc:
+        raise ValueError("not a stored receipt") from exc
+    return None
+
+
+def _kept_at(data: bytes, at: int, logged: int) -> tuple[Kept, int]:
+    """What is kept from ``at`` on, and where it ends."""
+    end = at + ATTESTATION_SIGNATURE
+    if end > len(data):
+        raise IndexError("truncated")
+    origin = None
+    if logged:
+        origin, end = _text_at(data, end)
+    return Kept(data[at : at + ATTESTATION_SIGNATURE], origin), end
+
+
+def _kept_end(data: bytes) -> int:
+    """Where a JSON-form record's JSON starts."""
+    return _kept_at(data, 2, data[1])[1]
 
 
 def decode_as(stored: bytes, receipt_id: str, project_id: str | None = None) -> bytes:
@@ -97,7 +147,9 @@ def decode_as(stored: bytes, receipt_id: str, project_id: str | None = None) -> 
     read splices into its answer is always one JSON object. Raises ``ValueError`` naming
     what is wrong.
     """
-    if stored and stored[0] == VERSION_1:
+    if stored and stored[0] == JSON_KEPT:
+        stored = decode(stored)
+    elif stored and stored[0] == VERSION_1:
         if stored[3:29] != receipt_id[5:].encode("ascii") or len(receipt_id) != 31:
             raise ValueError("a record of another receipt id")
         if project_id is not None and stored[29:45] != _id_bytes(project_id[4:]):
@@ -117,6 +169,7 @@ def decode_as(stored: bytes, receipt_id: str, project_id: str | None = None) -> 
 
 
 def is_compact(stored: bytes) -> bool:
+    """A version-1 (compact) record."""
     return bool(stored) and stored[0] == VERSION_1
 
 
@@ -155,16 +208,17 @@ def _text(value: Any) -> bytes:
     raise NotCompactable("text too long")
 
 
-def _pack(r: ReceiptObject) -> bytes:
-    """The version-1 record of ``r``. Only checks what it needs to write something; whether
-    that reads back exactly is ``encode``'s round trip."""
+def _pack(r: ReceiptObject, logged: bool) -> bytes:
+    """The version-1 record of ``r`` up to what is kept beside it (``logged``: a log origin
+    follows). Only checks what it needs to write something; whether that reads back exactly
+    is ``encode``'s round trip."""
     if tuple(r) != RECEIPT_FIELDS:
         raise NotCompactable("fields")
     receipt_id = r["receipt_id"]
     if type(receipt_id) is not str or len(receipt_id) != 31 or not receipt_id.startswith("rcpt_"):
         raise NotCompactable("receipt_id")
     ulid = receipt_id[5:].encode("ascii")
-    flags = 0
+    flags = _LOG_ORIGIN if logged else 0
     parts = [ulid, _id(r["project_id"], "prj_"), _id(r["actor_id"], "act_")]
     if r["created_at"] == format_created_at(ulid_time_ms(receipt_id[5:])):
         flags |= _OWN_TIME
@@ -239,6 +293,19 @@ def _text_at(data: bytes, at: int) -> tuple[str, int]:
 
 
 def _json(data: bytes) -> bytes:
+    """The JSON of a version-1 record, whose kept tail must end it exactly."""
+    out, at = _receipt_json(data)
+    if _kept_at(data, at, data[1] << 8 & _LOG_ORIGIN)[1] != len(data):
+        raise IndexError("trailing bytes")
+    return out
+
+
+def _json_end(data: bytes) -> int:
+    """Where a version-1 record's receipt ends (what is kept follows)."""
+    return _receipt_json(data)[1]
+
+
+def _receipt_json(data: bytes) -> tuple[bytes, int]:
     if len(data) < _FIXED:
         raise IndexError("truncated")
     flags = data[1] << 8 | data[2]
@@ -299,9 +366,7 @@ def _json(data: bytes) -> bytes:
     kid, at = _text_at(data, at + 96)
     out += b'","sig_kid":', orjson.dumps(kid), _CHAIN_JSON[flags >> _CHAIN_SHIFT & 3]
     out += b',"expected_prev_receipt_hash":', expected, b"}"
-    if at != len(data):
-        raise IndexError("trailing bytes")
-    return b"".join(out)
+    return b"".join(out), at
 
 
 _OPTIONAL_HASH_JSON = tuple((b',"' + name.encode("ascii") + b'":', bit) for name, bit in _OPTIONAL_HASHES)

@@ -81,6 +81,45 @@ class LogEntry:
         }
 
 
+DSSE_HEADER = b'{"apiVersion":"0.0.2","kind":"dsse","spec":'
+"""How a Rekor v2 ``dsse`` 0.0.2 body starts (RFC 8785 sorts its three keys so): the leaf of
+a receipt's attestation, right after the receipt's entry (receipts/attestation.py)."""
+_RECEIPT_HEADER = ENTRY_HEADER.encode() + b"\n"
+
+
+def item_entries(item: bytes) -> list[bytes]:
+    """The log entries one queue item holds, in order. A receipt's item is its entry, then
+    the ``dsse`` leaf of its attestation (the two are queued, counted and integrated as one:
+    the leaf is always at the receipt's index + 1); any other item is one entry."""
+    if item.startswith(_RECEIPT_HEADER):
+        end = -1
+        for _ in range(6):
+            end = item.find(b"\n", end + 1)
+            if end < 0:
+                return [item]
+        if end + 1 < len(item):
+            return [item[: end + 1], item[end + 1 :]]
+    return [item]
+
+
+def items_of(entries: Sequence[bytes]) -> list[tuple[bytes, int]]:
+    """The queue items consecutive ``entries`` hold, each with the offset of its first entry
+    (the inverse of ``item_entries`` over a stretch of the log that splits no item): a
+    receipt entry and the ``dsse`` leaf right after it are one item."""
+    items: list[tuple[bytes, int]] = []
+    offset = 0
+    while offset < len(entries):
+        entry = entries[offset]
+        following = entries[offset + 1] if offset + 1 < len(entries) else b""
+        if entry.startswith(_RECEIPT_HEADER) and following.startswith(DSSE_HEADER):
+            items.append((entry + following, offset))
+            offset += 2
+        else:
+            items.append((entry, offset))
+            offset += 1
+    return items
+
+
 KEY_CERTIFICATE_HEADER = b"execution-proof-key-certificate/v1\n"
 KEY_REVOCATION_HEADER = b"execution-proof-key-revocation/v1\n"
 

@@ -27,6 +27,7 @@ import orjson
 from execution_proof.kv.records import Counter, IssueItem, IssueOutcome, IssueResult, KeyRecord
 from execution_proof.kv.store_receipts import ReceiptStore
 from execution_proof.receipts import compact
+from execution_proof.receipts.attestation import Attestation, attest
 from execution_proof.receipts.errors import (
     ChainContention,
     IdempotencyConflict,
@@ -54,6 +55,7 @@ from execution_proof.receipts.model import (
     replay_key,
 )
 from execution_proof.receipts.shapes import ReceiptObject
+from execution_proof.receipts.signing import KeyRing
 from execution_proof.runtime.metrics import count_receipt
 from execution_proof.transparency import tlog
 from execution_proof.usecases.limiting import MINUTE_S, key_rate_limited, minute_counter, quota_exceeded
@@ -119,12 +121,13 @@ class ReceiptIssuer:
         keys: ReceiptKeys,
         clock_ms: Callable[[], int] | None = None,
         *,
-        log: bool = False,
+        log_origin: str | None = None,
     ) -> None:
         self.store = store
         self.keys = keys
-        self.log = log
-        """Queue each new receipt's transparency-log entry with it (``LOG_SIGNING_KEY`` set)."""
+        self.log_origin = log_origin
+        """The origin of the log each new receipt enters (``LOG_SIGNING_KEY`` set), named in
+        its attestation; its entry and the attestation's leaf are queued with it. None: no log."""
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._tips: OrderedDict[str, str | None] = OrderedDict()
         self._queues: dict[str, list[_Pending]] = {}
@@ -222,6 +225,7 @@ class ReceiptIssuer:
                 keyring=keyring,
             )
             receipt_json = orjson.dumps(receipt)
+            attested = attest(receipt, self.log_origin, keyring.active_signer)
             built.append(_Built(pending, receipt, receipt_json, placement.advances_tip))
             plan = pending.plan
             items.append(
@@ -239,8 +243,10 @@ class ReceiptIssuer:
                     stale_receipt_id=pending.stale,
                     input_hash=receipt["input_hash"],
                     output_hash=receipt["output_hash"],
-                    stored_value=compact.encode(receipt, receipt_json),
-                    log_entry=tlog.entry_bytes(receipt) if self.log else b"",
+                    stored_value=compact.encode(
+                        receipt, receipt_json, compact.Kept(attested.signature, self.log_origin)
+                    ),
+                    log_entry=self._log_item(receipt, attested, keyring),
                 )
             )
             if placement.advances_tip:
@@ -266,6 +272,12 @@ class ReceiptIssuer:
             if pending.attempts >= MAX_ATTEMPTS:
                 _fail(pending, ChainContention("the project's chain is too busy right now; retry the request"))
         return [pending for pending in retry if not pending.future.done()]
+
+    def _log_item(self, receipt: ReceiptObject, attested: Attestation, keyring: KeyRing) -> bytes:
+        """The receipt's queue item: its log entry, then its attestation's leaf (b"": no log)."""
+        if self.log_origin is None or keyring.active_signer is None:
+            return b""
+        return tlog.entry_bytes(receipt) + attested.log_body(keyring.active_signer.verify_key.encode())
 
     async def _settle(self, done: _Built, result: IssueResult, minute: Window, month: Window) -> bool:
         """Resolve one create from its script result (``minute`` and ``month``: the group's

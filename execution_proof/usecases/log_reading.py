@@ -43,6 +43,17 @@ class Published:
     text: str
 
 
+@dataclass(frozen=True)
+class LeafProof:
+    """An entry's inclusion under a signed checkpoint of this log: the entry's ``index``, its
+    inclusion ``path``, the checkpoint and its signed note ``text`` (with cosignatures)."""
+
+    index: int
+    path: list[bytes]
+    checkpoint: note.Checkpoint
+    text: str
+
+
 @dataclass
 class LogService:
     """What the routes and the create handler need of the log."""
@@ -189,10 +200,15 @@ class LogService:
         return index, await self._proof_text(receipt, index, published.checkpoint, published.text)
 
     async def _proof_text(self, receipt: ReceiptObject, index: int, checkpoint: note.Checkpoint, text: str) -> str:
-        """The tlog-proof of the receipt at ``index`` under ``checkpoint``, checked before it is
+        """The tlog-proof of the receipt at ``index`` under ``checkpoint`` (``_checked_path``)."""
+        path = await self._checked_path(index, checkpoint, tlog.entry_bytes(receipt), "the receipt")
+        return note.TlogProof(index, tuple(path), text).encode()
+
+    async def _checked_path(self, index: int, checkpoint: note.Checkpoint, entry: bytes, what: str) -> list[bytes]:
+        """The inclusion path of ``entry`` at ``index`` under ``checkpoint``, checked before it is
         given: the stored hash at ``index`` and its path must lead to the checkpoint's root (else
         the store does not hold the tree its checkpoint signs: 503, and said at ERROR), and that
-        hash must be the receipt's entry's (else ``NotInLog``: its index names another entry).
+        hash must be ``entry``'s (else ``NotInLog``: its index names another entry).
         The path first: a damaged level-0 tile is the store's fault, not evidence that the
         receipt is not in the log."""
 
@@ -215,22 +231,41 @@ class LogService:
             raise StoreUnavailable(
                 "the log store does not hold the tree its checkpoint signs; try again later"
             ) from exc
-        if leaf != tlog.leaf_hash(tlog.entry_bytes(receipt)):
-            raise NotInLog(f"the log's entry {index} is not this receipt's: the receipt is not in this log")
-        return note.TlogProof(index, tuple(path), text).encode()
+        if leaf != tlog.leaf_hash(entry):
+            raise NotInLog(f"the log's entry {index} is not {what}'s: the receipt is not in this log")
+        return path
 
     async def bundle_log(self, receipt: ReceiptObject) -> tuple[str | None, bytes]:
         """(tlog-proof text or None while pending, the JSON list of its checkpoint's
-        time-stamps) for a bundle, against this checkpoint: the earliest time-stamped one
-        covering the receipt that meets the witness quorum (so the time-stamps bound the
-        receipt's time as tightly as the log can, under a checkpoint a verifier with the
-        policy accepts); failing that, the newest covering one that meets
-        it; failing that, the newest covering one. Only the log's own checkpoints are read:
-        the latest and the time-stamped ones (the first ``STAMPS_SCANNED`` covering it).
-        ``NotInLog`` when the receipt is not in this log."""
+        time-stamps) for a bundle, against the checkpoint ``_chosen`` picks. ``NotInLog`` when
+        the receipt is not in this log."""
         index = await self.index_of(receipt)
-        if index is None:
+        chosen = await self._chosen(index) if index is not None else None
+        if index is None or chosen is None:
             return None, b"[]"
+        checkpoint, text, stamps = chosen
+        return await self._proof_text(receipt, index, checkpoint, text), orjson.dumps(stamps)
+
+    async def attestation_proof(self, receipt: ReceiptObject, leaf: bytes) -> LeafProof | None:
+        """The inclusion of the receipt's attestation leaf (``leaf``, at its index + 1) under
+        the checkpoint a bundle would carry (``_chosen``); None while pending. ``NotInLog``
+        when the receipt is not in this log, or the entry after it is not ``leaf``."""
+        index = await self.index_of(receipt)
+        chosen = await self._chosen(index + 1) if index is not None else None
+        if index is None or chosen is None:
+            return None
+        checkpoint, text, _ = chosen
+        path = await self._checked_path(index + 1, checkpoint, leaf, "the receipt's attestation")
+        return LeafProof(index + 1, path, checkpoint, text)
+
+    async def _chosen(self, index: int) -> tuple[note.Checkpoint, str, list[Any]] | None:
+        """The checkpoint a proof of entry ``index`` is given under (its signed text and its
+        time-stamps): the earliest time-stamped one covering the entry that meets the witness
+        quorum (so the time-stamps bound the receipt's time as tightly as the log can, under
+        a checkpoint a verifier with the policy accepts); failing that, the newest covering
+        one that meets it; failing that, the newest covering one; None when none covers it.
+        Only the log's own checkpoints are read: the latest and the time-stamped ones (the
+        first ``STAMPS_SCANNED`` covering it)."""
         try:
             records = await self.log.stamps_covering(index, STAMPS_SCANNED)
         except LogStoreError as exc:
@@ -250,12 +285,11 @@ class LogService:
         ):
             candidates.append((latest.checkpoint.size, latest.text, []))
         if not candidates:
-            return None, b"[]"
+            return None
         chosen = next((c for c in candidates if c[2] and self.meets_quorum(c[1])), None)
         chosen = chosen or next((c for c in reversed(candidates) if self.meets_quorum(c[1])), None)
-        size, text, stamps = chosen or candidates[-1]
-        checkpoint = note.parse_checkpoint(note.parse_note(text).text)
-        return await self._proof_text(receipt, index, checkpoint, text), orjson.dumps(stamps)
+        _, text, stamps = chosen or candidates[-1]
+        return note.parse_checkpoint(note.parse_note(text).text), text, stamps
 
     def meets_quorum(self, signed: str) -> bool:
         """Whether a checkpoint of this log carries the cosignatures its policy asks for (no

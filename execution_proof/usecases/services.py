@@ -44,6 +44,7 @@ from execution_proof.runtime.settings import Settings, require_log_store, warn
 from execution_proof.runtime.signers import open_root
 from execution_proof.runtime.store_ack import StoreAckError
 from execution_proof.transparency.signer import KeySigner, SeedSigner
+from execution_proof.usecases.attesting import Attester
 from execution_proof.usecases.bundling import Bundler
 from execution_proof.usecases.claiming import Claimer
 from execution_proof.usecases.creating import Creator
@@ -87,6 +88,7 @@ class Services:
     verifier: ReceiptVerifier
     searcher: Searcher
     bundler: Bundler
+    attester: Attester
     usage: UsageReader
     claimer: Claimer
     informer: Informer
@@ -211,7 +213,9 @@ def open_services(
         log_queue=store.log_queue if queue_config is not None else None,
         log_identity=queue_config,
     )
-    issuer = ReceiptIssuer(receipts, receipt_keys, clock, log=log_service is not None)
+    issuer = ReceiptIssuer(
+        receipts, receipt_keys, clock, log_origin=settings.log_origin if log_service is not None else None
+    )
     queue = open_queue(settings.jobs_redis_url, store.embedded_server)
     return Services(
         settings=settings,
@@ -228,6 +232,7 @@ def open_services(
         verifier=ReceiptVerifier(limiter, receipts, receipt_keys),
         searcher=Searcher(limiter, receipts),
         bundler=Bundler(limiter, receipts, receipt_keys, log_service, clock),
+        attester=Attester(limiter, receipts, receipt_keys, log_service),
         usage=UsageReader(limiter, store.counters, settings.limits, clock),
         claimer=Claimer(settings, limiter, store, queue, clock),
         informer=Informer(settings, limiter, store, log_service, receipt_keys),

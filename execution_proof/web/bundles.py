@@ -1,5 +1,7 @@
 """``GET /v1/receipts/{receipt_id}/bundle[?depth=N]``: an offline bundle (usecases/bundling.py,
-docs/bundles.md), public like the read (``Access-Control-Allow-Origin: *``)."""
+docs/bundles.md), and ``GET /v1/receipts/{receipt_id}/attestation[?format=sigstore]``: its
+in-toto attestation (usecases/attesting.py, docs/attestations.md); both public like the read
+(``Access-Control-Allow-Origin: *``)."""
 
 from __future__ import annotations
 
@@ -21,3 +23,11 @@ async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
         report_corrupt_record(request, corrupt)
     headers = {**PUBLIC_READ_HEADERS, **bundle.admission.headers()}
     return HTTPResponse(splice(bundle.members), status=200, headers=headers, content_type=JSON)
+
+
+@bp.get("/v1/receipts/<receipt_id:str>/attestation")
+async def get_attestation(request: Request, receipt_id: str) -> HTTPResponse:
+    form = request.get_args(keep_blank_values=True).get("format")
+    attested = await services_of(request).attester.attest(caller_of(request), receipt_id, form)
+    headers = {**PUBLIC_READ_HEADERS, **attested.admission.headers()}
+    return HTTPResponse(attested.body, status=200, headers=headers, content_type=attested.media_type)
