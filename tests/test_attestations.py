@@ -23,7 +23,12 @@ from execution_proof.receipts import compact
 from execution_proof.receipts.canonical import canonical_bytes
 from execution_proof.transparency import note, tlog
 from tests.conftest import auth
-from tests.test_log import ORIGIN, create, integrator, log_app, log_entries, published, signer  # noqa: F401 (fixture)
+from tests.test_log import ORIGIN, SIGNER, create, integrator, log_app, log_entries, published
+
+
+@pytest.fixture(scope="module")
+def signer() -> note.Signer:
+    return SIGNER
 
 
 def b64d(text: str) -> bytes:
