@@ -101,10 +101,12 @@ def test_every_buildable_receipt_is_stored_compactly_and_reads_back_byte_identic
 ) -> None:
     receipt = data.draw(receipts(keyring))
     receipt_json = orjson.dumps(receipt)
-    stored = compact.encode(receipt, receipt_json)
+    kept = compact.Kept(data.draw(st.binary(min_size=64, max_size=64)), data.draw(st.none() | st.text(max_size=200)))
+    stored = compact.encode(receipt, receipt_json, kept)
     assert compact.is_compact(stored), "a receipt the service built fell back to JSON"
     assert compact.decode(stored) == receipt_json
-    assert len(stored) < len(receipt_json)
+    assert compact.kept(stored) == kept, "the attestation's signature and log origin read back"
+    assert len(stored) < len(receipt_json) + len(kept.log_origin or "")
 
 
 def test_maximum_sizes_round_trip(keyring: KeyRing) -> None:
@@ -125,9 +127,12 @@ def test_maximum_sizes_round_trip(keyring: KeyRing) -> None:
         keyring=keyring,
     )
     receipt_json = orjson.dumps(receipt)
-    stored = compact.encode(receipt, receipt_json)
+    stored = compact.encode(receipt, receipt_json, KEPT)
     assert compact.is_compact(stored) and compact.decode(stored) == receipt_json
     assert list(orjson.loads(compact.decode(stored))["tags"]) == list(tags), "tag order is kept"
+
+
+KEPT = compact.Kept(bytes(range(64)), "log.example/v1/log")
 
 
 def _receipt(keyring: KeyRing, **changes: Any) -> dict[str, Any]:
@@ -162,29 +167,35 @@ def _receipt(keyring: KeyRing, **changes: Any) -> dict[str, Any]:
 def test_what_cannot_be_reproduced_exactly_is_kept_as_json(keyring: KeyRing, changes: dict[str, Any]) -> None:
     receipt = _receipt(keyring, **changes)
     receipt_json = orjson.dumps(receipt)
-    stored = compact.encode(receipt, receipt_json)
-    assert stored == receipt_json
+    stored = compact.encode(receipt, receipt_json, KEPT)
+    assert stored[0] == compact.JSON_KEPT and stored.endswith(receipt_json)
     assert compact.decode(stored) == receipt_json
+    assert compact.kept(stored) == KEPT
 
 
 def test_a_created_at_other_than_the_id_time_is_carried(keyring: KeyRing) -> None:
     receipt = _receipt(keyring, created_at=format_created_at(1_600_000_000_123))
     receipt_json = orjson.dumps(receipt)
-    stored = compact.encode(receipt, receipt_json)
+    stored = compact.encode(receipt, receipt_json, KEPT)
     assert compact.is_compact(stored) and compact.decode(stored) == receipt_json
 
 
-def test_old_json_values_pass_through_and_garbage_is_refused(keyring: KeyRing) -> None:
+def test_bare_json_passes_through_keeping_nothing_and_garbage_is_refused(keyring: KeyRing) -> None:
     receipt_json = orjson.dumps(_receipt(keyring))
     assert compact.decode(receipt_json) == receipt_json
+    assert compact.kept(receipt_json) is None, "a bare JSON record (a test's or a preload's) keeps no attestation"
     receipt = _receipt(keyring)
-    stored = compact.encode(receipt, orjson.dumps(receipt))
+    stored = compact.encode(receipt, orjson.dumps(receipt), KEPT)
     assert compact.is_compact(stored)
     other = _receipt(keyring)
-    assert compact.encode(receipt, orjson.dumps(other)) == orjson.dumps(other), "JSON that is not the receipt's"
-    for broken in (stored[:-1], stored + b"x", stored[:40]):
+    as_json = compact.encode(receipt, orjson.dumps(other), KEPT)
+    assert compact.decode(as_json) == orjson.dumps(other), "JSON that is not the receipt's"
+    unlogged = compact.encode(receipt, orjson.dumps(receipt), compact.Kept(KEPT.signature, None))
+    for broken in (stored[:-1], stored + b"x", stored[:40], unlogged[:-1], as_json[:50]):
         with pytest.raises(ValueError, match="not a stored receipt"):
             compact.decode(broken)
+    with pytest.raises(ValueError, match="64 bytes"):
+        compact.encode(receipt, orjson.dumps(receipt), compact.Kept(b"short", None))
 
 
 @given(st.binary(min_size=16, max_size=16))

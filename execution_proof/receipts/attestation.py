@@ -49,7 +49,7 @@ class AttestationError(Error, ValueError):
 
 
 def b64(data: bytes) -> str:
-    """Standard base64 with padding (RFC 4648 section 4), DSSE's and sigstore's encoding."""
+    """Standard base64 with padding (RFC 4648's first alphabet), DSSE's and sigstore's encoding."""
     return base64.b64encode(data).decode("ascii")
 
 
@@ -93,7 +93,7 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 
 def statement(receipt: Mapping[str, Any], log_origin: str | None) -> dict[str, Any]:
-    """The in-toto Statement v1 of ``receipt`` (a receipt object with contract 1's fields)."""
+    """The in-toto Statement v1 of ``receipt`` (a receipt object, as a read returns it)."""
     if receipt.get("output_hash") is not None:
         name, digest = "output", receipt["output_hash"]
     else:

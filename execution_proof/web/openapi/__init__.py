@@ -29,6 +29,7 @@ from execution_proof.web.openapi.common import (
     OPENAPI_VERSION,
     header_ref,
 )
+from execution_proof.web.openapi.attestation_paths import ATTESTATION_PATHS, ATTESTATION_SCHEMAS
 from execution_proof.web.openapi.log_paths import LOG_PATHS
 from execution_proof.web.openapi.paths import PATHS
 from execution_proof.web.openapi.responses import ERROR_MEANINGS, HEADERS, RESPONSES
@@ -65,7 +66,7 @@ def _finish_responses(paths: Mapping[str, Any], responses: Mapping[str, Any]) ->
 
 def build_document() -> dict[str, Any]:
     """The whole document, without ``servers`` (added per request)."""
-    paths = copy.deepcopy({**PATHS, **LOG_PATHS})
+    paths = copy.deepcopy({**PATHS, **ATTESTATION_PATHS, **LOG_PATHS})
     responses = copy.deepcopy(RESPONSES)
     _finish_responses(paths, responses)
     return {
@@ -73,7 +74,7 @@ def build_document() -> dict[str, Any]:
         "info": INFO,
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **ATTESTATION_SCHEMAS},
             "responses": responses,
             "headers": HEADERS,
             "securitySchemes": {
