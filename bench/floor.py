@@ -7,9 +7,12 @@ validation, no content scan, no log line, no metrics, no request id, no error ha
 
 - ``POST /v1/receipts``: parse the body, hash the bearer key (keys are stored hashed),
   build a receipt (two ids, a timestamp), canonical bytes (orjson, sorted keys), SHA-256,
-  Ed25519 signature, one Redis round trip (a script that reads the key record and stores the
-  receipt), answer 201 with the receipt.
-- ``GET /v1/receipts/<id>``: one Redis round trip (GET), answer 200 with the stored bytes.
+  Ed25519 signature, then the attestation's second signature (the in-toto Statement holding
+  the receipt, canonical bytes, the DSSE pre-authentication encoding, Ed25519: every
+  implementation signs it at creation and keeps its 64 bytes), one Redis round trip (a script
+  that reads the key record and stores the receipt with that signature), answer 201 with the
+  receipt.
+- ``GET /v1/receipts/<id>``: one Redis round trip (GET), answer 200 with the stored receipt.
 - ``POST /v1/verify``: parse the body, hash the bearer key, one Redis round trip (the key
   record and the receipt), parse the receipt, recompute its canonical hash, verify its
   Ed25519 signature, answer 200.
@@ -97,9 +100,20 @@ def create_app() -> Sanic[Any, Any]:
         receipt_hash = "sha256:" + hashlib.sha256(orjson.dumps(receipt, option=orjson.OPT_SORT_KEYS)).hexdigest()
         receipt["receipt_hash"] = receipt_hash
         receipt["signature"] = _b64(signing_key.sign(receipt_hash.encode()).signature)
+        statement = {
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"name": "output", "digest": {"sha256": str(receipt["output_hash"])[7:]}}],
+            "predicateType": "https://github.com/execution-proof/execution-proof/attestation/receipt/v1",
+            "predicate": {"receipt": receipt, "log_origin": None},
+        }
+        payload = orjson.dumps(statement, option=orjson.OPT_SORT_KEYS)
+        pae = b"DSSEv1 28 application/vnd.in-toto+json %d %s" % (len(payload), payload)
+        attestation_signature = signing_key.sign(pae).signature
         stored = orjson.dumps(receipt)
         receipt_key = "floor:r:" + receipt["receipt_id"]
-        await request.app.ctx.link.run_script(request.app.ctx.store, [KEY_RECORD, receipt_key], [stored])
+        await request.app.ctx.link.run_script(
+            request.app.ctx.store, [KEY_RECORD, receipt_key], [stored + attestation_signature]
+        )
         return HTTPResponse(b'{"ok":true,"receipt":' + stored + b"}", status=201, content_type=JSON)
 
     @app.get("/v1/receipts/<receipt_ref:str>")
@@ -107,7 +121,7 @@ def create_app() -> Sanic[Any, Any]:
         stored = await request.app.ctx.link.send("GET", "floor:r:" + receipt_ref)
         if stored is None:
             return HTTPResponse(b'{"error":{"code":"not_found"}}', status=404, content_type=JSON)
-        return HTTPResponse(b'{"ok":true,"receipt":' + stored + b"}", content_type=JSON)
+        return HTTPResponse(b'{"ok":true,"receipt":' + stored[:-64] + b"}", content_type=JSON)
 
     @app.post("/v1/verify")
     async def verify(request: Request) -> HTTPResponse:
@@ -118,7 +132,7 @@ def create_app() -> Sanic[Any, Any]:
         )
         if stored is None:
             return HTTPResponse(b'{"error":{"code":"not_found"}}', status=404, content_type=JSON)
-        receipt = orjson.loads(stored)
+        receipt = orjson.loads(stored[:-64])  # the attestation's signature follows the receipt
         signature = receipt.pop("signature")
         claimed = receipt.pop("receipt_hash")
         recomputed = "sha256:" + hashlib.sha256(orjson.dumps(receipt, option=orjson.OPT_SORT_KEYS)).hexdigest()
