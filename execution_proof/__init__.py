@@ -8,6 +8,7 @@ The client library (docs/python-api.md)::
         receipt = client.submit(input="data.csv", output="model.bin", tags={"stage": "train"})
         receipt.save("model.bin.receipt.json")
         bundle = client.bundle(receipt.receipt_id, wait=60)  # ProofPending if no proof by then
+        client.attestation(receipt.receipt_id, sigstore=True, wait=60).save("model.bin.sigstore.json")
     report = verify(bundle, trust_root="trust-root.json")
     assert report.ok, report.verdict
 
@@ -30,7 +31,7 @@ __version__ = "0.2.0"
 
 if TYPE_CHECKING:
     from execution_proof.client.hashing import hash_file
-    from execution_proof.client.models import Bundle, Receipt
+    from execution_proof.client.models import Attestation, Bundle, Receipt
     from execution_proof.client.reports import Check, VerifyReport
     from execution_proof.client.service import Client
     from execution_proof.client.verifying import verify
@@ -73,6 +74,7 @@ _WHERE = {
     "Client": ("execution_proof.client.service", "Client"),
     "Receipt": ("execution_proof.client.models", "Receipt"),
     "Bundle": ("execution_proof.client.models", "Bundle"),
+    "Attestation": ("execution_proof.client.models", "Attestation"),
     "TrustRoot": ("execution_proof.receipts.trust_root", "TrustRoot"),
     "verify": ("execution_proof.client.verifying", "verify"),
     "VerifyReport": ("execution_proof.client.reports", "VerifyReport"),
@@ -111,6 +113,7 @@ _WHERE = {
 
 __all__ = [
     "AlreadyClaimed",
+    "Attestation",
     "BadRequest",
     "Bundle",
     "ChainContention",

@@ -31,7 +31,17 @@ from tests.independent_verifier import verify as independent_verify
 from tests.independent_verifier import verify_chain_link
 from tests.servers import raw_json_member, run_cli, serving
 
-BUNDLE_MEMBERS = ["format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete"]
+BUNDLE_MEMBERS = [
+    "format",
+    "version",
+    "created_at",
+    "service",
+    "receipt",
+    "keys",
+    "chain",
+    "chain_complete",
+    "attestation",
+]
 
 
 async def create(client: Any, key: Any, body: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +81,10 @@ async def test_bundle_holds_the_receipt_its_chain_and_keys(client: Any, api_key:
     # The stored bytes are spliced in unchanged: the receipt is byte-for-byte what a read returns.
     _, read = await client.get(f"/v1/receipts/{receipts[-1]['receipt_id']}")
     assert raw_json_member(response.body, "receipt") == raw_json_member(read.body, "receipt")
+    # The receipt's attestation envelope: the same bytes its own route answers.
+    _, envelope = await client.get(f"/v1/receipts/{receipts[-1]['receipt_id']}/attestation")
+    assert raw_json_member(response.body, "attestation") == envelope.body
+    assert body["attestation"]["signatures"] == [{"keyid": kid, "sig": envelope.json["signatures"][0]["sig"]}]
     # Anyone can check it with nothing but the bundle: its keys member is a public-key body.
     assert independent_verify(body["receipt"], body["keys"])["ok"]
     for later, earlier in zip([body["receipt"], *body["chain"]], body["chain"], strict=False):
@@ -267,8 +281,10 @@ def forge(body: dict[str, Any], input_hash: str) -> dict[str, Any]:
         entry["signature"] = stranger.sign(entry["receipt_hash"])
     forged["keys"] = stranger.public_keys_json()
     # A stranger's key can carry no certificate under the service's kid (a kid names its key):
-    # the forger writes the version without certificates, which every verifier still reads.
+    # the forger writes the version without certificates, which every verifier still reads,
+    # and which holds no attestation.
     forged["version"] = 1
+    del forged["attestation"]
     return forged
 
 
@@ -290,9 +306,12 @@ async def test_verify_bundle_offline_with_pinned_keys(
         "bundle_keys": True,
         "receipt_hash_recompute": True,
         "signature": True,
+        "attestation_signature": True,
+        "attestation_receipt": True,
         "input_hash": True,
         "chain": True,
     }
+    assert report["attestation"]["form"] == "bundle" and report["attestation"]["log_origin"] is None
     assert report["key"]["source"] == pinned_keys
     assert len(report["chain"]["links"]) == 2 and report["chain"]["complete"] is True
 
@@ -305,7 +324,14 @@ async def test_unpinned_bundle_is_checked_but_not_verified(
     no_network(monkeypatch)
     report = offline(saved_bundle["path"], input_path=str(saved_bundle["input"]))
     assert report["error"] is None, report
-    assert report["checks"] == {"receipt_hash_recompute": True, "signature": True, "input_hash": True, "chain": True}
+    assert report["checks"] == {
+        "receipt_hash_recompute": True,
+        "signature": True,
+        "attestation_signature": True,
+        "attestation_receipt": True,
+        "input_hash": True,
+        "chain": True,
+    }
     assert report["keys_pinned"] is False and report["ok"] is False
     assert report["key"]["source"] == "the bundle"
 
@@ -409,6 +435,7 @@ async def test_tampered_bundles_fail(
     forged_key["keys"]["keys"][0]["public_key_base64url"] = other
     del forged_key["keys"]["keys"][0]["certificate"]
     forged_key["version"] = 1
+    del forged_key["attestation"]
     report = offline(_write(where / "forged.json", forged_key))
     assert report["checks"]["bundle_keys"] is False and report["ok"] is False
 

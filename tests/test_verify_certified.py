@@ -251,12 +251,16 @@ def test_the_text_report_says_which_rule_failed(roots: Roots, tmp_path: Path) ->
 
 
 def test_a_version_2_bundle_is_read_strictly(roots: Roots, tmp_path: Path) -> None:
-    """No member beyond its list (the attestation envelope is not one yet), and every key with a
-    certificate for that very key."""
+    """No member beyond its list (``attestation``, when present, is a well-formed envelope), and
+    every key with a certificate for that very key."""
     good = certified_bundle()
     root = pinned(tmp_path, roots, "http://127.0.0.1:9")
-    with pytest.raises(execution_proof.InvalidInput, match="unknown members: attestation"):
+    with pytest.raises(execution_proof.InvalidInput, match="unknown members: attestations"):
+        execution_proof.verify(saved(tmp_path, {**good, "attestations": {}}), trust_root=root)
+    with pytest.raises(execution_proof.InvalidInput, match=r"\(attestation\): a DSSE envelope has exactly"):
         execution_proof.verify(saved(tmp_path, {**good, "attestation": {}}), trust_root=root)
+    with pytest.raises(execution_proof.InvalidInput, match="unknown members: attestation"):
+        execution_proof.verify(saved(tmp_path, {**good, "version": 1, "attestation": {}}), trust_root=root)
     swapped = copy.deepcopy(good)
     another_key = roots.stranger.public_key()  # any other 32-byte key, certified by the pinned root
     other = certify(roots.root, another_key, time_ms(CREATED_AT), time_ms(CREATED_AT))

@@ -11,6 +11,9 @@ reader's inclusion proof; ``note``: the signed checkpoint and the C2SP tlog-proo
 ``cosignature``: the witnesses' cosignature/v1 lines), in the form the service's bundles
 carry them (usecases/bundling.py). Ed25519 signatures are deterministic, so the output is too.
 
+The rows of a receipt's attestation (the DSSE envelope, the Sigstore bundle, a bundle's
+``attestation`` member) are built in tests/verdict_table_attested.py.
+
 ``python -m tests.verdict_table`` writes the file; ``--check`` exits 1 when the committed file
 differs from what this makes (tests/test_verdict_table.py asserts the same, so nobody edits
 the table by hand).
@@ -373,6 +376,10 @@ def build_table() -> dict[str, Any]:
     ]
     roots = Roots()
     rows += certified_rows(roots, log, proof)
+    from tests import verdict_table_attested as attested  # it builds on this module's parts
+
+    good_v2 = next(r["document"] for r in rows if r["name"] == "certified: bundle version 2, trust root version 2")
+    rows += attested.rows(keys, roots, log, second, good_v2)
     names = [r["name"] for r in rows]
     assert len(set(names)) == len(names), "row names are unique"
     pins = {
@@ -386,6 +393,7 @@ def build_table() -> dict[str, Any]:
             "document": trust_root_v2(roots.root, log, [roots.revocation()]),
         },
         "trust_root_v1_certified_key": {"kind": "trust_root", "document": trust_root(roots.ring(), log)},
+        **attested.pins(roots),
     }
     return {"pins": pins, "rows": rows}
 

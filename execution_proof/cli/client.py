@@ -1,5 +1,5 @@
-"""Client verbs a user runs on a laptop or in CI: ``hash``, ``submit``, ``bundle`` and
-``verify``, each a thin shell over the library (``execution_proof.client``, docs/python-api.md):
+"""Client verbs a user runs on a laptop or in CI: ``hash``, ``submit``, ``bundle``, ``attest``
+and ``verify``, each a thin shell over the library (``execution_proof.client``, docs/python-api.md):
 arguments in, the library's typed results rendered out, as text or ``--json``.
 
 They need no server code (the layer contract in pyproject.toml checks it). The work is
@@ -53,6 +53,15 @@ BUNDLE_EPILOG = epilog(
     two="could not ask (no such file and not a receipt id, the service unreachable, bad usage, the file "
     "cannot be written)",
 )
+ATTEST_EPILOG = epilog(
+    "SERVICE_BASE_URL (the service, when neither --base-url nor a receipt file names one; default "
+    f"{DEFAULT_BASE_URL}).",
+    ok="saved (the envelope; with --sigstore the Sigstore bundle with its log proof, or from a service without a "
+    "log, without one)",
+    one="still pending when --wait ends (nothing is saved), no such receipt, or refused by the service",
+    two="could not ask (no such file and not a receipt id, the service unreachable, bad usage, the file "
+    "cannot be written)",
+)
 
 
 class _ReceiptKinds:
@@ -72,10 +81,11 @@ class _ReceiptKinds:
 
 
 def add_parsers(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """The client's verbs: hash, submit, bundle, verify."""
+    """The client's verbs: hash, submit, bundle, attest, verify."""
     _add_hash(verbs)
     _add_submit(verbs)
     _add_bundle(verbs)
+    _add_attest(verbs)
     verify_verb.add_parser(verbs)
 
 
@@ -142,6 +152,50 @@ def _add_bundle(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type
         help=JSON_HELP + ": what was saved (without --out, the bundle itself as member bundle)",
     )
     bundle.set_defaults(run=_bundle)
+
+
+def _add_attest(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    attest = verbs.add_parser(
+        "attest",
+        help="save a receipt's in-toto attestation (a DSSE envelope, or a Sigstore bundle)",
+        description="Fetch GET /v1/receipts/{id}/attestation: the receipt as an in-toto Statement in a DSSE envelope "
+        "signed by the receipt's key, saved as <receipt_id>.intoto.jsonl (one line); with --sigstore the Sigstore "
+        "bundle v0.3 that also proves the attestation's leaf in the service's transparency log, saved as "
+        "<receipt_id>.sigstore.json. The Sigstore bundle comes once a published checkpoint covers the leaf "
+        "(seconds): with --wait it asks again every second until then; nothing is saved without it. `verify` reads "
+        "both forms; so do in-toto and sigstore tools (docs/attestations.md).",
+        epilog=ATTEST_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    attest.add_argument(
+        "receipt",
+        metavar="RECEIPT_ID|FILE",
+        help="a receipt file `submit` saved (its service is used), a bundle or any receipt document, - for standard "
+        "input, or a receipt id (rcpt_ and 26 characters); anything else is no such file, and nothing is asked",
+    )
+    attest.add_argument(
+        "--sigstore", action="store_true", help="the Sigstore bundle v0.3 (with the log entry), not the bare envelope"
+    )
+    attest.add_argument(
+        "--wait",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --sigstore: wait up to this long for the log proof (the envelope is answered at once)",
+    )
+    attest.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write it here (atomically); - for standard output; default: <receipt_id>.intoto.jsonl, with "
+        "--sigstore <receipt_id>.sigstore.json, in the current directory",
+    )
+    attest.add_argument("--base-url", metavar="URL", help="the service (default: the file's, else $SERVICE_BASE_URL)")
+    attest.add_argument(
+        "--json",
+        action="store_true",
+        help=JSON_HELP + ": what was saved (with --out -, the attestation itself as member attestation)",
+    )
+    attest.set_defaults(run=_attest)
 
 
 def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -394,21 +448,74 @@ def _bundle(args: argparse.Namespace) -> int:
 
 
 def _bundle_target(argument: str) -> tuple[str, str | None]:
-    """(receipt id, the service a receipt file names) of ``bundle``'s argument: a receipt file
-    ``submit`` saved, a bundle (its id), ``-`` (either, on standard input) or a receipt id;
-    ``InvalidInput`` for anything else, before anything is sent (client/arguments.py)."""
+    """(receipt id, the service a receipt file names) of ``bundle``'s and ``attest``'s argument:
+    a receipt file ``submit`` saved, any other receipt document (a bundle, an attestation: its
+    receipt's id), ``-`` (any of them, on standard input) or a receipt id; ``InvalidInput`` for
+    anything else, before anything is sent (client/arguments.py)."""
     from execution_proof.client.arguments import classify
-    from execution_proof.client.models import Bundle, Receipt, parse_json, read_json
+    from execution_proof.client.documents import read_document
+    from execution_proof.client.models import parse_json, read_json
 
     kind = classify(argument)
     if kind == "receipt_id":
         return argument, None
     where = "standard input" if kind == "stdin" else argument
     document = parse_json(sys.stdin.buffer.read(), where) if kind == "stdin" else read_json(argument)
-    if isinstance(document, dict) and "format" in document:
-        return Bundle.from_dict(document, where=where).receipt_id, None
-    saved = Receipt.from_dict(document, where=where)
-    return saved.receipt_id, saved.service_url
+    saved = read_document(document, where)
+    return saved.receipt["receipt_id"], saved.service_url
+
+
+# -- attest
+
+
+def _attest(args: argparse.Namespace) -> int:
+    from execution_proof.client.service import Client
+    from execution_proof.errors import Error
+    from execution_proof.receipts.errors import InvalidInput, ProofPending
+
+    receipt_id: str | None = None
+    try:
+        receipt_id, service_url = _bundle_target(args.receipt)  # nothing is asked for no such file
+        with Client(args.base_url or service_url) as client:
+            waiting = _progress() if sys.stderr.isatty() else None
+            attestation = client.attestation(receipt_id, sigstore=args.sigstore, wait=args.wait, on_wait=waiting)
+    except Error as exc:
+        _end_progress()
+        if isinstance(exc, ProofPending):
+            exc = ProofPending(f"{exc.message}; nothing saved")
+        return fail(exc, as_json=args.json, **({"receipt_id": receipt_id} if receipt_id else {}), saved=None)
+    _end_progress()
+    path = args.out or attestation.default_name
+    summary = {
+        "receipt_id": attestation.receipt_id,
+        "form": "sigstore" if attestation.sigstore else "envelope",
+        "saved": None if path == "-" else path,
+        "log_origin": attestation.log_origin,
+        "proof": attestation.tlog_entries > 0,
+    }
+    if path == "-":
+        if args.json:
+            print_json(json_ok({**summary, "attestation": attestation.to_dict()}))
+        else:
+            sys.stdout.write(attestation.to_bytes().decode())
+        return 0
+    try:
+        attestation.save(path)
+    except OSError as exc:
+        unwritten = InvalidInput(f"cannot write {path}: {exc.strerror or exc}")
+        return fail(unwritten, as_json=args.json, **{**summary, "saved": None})
+    if args.json:
+        print_json(json_ok(summary))
+    elif not attestation.sigstore:
+        print(f"saved {path}: the in-toto attestation of receipt {attestation.receipt_id} (DSSE envelope)")
+    elif attestation.tlog_entries:
+        print(f"saved {path}: the Sigstore bundle of receipt {attestation.receipt_id} with its log proof")
+    else:
+        print(
+            f"saved {path}: the Sigstore bundle of receipt {attestation.receipt_id} (the service keeps no "
+            "transparency log: no log proof)"
+        )
+    return 0
 
 
 _progress_shown = False

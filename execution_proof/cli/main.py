@@ -49,12 +49,13 @@ VERB_GROUP = {
     "verify": "client",
     "submit": "client",
     "bundle": "client",
+    "attest": "client",
     "trust-root": "trust_root",
     "witness": "witness",
     "monitor": "monitor",
     "log": "log_ops",
 }
-CLIENT_VERBS = ("hash", "submit", "bundle", "verify", "trust-root", "monitor")
+CLIENT_VERBS = ("hash", "submit", "bundle", "attest", "verify", "trust-root", "monitor")
 SERVER_VERBS = frozenset({"serve", "worker", "expire", "keys", "signing-key", "receipts", "log"})
 """Verbs that run the service or use its store (and ``witness serve``): they need the extra;
 ``KEY_MAKERS`` among them do not."""

@@ -25,6 +25,7 @@ from execution_proof.cli.output import (
 from execution_proof.client.reports import ERROR, NOT_VERIFIED, certificate_text
 
 if TYPE_CHECKING:
+    from execution_proof.client.attesting import AttestationCheck
     from execution_proof.client.log_checks import LogCheck
     from execution_proof.client.models import Bundle, Receipt
     from execution_proof.client.reports import ChainCheck, KeyCheck, VerifyReport
@@ -43,8 +44,12 @@ def render_report(report: VerifyReport) -> str:
     key = report.key
     receipt = report.receipt or {}
     lines = [f"Receipt {receipt.get('receipt_id')} (project {receipt.get('project_id')}, {receipt.get('created_at')})"]
+    if report.attestation is not None and report.attestation.form != "bundle":
+        lines[0] = f"Attestation ({FORMS[report.attestation.form]}) of r" + lines[0][1:]
     if key is not None:
         lines.extend(_key_lines(key))
+    if report.attestation is not None:
+        lines.extend(_attestation_lines(report.attestation))
     for checked in report.files:
         lines.append(
             f"  {_mark(checked.ok)} local file hash {'(salted) ' if checked.salted else ''}"
@@ -99,6 +104,19 @@ def _key_lines(key: KeyCheck) -> list[str]:
         whose = "pinned by you" if key.origin == "pinned" else "the service's word"
         key_text = f"Ed25519 signature by key {found.kid!r} ({state}, from {key.source}: {whose})"
     lines.append(f"  {_mark(found.signature)} {key_text}")
+    return lines
+
+
+FORMS = {"envelope": "in-toto DSSE envelope", "sigstore": "Sigstore bundle"}
+
+
+def _attestation_lines(attestation: AttestationCheck) -> list[str]:
+    """The envelope's signature (and a bundle's member's receipt), as the checks say them."""
+    lines = []
+    for name, ok in attestation.results().items():
+        unchecked = name == "attestation_signature" and attestation.envelope.signature is None and not ok
+        mark = "[--]  " if unchecked and attestation.envelope.kid_matches else _mark(ok)
+        lines.append(f"  {mark} attestation: {attestation.detail(name)}")
     return lines
 
 
@@ -171,8 +189,9 @@ VERIFY_EPILOG = epilog(
 def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     verify = verbs.add_parser(
         "verify",
-        help="verify receipts or bundles without trusting the service",
-        description="Verify receipt or bundle files, receipt ids (fetched from the service) or - (standard input).",
+        help="verify receipts, bundles or attestations without trusting the service",
+        description="Verify receipt, bundle or attestation files (the in-toto envelope or the Sigstore bundle `attest` "
+        "saves), receipt ids (fetched from the service) or - (standard input).",
         epilog=VERIFY_EPILOG,
         formatter_class=HelpFormatter,
     )
@@ -180,9 +199,9 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "receipts",
         nargs="+",
         metavar="RECEIPT",
-        help="a file (a receipt, a create/read response body, the file submit saved, or an offline bundle), - for "
-        "standard input, or a receipt id (rcpt_ and 26 characters) read from the service; anything else is "
-        "no such file, and nothing is sent",
+        help="a file (a receipt, a create/read response body, the file submit saved, an offline bundle, or an "
+        "attestation: <id>.intoto.jsonl or <id>.sigstore.json), - for standard input, or a receipt id (rcpt_ and 26 "
+        "characters) read from the service; anything else is no such file, and nothing is sent",
     )
     for name, field in (("input", "input_hash"), ("output", "output_hash"), ("params", "params_hash")):
         verify.add_argument(
@@ -204,14 +223,15 @@ def add_parser(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "else against the keys of --base-url or SERVICE_BASE_URL (the only request made); a bundle with none "
         "of them is NOT VERIFIED (exit 1)",
     )
-    pin = verify.add_mutually_exclusive_group()
-    pin.add_argument(
+    verify.add_argument(
         "--keys",
         metavar="KEYS.json",
-        help="saved key set (GET /v1/public-key body) to pin; with --base-url the service is still used "
-        "for the chain and the log proof",
+        help="keys to pin: a saved key set (GET /v1/public-key body), or the keys.json `trust-root --sigstore DIR` "
+        "writes (kid to the base64 DER public key, each checked against the roots when written); beside a version 2 "
+        "--trust-root its keys count as pinned (an attestation offline needs them); with --base-url the service "
+        "is still used for the chain and the log proof",
     )
-    pin.add_argument(
+    verify.add_argument(
         "--trust-root",
         metavar="FILE",
         help="a trust root (`trust-root` writes it): verify against it alone, offline: the signature with the "

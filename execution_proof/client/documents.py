@@ -11,7 +11,11 @@ Without ``format`` a document is one of:
 - a bare receipt object (docs/receipt-format.md, its 19 members);
 - a response body that holds a receipt: ``GET /v1/receipts/{id}`` (``ok``, ``receipt``), or
   a create's reply as ``submit`` saves it (``ok``, ``receipt``, ``idempotency``, ``chain``,
-  ``quota``, ``log``, with ``service_url`` and ``salts`` added by the client).
+  ``quota``, ``log``, with ``service_url`` and ``salts`` added by the client);
+- a receipt's attestation (``GET /v1/receipts/{id}/attestation``): a DSSE envelope (exactly
+  ``payloadType``, ``payload``, ``signatures``) or a Sigstore bundle v0.3 (exactly
+  ``mediaType``, ``verificationMaterial``, ``dsseEnvelope``), whose Statement holds the receipt
+  (receipts/attestation_checks.py reads them).
 
 Each is read against its own member list: an unknown member is refused by name, and so are
 members only a bundle has (``keys``, ``timestamps``, ``chain_complete``, ``version``) when
@@ -26,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from execution_proof.receipts.attestation import Attestation, AttestationError, parse_envelope
+from execution_proof.receipts.attestation_checks import TlogEntry, is_attestation, is_sigstore, parse_sigstore_bundle
 from execution_proof.receipts.errors import InvalidInput
 from execution_proof.receipts.verifier import BUNDLE_FORMAT, BUNDLE_VERSIONS, BundleError, BundleParts, carried_key_ring
 
@@ -62,21 +68,39 @@ and strings or null; ``tags`` is an object of strings, or null."""
 RECEIPT_MEMBERS = frozenset((*TEXT, *NULLABLE, "tags"))
 
 BUNDLE_REQUIRED = ("format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete")
-BUNDLE_OPTIONAL = {1: ("log", "timestamps"), 2: ("log", "timestamps")}
-"""The optional members of each bundle version; any other member is refused."""
+BUNDLE_OPTIONAL = {1: ("log", "timestamps"), 2: ("log", "timestamps", "attestation")}
+"""The optional members of each bundle version (version 2: the receipt's attestation
+envelope); any other member is refused."""
 BUNDLE_ONLY = ("keys", "timestamps", "chain_complete", "version")
 """Members a bundle has and no other document: without ``format``, a bundle that lost it."""
 LOG_MEMBERS = ("origin", "log_vkey", "proof")
 RESPONSE_MEMBERS = ("ok", "receipt", "idempotency", "chain", "quota", "log", "service_url", "salts")
 """A read's body (``ok``, ``receipt``) and a create's reply as ``submit`` saves it."""
 
-Shape = Literal["bundle", "receipt", "response"]
+Shape = Literal["bundle", "receipt", "response", "envelope", "sigstore"]
+Form = Literal["envelope", "sigstore", "bundle"]
+
+
+@dataclass(frozen=True)
+class Attested:
+    """A receipt's attestation that came with a document: the envelope itself (``form``
+    ``envelope``), a Sigstore bundle's (``sigstore``: its key ``hint`` and log ``entry``, None
+    when it carries none) or a bundle's ``attestation`` member (``bundle``); the Statement's
+    receipt and ``log_origin``."""
+
+    form: Form
+    attestation: Attestation
+    receipt: shapes.ReceiptObject
+    log_origin: str | None
+    hint: str | None = None
+    entry: TlogEntry | None = None
 
 
 @dataclass(frozen=True)
 class Document:
     """A document read strictly: its ``shape``, the receipt it holds, and what came with it
-    (a bundle's parts; a saved reply's ``service_url`` and ``salts``, hex by file name)."""
+    (a bundle's parts; a saved reply's ``service_url`` and ``salts``, hex by file name; an
+    attestation)."""
 
     shape: Shape
     receipt: shapes.ReceiptObject
@@ -86,6 +110,7 @@ class Document:
     bundle: BundleParts | None = None
     service_url: str | None = None
     salts: Mapping[str, str] = field(default_factory=dict)
+    attested: Attested | None = None
 
 
 def read_document(value: JSONValue, where: str = "the document") -> Document:
@@ -100,6 +125,10 @@ def read_document(value: JSONValue, where: str = "the document") -> Document:
             f"{where} is a malformed bundle: it has {', '.join(stray)} but no format member "
             f'(a bundle starts with "format": "{BUNDLE_FORMAT}")'
         )
+    if is_attestation(value):
+        attested = read_attestation(value, where)
+        shape: Shape = "sigstore" if attested.form == "sigstore" else "envelope"
+        return Document(shape, attested.receipt, value, attested=attested)
     if "receipt" in value:
         return _read_response(value, where)
     if not RECEIPT_MEMBERS.intersection(value):
@@ -165,6 +194,7 @@ def read_bundle(value: JSONObject, where: str) -> Document:
         _read_certified_keys(value["keys"], where)
     if not isinstance(value["chain_complete"], bool):
         raise InvalidInput(f"{where}: the bundle's chain_complete is not true or false")
+    attested = _envelope(value["attestation"], "bundle", f"{where} (attestation)") if "attestation" in value else None
     receipt = read_receipt(value["receipt"], f"{where} (receipt)")
     listed = value["chain"]
     if not isinstance(listed, list):
@@ -191,7 +221,39 @@ def read_bundle(value: JSONObject, where: str) -> Document:
         log if isinstance(log, dict) else None,
         stamps if isinstance(stamps, list) else None,
     )
-    return Document("bundle", receipt, value, parts)
+    return Document("bundle", receipt, value, parts, attested=attested)
+
+
+def read_attestation(value: JSONObject, where: str) -> Attested:
+    """A DSSE envelope or a Sigstore bundle v0.3 (receipts/attestation_checks.py), whose
+    Statement holds a receipt object; ``InvalidInput`` naming what is wrong."""
+    if not is_sigstore(value):
+        return _envelope(value, "envelope", where)
+    try:
+        bundle = parse_sigstore_bundle(value)
+    except AttestationError as exc:
+        raise InvalidInput(f"{where}: {exc}") from exc
+    envelope = _statement(bundle.attestation, "sigstore", where)
+    return Attested("sigstore", bundle.attestation, envelope.receipt, envelope.log_origin, bundle.hint, bundle.entry)
+
+
+def _envelope(value: JSONValue, form: Form, where: str) -> Attested:
+    try:
+        attestation = parse_envelope(value)
+    except AttestationError as exc:
+        raise InvalidInput(f"{where}: {exc}") from exc
+    return _statement(attestation, form, where)
+
+
+def _statement(attestation: Attestation, form: Form, where: str) -> Attested:
+    """The envelope's Statement, read strictly, and the receipt in its predicate."""
+    try:
+        statement = attestation.statement()
+    except AttestationError as exc:
+        raise InvalidInput(f"{where}: {exc}") from exc
+    predicate = statement["predicate"]
+    receipt = read_receipt(predicate["receipt"], f"{where} (the Statement's receipt)")
+    return Attested(form, attestation, receipt, predicate["log_origin"])
 
 
 def _read_certified_keys(keys: JSONObject, where: str) -> None:

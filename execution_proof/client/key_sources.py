@@ -1,16 +1,22 @@
 """The keys a verification checks signatures with, from what it was given: a saved key set or a
-service's ``GET /v1/public-key`` body (``key_ring``), and, for a version 2 trust root, the keys
-of a bundle and of the service judged by the pinned receipt roots (``certified_keys``).
+service's ``GET /v1/public-key`` body (``key_ring``), a ``--keys`` file in either of its shapes
+(``pinned_key_file``), and, for a version 2 trust root, the keys of a bundle and of the service
+judged by the pinned receipt roots (``certified_keys``), beside the keys of a ``--keys`` file.
 
 No network here: client/verifying.py fetches, this module only reads what was fetched.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nacl.signing import VerifyKey
 
 from execution_proof.receipts import errors
-from execution_proof.receipts.signing import KeyRing, KeySetError, PublicKey, load_key_ring
+from execution_proof.receipts.attestation import AttestationError, spki_raw, unb64
+from execution_proof.receipts.key_certificates import KEY_KID_RE, KeyVerdict, key_kid
+from execution_proof.receipts.signing import KID_RE, KeyRing, KeySetError, PublicKey, load_key_ring
 from execution_proof.receipts.verifier import BundleError, carried_key_ring
 
 if TYPE_CHECKING:
@@ -27,6 +33,57 @@ def key_ring(document: JSONValue, source: str) -> KeyRing:
         return load_key_ring(document)
     except KeySetError as exc:
         raise errors.InvalidInput(f"key set from {source} is malformed: {exc}") from exc
+
+
+def pinned_key_file(document: JSONValue, source: str) -> KeyRing:
+    """A ``--keys`` file: a key set (``GET /v1/public-key``'s shape: an object with a ``keys``
+    list), or the ``keys.json`` that ``trust-root --sigstore`` writes: an object mapping each
+    kid to the standard base64 of its Ed25519 DER SubjectPublicKeyInfo. ``InvalidInput`` when
+    it is neither, or a ``key-…`` kid is not its key's."""
+    if not isinstance(document, dict) or isinstance(document.get("keys"), list):
+        return key_ring(document, source)
+    if not document or not all(isinstance(value, str) for value in document.values()):
+        raise errors.InvalidInput(
+            f"key set from {source} is malformed: expected a key set (an object with a keys list) or keys.json "
+            "(kid to the base64 DER SubjectPublicKeyInfo of each key)"
+        )
+    keys: dict[str, PublicKey] = {}
+    for kid, text in document.items():
+        try:
+            if not KID_RE.fullmatch(kid):
+                raise AttestationError("the kid must be 1-64 characters of A-Z a-z 0-9 . _ -")
+            raw = spki_raw(unb64(text, "the key"))
+        except AttestationError as exc:
+            raise errors.InvalidInput(f"key set from {source} is malformed: {kid}: {exc}") from exc
+        if KEY_KID_RE.fullmatch(kid) and kid != key_kid(raw):
+            raise errors.InvalidInput(f"key set from {source} is malformed: {kid} names another key ({key_kid(raw)})")
+        keys[kid] = PublicKey(kid, VerifyKey(raw))
+    return KeyRing(keys, None, None)
+
+
+@dataclass(frozen=True)
+class PinnedBesideRoots(KeyRing):
+    """A ring judged by pinned roots, beside keys the user pinned themselves (``--keys`` with a
+    version 2 trust root, as ``trust-root --sigstore`` writes ``keys.json`` after checking each
+    key's certificate against the roots): a ``pinned`` kid counts as it is, without a
+    certificate, unless a revocation by a pinned root covers the receipt."""
+
+    pinned: frozenset[str] = frozenset()
+
+    def judge(self, kid: Any, created_at: Any) -> KeyVerdict:
+        if not isinstance(kid, str) or kid not in self.pinned or kid not in self.keys:
+            return super().judge(kid, created_at)
+        revocation = self.revocations.get(kid)
+        if revocation is not None and isinstance(created_at, str) and revocation.covers(created_at):
+            return KeyVerdict.REVOKED
+        return KeyVerdict.OK
+
+
+def beside_roots(ring: KeyRing, pinned: KeyRing) -> KeyRing:
+    """``ring`` (judged by a trust root's roots) with the keys of ``pinned`` (a ``--keys``
+    file) in place of any of the same kid."""
+    keys = {**ring.keys, **pinned.keys}
+    return PinnedBesideRoots(keys, ring.active_kid, None, ring.roots, ring.revocations, pinned=frozenset(pinned.keys))
 
 
 def certified_keys(

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     import cryptography.x509
 
     from execution_proof.receipts.shapes import JSONObject, JSONValue
+    from execution_proof.receipts.trust_root import TrustRoot
 
 PENDING = "pending: no published checkpoint covers the receipt yet"
 
@@ -300,6 +301,37 @@ def load_policy(path: str) -> Policy:
         raise LogInputError(f"--log-policy {path}: {exc}") from exc
 
 
+def pinned_log(
+    log_key: str | None,
+    log_policy: str | None,
+    tsa_roots: str | None,
+    trust: TrustRoot | None,
+    trust_path: str | None,
+) -> tuple[note.Verifier, Policy | None, list[cryptography.x509.Certificate] | None]:
+    """(the log key, the witness policy, the TSA roots) to check against: each option given
+    (``--log-key``, ``--log-policy``, ``--tsa-roots``), else the trust root's."""
+    policy = load_policy(log_policy) if log_policy else None
+    roots = load_tsa_roots(tsa_roots) if tsa_roots else None
+    trusted_key = None
+    if trust is not None:
+        try:  # parse_trust_root has checked these; a failure here is still a malformed file
+            policy = policy if log_policy else trust.policy()
+            roots = roots if tsa_roots else (trust.tsa_roots() or None)
+            trusted_key = trust.log_verifier()
+        except ValueError as exc:
+            raise LogInputError(f"the trust root {trust_path}: {exc}") from exc
+    if log_key is not None:
+        return parse_log_key(log_key), policy, roots
+    if log_policy and policy is not None:
+        try:
+            return policy.log_key(), policy, roots
+        except PolicyError as exc:
+            raise LogInputError(f"--log-policy: {exc}") from exc
+    if trusted_key is None:
+        raise LogInputError("--since-checkpoint and --tsa-roots need --log-key or --log-policy (the log's key to pin)")
+    return trusted_key, policy, roots
+
+
 def check(
     receipt: JSONObject,
     bundle_log: JSONObject | None,
@@ -309,12 +341,17 @@ def check(
     client: HttpClient,
     policy: Policy | None = None,
     stamps: Stamps | None = None,
+    *,
+    inclusion: log_check.LogInclusion | None = None,
 ) -> LogCheck:
-    """The receipt against the log: the bundle's proof (``bundle_log``), else the service's."""
-    text = proof_text(receipt, bundle_log, base, client)
-    if text is None:
-        return LogCheck(None)
-    inclusion = log_check.check_inclusion(receipt, text, log_key)
+    """The receipt against the log: the bundle's proof (``bundle_log``), else the service's;
+    ``inclusion``: already checked (a Sigstore bundle's entry, receipts/attestation_checks.py),
+    to which the quorum and consistency checks are added."""
+    if inclusion is None:
+        text = proof_text(receipt, bundle_log, base, client)
+        if text is None:
+            return LogCheck(None)
+        inclusion = log_check.check_inclusion(receipt, text, log_key)
     moment: TimeCheck | None = None
     quorum: QuorumCheck | None = None
     consistency: ConsistencyCheck | None = None

@@ -1,5 +1,6 @@
-"""The documents a client keeps (docs/python-api.md): a ``Receipt`` as ``submit`` saves it and a
-``Bundle`` as ``bundle`` saves it. Each wraps the JSON document the service sent, unchanged,
+"""The documents a client keeps (docs/python-api.md): a ``Receipt`` as ``submit`` saves it, a
+``Bundle`` as ``bundle`` saves it and an ``Attestation`` as ``attest`` saves it. Each wraps the
+JSON document the service sent, unchanged,
 plus what only the client knows (the service's URL, the salts it never sent); ``load`` reads
 what ``save`` wrote, and also the bare documents the service serves.
 
@@ -97,6 +98,8 @@ class Receipt(_Document):
         read = read_document(document, where)
         if read.bundle is not None:
             raise InvalidInput(f"{where} is a bundle, not a receipt: Bundle.load reads it")
+        if read.attested is not None:
+            raise InvalidInput(f"{where} is an attestation, not a receipt: Attestation.load reads it")
         return cls(read.members, read.service_url, dict(read.salts))
 
     @classmethod
@@ -176,3 +179,87 @@ class Bundle(_Document):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Written whole or not at all (``OSError`` if it cannot be)."""
         write_atomically(path, orjson.dumps(self.to_dict()) + b"\n")
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """A receipt's in-toto attestation (docs/attestations.md) as the service answers it: a DSSE
+    envelope, or with ``sigstore`` a Sigstore bundle v0.3 that also proves the attestation's log
+    leaf (``tlog_entries``: none from a service without a log). Its Statement holds the receipt."""
+
+    document: Mapping[str, JSONValue]
+    """The envelope or the Sigstore bundle, as the service sent it."""
+
+    @classmethod
+    def from_dict(cls, document: JSONValue, *, where: str = "the document") -> Attestation:
+        """``InvalidInput`` unless ``document`` is a well-formed envelope or Sigstore bundle whose
+        Statement holds a receipt (client/documents.py)."""
+        if not isinstance(document, dict) or read_document(document, where).attested is None:
+            raise InvalidInput(f"{where} is not a receipt's attestation (a DSSE envelope or a Sigstore bundle)")
+        return cls(document)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Attestation:
+        """What ``save`` wrote: ``<receipt_id>.intoto.jsonl`` (the envelope on one line) or
+        ``<receipt_id>.sigstore.json``."""
+        return cls.from_dict(read_json(path), where=os.fspath(path))
+
+    @property
+    def sigstore(self) -> bool:
+        """A Sigstore bundle (else the DSSE envelope)."""
+        return "dsseEnvelope" in self.document
+
+    @property
+    def envelope(self) -> JSONObject:
+        """The DSSE envelope (the Sigstore bundle's ``dsseEnvelope``)."""
+        envelope = self.document.get("dsseEnvelope") if self.sigstore else self.document
+        return dict(envelope) if isinstance(envelope, Mapping) else {}
+
+    @property
+    def statement(self) -> JSONObject:
+        """The in-toto Statement the envelope's payload holds."""
+        from execution_proof.receipts.attestation import parse_envelope
+
+        return parse_envelope(self.envelope).statement()
+
+    @property
+    def receipt(self) -> shapes.ReceiptObject:
+        """The receipt the Statement's predicate holds (read strictly)."""
+        return read_document(dict(self.document)).receipt
+
+    @property
+    def receipt_id(self) -> str:
+        return self.receipt["receipt_id"]
+
+    @property
+    def log_origin(self) -> str | None:
+        """The origin of the log the receipt entered (None: the service keeps no log)."""
+        predicate = self.statement["predicate"]
+        origin = predicate.get("log_origin") if isinstance(predicate, dict) else None
+        return origin if isinstance(origin, str) else None
+
+    @property
+    def tlog_entries(self) -> int:
+        """How many log entries a Sigstore bundle carries (1 with its proof, 0 from a service
+        without a log; 0 for an envelope, which never carries one)."""
+        material = self.document.get("verificationMaterial") if self.sigstore else None
+        entries = material.get("tlogEntries") if isinstance(material, dict) else None
+        return len(entries) if isinstance(entries, list) else 0
+
+    @property
+    def default_name(self) -> str:
+        """``<receipt_id>.sigstore.json`` for a Sigstore bundle, ``<receipt_id>.intoto.jsonl`` for
+        the envelope (the names ``attest`` saves them under)."""
+        return f"{self.receipt_id}.{'sigstore.json' if self.sigstore else 'intoto.jsonl'}"
+
+    def to_dict(self) -> JSONObject:
+        return dict(self.document)
+
+    def to_bytes(self) -> bytes:
+        """The saved file: the document's JSON on one line, then a newline (an envelope saved so
+        is an in-toto JSON Lines file of one attestation)."""
+        return orjson.dumps(self.to_dict()) + b"\n"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Written whole or not at all (``OSError`` if it cannot be)."""
+        write_atomically(path, self.to_bytes())

@@ -1,9 +1,10 @@
 """``VerifyReport``: what ``execution_proof.verify`` and the ``verify`` command found, as typed
 values (docs/python-api.md). The verifier (client/verifying.py) fills one check at a time:
-the receipt against the keys (``KeyCheck``), each local file (``FileCheck``), the service
-(``OnlineCheck``), the chain (``ChainCheck`` of ``CheckedLink``), the log (``LogCheck``, in
-client/log_checks.py). Its ``to_dict()`` is the ``verify --json`` document; the command
-line's text (cli/verify.py) reads the same values. Nothing is checked here."""
+the receipt against the keys (``KeyCheck``), an attestation (``AttestationCheck``, in
+client/attesting.py), each local file (``FileCheck``), the service (``OnlineCheck``), the chain
+(``ChainCheck`` of ``CheckedLink``), the log (``LogCheck``, in client/log_checks.py). Its
+``to_dict()`` is the ``verify --json`` document; the command line's text (cli/verify.py) reads
+the same values. Nothing is checked here."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from execution_proof.client.attesting import AttestationCheck
     from execution_proof.client.log_checks import LogCheck
     from execution_proof.receipts.shapes import JSONObject, JSONValue
     from execution_proof.receipts.verifier import ReceiptCheck
@@ -53,13 +55,14 @@ WHAT_IS_MISSING = {
     "pending": "the log has not included the receipt yet: wait and retry (`execution-proof bundle RECEIPT_ID "
     "--wait 60` fetches it with its proof; or --trust-root FILE --online later)",
     "no_log_proof": "the pinned log requires the receipt's inclusion proof and none was checked: add --online to "
-    "--trust-root FILE to fetch it, or verify the bundle (`execution-proof bundle RECEIPT_ID --wait 60`); "
-    "--no-log checks the signature alone",
+    "--trust-root FILE to fetch it, or verify the bundle (`execution-proof bundle RECEIPT_ID --wait 60`) or the "
+    "Sigstore bundle (`execution-proof attest RECEIPT_ID --sigstore --wait 60`); --no-log checks the signature alone",
     "no_quorum": "the proof's checkpoint has fewer witness cosignatures than the policy of --trust-root FILE (or "
     "--log-policy) requires, as when a witness is down: fetch the bundle again later",
     "no_key_certificate": "--trust-root FILE pins receipt roots, not keys, and no certificate for the receipt's key "
     "is at hand: add --online to fetch it from the service (GET /v1/public-key), or verify the receipt's bundle "
-    "(`execution-proof bundle RECEIPT_ID --out FILE`), which carries it",
+    "(`execution-proof bundle RECEIPT_ID --out FILE`), which carries it, or pin the key with --keys DIR/keys.json "
+    "(`execution-proof trust-root --sigstore DIR` writes it, each key checked against the roots)",
     "chain_unavailable": "an earlier receipt of the chain is no longer on the service (deleted, or past "
     "retention): verify a bundle that carries the chain, with --trust-root FILE",
 }
@@ -94,6 +97,11 @@ def certificate_text(check: ReceiptCheck) -> str:
     kid, certificate, state = check.kid, check.certificate, check.certificate_state
     root = certificate.root_kid if certificate is not None else "?"
     window = f"{certificate.not_before}..{certificate.not_after}" if certificate is not None else "?"
+    if state == "ok" and certificate is None:
+        return (
+            f"key {kid!r} is pinned with --keys (`trust-root --sigstore` checked its certificate against the pinned "
+            "roots when it wrote that file)"
+        )
     if state == "ok":
         return f"key {kid!r} is certified by the pinned root {root} for {window}, which covers the receipt"
     if state == "no_key_certificate":
@@ -280,6 +288,9 @@ class VerifyReport:
     receipt: JSONObject | None = None
     """The receipt as read (unchecked: the checks below judge it)."""
     key: KeyCheck | None = None
+    attestation: AttestationCheck | None = None
+    """The attestation that carried the receipt, or came with it (an envelope, a Sigstore
+    bundle, a bundle's ``attestation`` member)."""
     files: list[FileCheck] = field(default_factory=list)
     online: OnlineCheck | None = None
     chain: ChainCheck | None = None
@@ -299,6 +310,8 @@ class VerifyReport:
             state = self.key.receipt.certificate_state
             if state is not None:
                 results["key_certificate"] = state == "ok"
+        if self.attestation is not None:
+            results.update(self.attestation.results())
         results.update((checked.field, checked.ok) for checked in self.files)
         if self.online is not None:
             results["service_has_receipt"] = self.online.same
@@ -329,6 +342,8 @@ class VerifyReport:
                 missing.add("no_key_certificate")  # no key to check the signature with, or none trusted
             elif state not in (None, "ok") or not key.receipt.signature:
                 invalid.add("bad_signature")
+        if self.attestation is not None and self.attestation.evidence:
+            invalid.add("bad_signature")
         if any(not checked.ok for checked in self.files):
             invalid.add("hash_mismatch")
         if self.online is not None and not self.online.same:
@@ -440,6 +455,8 @@ class VerifyReport:
                 key=self.key.to_json(),
                 recomputed_receipt_hash=self.key.receipt.recomputed_receipt_hash,
             )
+        if self.attestation is not None:
+            document["attestation"] = self.attestation.to_json()
         salted: list[JSONValue] = [checked.field for checked in self.files if checked.salted]
         for checked in self.files:
             document[f"local_{checked.field}"] = checked.local
@@ -467,6 +484,8 @@ class VerifyReport:
             return certificate_text(key.receipt)
         if key is not None and name == "bundle_keys":
             return f"the bundle's keys against {key.source}"
+        if self.attestation is not None and name.startswith("attestation_"):
+            return self.attestation.detail(name)
         if name in files:
             return f"local {files[name].local} against the receipt's {name}"
         if self.online is not None and name == "service_has_receipt":

@@ -1,5 +1,6 @@
 """``Client``: the service's API as a Python program uses it (docs/python-api.md): submit hashes,
-read a receipt, fetch its offline bundle (waiting for the log proof), fetch the trust root.
+read a receipt, fetch its offline bundle or its attestation (waiting for the log proof), fetch
+the trust root.
 
 Replies that are not a success raise the server's own error class for their code
 (``receipts.errors.from_reply``): a 409 ``log_pending`` is ``ProofPending``, a 401 is
@@ -21,7 +22,7 @@ import orjson
 
 from execution_proof.client import http
 from execution_proof.client.hashing import HashSource, fresh_salt, hash_source, is_given_hash
-from execution_proof.client.models import Bundle, Receipt
+from execution_proof.client.models import Attestation, Bundle, Receipt
 from execution_proof.receipts import errors
 
 if TYPE_CHECKING:
@@ -144,6 +145,43 @@ class Client:
             if on_wait is not None:
                 on_wait(waited, wait)
             time.sleep(min(POLL_S, wait - waited))
+
+    def attestation(
+        self,
+        receipt_id: str,
+        *,
+        sigstore: bool = False,
+        wait: float = 0,
+        on_wait: Callable[[float, float], None] | None = None,
+    ) -> Attestation:
+        """The receipt's in-toto attestation (docs/attestations.md): the DSSE envelope, or with
+        ``sigstore`` the Sigstore bundle v0.3 whose log entry proves its leaf. From a service
+        with a log, the Sigstore bundle comes once a published checkpoint covers the leaf: asked
+        again every second until then or until ``wait`` seconds have passed, then
+        ``ProofPending``. The envelope, and a service without a log, answer at once.
+        ``on_wait(waited, wait)`` is called before each new try."""
+        if wait < 0:
+            raise errors.InvalidInput("wait must be 0 or more seconds")
+        started = time.monotonic()
+        url = f"{self.base_url}/v1/receipts/{_segment(receipt_id)}/attestation"
+        params = {"format": "sigstore"} if sigstore else None
+        while True:
+            reply = self._http.get(url, params=params)
+            waited = time.monotonic() - started
+            try:
+                self._raise_for(reply, (200,))
+            except errors.ProofPending as exc:
+                if waited >= wait:
+                    raise errors.ProofPending(
+                        f"no published checkpoint covers the attestation of {receipt_id} yet"
+                        + (f" (waited {waited:.0f} s)" if wait else "")
+                        + ": ask again later"
+                    ) from exc
+                if on_wait is not None:
+                    on_wait(waited, wait)
+                time.sleep(min(POLL_S, wait - waited))
+                continue
+            return Attestation.from_dict(_json(reply), where=reply.url)
 
     def public_keys(self) -> JSONValue:
         """``GET /v1/public-key``'s body: the service's receipt keys, active and retired, each with

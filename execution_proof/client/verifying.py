@@ -41,7 +41,7 @@ import orjson
 
 from execution_proof.client.documents import Document, read_document
 from execution_proof.client.hashing import HashSource, hash_source, is_given_hash
-from execution_proof.client.key_sources import certified_keys, key_ring
+from execution_proof.client.key_sources import beside_roots, certified_keys, key_ring, pinned_key_file
 from execution_proof.client.models import read_json
 from execution_proof.client.reports import ChainCheck, CheckedLink, FileCheck, KeyCheck, OnlineCheck, VerifyReport
 from execution_proof.errors import Error
@@ -58,15 +58,12 @@ from execution_proof.receipts.verifier import (
 )
 
 if TYPE_CHECKING:
-    import cryptography.x509 as x509
-
+    from execution_proof.client.documents import Attested
     from execution_proof.client.http import HttpClient
     from execution_proof.client.log_checks import LogCheck
-    from execution_proof.client.models import Bundle, Receipt
+    from execution_proof.client.models import Attestation, Bundle, Receipt
     from execution_proof.receipts.shapes import JSONObject, JSONValue
     from execution_proof.receipts.trust_root import TrustRoot
-    from execution_proof.transparency import note
-    from execution_proof.transparency.policy import Policy
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 HTTP_TIMEOUT_S = 10.0
@@ -79,7 +76,7 @@ class VerifyOptions:
     receipt_path: str | None = None
     """The file to verify, unless ``document`` is given (``-``: what was read from stdin)."""
     document: JSONValue = None
-    """The receipt or bundle document itself (a ``Receipt``'s or ``Bundle``'s ``to_dict()``)."""
+    """The document itself (a ``Receipt``'s, ``Bundle``'s or ``Attestation``'s ``to_dict()``)."""
     trust_root: TrustRoot | None = None
     """A trust root already loaded (else ``trust_root_path`` is read)."""
     input_path: HashSource | None = None
@@ -93,6 +90,8 @@ class VerifyOptions:
     """``SERVICE_BASE_URL``: after ``--base-url`` and the file's ``service_url``; it also
     names the service whose keys a bundle is checked against when no keys are pinned."""
     keys_path: str | None = None
+    """``--keys``: a key set or ``keys.json`` to pin (beside a version 2 trust root: those keys
+    count as pinned, the others through their certificates)."""
     trust_root_path: str | None = None
     online: bool = False
     """With ``trust_root_path``: add the network checks (existence, chain, a receipt's log proof)."""
@@ -264,11 +263,15 @@ def _keys(
     ``certified``)."""
     if trust is not None and trust.roots is not None:
         fetched = _fetch_key_set(net, base) if options.online else None
-        return certified_keys(trust, options.trust_root_path, bundle.keys if bundle else None, fetched)
+        ring, source, origin = certified_keys(trust, options.trust_root_path, bundle.keys if bundle else None, fetched)
+        if options.keys_path:
+            pinned = pinned_key_file(read_json(options.keys_path), options.keys_path)
+            return beside_roots(ring, pinned), f"{options.keys_path} (pinned), and {source}", origin
+        return ring, source, origin
     if trust is not None:
         return trust.keys, f"the trust root {options.trust_root_path or trust.service_url}", "pinned"
     if options.keys_path:
-        return key_ring(read_json(options.keys_path), options.keys_path), options.keys_path, "pinned"
+        return pinned_key_file(read_json(options.keys_path), options.keys_path), options.keys_path, "pinned"
     if bundle is None:
         return (*_fetch_keys(net, base, hint), "service")
     chosen = options.base_url or options.env_base_url  # never a URL the bundle names itself
@@ -287,7 +290,7 @@ NO_SERVICE_HINT = (
 
 
 def verify(
-    item: Receipt | Bundle | str | os.PathLike[str],
+    item: Receipt | Bundle | Attestation | str | os.PathLike[str],
     *,
     input: HashSource | None = None,
     output: HashSource | None = None,
@@ -306,10 +309,11 @@ def verify(
     salt: str | None = None,
     require_log: bool = True,
 ) -> VerifyReport:
-    """Verify a ``Receipt``, a ``Bundle`` or a saved file (path) without trusting the
-    service: ``input`` ... ``env`` must hash to the receipt's values (each a path or bytes,
-    hashed here, or a ``sha256:`` value); the keys are the ``trust_root``'s (offline unless
-    ``online``), else those of ``keys``, else the service's. When the pinned material names a
+    """Verify a ``Receipt``, a ``Bundle``, an ``Attestation`` or a saved file (path) without
+    trusting the service: ``input`` ... ``env`` must hash to the receipt's values (each a path
+    or bytes, hashed here, or a ``sha256:`` value); the keys are the ``trust_root``'s (offline
+    unless ``online``; beside a version 2 one, ``keys`` pins keys too), else those of ``keys``
+    (a key set or ``keys.json``), else the service's. When the pinned material names a
     log, the receipt's inclusion is required (``require_log=False``: the signature alone).
     The report's ``verdict`` and ``reason`` say what was found (``raise_for_failure()``
     raises unless VALID); an ``execution_proof.Error`` means it could not check
@@ -318,12 +322,12 @@ def verify(
 
     document: JSONObject | None = None
     path: str | None = None
-    if isinstance(item, models.Receipt | models.Bundle):
+    if isinstance(item, models.Receipt | models.Bundle | models.Attestation):
         document = item.to_dict()
     elif isinstance(item, str | os.PathLike):
         path = os.fspath(item)
     else:  # an untyped caller's mistake
-        raise errors.InvalidInput("verify takes a Receipt, a Bundle or the path of a saved file")
+        raise errors.InvalidInput("verify takes a Receipt, a Bundle, an Attestation or the path of a saved file")
     root = trust_root if not isinstance(trust_root, str | os.PathLike) else None
     options = VerifyOptions(
         receipt_path=path,
@@ -374,8 +378,6 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
     try:
         if options.online and options.trust_root_path is None and options.trust_root is None:
             raise errors.InvalidInput("--online adds network checks to --trust-root: give --trust-root FILE")
-        if (options.trust_root_path or options.trust_root) and options.keys_path:
-            raise errors.InvalidInput("--trust-root and --keys both pin keys: give one of them")
         given: JSONValue
         if options.document is not None:
             given = options.document
@@ -386,13 +388,20 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
         where = {None: "the document", "-": "standard input"}.get(options.receipt_path, options.receipt_path)
         document = read_item(given, where or "the document")
         bundle = document.bundle
-        receipt: JSONObject = bundle.receipt if bundle else document.members["receipt"]  # type: ignore[assignment]
+        receipt: JSONObject = bundle.receipt if bundle else document.members.get("receipt")  # type: ignore[assignment]
+        if document.attested is not None and bundle is None:
+            receipt = document.attested.receipt  # type: ignore[assignment]  # a receipt object, read strictly
         salts = _salts(document, options)
         if not options.require_log and _log_options(options):
             raise errors.InvalidInput(
                 "--no-log checks the signature alone: drop --log-key, --log-policy, --since-checkpoint and --tsa-roots"
             )
         trust = options.trust_root or (load_trust_root(options.trust_root_path) if options.trust_root_path else None)
+        if trust is not None and trust.roots is None and options.keys_path:
+            raise errors.InvalidInput(
+                "--trust-root (version 1) and --keys both pin keys: give one of them (--keys goes with a version 2 "
+                "trust root, which pins roots, not keys)"
+            )
         if trust is not None and not options.online:
             net = _Network("--trust-root without --online verifies offline")
         base = service_url(options, document.service_url, trust)
@@ -405,6 +414,10 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
             report.key = KeyCheck(source, origin, found, same, tuple(differing))
         else:
             report.key = KeyCheck(source, origin, found)
+        if document.attested is not None:
+            from execution_proof.client import attesting
+
+            report.attestation = attesting.check(document.attested, receipt, keyring, bundle)
         _check_files(receipt, options, salts, report)
         if trust is not None and options.online:
             report.online = _check_exists(receipt, net, base)
@@ -420,7 +433,8 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
                     "--chain walks the chain on the service: add --online (a bundle carries its chain)"
                 )
             report.chain = _walk_chain(receipt, keyring, net, base, options.max_links)
-        _log_checks(_Case(receipt, bundle, options, trust, net, base), report)
+        sigstore = document.attested if document.shape == "sigstore" else None
+        _log_checks(_Case(receipt, bundle, options, trust, net, base, sigstore, keyring), report)
     finally:
         net.close()
 
@@ -468,6 +482,10 @@ class _Case:
     trust: TrustRoot | None
     net: _Network
     base: str
+    sigstore: Attested | None = None
+    """A Sigstore bundle's attestation: its log entry, when it has one, is the log proof."""
+    keyring: KeyRing | None = None
+    """The keys the receipt was checked with (the Sigstore entry's leaf names the receipt's)."""
 
 
 def _log_checks(case: _Case, report: VerifyReport) -> None:
@@ -489,7 +507,9 @@ def _log_checks(case: _Case, report: VerifyReport) -> None:
     proofless = bundle is None or bundle.log is None or bundle.log.get("proof") is None
     if proofless and report.online is not None and not report.online.found:
         return  # deleted or past retention: NOT VERIFIED ``deleted``, no proof to ask for
-    if bundle is None and case.net.offline:
+    if case.sigstore is not None and case.sigstore.entry is not None:
+        pass  # the Sigstore bundle's own entry is checked, offline as a bundle's proof
+    elif bundle is None and case.net.offline:
         report.missing.append("no_log_proof")
         report.remarks.append("the document carries no log proof, and the check is offline")
         return
@@ -505,60 +525,47 @@ def _log_checks(case: _Case, report: VerifyReport) -> None:
     from execution_proof.client import log_checks as verify_log
 
     try:
-        report.log = _check_log(case)
+        report.log = _check_log(case, report)
     except verify_log.LogInputError as exc:
         raise errors.InvalidInput(str(exc)) from exc
 
 
-def _log_inputs(
-    options: VerifyOptions, trust: TrustRoot | None
-) -> tuple[note.Verifier, Policy | None, list[x509.Certificate] | None]:
-    """(the log key, the witness policy, the TSA roots): each option given, else the trust root's."""
-    from execution_proof.client import log_checks as verify_log
-    from execution_proof.transparency.policy import PolicyError
-
-    policy = verify_log.load_policy(options.log_policy) if options.log_policy else None
-    roots = verify_log.load_tsa_roots(options.tsa_roots) if options.tsa_roots else None
-    trusted_key = None
-    if trust is not None:
-        try:  # parse_trust_root has checked these; a failure here is still a malformed file
-            policy = policy if options.log_policy else trust.policy()
-            roots = roots if options.tsa_roots else (trust.tsa_roots() or None)
-            trusted_key = trust.log_verifier()
-        except ValueError as exc:
-            raise errors.InvalidInput(f"the trust root {options.trust_root_path}: {exc}") from exc
-    if options.log_key is not None:
-        return verify_log.parse_log_key(options.log_key), policy, roots
-    if options.log_policy and policy is not None:
-        try:
-            return policy.log_key(), policy, roots
-        except PolicyError as exc:
-            raise errors.InvalidInput(f"--log-policy: {exc}") from exc
-    if trusted_key is None:
-        raise errors.InvalidInput(
-            "--since-checkpoint and --tsa-roots need --log-key or --log-policy (the log's key to pin)"
-        )
-    return trusted_key, policy, roots
-
-
-def _check_log(case: _Case) -> LogCheck:
+def _check_log(case: _Case, report: VerifyReport) -> LogCheck:
     """The log checks: the bundle's proof offline (the tiles of ``--since-checkpoint`` are
-    the one thing fetched), else the service's proof (with TSA roots, the service's bundle:
-    its proof is against a time-stamped checkpoint, and comes with the stamps)."""
+    the one thing fetched), a Sigstore bundle's entry likewise, else the service's proof (with
+    TSA roots, the service's bundle: its proof is against a time-stamped checkpoint, and comes
+    with the stamps)."""
     from execution_proof.client import log_checks as verify_log
     from execution_proof.client.http import OfflineClient
 
-    bundle, options = case.bundle, case.options
-    log_key, policy, roots = _log_inputs(options, case.trust)
+    bundle, options, sigstore = case.bundle, case.options, case.sigstore
+    log_key, policy, roots = verify_log.pinned_log(
+        options.log_key, options.log_policy, options.tsa_roots, case.trust, options.trust_root_path
+    )
+    carried = bundle is not None or sigstore is not None
     log_base: str | None = case.base
-    if bundle is not None and case.trust is None:
+    if carried and case.trust is None:
         chosen = options.base_url or options.env_base_url
         log_base = chosen.strip().rstrip("/") if chosen else None
-    online = bundle is None or options.since_checkpoint is not None
+    online = not carried or options.since_checkpoint is not None
     client = case.net.client() if online else OfflineClient("a bundle's log proof is checked offline")
     bundle_log: JSONObject | None = bundle.log if bundle else None
     stamps = bundle.timestamps if bundle else None
-    if bundle is None and roots is not None:
+    inclusion = None
+    if sigstore is not None and sigstore.entry is not None:
+        from execution_proof.receipts.attestation_checks import check_tlog_entry
+
+        kid = case.receipt.get("sig_kid")
+        key = case.keyring.keys.get(kid) if case.keyring is not None and isinstance(kid, str) else None
+        public = bytes(key.verify_key) if key is not None else None
+        inclusion = check_tlog_entry(sigstore.entry, sigstore.attestation, public, log_key)
+        if roots is not None:
+            report.remarks.append(
+                "a Sigstore bundle carries no time-stamps: its time was not checked (the receipt's offline bundle, "
+                "`execution-proof bundle`, carries them)"
+            )
+            roots = None
+    elif bundle is None and roots is not None:
         bundle_log, stamps = verify_log.service_bundle_log(case.receipt, log_base, client)
     return verify_log.check(
         case.receipt,
@@ -569,4 +576,5 @@ def _check_log(case: _Case) -> LogCheck:
         client,
         policy,
         verify_log.Stamps(stamps or [], roots) if roots is not None else None,
+        inclusion=inclusion,
     )

@@ -1,5 +1,7 @@
 """Offline bundles: one receipt, the earlier receipts of its chain and the keys that signed
-them, in one public JSON document that verifies without the service (docs/bundles.md).
+them, in one public JSON document that verifies without the service (docs/bundles.md); from
+version 2, the receipt's in-toto attestation envelope too (``attestation``, rendered as
+usecases/attesting.py renders it, from the receipt and the signature its record keeps).
 
 ``GET /v1/receipts/{receipt_id}/bundle[?depth=N]`` is public like the read (per-IP
 ``get_receipt`` limit). Stored receipt bytes are passed on unchanged, so every receipt in the
@@ -15,6 +17,7 @@ from typing import Any, TypedDict
 import orjson
 
 from execution_proof.kv.store_receipts import ReceiptStore
+from execution_proof.receipts.attestation import Attestation
 from execution_proof.receipts.errors import BadRequest, CorruptRecord, NotFound
 from execution_proof.receipts.ids import is_receipt_id
 from execution_proof.receipts.model import format_created_at
@@ -134,9 +137,10 @@ class Bundler:
         then ``BadRequest`` (the depth) or ``NotFound``."""
         admission: Admission[None] = await self.limiter.admit(caller, "get_receipt")
         chain_depth = parse_depth(depth)
-        stored = await self.receipts.get_receipt_json(receipt_id) if is_receipt_id(receipt_id) else None
-        if stored is None:
+        found = await self.receipts.get_attested_receipt(receipt_id) if is_receipt_id(receipt_id) else None
+        if found is None:
             raise NotFound(NOT_FOUND)
+        stored, kept = found
         receipt: ReceiptObject = orjson.loads(stored)
         chain = await collect_chain(self.receipts, receipt, chain_depth)
         ring = await self.keys.knowing(receipt.get("sig_kid"))
@@ -154,4 +158,6 @@ class Bundler:
             proof, stamps = await self.log.bundle_log(receipt)
             log_member = {"origin": self.log.origin, "log_vkey": self.log.verifier.encode(), "proof": proof}
             members += [("log", orjson.dumps(log_member)), ("timestamps", stamps)]
+        if kept is not None:  # the envelope: the same bytes GET /v1/receipts/{id}/attestation answers
+            members.append(("attestation", Attestation.of(receipt, kept.log_origin, kept.signature).envelope_json()))
         return Bundle(members, admission, (chain.corrupt,) if chain.corrupt is not None else ())

@@ -359,6 +359,11 @@ SCHEMAS: dict[str, Any] = {
                 "items": _obj({"tsa": _string("The TSA's URL"), "response_base64": _string("RFC 3161 TimeStampResp")}),
                 "description": "RFC 3161 time-stamps of the proof's checkpoint (present with `log`).",
             },
+            "attestation": {
+                **schema_ref("DsseEnvelope"),
+                "description": "The receipt's in-toto attestation: the DSSE envelope "
+                "`GET /v1/receipts/{receipt_id}/attestation` answers.",
+            },
         },
         required=["format", "version", "created_at", "service", "receipt", "keys", "chain", "chain_complete"],
         description="An offline verification bundle (docs/bundles.md); verifies with no network.",
