@@ -20,6 +20,7 @@ the pending case runs against a second service with a log and no worker. Each ru
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import re
@@ -78,7 +79,7 @@ def test_action_is_composite_with_plain_bash_steps() -> None:
     ci_doc = " ".join((REPO / "docs" / "ci.md").read_text().split())
     assert "Linux and macOS runners" in ci_doc and "Windows runners are not supported" in ci_doc
     assert float(action["inputs"]["wait"]["default"]) > 0
-    assert {"receipt-id", "bundle-path", "manifest-path"} <= set(action["outputs"])
+    assert {"receipt-id", "bundle-path", "manifest-path", "attestation-path"} <= set(action["outputs"])
     runs = action["runs"]
     assert runs["using"] == "composite"
     steps = runs["steps"]
@@ -92,6 +93,7 @@ def test_action_is_composite_with_plain_bash_steps() -> None:
     assert re.search(r'-m pip install [^\n]*"\$GITHUB_ACTION_PATH"\s*$', scripts, re.MULTILINE), "the light install"
     assert "[server]" not in scripts
     assert re.search(r'execution-proof bundle [^\n]*--wait "\$EP_WAIT"', scripts)
+    assert re.search(r'execution-proof attest [^\n]*--sigstore --wait "\$EP_WAIT"', scripts)
     # The key: masked by the first step, given as SERVICE_API_KEY to the submit step alone.
     uses_key = [step["name"] for step in steps if "${{ inputs.api-key }}" in str(step.get("env", {}))]
     assert uses_key == [steps[0]["name"], "Submit a receipt"], uses_key
@@ -312,8 +314,10 @@ def pinned_trust_root(service: Service, workspace: Path) -> str:
 def assert_summary_names_no_runner_path(run: ActionRun, runner_temp: Path, workspace: Path) -> None:
     """The step summary names the files as the artifact holds them, never where the runner put them."""
     assert "`bundle.json`" in run.summary and "`receipt.json`" in run.summary, run.summary
+    assert f"`{Path(run.outputs['attestation-path']).name}`" in run.summary, run.summary
     assert run.outputs["receipt-id"] in run.summary
-    for path in (str(runner_temp), str(workspace), run.outputs["bundle-path"], "RUNNER_TEMP"):
+    paths = (run.outputs["bundle-path"], run.outputs["attestation-path"])
+    for path in (str(runner_temp), str(workspace), *paths, "RUNNER_TEMP"):
         assert path not in run.summary, f"the summary names a runner path: {run.summary}"
 
 
@@ -333,6 +337,38 @@ def check_offline(run: ActionRun, service: Service, workspace: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert offline.returncode == 0, offline.stdout + offline.stderr
+    check_attestation(run, workspace, env)
+
+
+def check_attestation(run: ActionRun, workspace: Path, env: dict[str, str]) -> None:
+    """The saved attestation of a service with a log: the Sigstore bundle of the receipt, whose
+    log entry verifies against the trust root's log; its key, offline, has no certificate at
+    hand (NOT VERIFIED), and with ``--online`` the service's certificate makes it VALID."""
+    client = client_tool(run, "execution-proof")
+    path = Path(run.outputs["attestation-path"])
+    assert path.name == f"{run.outputs['receipt-id']}.sigstore.json", path
+    document = orjson.loads(path.read_bytes())
+    assert document["mediaType"] == "application/vnd.dev.sigstore.bundle.v0.3+json"
+    (entry,) = document["verificationMaterial"]["tlogEntries"]
+    assert entry["kindVersion"] == {"kind": "dsse", "version": "0.0.2"}
+    bundle = orjson.loads(Path(run.outputs["bundle-path"]).read_bytes())
+    assert document["dsseEnvelope"] == bundle["attestation"], "the bundle carries the same envelope"
+
+    def verify(*options: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [client, "verify", str(path), "--trust-root", "trust-root.json", "--json", *options],
+            cwd=workspace, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        report: dict[str, Any] = orjson.loads(done.stdout)
+        assert done.returncode == (0 if report["verdict"] == "VALID" else 1), done.stdout + done.stderr
+        return report
+
+    offline = verify()
+    assert (offline["verdict"], offline["reason"]) == ("NOT VERIFIED", "no_key_certificate"), offline
+    assert offline["checks"]["log_inclusion"] is True, "the entry's proof is checked offline all the same"
+    online = verify("--online")
+    assert (online["verdict"], online["reason"]) == ("VALID", None), online
+    assert online["attestation"]["form"] == "sigstore" and online["checks"]["attestation_signature"] is True
 
 
 @pytest.mark.slow
@@ -437,11 +473,54 @@ def test_action_fails_and_saves_no_bundle_while_the_proof_is_pending(
     assert run.returncodes[-1] == 1, run.failure()
     assert "no log proof" in run.logs[-1]
     assert run.outputs["receipt-id"], "the receipt was issued; only its proof is pending"
-    assert run.outputs["bundle-path"] == ""
+    assert run.outputs["bundle-path"] == "" and run.outputs["attestation-path"] == ""
     folder = Path(run.step_outputs["files"]["dir"])
     assert not list(folder.glob("*bundle*")), f"a bundle was saved without its proof: {list(folder.iterdir())}"
     assert elapsed < 120, f"the action took {elapsed:.0f} s for a wait of 2 s"
     assert_key_only_masked(run, service.api_key)
+
+
+@pytest.fixture(scope="module")
+def service_without_log(
+    module_services: ServicePool,
+    redis_server: RedisServer,
+) -> Service:
+    """A service that keeps no transparency log."""
+    redis_url = redis_server.url.rsplit("/", 1)[0] + "/4"
+    redis.Redis.from_url(redis_url).flushdb()
+    process = module_services.start(redis_url=redis_url)
+    return Service(process, str(create_key_cli(redis_url, project="action-no-log")["api_key"]))
+
+
+@pytest.mark.slow
+@pytest.mark.real_redis
+def test_action_saves_the_envelope_from_a_service_without_a_log(
+    service_without_log: Service, action_path: Path, runner_temp: Path, workspace: Path
+) -> None:
+    """No log: the bundle at once (no proof to wait for), and the attestation as the DSSE
+    envelope, one line, which verifies against the service's keys."""
+    service = service_without_log
+    inputs = {"files": "dist/**", "service-url": service.process.base_url, "api-key": service.api_key}
+    run = run_action(inputs, action_path=action_path, runner_temp=runner_temp, workspace=workspace, env=runner_env())
+    assert run.ok, run.failure()
+    assert "log" not in orjson.loads(Path(run.outputs["bundle-path"]).read_bytes())
+    path = Path(run.outputs["attestation-path"])
+    assert path.name == f"{run.outputs['receipt-id']}.intoto.jsonl", path
+    text = path.read_text()
+    assert text.endswith("\n") and text.count("\n") == 1, "one line: an in-toto JSON Lines file"
+    envelope = orjson.loads(text)
+    assert set(envelope) == {"payloadType", "payload", "signatures"}
+    statement = orjson.loads(base64.b64decode(envelope["payload"]))
+    assert statement["predicate"]["receipt"]["receipt_id"] == run.outputs["receipt-id"]
+    assert statement["predicate"]["log_origin"] is None
+    assert f"`{path.name}` (the in-toto attestation; output `attestation-path`)" in run.summary, run.summary
+    client = client_tool(run, "execution-proof")
+    checked = subprocess.run(
+        [client, "verify", str(path), "--base-url", service.process.base_url, "--json"],
+        cwd=workspace, env=clean_env({"PYTHONPATH": None}), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert orjson.loads(checked.stdout)["checks"]["attestation_signature"] is True
 
 
 @pytest.mark.slow

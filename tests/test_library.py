@@ -15,6 +15,7 @@ import pytest
 
 import execution_proof
 from execution_proof import (
+    Attestation,
     Bundle,
     Client,
     Error,
@@ -136,6 +137,110 @@ def test_documents_load_what_they_save(tmp_path: Path) -> None:
     assert not without_log.pending and not without_log.has_log
     with pytest.raises(InvalidInput):
         Bundle.from_dict(body)
+
+
+def envelope_of(receipt: dict[str, Any], origin: str | None = None) -> dict[str, Any]:
+    """An envelope of ``receipt`` as the service renders one (its signature: any 64 bytes; a
+    model reads a document, ``verify`` judges it)."""
+    from execution_proof.receipts.attestation import Attestation as Rendered
+    from execution_proof.receipts.attestation import statement_bytes
+
+    return Rendered(statement_bytes(receipt, origin), str(receipt["sig_kid"]), bytes(64)).envelope()
+
+
+def test_an_attestation_loads_what_it_saves(tmp_path: Path) -> None:
+    from execution_proof.receipts import sigstore
+    from execution_proof.receipts.attestation import parse_envelope
+
+    envelope = envelope_of(RECEIPT, "proofs.example/log")
+    made = Attestation.from_dict(envelope)
+    assert not made.sigstore and made.receipt_id == "rcpt_1" and made.receipt == RECEIPT
+    assert made.log_origin == "proofs.example/log" and made.tlog_entries == 0
+    assert made.statement["predicateType"].endswith("/attestation/receipt/v1")
+    assert made.default_name == "rcpt_1.intoto.jsonl"
+    made.save(tmp_path / made.default_name)
+    text = (tmp_path / made.default_name).read_text()
+    assert text.count("\n") == 1 and text.endswith("\n"), "one line: in-toto's JSON Lines"
+    assert Attestation.load(tmp_path / made.default_name) == made
+    bundle = sigstore.bundle(parse_envelope(envelope), None)
+    unlogged = Attestation.from_dict(bundle)
+    assert unlogged.sigstore and unlogged.envelope == envelope and unlogged.tlog_entries == 0
+    assert unlogged.default_name == "rcpt_1.sigstore.json"
+    # One document is one thing: a receipt is no attestation, and an attestation no receipt.
+    with pytest.raises(InvalidInput, match="not a receipt's attestation"):
+        Attestation.from_dict({"ok": True, "receipt": RECEIPT})
+    with pytest.raises(InvalidInput, match=r"Attestation\.load reads it"):
+        Receipt.from_dict(envelope)
+    with pytest.raises(InvalidInput, match="exactly payloadType, payload and signatures"):
+        Attestation.from_dict({**envelope, "extra": 1})
+    with pytest.raises(InvalidInput, match="the Statement's receipt"):
+        Attestation.from_dict(envelope_of({**RECEIPT, "extra": "x"}))
+
+
+class _Attesting:
+    """A service answering ``GET /v1/receipts/{id}/attestation``: 409 ``log_pending`` for the
+    Sigstore bundle until ``pending`` tries have been made, then the bundle; the envelope at once."""
+
+    def __init__(self, pending: int) -> None:
+        self.pending = pending
+        self.asked: list[str] = []
+
+    def handler(self) -> type:
+        from http.server import BaseHTTPRequestHandler
+
+        from execution_proof.receipts import sigstore
+        from execution_proof.receipts.attestation import parse_envelope
+
+        outer, envelope = self, envelope_of(RECEIPT)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.asked.append(self.path)
+                status, body = 200, envelope
+                if self.path.endswith("?format=sigstore"):
+                    body = sigstore.bundle(parse_envelope(envelope), None)
+                    if len(outer.asked) <= outer.pending:
+                        status, body = 409, {"ok": False, "error": {"code": "log_pending", "message": "wait"}}
+                if not self.path.startswith("/v1/receipts/rcpt_1/attestation"):
+                    status, body = 404, {"ok": False, "error": {"code": "not_found", "message": "no such receipt"}}
+                payload = orjson.dumps(body)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+def test_client_attestation_waits_for_the_log_proof_then_gives_up() -> None:
+    from http.server import ThreadingHTTPServer
+
+    from tests.servers import serving
+
+    service = _Attesting(pending=2)
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), service.handler())) as url, Client(url) as client:
+        envelope = client.attestation("rcpt_1")
+        assert not envelope.sigstore and service.asked == ["/v1/receipts/rcpt_1/attestation"]
+        waits: list[float] = []
+        bundle = client.attestation("rcpt_1", sigstore=True, wait=30, on_wait=lambda waited, _: waits.append(waited))
+        assert bundle.sigstore and bundle.receipt_id == "rcpt_1"
+        assert service.asked[1:] == ["/v1/receipts/rcpt_1/attestation?format=sigstore"] * 2, "asked until it came"
+        assert len(waits) == 1, "told before each new try"
+        service.asked.clear()
+        service.pending = 1000
+        with pytest.raises(ProofPending, match=r"waited \d+ s\): ask again later") as pending:
+            client.attestation("rcpt_1", sigstore=True, wait=1.5)
+        assert pending.value.status == 409 and len(service.asked) >= 2
+        with pytest.raises(ProofPending, match="ask again later"):
+            client.attestation("rcpt_1", sigstore=True)  # no wait: one try
+        with pytest.raises(errors.NotFound):
+            client.attestation("rcpt_2")
+        with pytest.raises(InvalidInput, match="wait must be 0 or more"):
+            client.attestation("rcpt_1", sigstore=True, wait=-1)
 
 
 def test_bad_arguments_raise_invalid_input_before_anything_is_sent(tmp_path: Path) -> None:
