@@ -1,4 +1,4 @@
-"""``--json`` of the client verbs ``hash``, ``submit``, ``bundle`` and ``trust-root``: exactly one
+"""``--json`` of the client verbs ``hash``, ``submit``, ``bundle``, ``attest`` and ``trust-root``: exactly one
 JSON document on stdout whatever happens, a usage error included (cli/output.py, cli/main.py),
 with ``error.kind`` the library exception's class name; an argument that is no file and not
 shaped like a receipt id asks nothing of the service; ``hash --salt`` keeps stdout to the hash
@@ -140,6 +140,36 @@ def test_bundle_json_says_each_failure_by_its_kind(service: tuple[Service, str])
     assert "standard input" in failure(unreadable, "InvalidInput", 2)["error"]["message"]
 
 
+def test_attest_asks_nothing_for_no_such_file_and_says_each_failure_by_its_kind(
+    service: tuple[Service, str], tmp_path: Path
+) -> None:
+    """``attest`` reads its argument as ``bundle`` does, and fails as it does; with
+    ``--sigstore`` a 409 ``log_pending`` at the end of the wait is ``ProofPending``, exit 1,
+    nothing saved."""
+    fake, url = service
+    for argument in ("s2.tar.reciept.json", RECEIPT_ID[:-1]):
+        document = failure(cli("attest", argument, "--base-url", url, "--json"), "InvalidInput", 2)
+        assert document["error"]["message"].startswith(f"{argument}: no such file") and document["saved"] is None
+    assert fake.requests == [], "nothing went to the network"
+    path = f"/v1/receipts/{RECEIPT_ID}/attestation"
+    document = failure(cli("attest", RECEIPT_ID, "--base-url", url, "--json"), "NotFound", 1)
+    assert document["receipt_id"] == RECEIPT_ID and document["saved"] is None
+    assert fake.requests == [f"GET {path}"]
+    pending = orjson.dumps({"ok": False, "error": {"code": "log_pending", "message": "not yet"}})
+    fake.replies[path + "?format=sigstore"] = (409, pending)
+    out = tmp_path / "a.sigstore.json"
+    document = failure(
+        cli("attest", RECEIPT_ID, "--sigstore", "--base-url", url, "--out", str(out), "--json"), "ProofPending", 1
+    )
+    assert "nothing saved" in document["error"]["message"] and not out.exists()
+    fake.replies[path] = (200, b'{"payloadType": "application/vnd.in-toto+json"}')
+    document = failure(cli("attest", RECEIPT_ID, "--base-url", url, "--json"), "InvalidInput", 2)
+    assert "exactly payloadType, payload and signatures" in document["error"]["message"]
+    fake.replies[path] = (502, b"<html>bad gateway</html>")
+    failure(cli("attest", RECEIPT_ID, "--base-url", url, "--json"), "ServiceError", 2)
+    failure(cli("attest", RECEIPT_ID, "--base-url", f"http://127.0.0.1:{free_port()}", "--json"), "Unreachable", 2)
+
+
 # --- usage errors ------------------------------------------------------------------------------
 
 
@@ -154,6 +184,8 @@ def test_bundle_json_says_each_failure_by_its_kind(service: tuple[Service, str])
         ["bundle", "--json"],
         ["bundle", RECEIPT_ID, "--wait", "-1", "--json"],
         ["bundle", RECEIPT_ID, "--no-such-option", "--json"],
+        ["attest", "--json"],
+        ["attest", RECEIPT_ID, "--wait", "x", "--json"],
         ["trust-root", "--json"],
         ["trust-root", "--out", "x.json", "extra", "--json"],
         ["verify", "--json"],
@@ -280,6 +312,7 @@ def test_trust_root_json_failures(service: tuple[Service, str], tmp_path: Path) 
         ("hash", []),
         ("submit", ["SERVICE_API_KEY", "SERVICE_BASE_URL"]),
         ("bundle", ["SERVICE_BASE_URL"]),
+        ("attest", ["SERVICE_BASE_URL"]),
         ("trust-root", ["SERVICE_BASE_URL"]),
     ],
 )

@@ -267,3 +267,73 @@ def test_a_version_2_bundle_is_read_strictly(roots: Roots, tmp_path: Path) -> No
     swapped["keys"]["keys"][0]["certificate"] = other.to_json()
     with pytest.raises(execution_proof.InvalidInput, match="another key"):
         execution_proof.verify(saved(tmp_path, swapped), trust_root=root)
+
+
+# ---------------------------------------------------------------- keys.json beside a version 2 trust root
+
+
+def table_rows() -> tuple[dict[str, Any], dict[str, Any]]:
+    from tests.verdict_table import build_table
+
+    table = build_table()
+    return {row["name"]: row["document"] for row in table["rows"]}, {
+        name: pin["document"] for name, pin in table["pins"].items()
+    }
+
+
+def test_keys_json_pins_a_key_beside_the_roots(roots: Roots, tmp_path: Path) -> None:
+    """``trust-root --sigstore``'s ``keys.json`` beside a version 2 trust root: its keys count as
+    pinned without a certificate, take the place of the document's of the same kid, and a
+    revocation by a pinned root still covers them."""
+    documents, pins = table_rows()
+    keys = saved(tmp_path, pins["keys_json"], "keys.json")
+    trust = saved(tmp_path, pins["trust_root_v2_log"], "trust-root.json")
+    revoked = saved(tmp_path, pins["trust_root_v2_revoked"], "revoked.json")
+    bundle = saved(tmp_path, documents["attestation: Sigstore bundle, trust root version 2"], "a.sigstore.json")
+
+    without = execution_proof.verify(bundle, trust_root=trust)
+    assert (without.verdict, without.reason) == ("NOT VERIFIED", "no_key_certificate")
+    report = execution_proof.verify(bundle, trust_root=trust, keys=keys)
+    assert (report.verdict, report.reason) == ("VALID", None), report.to_dict()
+    document = report.to_dict()
+    assert document["key"]["certificate"] == {
+        "state": "ok",
+        "root_kid": None,
+        "not_before": None,
+        "not_after": None,
+    }
+    assert document["key"]["source"].startswith(f"{keys} (pinned), and ")
+    assert "is pinned with --keys" in render_report(report)
+    assert document["checks"]["log_inclusion"] is True and document["checks"]["attestation_signature"] is True
+    # The pinned root revoked the key from before this receipt: the pin does not outlive it.
+    taken = execution_proof.verify(bundle, trust_root=revoked, keys=keys)
+    assert (taken.verdict, taken.reason) == ("INVALID", "bad_signature")
+    assert taken.to_dict()["key"]["certificate"]["state"] == "revoked"
+    # A bundle carrying a certificate by a root nobody pinned: the key pinned in keys.json is
+    # the user's word for that kid, and the carried certificate is not consulted.
+    foreign = saved(tmp_path, documents["certified: a root nobody pinned"], "foreign.json")
+    assert execution_proof.verify(foreign, trust_root=trust).reason == "bad_signature"
+    assert execution_proof.verify(foreign, trust_root=trust, keys=keys).ok
+
+
+def test_keys_json_is_read_strictly(tmp_path: Path) -> None:
+    _, pins = table_rows()
+    (kid, der), *_ = pins["keys_json"].items()
+    trust = saved(tmp_path, pins["trust_root_v2_no_log"], "trust-root.json")
+    envelope = saved(tmp_path, table_rows()[0]["attestation: envelope, keys.json pinned"], "e.json")
+    assert execution_proof.verify(envelope, keys=saved(tmp_path, {kid: der}, "keys.json")).ok
+    stranger = "MCowBQYDK2VwAyEA" + "A" * 43 + "="  # another 32-byte key, well-formed DER
+    for bad, said in (
+        ({}, "expected a key set"),
+        ({kid: 1}, "expected a key set"),
+        ({kid: der[:-1]}, "not standard base64"),  # its padding cut
+        ({kid: "AAAA"}, "not an Ed25519 SubjectPublicKeyInfo"),
+        ({kid: stranger}, "names another key"),
+        ({"a kid with spaces": der}, "1-64 characters"),
+    ):
+        with pytest.raises(execution_proof.InvalidInput, match=said):
+            execution_proof.verify(envelope, keys=saved(tmp_path, bad, "bad.json"))
+    version_1 = saved(tmp_path, pins["trust_root_log"], "v1.json")
+    with pytest.raises(execution_proof.InvalidInput, match="version 1"):
+        execution_proof.verify(envelope, trust_root=version_1, keys=saved(tmp_path, {kid: der}, "keys.json"))
+    assert execution_proof.verify(envelope, trust_root=trust, keys=saved(tmp_path, {kid: der}, "keys.json")).ok
