@@ -60,7 +60,7 @@ def test_top_level_help_lists_client_verbs_apart() -> None:
     groups hold a server (``witness serve``) or sit beside operator verbs."""
     done = cli("--help")
     assert done.returncode == 0
-    assert "client verbs (the light install, without extras):\n  hash, submit, bundle, verify" in done.stdout
+    assert "client verbs (the light install, without extras):\n  hash, submit, bundle, attest, verify" in done.stdout
     assert "key makers (the light install too):\n  log-key new, witness key new, signing-key root new\n" in done.stdout
     operator = done.stdout.split("operator verbs (the extra [server]; in a clone: pip install '.[server]'):\n")[1]
     needing = operator.splitlines()[0].strip().split(", ")
@@ -73,6 +73,7 @@ def test_top_level_help_lists_client_verbs_apart() -> None:
         ("hash", []),
         ("submit", ["SERVICE_API_KEY", "SERVICE_BASE_URL"]),
         ("bundle", ["SERVICE_BASE_URL"]),
+        ("attest", ["SERVICE_BASE_URL"]),
         ("verify", ["SERVICE_BASE_URL"]),
     ],
 )

@@ -212,6 +212,8 @@ def rows(
         row("attestation: bundle version 2 carrying its envelope", with_member, "trust_root_v2_log", valid, None),
         row("attestation: bundle version 2 carrying another receipt's envelope", {**good_v2, "attestation": envelope4}, "trust_root_v2_log", invalid, "bad_signature"),
         row("attestation: bundle version 2 whose envelope names another log", {**good_v2, "attestation": signed(second_v2, certified, "elsewhere.example/log").envelope()}, "trust_root_v2_log", invalid, "bad_signature"),
+        row("attestation: bundle version 2 carrying its envelope, log taken out", vt.edited(with_member, log=vt.DELETE, timestamps=vt.DELETE), "trust_root_v2_log", not_verified, "no_log_proof"),
+        row("attestation: bundle version 2 carrying its envelope, log taken out, no log pinned", vt.edited(with_member, log=vt.DELETE, timestamps=vt.DELETE), "trust_root_v2_no_log", valid, None),
         row("attestation: bundle version 2 whose envelope's signature changed", {**good_v2, "attestation": envelope_with(carried, sig=flipped(carried["signatures"][0]["sig"]))}, "trust_root_v2_log", invalid, "bad_signature"),
         row("attestation: bundle version 2 whose envelope is malformed", {**good_v2, "attestation": {"payload": carried["payload"]}}, "trust_root_v2_log", error, None),
         row("attestation: bundle version 1 carrying an envelope", {**vt.edited(good_v2, version=1), "attestation": carried}, "trust_root_v2_log", error, None),

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 class AttestationCheck:
     """The attestation against the receipt: its ``form`` (``envelope``, ``sigstore``, or
     ``bundle`` for a bundle's member), the envelope's key and signature, and for a bundle's
-    member whether it carries the bundle's receipt and log origin (None for the other forms)."""
+    member whether it carries the bundle's receipt and log origin (None for the other forms;
+    ``origin_same`` None too for a bundle without ``log``, which is read as a bundle of a
+    service without a log: the pinned log's rule decides, ``no_log_proof``)."""
 
     form: str
     envelope: EnvelopeCheck
@@ -52,16 +54,27 @@ class AttestationCheck:
         it with, as the receipt's own ``signature`` check), and a bundle's member's receipt."""
         results = {"attestation_signature": self.envelope.ok}
         if self.receipt_same is not None:
-            results["attestation_receipt"] = self.receipt_same and self.origin_same is True
+            results["attestation_receipt"] = self.receipt_same and self.origin_same is not False
         return results
+
+    def remarks(self) -> list[str]:
+        """What the report notes beside the checks: a bundle whose log member was left out."""
+        if self.origin_same is not None:
+            return []
+        return [
+            f"the bundle has no log member, though its attestation says the receipt entered the log "
+            f"{self.log_origin!r}: it is read as a bundle of a service without a log"
+        ]
 
     def detail(self, name: str) -> str:
         envelope = self.envelope
         if name == "attestation_receipt":
             if not self.receipt_same:
                 return "the bundle's attestation carries ANOTHER receipt than the bundle's"
-            if not self.origin_same:
+            if self.origin_same is False:
                 return f"the bundle's attestation names ANOTHER log ({self.log_origin!r}) than the bundle's"
+            if self.origin_same is None:
+                return f"the bundle's attestation carries its receipt (and names the log {self.log_origin!r})"
             return "the bundle's attestation carries the bundle's receipt and log origin"
         named = f"keyid {envelope.keyid!r}" + (f", key hint {envelope.hint!r}" if envelope.hint is not None else "")
         if not envelope.kid_matches:
@@ -96,11 +109,14 @@ def check(attested: Attested, receipt: JSONObject, keyring: KeyRing, bundle: Bun
     envelope = check_envelope(attested.attestation, receipt, public, attested.hint)
     if attested.form != "bundle" or bundle is None:
         return AttestationCheck(attested.form, envelope, attested.log_origin)
-    origin = bundle.log.get("origin") if bundle.log is not None else None
+    if bundle.log is not None:
+        origin_same: bool | None = attested.log_origin == bundle.log.get("origin")
+    else:  # a service without a log writes null; a log member taken out is the log rule's to judge
+        origin_same = None if attested.log_origin is not None else True
     return AttestationCheck(
         attested.form,
         envelope,
         attested.log_origin,
         receipt_same=dict(attested.receipt) == dict(bundle.receipt),
-        origin_same=attested.log_origin == origin,
+        origin_same=origin_same,
     )

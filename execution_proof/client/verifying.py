@@ -418,6 +418,7 @@ def check(options: VerifyOptions, report: VerifyReport) -> None:
             from execution_proof.client import attesting
 
             report.attestation = attesting.check(document.attested, receipt, keyring, bundle)
+            report.remarks += report.attestation.remarks()
         _check_files(receipt, options, salts, report)
         if trust is not None and options.online:
             report.online = _check_exists(receipt, net, base)
