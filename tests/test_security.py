@@ -23,6 +23,7 @@ store and the logs, constant-time secret comparison, and receipt key rotation en
 from __future__ import annotations
 
 import ast
+import base64
 import logging
 import re
 import time
@@ -132,8 +133,12 @@ async def test_cross_project_access_and_no_leaks(two_projects: Any, caplog: pyte
         "keys",
         "chain",
         "chain_complete",
+        "attestation",
     }
     assert bundle.json["receipt"] == ra["receipt"]
+    # The attestation envelope holds the public receipt and nothing else of the project's.
+    statement = orjson.loads(base64.b64decode(bundle.json["attestation"]["payload"]))
+    assert statement["predicate"] == {"receipt": ra["receipt"], "log_origin": None}
     assert all(
         set(entry) == {"kid", "alg", "public_key_base64url", "certificate"} for entry in bundle.json["keys"]["keys"]
     )
