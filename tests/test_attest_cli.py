@@ -195,6 +195,17 @@ def test_verify_reads_both_forms(logged: Any, in_tmp: Path, capsys: pytest.Captu
     assert report["log"]["index"] >= 1 and report["log"]["origin"] == ORIGIN
     code, report = verified(capsys, signed, "--trust-root", trust, "--online")
     assert (code, report["verdict"]) == (0, "VALID"), report
+    # Without its entry (as from a service without a log) the pinned log wants a proof:
+    # offline none, --online the receipt's own.
+    entryless = sigstore.to_dict()
+    entryless["verificationMaterial"] = {"publicKey": entryless["verificationMaterial"]["publicKey"]}
+    (in_tmp / "entryless.json").write_bytes(orjson.dumps(entryless))
+    code, report = verified(capsys, in_tmp / "entryless.json", "--trust-root", trust, "--keys", keys)
+    assert (code, report["verdict"], report["reason"]) == (1, "NOT VERIFIED", "no_log_proof"), report
+    code, report = verified(capsys, in_tmp / "entryless.json", "--trust-root", trust, "--online")
+    assert (code, report["verdict"], report["reason"]) == (0, "VALID", None), report
+    assert report["checks"]["log_inclusion"] is True
+    assert not any("log member" in note for note in report["notes"]), report["notes"]
 
     # The envelope: no log proof offline, whatever pins the key; --online fetches the receipt's.
     for pinned in ([], ["--keys", keys]):

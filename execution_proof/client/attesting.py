@@ -59,7 +59,7 @@ class AttestationCheck:
 
     def remarks(self) -> list[str]:
         """What the report notes beside the checks: a bundle whose log member was left out."""
-        if self.origin_same is not None:
+        if self.form != "bundle" or self.origin_same is not None:
             return []
         return [
             f"the bundle has no log member, though its attestation says the receipt entered the log "

@@ -521,7 +521,7 @@ def _log_checks(case: _Case, report: VerifyReport) -> None:
         case = dataclasses.replace(case, bundle=None)
     elif bundle is not None and bundle.log is None:
         report.missing.append("no_log_proof")
-        report.remarks.append("the bundle carries no log member: its service kept no transparency log")
+        report.remarks.append("the bundle carries no log member (as from a service that keeps no transparency log)")
         return
     from execution_proof.client import log_checks as verify_log
 
@@ -543,7 +543,8 @@ def _check_log(case: _Case, report: VerifyReport) -> LogCheck:
     log_key, policy, roots = verify_log.pinned_log(
         options.log_key, options.log_policy, options.tsa_roots, case.trust, options.trust_root_path
     )
-    carried = bundle is not None or sigstore is not None
+    entry = sigstore.entry if sigstore is not None else None
+    carried = bundle is not None or entry is not None  # else the service's proof is fetched
     log_base: str | None = case.base
     if carried and case.trust is None:
         chosen = options.base_url or options.env_base_url
@@ -553,13 +554,13 @@ def _check_log(case: _Case, report: VerifyReport) -> LogCheck:
     bundle_log: JSONObject | None = bundle.log if bundle else None
     stamps = bundle.timestamps if bundle else None
     inclusion = None
-    if sigstore is not None and sigstore.entry is not None:
+    if sigstore is not None and entry is not None:
         from execution_proof.receipts.attestation_checks import check_tlog_entry
 
         kid = case.receipt.get("sig_kid")
         key = case.keyring.keys.get(kid) if case.keyring is not None and isinstance(kid, str) else None
         public = bytes(key.verify_key) if key is not None else None
-        inclusion = check_tlog_entry(sigstore.entry, sigstore.attestation, public, log_key)
+        inclusion = check_tlog_entry(entry, sigstore.attestation, public, log_key)
         if roots is not None:
             report.remarks.append(
                 "a Sigstore bundle carries no time-stamps: its time was not checked (the receipt's offline bundle, "
