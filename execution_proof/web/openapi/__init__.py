@@ -21,6 +21,7 @@ from sanic import Blueprint, HTTPResponse, Request
 
 from execution_proof.receipts.apikeys import MAX_KEY_LEN, MIN_KEY_LEN
 from execution_proof.web.info import base_url
+from execution_proof.web.openapi.attestation_paths import ATTESTATION_PATHS, ATTESTATION_SCHEMAS
 from execution_proof.web.openapi.common import (
     API_VERSION,
     ERROR_CODES,
@@ -29,7 +30,6 @@ from execution_proof.web.openapi.common import (
     OPENAPI_VERSION,
     header_ref,
 )
-from execution_proof.web.openapi.attestation_paths import ATTESTATION_PATHS, ATTESTATION_SCHEMAS
 from execution_proof.web.openapi.log_paths import LOG_PATHS
 from execution_proof.web.openapi.paths import PATHS
 from execution_proof.web.openapi.responses import ERROR_MEANINGS, HEADERS, RESPONSES
