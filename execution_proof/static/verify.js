@@ -2,7 +2,8 @@
 // verify-core.js (a receipt, a chain, a bundle's keys), verify-log.js (the log proof and the
 // witness quorum), verify-read.js (what a document and the pinned file are, read strictly) and
 // verify-verdict.js (the verdict and its reason, docs/verdicts.md); what is shown is built by
-// verify-lines.js, and sha256.js hashes local files. No inline handlers, no third-party code.
+// verify-lines.js, the requests are verify-fetch.js's, and sha256.js hashes local files. No
+// inline handlers, no third-party code.
 //
 // Requests, all to this page's own origin: GET /v1/receipts/{id} for a receipt id; with nothing
 // pinned, GET /v1/public-key, and on a service that runs a log (<body data-log="on">) GET
@@ -16,6 +17,7 @@
 // certificate a pinned root signed (verify-keys.js); a pasted plain receipt has no key at hand.
 
 import * as core from './verify-core.js';
+import { fetchKeyOf, fetchKeys, fetchLogProof, fetchReceipt } from './verify-fetch.js';
 import { certifiedKeys, KeyDocumentError } from './verify-keys.js';
 import { checkList, el, facts, PageError, pinnedLogLines, serviceLogLines } from './verify-lines.js';
 import * as tlog from './verify-log.js';
@@ -84,55 +86,6 @@ function showError(message) {
 
 // ------------------------------------------------------------------ data sources
 
-async function fetchJson(path, what) {
-  let response;
-  try {
-    response = await fetch(path, { headers: { Accept: 'application/json' }, credentials: 'omit', cache: 'no-store' });
-  } catch (err) {
-    throw new PageError(`Could not reach the service to fetch ${what} (network failure: ${err.message || err}).`);
-  }
-  const text = await response.text();
-  let body;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw new PageError(`The service's answer for ${what} (HTTP ${response.status}) is not valid JSON.`);
-  }
-  if (!response.ok) {
-    const message = core.isObject(body) && core.isObject(body.error) ? String(body.error.message) : '';
-    if (response.status === 404) throw new PageError(`Not found: ${what} does not exist on this service${message ? ` (${message})` : ''}.`);
-    throw new PageError(`The service refused to give ${what}: HTTP ${response.status}${message ? ` (${message})` : ''}.`);
-  }
-  return body;
-}
-
-async function fetchKeys() {
-  const keys = await fetchJson('/v1/public-key', "the service's public keys");
-  if (!core.isObject(keys) || !Array.isArray(keys.keys)) throw new PageError("The service's key list is malformed.");
-  return keys;
-}
-
-/** The receipt's key and its certificate (GET /v1/public-key?kid=K); a kid the service does not list: no key. */
-async function fetchKeyOf(kid) {
-  const path = '/v1/public-key?kid=' + encodeURIComponent(String(kid));
-  let response;
-  try {
-    response = await fetch(path, { headers: { Accept: 'application/json' }, credentials: 'omit', cache: 'no-store' });
-  } catch (err) {
-    throw new PageError(`Could not reach the service to fetch the receipt's key (network failure: ${err.message || err}).`);
-  }
-  if (response.status === 404) return { keys: [], active_kid: null };
-  if (!response.ok) throw new PageError(`The service refused to give the receipt's key: HTTP ${response.status}.`);
-  let keys;
-  try {
-    keys = JSON.parse(await response.text());
-  } catch {
-    throw new PageError("The service's answer for the receipt's key is not valid JSON.");
-  }
-  if (!core.isObject(keys) || !Array.isArray(keys.keys)) throw new PageError("The service's key list is malformed.");
-  return keys;
-}
-
 /** Keys judged by the roots of a version 2 trust root (verify-keys.js), or a PageError when a certificate is malformed. */
 async function judgedKeys(pins, keys) {
   try {
@@ -153,29 +106,6 @@ async function savedPins() {
     if (err instanceof ReadError) throw new PageError(err.message);
     throw err;
   }
-}
-
-async function fetchReceipt(id) {
-  const body = await fetchJson('/v1/receipts/' + encodeURIComponent(id), `the receipt ${id}`);
-  if (!core.isObject(body) || !core.isObject(body.receipt)) throw new PageError('The service answered without a receipt.');
-  // A genuine receipt of another id would pass every check: the answer must be the one asked for.
-  if (body.receipt.receipt_id !== id) {
-    throw new PageError(`The service answered with the receipt ${String(body.receipt.receipt_id)} when asked for ${id}; it is not checked.`);
-  }
-  return body.receipt;
-}
-
-/** The proof of a receipt asked for by id, against a pinned log: the text, or null while pending. */
-async function fetchLogProof(id) {
-  let response;
-  try {
-    response = await fetch(`/v1/receipts/${encodeURIComponent(id)}/log-proof`, { credentials: 'omit', cache: 'no-store' });
-  } catch (err) {
-    throw new PageError(`Could not reach the service to fetch the receipt's log proof (network failure: ${err.message || err}).`);
-  }
-  if (response.status === 409) return null;
-  if (!response.ok) throw new PageError(`The service refused to give the receipt's log proof: HTTP ${response.status}.`);
-  return response.text();
 }
 
 function saltBytes() {
