@@ -8,18 +8,24 @@
 // Requests, all to this page's own origin: GET /v1/receipts/{id} for a receipt id; with nothing
 // pinned, GET /v1/public-key, and on a service that runs a log (<body data-log="on">) GET
 // /v1/log and, for a receipt without its proof, GET /v1/receipts/{id}/log-proof. The "Saved key
-// set" file (a GET /v1/public-key body, or a trust root) is the pinned material: it replaces
-// every key and log request, so a pasted or dropped document is checked offline, and a trust
+// set" file (a GET /v1/public-key body, the keys.json execution-proof trust-root --sigstore
+// writes, or a trust root) is the pinned material: it replaces every key and log request, so a
+// pasted or dropped document is checked offline, and a trust
 // root that names a log makes the receipt's inclusion in that log required (for a receipt id,
 // the page asks for its log-proof). A bundle's own keys prove nothing: checked only against
 // them, a bundle is never "valid". A version 2 trust root pins receipt roots, not keys: the keys
 // a bundle carries (or, for a receipt id, GET /v1/public-key?kid=K) count only through a
 // certificate a pinned root signed (verify-keys.js); a pasted plain receipt has no key at hand.
+// A receipt's attestation (verify-attest.js: a DSSE envelope, a Sigstore bundle, or a bundle's
+// `attestation`) is checked as its receipt is, plus the envelope's signature by the same key;
+// a Sigstore bundle's log entry proves the attestation's leaf, which stands for the receipt's
+// log inclusion.
 
+import * as attest from './verify-attest.js';
 import * as core from './verify-core.js';
 import { fetchKeyOf, fetchKeys, fetchLogProof, fetchReceipt } from './verify-fetch.js';
 import { certifiedKeys, KeyDocumentError } from './verify-keys.js';
-import { checkList, el, facts, PageError, pinnedLogLines, serviceLogLines } from './verify-lines.js';
+import { checkList, el, facts, PageError, pinnedLogLines, serviceLogLines, sigstoreLogLines } from './verify-lines.js';
 import * as tlog from './verify-log.js';
 import { parseUserInput, ReadError, readPinned } from './verify-read.js';
 import { decide, MISSING_NOTES } from './verify-verdict.js';
@@ -150,6 +156,11 @@ function pinnedName(pins) {
   return pins.kind === 'trust_root' ? `the trust root "${pins.name}"` : `the saved key set "${pins.name}"`;
 }
 
+/** What a pasted document that is not a bundle is called in the explanations. */
+function pastedName(doc) {
+  return { envelope: 'The DSSE envelope', sigstore: 'The Sigstore bundle' }[doc.shape] || 'The pasted receipt';
+}
+
 /** Under a version 2 trust root: the keys the document carries, each judged by the pinned roots. */
 function certifiedChoice(parsed, doc, pins) {
   const roots = `the receipt roots of ${pinnedName(pins)}`;
@@ -166,7 +177,7 @@ function certifiedChoice(parsed, doc, pins) {
     keys: bundle ? bundle.keys : { keys: [], active_kid: null },
     keySource: bundle
       ? `The bundle's receipts and chain were checked in this browser with the keys it carries, each counting only through its certificate, checked against ${roots} (no key request was made). The bundle was made ${bundle.created_at} by ${bundle.service}.`
-      : `A pasted receipt carries no key, and ${pinnedName(pins)} pins receipt roots, not keys (no key request was made).`,
+      : `${doc.attestation ? `${pastedName(doc)} carries no key certificate` : 'A pasted receipt carries no key'}, and ${pinnedName(pins)} pins receipt roots, not keys (no key request was made).`,
     pinned: true,
     certified: true,
     checks: [],
@@ -190,8 +201,8 @@ async function chooseKeys(parsed, doc, pins) {
     return {
       keys: pins ? pins.keys : await fetchKeys(),
       keySource: pins
-        ? `The pasted receipt was checked against ${keysFrom}.`
-        : 'The pasted receipt was checked against the public keys of this service (GET /v1/public-key).',
+        ? `${pastedName(doc)} was checked against ${keysFrom}.`
+        : `${pastedName(doc)} was checked against the public keys of this service (GET /v1/public-key).`,
       pinned: true,
       checks: [],
     };
@@ -327,8 +338,12 @@ async function fileChecks(receipt, notes) {
   return checks;
 }
 
-/** The log lines: against the pinned log (required), else the service's published log, else none. */
-async function logLines(receipt, parsed, doc, pins, pasted) {
+/**
+ * The log lines: against the pinned log (required), else the service's published log, else
+ * none. A Sigstore bundle's are its log entry's (`key`: the attestation's, below).
+ */
+async function logLines(receipt, parsed, doc, pins, pasted, key) {
+  if (doc && doc.sigstore && (pins ? pins.log : serviceLog)) return sigstoreLogLines(doc, key.key, key.missing, pins, pasted);
   if (pins && pins.log) {
     const proof = parsed.kind === 'id' ? await fetchLogProof(parsed.id) : doc.carriedProof;
     return pinnedLogLines(receipt, proof, pins, pasted, doc ? doc.bundle : null);
@@ -378,7 +393,9 @@ async function verify() {
   const notes = [];
   const result = await receiptChecks(receipt, keys, chosen.pinned, certified);
   checks.push(...result.checks);
-  for (const c of await logLines(receipt, parsed, doc, pins, pasted)) (c.info ? notes : checks).push(c);
+  const key = attest.attestationKey(receipt, keys, result.checks);
+  if (doc && doc.attestation) checks.push(await attest.documentAttestationCheck(doc, receipt, key));
+  for (const c of await logLines(receipt, parsed, doc, pins, pasted, key)) (c.info ? notes : checks).push(c);
   if (doc && doc.bundle) {
     checks.push(...(await chainChecks(receipt, doc.bundle, keys, chosen.pinned, notes, certified)));
   } else if (typeof receipt.prev_receipt_hash === 'string') {
@@ -411,7 +428,8 @@ async function verify() {
       : result.keyStatus === 'retired'
         ? ' It was signed by a retired key, which is still listed and valid for the receipts it signed.'
         : '';
-    title = 'Valid: the receipt is genuine and unchanged.' + keyNote;
+    const attested = doc && doc.attestation ? ' Its in-toto attestation is signed by the same key.' : '';
+    title = 'Valid: the receipt is genuine and unchanged.' + keyNote + attested;
   }
   showVerdict(
     kind,
