@@ -37,6 +37,7 @@ from execution_proof.client.documents import receipt_fault
 from execution_proof.receipts import attestation as att
 from execution_proof.receipts import sigstore
 from execution_proof.receipts.canonical import canonical_bytes
+from execution_proof.receipts.key_certificates import key_kid
 from execution_proof.transparency import note
 from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, hash_of, missing_binary
@@ -240,11 +241,20 @@ def sigstore_variants() -> list[tuple[str, Any, bool]]:
         ("as made", good, True),
         ("without a log", sigstore.bundle(made, None), True),
         # Values that read, and are then checked (INVALID when they do not hold).
-        ("another kindVersion", in_entry(lambda e: e["kindVersion"].update(kind="hashedrekord")), True),
         ("another hint", changed(lambda b: b["verificationMaterial"]["publicKey"].update(hint="key-other")), True),
         ("another treeSize", in_entry(lambda e: e["inclusionProof"].update(treeSize="3")), True),
         # Shapes that do not read.
         ("an unknown member", {**good, "extra": 1}, False),
+        ("another kind", in_entry(lambda e: e["kindVersion"].update(kind="hashedrekord")), False),
+        ("another version", in_entry(lambda e: e["kindVersion"].update(version="0.0.1")), False),
+        ("a rootHash of 31 bytes", in_entry(lambda e: e["inclusionProof"].update(rootHash=att.b64(b"\0" * 31))), False),
+        (
+            "a proof hash of 33 bytes",
+            in_entry(lambda e: e["inclusionProof"].update(hashes=[att.b64(b"\0" * 33)])),
+            False,
+        ),
+        ("a logIndex of 20 digits", in_entry(lambda e: e.update(logIndex="1" * 20)), False),
+        ("a treeSize with a leading zero", in_entry(lambda e: e["inclusionProof"].update(treeSize="03")), False),
         ("another mediaType", {**good, "mediaType": "application/vnd.dev.sigstore.bundle+json;version=0.2"}, False),
         ("no dsseEnvelope", {k: v for k, v in good.items() if k != "dsseEnvelope"}, False),
         (
@@ -287,6 +297,7 @@ def test_the_page_reads_sigstore_bundles_strictly() -> None:
     assert named["an unknown member"]["message"] == "The Sigstore bundle has unknown members: extra: it is malformed."
     assert "unknown members: inclusionPromise" in named["an entry with an unknown member"]["message"]
     assert "is not a list of exactly one entry" in named["two tlog entries"]["message"]
+    assert "not of kind dsse 0.0.2" in named["another kind"]["message"]
 
 
 PINNED_HARNESS = """
@@ -309,22 +320,24 @@ def test_the_saved_key_set_may_be_the_sigstore_key_file() -> None:
     """keys.json as ``trust-root --sigstore DIR`` writes it (kid -> standard base64 of the DER
     SubjectPublicKeyInfo), which ``verify --keys`` takes: its keys pinned, no log."""
     raw = [hashlib.sha256(f"key {n}".encode()).digest() for n in range(2)]
-    good = {"key-a": att.b64(att.spki_der(raw[0])), "key-b": att.b64(att.spki_der(raw[1]))}
+    kids = [key_kid(raw[0]), "table-2026"]  # a certified key's kid, and a kid of another form
+    good = {kid: att.b64(att.spki_der(key)) for kid, key in zip(kids, raw, strict=True)}
     p256 = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200") + b"\4" * 65
     files = [
         good,
-        {"key-a": good["key-a"].rstrip("=")},
-        {"key-a": att.b64(raw[0])},
-        {"key-a": att.b64(p256)},
-        {"a key": good["key-a"]},
+        {kids[0]: good[kids[0]].rstrip("=")},
+        {kids[0]: att.b64(raw[0])},
+        {kids[0]: att.b64(p256)},
+        {"a key": good[kids[0]]},
         {},
+        {key_kid(raw[1]): good[kids[0]]},  # a certified key's kid over another key
     ]
     answers = run_node(PINNED_HARNESS, [json.dumps(f) for f in files], STATIC / "verify-read.js")
     assert answers[0] == {
         "kind": "keys",
         "keys": [
             {"kid": kid, "alg": "Ed25519", "public_key_base64url": base64.urlsafe_b64encode(key).decode().rstrip("=")}
-            for kid, key in zip(("key-a", "key-b"), raw, strict=True)
+            for kid, key in zip(kids, raw, strict=True)
         ],
         "log": None,
     }
@@ -332,6 +345,7 @@ def test_the_saved_key_set_may_be_the_sigstore_key_file() -> None:
         assert answer["error"] == "ReadError", answer
         assert answer["message"].startswith('"keys.json" is not a saved key set'), answer
     assert "not an Ed25519 SubjectPublicKeyInfo" in answers[3]["message"]
+    assert f"is not the kid of its key ({kids[0]})" in answers[6]["message"]
 
 
 ENCODE_HARNESS = """
@@ -504,7 +518,7 @@ def test_both_forms_against_a_trust_root_pinning_the_key_and_the_log(tab: Page, 
     tab.requests.clear()
     verdict, reason, checks, text = check(tab, attested["sigstore"], files["v1"])
     assert (verdict, reason) == ("valid", None), text
-    assert checks == dict.fromkeys(ATTESTED_CHECKS | {"log_entry", "log", "log_quorum", "no_file"}, True)
+    assert checks == dict.fromkeys(ATTESTED_CHECKS | {"log", "log_quorum", "no_file"}, True)
     assert "Its in-toto attestation is signed by the same key." in text
     assert "right after the receipt's own entry" in text
     assert f'The Sigstore bundle was checked against the trust root "{files["v1"].name}"' in text
@@ -536,9 +550,11 @@ def test_a_version_2_trust_root_has_no_key_certificate_for_either_form(tab: Page
     tab.requests.clear()
     verdict, reason, checks, text = check(tab, attested["sigstore"], v2)
     assert (verdict, reason) == ("error", "no_key_certificate"), text
-    # Nothing is wrong: the leaf is in the pinned log, but nothing makes the key the service's.
+    # Nothing is wrong: the leaf is in the pinned log (the body recomputed with the key it
+    # names), but nothing makes that key the service's.
     assert checks["log"] is True and checks["log_quorum"] is True
-    for name in ("key", "signature", "key_certificate", "attestation_signature", "log_entry"):
+    assert "with the key the entry names" in text
+    for name in ("key", "signature", "key_certificate", "attestation_signature"):
         assert checks[name] is False, name
     assert tab.page.locator('#verdict li[data-check="attestation_signature"] .mark').inner_text() == "Not checked:"
     assert "a DSSE envelope or a Sigstore bundle carries none" in text
@@ -559,7 +575,7 @@ def test_both_forms_against_the_services_own_keys_and_log(tab: Page, attested: d
     tab.requests.clear()
     verdict, reason, checks, text = check(tab, attested["sigstore"], None)
     assert (verdict, reason) == ("valid", None), text
-    assert checks["log_entry"] is True and checks["log"] is True
+    assert checks["log"] is True and checks["log_quorum"] is True
     assert "the log key this service publishes (GET /v1/log)" in text
     assert sorted(tab.api_requests()) == [("GET", "/v1/log"), ("GET", "/v1/public-key")]
     tab.requests.clear()
@@ -575,8 +591,9 @@ def test_both_forms_against_the_services_own_keys_and_log(tab: Page, attested: d
     tab.requests.clear()
     verdict, reason, checks, text = check(tab, attested["sigstore"], attested["files"]["keys.json"])
     assert (verdict, reason) == ("valid", None), text
-    assert checks["attestation_signature"] is True and "log_entry" not in checks
+    assert checks["attestation_signature"] is True and "log_quorum" not in checks
     assert 'the saved key set "keys.json"' in text
+    assert "A saved key set pins no log, so the log was not checked" in text
     assert tab.api_requests() == []
 
 
@@ -606,10 +623,9 @@ def test_a_tampered_envelope_is_invalid_in_both_forms(tab: Page, attested: dict[
     verdict, reason, checks, text = check(tab, bundle, files["v1"])
     assert (verdict, reason) == ("invalid", "bad_signature"), text
     assert checks["attestation_signature"] is False
-    # Its leaf in the log is the original envelope's: the body no longer matches (keyid and
-    # hint aside, which the body does not name).
-    assert checks["log_entry"] is (what == "keyid"), checks
-    assert checks["log"] is True, "the leaf the bundle names is still in the log"
+    # Its leaf in the log is the original envelope's: the body is no longer this envelope's
+    # (the keyid aside, which the body does not name).
+    assert checks["log"] is (what == "keyid"), checks
 
 
 @pytest.mark.slow
@@ -649,7 +665,7 @@ TAMPERED_ENTRIES: dict[str, tuple[Callable[[Document, dict[str, Any]], None], st
         "log",
         "bad_log_proof",
     ),
-    "logId": (lambda e, a: e["logId"].update(keyId=att.b64(b"\0" * 32)), "log_entry", "bad_log_proof"),
+    "logId": (lambda e, a: e["logId"].update(keyId=att.b64(b"\0" * 32)), "log", "bad_log_proof"),
     "logIndex": (lambda e, a: e.update(logIndex=str(int(e["logIndex"]) - 1)), "log", "bad_log_proof"),
     "both logIndex": (lambda e, a: next_index(e), "log", "bad_log_proof"),
     "a proof hash": (
@@ -657,8 +673,14 @@ TAMPERED_ENTRIES: dict[str, tuple[Callable[[Document, dict[str, Any]], None], st
         "log",
         "bad_log_proof",
     ),
-    "canonicalizedBody": (lambda e, a: e.update(canonicalizedBody=other_body(a)), "log_entry", "bad_log_proof"),
-    "kindVersion": (lambda e, a: e["kindVersion"].update(kind="hashedrekord"), "log_entry", "bad_log_proof"),
+    "canonicalizedBody": (lambda e, a: e.update(canonicalizedBody=other_body(a)), "log", "bad_log_proof"),
+    "canonicalizedBody not a body": (lambda e, a: e.update(canonicalizedBody=att.b64(b"{}")), "log", "bad_log_proof"),
+    # Several changed at once: the first failure in the library's order decides.
+    "checkpoint signature and logId": (
+        lambda e, a: (forged_checkpoint(e), e["logId"].update(keyId=att.b64(b"\0" * 32))),
+        "log",
+        "bad_checkpoint_signature",
+    ),
     "checkpoint signature": (lambda e, a: forged_checkpoint(e), "log", "bad_checkpoint_signature"),
     "checkpoint origin": (
         lambda e, a: e["inclusionProof"]["checkpoint"].update(
@@ -726,14 +748,23 @@ def test_a_bundle_with_its_attestation(tab: Page, attested: dict[str, Any]) -> N
             attested["envelope"], lambda e: e["signatures"][0].update(keyid="key-0000000000000000")
         ),
     }
+    failing = {
+        "another signature": {"attestation_signature"},
+        "another receipt's attestation": {"attestation_receipt"},
+        # Changed here, not signed by the service: its signature fails too.
+        "another log origin": {"attestation_receipt", "attestation_signature"},
+        "another keyid": {"attestation_signature"},
+    }
     for what, envelope in cases.items():
         verdict, reason, checks, text = check(tab, with_attestation(attested["bundle"], envelope), v2)
         assert (verdict, reason) == ("invalid", "bad_signature"), (what, text)
-        assert checks["attestation_signature"] is False and checks["signature"] is True, what
-    assert (
-        "its Statement's receipt is not the bundle's receipt"
-        in check(tab, with_attestation(attested["bundle"], cases["another receipt's attestation"]), v2)[3]
-    )
+        assert {name for name, ok in checks.items() if not ok} == failing[what], (what, checks)
+    # Its log taken out, the bundle reads as one of a service without a log: the Statement's
+    # origin is not compared, and the pinned log's rule decides.
+    unlogged = {k: v for k, v in complete.items() if k not in ("log", "timestamps")}
+    verdict, reason, checks, text = check(tab, unlogged, v2)
+    assert (verdict, reason) == ("error", "no_log_proof"), text
+    assert checks["attestation_receipt"] is True and f'names the log "{ORIGIN}"; the bundle has no log member' in text
     assert tab.api_requests() == []
 
 
@@ -741,6 +772,9 @@ MALFORMED: dict[str, Callable[[dict[str, Any]], Any]] = {
     "an envelope with an unknown member": lambda a: {**a["envelope"], "extra": 1},
     "a Sigstore bundle with an unknown member": lambda a: {**a["sigstore"], "timestampVerificationData": {}},
     "a tlog entry with an unknown member": lambda a: in_entry(a["sigstore"], lambda e: e.update(inclusionPromise={})),
+    "a tlog entry of another kind": lambda a: in_entry(
+        a["sigstore"], lambda e: e["kindVersion"].update(kind="hashedrekord")
+    ),
     "an attestation with an unknown member": lambda a: with_attestation(a["bundle"], {**a["envelope"], "extra": 1}),
     "an attestation in a version 1 bundle": lambda a: with_attestation({**a["bundle"], "version": 1}, a["envelope"]),
     "another payloadType": lambda a: {**a["envelope"], "payloadType": "application/json"},

@@ -14,6 +14,7 @@
 // checked, and a value that does not hold is evidence (INVALID) with its reason.
 
 import { b64urlDecodeStrict, findKey, isObject, jcs } from './verify-core.js';
+import { keyKid } from './verify-keys.js';
 import { leafHash, LogProofError, openCheckpoint, parseVerifierKey, rootFromInclusion } from './verify-log.js';
 
 export const PAYLOAD_TYPE = 'application/vnd.in-toto+json';
@@ -26,7 +27,9 @@ export const SIGSTORE_MEMBERS = ['mediaType', 'verificationMaterial', 'dsseEnvel
 const SPKI_PREFIX = Uint8Array.from([0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00]);
 const ENTRY_MEMBERS = ['logIndex', 'logId', 'kindVersion', 'integratedTime', 'inclusionProof', 'canonicalizedBody'];
 const PROOF_MEMBERS = ['logIndex', 'rootHash', 'treeSize', 'hashes', 'checkpoint'];
-const DECIMAL_RE = /^(0|[1-9][0-9]*)$/;
+// A protobuf JSON int64 as the service writes it: a decimal string, no leading zero, 19 digits at most.
+const DECIMAL_RE = /^(0|[1-9][0-9]{0,18})$/;
+const HASH_SIZE = 32;
 const ENC = new TextEncoder();
 
 /** An envelope, Statement or Sigstore bundle that does not read (the message says which part). */
@@ -192,18 +195,23 @@ export function readEnvelope(value, where = 'The DSSE envelope') {
 }
 
 function decimal(text, what) {
-  if (typeof text !== 'string' || !DECIMAL_RE.test(text) || !Number.isSafeInteger(Number(text))) {
-    throw new AttestationError(`${what} is not a decimal string`);
-  }
-  return Number(text);
+  if (typeof text !== 'string' || !DECIMAL_RE.test(text)) throw new AttestationError(`${what} is not a decimal string`);
+  return BigInt(text);
+}
+
+function hash(text, what) {
+  const bytes = unb64(text, what);
+  if (bytes.length !== HASH_SIZE) throw new AttestationError(`${what} is not ${HASH_SIZE} bytes`);
+  return bytes;
 }
 
 function readEntry(entry) {
   exactly(entry, ENTRY_MEMBERS, 'The tlog entry');
   exactly(entry.logId, ['keyId'], "The tlog entry's logId");
   exactly(entry.kindVersion, ['kind', 'version'], "The tlog entry's kindVersion");
-  const { kind, version } = entry.kindVersion;
-  if (typeof kind !== 'string' || typeof version !== 'string') throw new AttestationError("The tlog entry's kindVersion is not two strings");
+  if (entry.kindVersion.kind !== 'dsse' || entry.kindVersion.version !== '0.0.2') {
+    throw new AttestationError('The tlog entry is not of kind dsse 0.0.2 (this page reads no other)');
+  }
   const proof = entry.inclusionProof;
   exactly(proof, PROOF_MEMBERS, "The tlog entry's inclusionProof");
   exactly(proof.checkpoint, ['envelope'], "The inclusionProof's checkpoint");
@@ -213,13 +221,11 @@ function readEntry(entry) {
   return {
     logIndex: decimal(entry.logIndex, "The tlog entry's logIndex"),
     logId: unb64(entry.logId.keyId, "The tlog entry's logId.keyId"),
-    kind,
-    version,
     body: unb64(entry.canonicalizedBody, "The tlog entry's canonicalizedBody"),
     proofIndex: decimal(proof.logIndex, "The inclusionProof's logIndex"),
     treeSize: decimal(proof.treeSize, "The inclusionProof's treeSize"),
-    rootHash: unb64(proof.rootHash, "The inclusionProof's rootHash"),
-    hashes: proof.hashes.map((h, i) => unb64(h, `The inclusionProof's hashes[${i}]`)),
+    rootHash: hash(proof.rootHash, "The inclusionProof's rootHash"),
+    hashes: proof.hashes.map((h, i) => hash(h, `The inclusionProof's hashes[${i}]`)),
     checkpoint: proof.checkpoint.envelope,
   };
 }
@@ -258,6 +264,8 @@ export function readSigstoreKeys(value) {
     } catch (err) {
       throw new AttestationError(`the key of ${JSON.stringify(kid)}: ${err.message}`);
     }
+    // A certified key's kid names its key: one that does not is another key under its name.
+    if (kid.startsWith('key-') && kid !== keyKid(raw)) throw new AttestationError(`${JSON.stringify(kid)} is not the kid of its key (${keyKid(raw)})`);
     return { kid, alg: 'Ed25519', public_key_base64url: b64urlEncodeRaw(raw) };
   });
   return { keys, active_kid: keys[0].kid };
@@ -288,25 +296,19 @@ export function rawKey(keySet, kid) {
  * The envelope's signature (INVALID bad_signature when it fails): its keyid is the receipt's
  * sig_kid, a Sigstore bundle's hint is that keyid, and the Ed25519 signature over the PAE
  * verifies with the receipt's key (`key`: raw bytes, null when there is none at hand: then the
- * signature is not checked, and `missing` names why). `bundle`: the offline bundle that carries
- * the envelope ({receipt, origin}): its receipt and log origin must be the Statement's.
+ * signature is not checked, the key check says why, and `missing` names a missing certificate).
+ * A keyid or hint that is not the receipt's is evidence with or without a key.
  */
-export async function attestationCheck(attestation, receipt, key, { hint, bundle, missing } = {}) {
+export async function attestationCheck(attestation, receipt, key, { hint, missing } = {}) {
   const title = 'Attestation signature';
   const faults = [];
-  if (bundle) {
-    if (jcsJson(attestation.receipt) !== jcsJson(bundle.receipt)) faults.push("its Statement's receipt is not the bundle's receipt");
-    if (attestation.logOrigin !== bundle.origin) {
-      faults.push(`its Statement names the log ${JSON.stringify(attestation.logOrigin)}, and the bundle's log is ${JSON.stringify(bundle.origin)}`);
-    }
-  }
   if (attestation.keyid !== receipt.sig_kid) {
-    faults.push(`its keyid ${JSON.stringify(attestation.keyid)} is not the receipt's sig_kid ${JSON.stringify(receipt.sig_kid)}`);
+    faults.push(`its keyid ${JSON.stringify(attestation.keyid)} is NOT the receipt's sig_kid ${JSON.stringify(receipt.sig_kid)}`);
   }
-  if (hint !== undefined && hint !== attestation.keyid) {
-    faults.push(`the bundle's publicKey.hint ${JSON.stringify(hint)} is not the envelope's keyid`);
+  if (hint !== undefined && hint !== receipt.sig_kid) {
+    faults.push(`the Sigstore bundle's publicKey.hint ${JSON.stringify(hint)} is NOT the receipt's sig_kid`);
   }
-  if (faults.length) return check('attestation_signature', false, title, `The attestation does not belong to this receipt: ${faults.join('; ')}.`, 'bad_signature');
+  if (faults.length) return check('attestation_signature', false, title, `The envelope is not signed under the receipt's key: ${faults.join('; ')}.`, 'bad_signature');
   if (key === null) {
     const why = missing || 'there is no usable public key for this receipt.';
     return { ...check('attestation_signature', false, title, `Not checked: ${why}`, missing ? 'no_key_certificate' : 'bad_signature'), unchecked: true };
@@ -321,8 +323,32 @@ export async function attestationCheck(attestation, receipt, key, { hint, bundle
   }
   const detail = ok
     ? `The DSSE envelope's Ed25519 signature over its payload (the receipt's in-toto Statement) verifies with the receipt's key "${receipt.sig_kid}".`
-    : `The DSSE envelope's signature does not verify with the receipt's key "${receipt.sig_kid}": the Statement or its signature was changed, or another key made it.`;
+    : `The DSSE envelope's signature does NOT verify with the receipt's key "${receipt.sig_kid}": the Statement or its signature was changed, or another key made it.`;
   return check('attestation_signature', ok, title, detail, 'bad_signature');
+}
+
+/**
+ * A bundle's `attestation` against the bundle (INVALID bad_signature when it fails): its
+ * Statement holds the bundle's own receipt (the same JSON value) and names the bundle's log
+ * origin. A bundle without `log` is read as one of a service without a log: the origin is then
+ * not compared (a pinned log's rule decides, no_log_proof), and the line says which log the
+ * Statement names.
+ */
+export function attestationReceiptCheck(attestation, bundle) {
+  const title = 'Attestation receipt';
+  const origin = bundle.log ? bundle.log.origin : undefined;
+  if (jcsJson(attestation.receipt) !== jcsJson(bundle.receipt)) {
+    return check('attestation_receipt', false, title, "The bundle's attestation carries ANOTHER receipt than the bundle's.", 'bad_signature');
+  }
+  if (origin !== undefined && attestation.logOrigin !== origin) {
+    const named = JSON.stringify(attestation.logOrigin);
+    return check('attestation_receipt', false, title, `The bundle's attestation names ANOTHER log (${named}) than the bundle's (${JSON.stringify(origin)}).`, 'bad_signature');
+  }
+  const detail =
+    origin === undefined
+      ? `The bundle's attestation carries the bundle's receipt (and names the log ${JSON.stringify(attestation.logOrigin)}; the bundle has no log member).`
+      : "The bundle's attestation carries the bundle's receipt and names its log.";
+  return check('attestation_receipt', true, title, detail);
 }
 
 /**
@@ -338,84 +364,81 @@ export function attestationKey(receipt, keySet, checks) {
   return { key: rawKey(keySet, receipt.sig_kid), missing: null };
 }
 
-/** The attestation check of a read document (verify-read.js): a bundle's also names its receipt and log origin. */
-export function documentAttestationCheck(doc, receipt, key) {
-  const bundle = doc.bundle ? { receipt: doc.bundle.receipt, origin: doc.bundle.log ? doc.bundle.log.origin : null } : undefined;
+/** The attestation checks of a read document (verify-read.js): a bundle's member is also held to the bundle. */
+export async function documentAttestationChecks(doc, receipt, key) {
   const hint = doc.sigstore ? doc.sigstore.hint : undefined;
-  return attestationCheck(doc.attestation, receipt, key.key, { hint, bundle, missing: key.missing });
+  const checks = [await attestationCheck(doc.attestation, receipt, key.key, { hint, missing: key.missing })];
+  if (doc.bundle) checks.push(attestationReceiptCheck(doc.attestation, doc.bundle));
+  return checks;
+}
+
+/** The raw key a dsse 0.0.2 body names (its one verifier's DER SPKI); an AttestationError when it names none. */
+function bodyKey(body) {
+  let value;
+  try {
+    value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
+    return spkiRaw(unb64(value.spec.dsseV002.signatures[0].verifier.publicKey.rawBytes, 'publicKey.rawBytes'));
+  } catch (err) {
+    throw new AttestationError(`canonicalizedBody is not a dsse 0.0.2 body (${err.message})`);
+  }
 }
 
 /**
- * A Sigstore bundle's tlog entry against a log (`vkeyText`, its C2SP verifier key, whose name
- * is the origin): two checks, `log_entry` (kindVersion dsse 0.0.2, logId the log's key hash,
- * canonicalizedBody the body recomputed from the envelope and `key`) and `log` (the checkpoint
- * signed by the log key, rootHash / treeSize / logIndex equal to the checkpoint's and the
- * entry's, the leaf's inclusion), each failing with its reason (bad_log_proof,
- * bad_checkpoint_signature); `keyFrom` says where the log key comes from.
+ * A Sigstore bundle's tlog entry against a log (`vkeyText`, its C2SP verifier key, whose name is
+ * the origin; `keyFrom` says where it comes from): the `log` check, in the library's order, the
+ * first failure deciding (docs/verdicts.md, "Attestations"): the checkpoint in
+ * inclusionProof.checkpoint.envelope is signed by the log key with its origin
+ * (bad_checkpoint_signature); logId is the log's C2SP key hash, inclusionProof.logIndex the
+ * entry's logIndex, treeSize and rootHash the checkpoint's, canonicalizedBody the dsse body
+ * recomputed from the envelope and the receipt's `key` (null, none at hand: the key the body
+ * names, which the key check judges), and SHA-256(0x00 || body) at logIndex under the
+ * checkpoint's root (bad_log_proof). Returns {check, note (the checkpoint, for the quorum)}.
  */
-export async function sigstoreEntryChecks(entry, attestation, key, vkeyText, keyFrom, missing) {
-  const faults = [];
-  let unchecked = false;
-  if (entry.kind !== 'dsse' || entry.version !== '0.0.2') faults.push(`its kindVersion is ${entry.kind} ${entry.version}, not dsse 0.0.2`);
-  let vkey = null;
+export async function sigstoreEntryCheck(entry, attestation, key, vkeyText, keyFrom) {
+  const title = 'Transparency log';
+  const fail = (reason, message) => {
+    const what = reason === 'bad_checkpoint_signature' ? 'The checkpoint is not signed by the log key' : 'Not shown to be in the log';
+    return { check: check('log', false, title, `${what} ${keyFrom}: ${message}.`, reason), note: entry.checkpoint };
+  };
+  let vkey;
+  let checkpoint;
   try {
     vkey = parseVerifierKey(vkeyText);
+    checkpoint = await openCheckpoint(entry.checkpoint, vkey);
   } catch (err) {
-    faults.push(`the log key ${keyFrom} cannot be read (${err.message})`);
+    return fail('bad_checkpoint_signature', `the entry's checkpoint is not signed by the log key: ${err.message}`);
   }
-  if (vkey !== null && !equal(entry.logId, await checkpointKeyId(vkey.name, vkey.key))) {
-    faults.push(`its logId is not the key hash of the log ${vkey.name} (the log key ${keyFrom})`);
+  if (!equal(entry.logId, await checkpointKeyId(vkey.name, vkey.key))) {
+    return fail('bad_log_proof', `the entry's logId is not the key hash of the log ${vkey.name}`);
   }
-  if (key === null) {
-    unchecked = true;
-  } else if (!equal(entry.body, logBody(await sha256(attestation.payload), attestation.signature, key))) {
-    faults.push("its canonicalizedBody is not the dsse 0.0.2 body of this envelope (the payload's SHA-256, its signature and the receipt's key)");
+  if (entry.proofIndex !== entry.logIndex) {
+    return fail('bad_log_proof', `inclusionProof.logIndex ${entry.proofIndex} is not the entry's logIndex ${entry.logIndex}`);
   }
-  const entryCheck = faults.length
-    ? check('log_entry', false, 'Log entry', `The tlog entry is not this attestation's in this log: ${faults.join('; ')}.`, 'bad_log_proof')
-    : unchecked
-      ? {
-          ...check(
-            'log_entry',
-            false,
-            'Log entry',
-            `The tlog entry's canonicalizedBody was not compared with the envelope: ${missing || 'there is no usable public key for this receipt.'}`,
-            missing ? 'no_key_certificate' : 'bad_signature',
-          ),
-          unchecked: true,
-        }
-      : check(
-          'log_entry',
-          true,
-          'Log entry',
-          `A dsse 0.0.2 entry of the log ${vkey.name} (logId its key hash), whose body is this envelope's: the payload's SHA-256, its signature and the receipt's key.`,
-        );
-  if (vkey === null) return { checks: [entryCheck], note: entry.checkpoint };
-  let logCheck;
+  if (entry.treeSize !== BigInt(checkpoint.size) || !equal(entry.rootHash, checkpoint.root)) {
+    return fail('bad_log_proof', "inclusionProof.treeSize and rootHash are not the signed checkpoint's");
+  }
+  let named;
   try {
-    const checkpoint = await openCheckpoint(entry.checkpoint, vkey);
-    const wrong = [];
-    if (entry.proofIndex !== entry.logIndex) wrong.push(`inclusionProof.logIndex ${entry.proofIndex} is not the entry's logIndex ${entry.logIndex}`);
-    if (entry.treeSize !== checkpoint.size) wrong.push(`treeSize ${entry.treeSize} is not the checkpoint's size ${checkpoint.size}`);
-    if (!equal(entry.rootHash, checkpoint.root)) wrong.push("rootHash is not the checkpoint's root hash");
-    if (wrong.length) throw new LogProofError('bad_log_proof', `the inclusion proof does not describe its checkpoint: ${wrong.join('; ')}`);
-    let root;
-    try {
-      root = await rootFromInclusion(await leafHash(entry.body), entry.logIndex, checkpoint.size, entry.hashes);
-    } catch (err) {
-      throw new LogProofError('bad_log_proof', err.message);
-    }
-    if (!equal(root, checkpoint.root)) throw new LogProofError('bad_log_proof', "the inclusion proof does not lead to the checkpoint's root");
-    const detail =
-      `The attestation's leaf is in the log at index ${entry.logIndex} (right after the receipt's own entry), under a ` +
-      `checkpoint of size ${checkpoint.size} signed by ${checkpoint.origin} (the log key ${keyFrom}). The service cannot ` +
-      'remove it, or show someone a history without it, without signing two inconsistent checkpoints. It does not ' +
-      'prove when the receipt was made.';
-    logCheck = check('log', true, 'Transparency log', detail);
+    named = key === null ? bodyKey(entry.body) : key;
   } catch (err) {
-    const reason = err instanceof LogProofError ? err.reason : 'bad_log_proof';
-    const what = reason === 'bad_checkpoint_signature' ? 'The checkpoint is not signed by the log key' : "Not shown to be in the log";
-    logCheck = check('log', false, 'Transparency log', `${what} ${keyFrom}: ${err.message}.`, reason);
+    return fail('bad_log_proof', err.message);
   }
-  return { checks: [entryCheck, logCheck], note: entry.checkpoint };
+  if (!equal(entry.body, logBody(await sha256(attestation.payload), attestation.signature, named))) {
+    return fail('bad_log_proof', "canonicalizedBody is not this attestation's dsse 0.0.2 body (the payload's SHA-256, its signature and the receipt's key)");
+  }
+  const index = Number(entry.logIndex);
+  try {
+    const root = await rootFromInclusion(await leafHash(entry.body), index, checkpoint.size, entry.hashes);
+    if (!equal(root, checkpoint.root)) throw new LogProofError('bad_log_proof', "the inclusion proof does not lead to the checkpoint's root");
+  } catch (err) {
+    return fail('bad_log_proof', `the attestation's leaf is not at index ${index} of the signed tree: ${err.message}`);
+  }
+  const detail =
+    `The attestation's leaf (a dsse 0.0.2 entry whose body is this envelope's) is in the log at index ${index}, right ` +
+    `after the receipt's own entry, under a checkpoint of size ${checkpoint.size} signed by ${checkpoint.origin} (the ` +
+    `log key ${keyFrom}, logId its key hash)` +
+    (key === null ? ", with the key the entry names (the key check says whether it is the receipt's)." : '.') +
+    ' The service cannot remove it, or show someone a history without it, without signing two inconsistent ' +
+    'checkpoints. It does not prove when the receipt was made.';
+  return { check: check('log', true, title, detail), note: entry.checkpoint };
 }

@@ -6,7 +6,7 @@
 // evidence (bad_log_proof, bad_checkpoint_signature) or a missing piece (pending, no_log_proof,
 // no_quorum).
 
-import { sigstoreEntryChecks } from './verify-attest.js';
+import { sigstoreEntryCheck } from './verify-attest.js';
 import * as tlog from './verify-log.js';
 import { isMissing } from './verify-verdict.js';
 
@@ -226,9 +226,9 @@ async function publishedLog() {
  * dsse leaf, whose inclusion stands for the receipt's in this form. Against the pinned log (a
  * trust root's: required, offline; no entry is NOT VERIFIED no_log_proof) or, with nothing
  * pinned, against the log GET /v1/log names (no entry is only a note). `key` is the receipt's
- * raw key (null when none is at hand, `missing` saying why).
+ * raw key (null when none is at hand).
  */
-export async function sigstoreLogLines(doc, key, missing, pins, pasted) {
+export async function sigstoreLogLines(doc, key, pins, pasted) {
   const { entry } = doc.sigstore;
   let vkey;
   let keyFrom;
@@ -254,9 +254,9 @@ export async function sigstoreLogLines(doc, key, missing, pins, pasted) {
     if (published.lines) return published.lines;
     [vkey, keyFrom, policy] = [published.info.log_vkey, 'this service publishes (GET /v1/log)', published.info.policy];
   }
-  const result = await sigstoreEntryChecks(entry, doc.attestation, key, vkey, keyFrom, missing);
+  const result = await sigstoreEntryCheck(entry, doc.attestation, key, vkey, keyFrom);
   const quorum = pins ? await quorumLine(result.note, policy, source) : await publishedQuorumLine(result.note, policy, pasted);
-  return [...result.checks, quorum];
+  return [result.check, quorum];
 }
 
 /**

@@ -343,7 +343,7 @@ async function fileChecks(receipt, notes) {
  * none. A Sigstore bundle's are its log entry's (`key`: the attestation's, below).
  */
 async function logLines(receipt, parsed, doc, pins, pasted, key) {
-  if (doc && doc.sigstore && (pins ? pins.log : serviceLog)) return sigstoreLogLines(doc, key.key, key.missing, pins, pasted);
+  if (doc && doc.sigstore && (pins ? pins.log : serviceLog)) return sigstoreLogLines(doc, key.key, pins, pasted);
   if (pins && pins.log) {
     const proof = parsed.kind === 'id' ? await fetchLogProof(parsed.id) : doc.carriedProof;
     return pinnedLogLines(receipt, proof, pins, pasted, doc ? doc.bundle : null);
@@ -394,7 +394,7 @@ async function verify() {
   const result = await receiptChecks(receipt, keys, chosen.pinned, certified);
   checks.push(...result.checks);
   const key = attest.attestationKey(receipt, keys, result.checks);
-  if (doc && doc.attestation) checks.push(await attest.documentAttestationCheck(doc, receipt, key));
+  if (doc && doc.attestation) checks.push(...(await attest.documentAttestationChecks(doc, receipt, key)));
   for (const c of await logLines(receipt, parsed, doc, pins, pasted, key)) (c.info ? notes : checks).push(c);
   if (doc && doc.bundle) {
     checks.push(...(await chainChecks(receipt, doc.bundle, keys, chosen.pinned, notes, certified)));
