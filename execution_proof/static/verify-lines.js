@@ -266,7 +266,6 @@ export async function sigstoreLogLines(doc, key, pins, pasted) {
  * for the log.
  */
 export async function serviceLogLines(receipt, bundle, receiptId, pasted) {
-  const note = logNote;
   const published = await publishedLog();
   if (published.lines) return published.lines;
   const { info } = published;
@@ -276,9 +275,9 @@ export async function serviceLogLines(receipt, bundle, receiptId, pasted) {
   } else if (receiptId) {
     const response = await fetch(`/v1/receipts/${receiptId}/log-proof`);
     if (response.ok) proof = await response.text();
-    else if (response.status !== 409) return note(`GET log-proof answered HTTP ${response.status}.`);
+    else if (response.status !== 409) return logNote(`GET log-proof answered HTTP ${response.status}.`);
   }
-  if (proof === null) return note('Pending: no published checkpoint covers this receipt yet (the log adds it within seconds).');
+  if (proof === null) return logNote('Pending: no published checkpoint covers this receipt yet (the log adds it within seconds).');
   const inclusion = await inclusionLine(receipt, proof, info.log_vkey, 'this service publishes (GET /v1/log)');
   const out = [inclusion.check];
   if (inclusion.note !== null) out.push(await publishedQuorumLine(inclusion.note, info.policy, pasted));
