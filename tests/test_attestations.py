@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nacl.signing import VerifyKey
 
 from execution_proof.kv import keys
@@ -203,3 +205,45 @@ async def test_the_record_keeps_the_signature_in_both_forms(
     assert compact.kept(as_json) == kept
     unlogged = compact.Kept(kept.signature, None)
     assert compact.kept(compact.encode(receipt, orjson.dumps(receipt), unlogged)) == unlogged
+
+
+def test_pae_is_dsse_v1s_encoding() -> None:
+    """The DSSE specification's own example (protocol.md)."""
+    assert att.pae("http://example.com/HelloWorld", b"hello world") == (
+        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
+
+
+@given(st.binary(min_size=32, max_size=32), st.binary(min_size=64, max_size=64), st.binary(min_size=32, max_size=32))
+def test_the_log_body_template_is_rfc_8785_of_the_dsse_body(digest: bytes, signature: bytes, key: bytes) -> None:
+    body = att.log_body(digest, signature, key)
+    value = orjson.loads(body)
+    assert canonical_bytes(value) == body
+    assert att.parse_log_body(body) == att.LogBody(digest, signature, key)
+    assert (
+        value["spec"]["dsseV002"]["signatures"][0]["verifier"]["publicKey"]["rawBytes"]
+        == base64.b64encode(att.spki_der(key)).decode()
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda v: v.update(apiVersion="0.0.1"),
+        lambda v: v.update(kind="hashedrekord"),
+        lambda v: v["spec"]["dsseV002"]["payloadHash"].update(algorithm="SHA2_384"),
+        lambda v: v["spec"]["dsseV002"]["signatures"].append(v["spec"]["dsseV002"]["signatures"][0]),
+        lambda v: v["spec"]["dsseV002"].update(extra=1),
+        lambda v: v["spec"]["dsseV002"]["signatures"][0]["verifier"].update(keyDetails="PKIX_ECDSA_P256_SHA_256"),
+        lambda v: v["spec"]["dsseV002"]["signatures"][0].update(content="AA=="),
+    ],
+)
+def test_a_log_body_not_exactly_ours_is_refused(change: Any) -> None:
+    value = orjson.loads(att.log_body(b"1" * 32, b"2" * 64, b"3" * 32))
+    change(value)
+    with pytest.raises(att.AttestationError):
+        att.parse_log_body(canonical_bytes(value))
+    with pytest.raises(att.AttestationError, match="RFC 8785"):
+        att.parse_log_body(
+            orjson.dumps(orjson.loads(att.log_body(b"1" * 32, b"2" * 64, b"3" * 32)), option=orjson.OPT_INDENT_2)
+        )

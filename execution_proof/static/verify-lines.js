@@ -6,6 +6,7 @@
 // evidence (bad_log_proof, bad_checkpoint_signature) or a missing piece (pending, no_log_proof,
 // no_quorum).
 
+import { sigstoreEntryCheck } from './verify-attest.js';
 import * as tlog from './verify-log.js';
 import { isMissing } from './verify-verdict.js';
 
@@ -179,8 +180,8 @@ export async function pinnedLogLines(receipt, proof, pins, pasted, bundle) {
       missingLine(
         'no_log_proof',
         `The trust root "${pins.name}" pins the log ${pins.log.origin}, so this receipt's inclusion in it is required, ` +
-          'and this document carries no log proof (a plain receipt, a saved create response, or a bundle of a service ' +
-          'without a log). It was checked offline: the page asked the service for nothing.',
+          'and this document carries no log proof (a plain receipt, a saved create response, a DSSE envelope, or a ' +
+          'bundle of a service without a log). It was checked offline: the page asked the service for nothing.',
       ),
     ];
   }
@@ -206,6 +207,58 @@ export async function pinnedLogLines(receipt, proof, pins, pasted, bundle) {
   return out;
 }
 
+const logNote = (detail) => [{ id: 'log', info: true, ok: true, title: TITLE, detail }];
+
+/** What GET /v1/log publishes ({info}), or the note that says why there is nothing to check against ({lines}). */
+async function publishedLog() {
+  try {
+    const response = await fetch('/v1/log', { headers: { Accept: 'application/json' } });
+    if (response.status === 503) return { lines: logNote('This service runs without a transparency log.') };
+    if (!response.ok) throw new Error(`GET /v1/log answered HTTP ${response.status}`);
+    return { info: await response.json() };
+  } catch (err) {
+    return { lines: logNote(`The log could not be read: ${err.message}`) };
+  }
+}
+
+/**
+ * The log lines of a Sigstore bundle (verify-attest.js): its tlog entry, the attestation's
+ * dsse leaf, whose inclusion stands for the receipt's in this form. Against the pinned log (a
+ * trust root's: required, offline; no entry is NOT VERIFIED no_log_proof) or, with nothing
+ * pinned, against the log GET /v1/log names (no entry is only a note). `key` is the receipt's
+ * raw key (null when none is at hand).
+ */
+export async function sigstoreLogLines(doc, key, pins, pasted) {
+  const { entry } = doc.sigstore;
+  let vkey;
+  let keyFrom;
+  let policy;
+  let source;
+  if (pins) {
+    if (entry === null) {
+      return [
+        missingLine(
+          'no_log_proof',
+          `The trust root "${pins.name}" pins the log ${pins.log.origin}, so the attestation's inclusion in it is ` +
+            'required, and this Sigstore bundle carries no tlogEntries (a service without a log writes it so). It was ' +
+            'checked offline: the page asked the service for nothing.',
+        ),
+      ];
+    }
+    [vkey, keyFrom] = [pins.log.vkey, `of the trust root "${pins.name}"`];
+    policy = pasted || pins.log.policy;
+    source = pasted ? "Policy: the one you pasted on this page (the trust root's was not used)." : `Policy: the witness policy ${keyFrom}.`;
+  } else {
+    if (entry === null) return logNote('This Sigstore bundle carries no log entry (tlogEntries): its log inclusion was not checked.');
+    const published = await publishedLog();
+    if (published.lines) return published.lines;
+    [vkey, keyFrom, policy] = [published.info.log_vkey, 'this service publishes (GET /v1/log)', published.info.policy];
+  }
+  const result = await sigstoreEntryCheck(entry, doc.attestation, key, vkey, keyFrom);
+  const quorum = pins ? await quorumLine(result.note, policy, source) : await publishedQuorumLine(result.note, policy, pasted);
+  return [result.check, quorum];
+}
+
 /**
  * The log lines with nothing pinned, on a service that runs a log: its key and policy as
  * GET /v1/log publishes them (the service's word), the proof the bundle carries, else
@@ -213,25 +266,18 @@ export async function pinnedLogLines(receipt, proof, pins, pasted, bundle) {
  * for the log.
  */
 export async function serviceLogLines(receipt, bundle, receiptId, pasted) {
-  const note = (detail) => [{ id: 'log', info: true, ok: true, title: TITLE, detail }];
-  let info;
-  try {
-    const response = await fetch('/v1/log', { headers: { Accept: 'application/json' } });
-    if (response.status === 503) return note('This service runs without a transparency log.');
-    if (!response.ok) throw new Error(`GET /v1/log answered HTTP ${response.status}`);
-    info = await response.json();
-  } catch (err) {
-    return note(`The log could not be read: ${err.message}`);
-  }
+  const published = await publishedLog();
+  if (published.lines) return published.lines;
+  const { info } = published;
   let proof = null;
   if (bundle) {
     proof = bundle.log && typeof bundle.log.proof === 'string' ? bundle.log.proof : null;
   } else if (receiptId) {
     const response = await fetch(`/v1/receipts/${receiptId}/log-proof`);
     if (response.ok) proof = await response.text();
-    else if (response.status !== 409) return note(`GET log-proof answered HTTP ${response.status}.`);
+    else if (response.status !== 409) return logNote(`GET log-proof answered HTTP ${response.status}.`);
   }
-  if (proof === null) return note('Pending: no published checkpoint covers this receipt yet (the log adds it within seconds).');
+  if (proof === null) return logNote('Pending: no published checkpoint covers this receipt yet (the log adds it within seconds).');
   const inclusion = await inclusionLine(receipt, proof, info.log_vkey, 'this service publishes (GET /v1/log)');
   const out = [inclusion.check];
   if (inclusion.note !== null) out.push(await publishedQuorumLine(inclusion.note, info.policy, pasted));

@@ -7,10 +7,24 @@
 // one-byte change to `format` must not turn a bundle, whose log proof a pinned log requires,
 // into a receipt whose proof is not looked for.
 //
-// The pinned material ("Saved key set") is a GET /v1/public-key body or a trust root
-// (docs/trust-root.md, version 1 or 2), read as strictly as the library's parse_trust_root
-// reads it.
+// A receipt's attestation (verify-attest.js) is a document too: a DSSE envelope (exactly
+// payloadType, payload, signatures) or a Sigstore bundle v0.3 (exactly mediaType,
+// verificationMaterial, dsseEnvelope), whose Statement's receipt is read as a bare receipt; a
+// version 2 bundle may carry the envelope as `attestation`.
+//
+// The pinned material ("Saved key set") is a GET /v1/public-key body, the sigstore key file
+// (kid -> DER SPKI, as `execution-proof trust-root --sigstore DIR` writes DIR/keys.json) or a
+// trust root (docs/trust-root.md, version 1 or 2), read as strictly as the library's
+// parse_trust_root reads it.
 
+import {
+  AttestationError,
+  ENVELOPE_MEMBERS,
+  readEnvelope,
+  readSigstoreBundle,
+  readSigstoreKeys,
+  SIGSTORE_MEMBERS,
+} from './verify-attest.js';
 import { b64urlDecodeStrict, isObject, isReceiptId } from './verify-core.js';
 import { KeyDocumentError, readCertificate, readRevocation, rootKid, signedBy } from './verify-keys.js';
 import { parsePolicy, parseVkey } from './verify-log.js';
@@ -33,8 +47,9 @@ const NULLABLE = [
 ];
 export const RECEIPT_MEMBERS = [...TEXT, ...NULLABLE, 'tags'];
 const BUNDLE_REQUIRED = ['format', 'version', 'created_at', 'service', 'receipt', 'keys', 'chain', 'chain_complete'];
-// The optional members of each version; any other member is refused.
-const BUNDLE_OPTIONAL = { 1: ['log', 'timestamps'], 2: ['log', 'timestamps'] };
+// The optional members of each version; any other member is refused. Version 2 may carry
+// the receipt's attestation (its DSSE envelope).
+const BUNDLE_OPTIONAL = { 1: ['log', 'timestamps'], 2: ['log', 'timestamps', 'attestation'] };
 // Members a bundle has and no other document: without `format`, a bundle that lost it.
 const BUNDLE_ONLY = ['keys', 'timestamps', 'chain_complete', 'version'];
 const LOG_MEMBERS = ['origin', 'log_vkey', 'proof'];
@@ -151,7 +166,44 @@ export function readBundle(value) {
       throw new ReadError('The bundle\'s "timestamps" is not a list of objects.');
     }
   }
-  return { shape: 'bundle', receipt: value.receipt, bundle: value, carriedProof: has(value, 'log') ? value.log.proof : undefined };
+  const attestation = has(value, 'attestation') ? attested(() => readEnvelope(value.attestation, 'The bundle\'s "attestation"')) : null;
+  return {
+    shape: 'bundle',
+    receipt: value.receipt,
+    bundle: value,
+    carriedProof: has(value, 'log') ? value.log.proof : undefined,
+    attestation,
+    sigstore: null,
+  };
+}
+
+/** What a reader of verify-attest.js returns, its AttestationError a ReadError. */
+function attested(read) {
+  try {
+    return read();
+  } catch (err) {
+    if (err instanceof AttestationError) throw new ReadError(`${err.message}: it is malformed.`);
+    throw err;
+  }
+}
+
+/**
+ * A receipt's attestation: a DSSE envelope, or a Sigstore bundle v0.3 (which carries the
+ * envelope and, from a service with a log, the log entry of its leaf). Its Statement's receipt
+ * is read as a bare receipt is.
+ */
+function readAttestation(value) {
+  const sigstore = SIGSTORE_MEMBERS.some((name) => has(value, name));
+  const read = attested(() => (sigstore ? readSigstoreBundle(value) : { attestation: readEnvelope(value), hint: undefined, entry: null }));
+  const where = sigstore ? "The Sigstore bundle's Statement's receipt" : "The envelope's Statement's receipt";
+  return {
+    shape: sigstore ? 'sigstore' : 'envelope',
+    receipt: readReceipt(read.attestation.receipt, where),
+    bundle: null,
+    carriedProof: undefined,
+    attestation: read.attestation,
+    sigstore: sigstore ? { hint: read.hint, entry: read.entry } : null,
+  };
 }
 
 function readResponse(value) {
@@ -172,13 +224,15 @@ function readResponse(value) {
   // A create answered with Prefer: wait carries its proof ({"index", "proof"}); the pending form does not.
   const proof = has(value, 'log') && typeof value.log.proof === 'string' ? value.log.proof : undefined;
   const shape = ['idempotency', 'chain', 'quota', 'log'].some((name) => has(value, name)) ? 'create' : 'get';
-  return { shape, receipt: value.receipt, bundle: null, carriedProof: proof };
+  return { shape, receipt: value.receipt, bundle: null, carriedProof: proof, attestation: null, sigstore: null };
 }
 
 /**
- * A parsed JSON document as {shape: 'bundle'|'receipt'|'get'|'create', receipt, bundle,
- * carriedProof (the log proof it carries: a string, null for a bundle still pending, undefined
- * when it carries none)}; a ReadError saying what is wrong otherwise.
+ * A parsed JSON document as {shape: 'bundle'|'receipt'|'get'|'create'|'envelope'|'sigstore',
+ * receipt, bundle, carriedProof (the log proof it carries: a string, null for a bundle still
+ * pending, undefined when it carries none), attestation (verify-attest.js readEnvelope: an
+ * envelope's, a Sigstore bundle's or a bundle's `attestation`; else null), sigstore ({hint,
+ * entry} of a Sigstore bundle; else null)}; a ReadError saying what is wrong otherwise.
  */
 export function readDocument(value) {
   if (!isObject(value)) throw new ReadError('The JSON is not an object: neither a receipt, a receipt response nor a bundle.');
@@ -193,11 +247,13 @@ export function readDocument(value) {
     const message = isObject(value.error) ? value.error.message : value.error;
     throw new ReadError(`This is an error response, not a receipt: ${String(message)}.`);
   }
+  if ([...SIGSTORE_MEMBERS, ...ENVELOPE_MEMBERS].some((name) => has(value, name))) return readAttestation(value);
   if (has(value, 'receipt')) return readResponse(value);
   if (!RECEIPT_MEMBERS.some((name) => has(value, name))) {
-    throw new ReadError('The JSON is neither a receipt, a {ok, receipt} response nor a receipt bundle.');
+    throw new ReadError('The JSON is neither a receipt, a {ok, receipt} response, a receipt bundle nor an attestation.');
   }
-  return { shape: 'receipt', receipt: readReceipt(value, 'The JSON'), bundle: null, carriedProof: undefined };
+  const receipt = readReceipt(value, 'The JSON');
+  return { shape: 'receipt', receipt, bundle: null, carriedProof: undefined, attestation: null, sigstore: null };
 }
 
 /**
@@ -397,11 +453,22 @@ export async function readPinned(text, name) {
       throw err;
     }
   }
-  if (!isKeySet(value)) {
+  let keys = isKeySet(value) ? value : null;
+  if (keys === null && isObject(value) && Object.keys(value).length > 0 && Object.values(value).every((v) => typeof v === 'string')) {
+    try {
+      keys = readSigstoreKeys(value);
+    } catch (err) {
+      if (err instanceof AttestationError) {
+        throw new ReadError(`"${name}" is not a saved key set: read as the keys.json of execution-proof trust-root --sigstore DIR, ${err.message}.`);
+      }
+      throw err;
+    }
+  }
+  if (keys === null) {
     throw new ReadError(
-      `"${name}" is not a saved key set: expected the JSON of GET /v1/public-key ({"keys": […], "active_kid": …}) ` +
-        'or a trust root (execution-proof trust-root).',
+      `"${name}" is not a saved key set: expected the JSON of GET /v1/public-key ({"keys": […], "active_kid": …}), ` +
+        'the keys.json of execution-proof trust-root --sigstore DIR, or a trust root (execution-proof trust-root).',
     );
   }
-  return { kind: 'keys', version: null, keys: value, roots: null, revocations: [], log: null, tsaRoots: 0, name };
+  return { kind: 'keys', version: null, keys, roots: null, revocations: [], log: null, tsaRoots: 0, name };
 }

@@ -52,16 +52,20 @@ export const MISSING_NOTES = {
     '(execution-proof bundle RECEIPT_ID --wait 60 --out FILE) and check that, with your trust root as the saved key set.',
   no_log_proof:
     'Your trust root names a transparency log, so the receipt must be shown to be in it, and this document carries ' +
-    'no log proof. Give the receipt\'s bundle (execution-proof bundle RECEIPT_ID --wait 60 --out FILE), or check ' +
-    'the receipt by its id on the service, which gives its proof.',
+    'no log proof. Give the receipt\'s bundle (execution-proof bundle RECEIPT_ID --wait 60 --out FILE) or, for an ' +
+    'attestation, its Sigstore bundle (execution-proof attest RECEIPT_ID --sigstore --wait 60), or check the receipt ' +
+    'by its id on the service, which gives its proof.',
   no_quorum:
     "The checkpoint of the receipt's log proof is cosigned by fewer witnesses than the pinned policy's quorum: " +
     'nothing is wrong, but independent witnesses have not yet vouched for it. Save the bundle again later ' +
     '(execution-proof bundle RECEIPT_ID --out FILE) and check it with your trust root.',
   no_key_certificate:
     'Your trust root pins receipt roots, not keys, and no certificate for the key that signed this receipt is at ' +
-    'hand. Give the receipt\'s bundle (execution-proof bundle RECEIPT_ID --out FILE), which carries it, or check the ' +
-    'receipt by its id on the service, which gives it (execution-proof verify RECEIPT_ID --trust-root FILE --online does the same).',
+    'hand (a DSSE envelope or a Sigstore bundle carries none). Give the receipt\'s bundle ' +
+    '(execution-proof bundle RECEIPT_ID --out FILE), which carries it and the attestation, or check the receipt by ' +
+    'its id on the service, which gives it (execution-proof verify RECEIPT_ID --trust-root FILE --online does the ' +
+    'same; for an attestation, execution-proof verify FILE --trust-root FILE --keys DIR/keys.json with the keys ' +
+    'execution-proof trust-root --sigstore DIR wrote).',
   no_keys:
     "The signatures match the keys the bundle carries, but those keys were not checked against the service's " +
     'published keys: NOT verified. Give this page your trust root (execution-proof trust-root) or a saved key set ' +

@@ -2,22 +2,30 @@
 // verify-core.js (a receipt, a chain, a bundle's keys), verify-log.js (the log proof and the
 // witness quorum), verify-read.js (what a document and the pinned file are, read strictly) and
 // verify-verdict.js (the verdict and its reason, docs/verdicts.md); what is shown is built by
-// verify-lines.js, and sha256.js hashes local files. No inline handlers, no third-party code.
+// verify-lines.js, the requests are verify-fetch.js's, and sha256.js hashes local files. No
+// inline handlers, no third-party code.
 //
 // Requests, all to this page's own origin: GET /v1/receipts/{id} for a receipt id; with nothing
 // pinned, GET /v1/public-key, and on a service that runs a log (<body data-log="on">) GET
 // /v1/log and, for a receipt without its proof, GET /v1/receipts/{id}/log-proof. The "Saved key
-// set" file (a GET /v1/public-key body, or a trust root) is the pinned material: it replaces
-// every key and log request, so a pasted or dropped document is checked offline, and a trust
+// set" file (a GET /v1/public-key body, the keys.json execution-proof trust-root --sigstore
+// writes, or a trust root) is the pinned material: it replaces every key and log request, so a
+// pasted or dropped document is checked offline, and a trust
 // root that names a log makes the receipt's inclusion in that log required (for a receipt id,
 // the page asks for its log-proof). A bundle's own keys prove nothing: checked only against
 // them, a bundle is never "valid". A version 2 trust root pins receipt roots, not keys: the keys
 // a bundle carries (or, for a receipt id, GET /v1/public-key?kid=K) count only through a
 // certificate a pinned root signed (verify-keys.js); a pasted plain receipt has no key at hand.
+// A receipt's attestation (verify-attest.js: a DSSE envelope, a Sigstore bundle, or a bundle's
+// `attestation`) is checked as its receipt is, plus the envelope's signature by the same key;
+// a Sigstore bundle's log entry proves the attestation's leaf, which stands for the receipt's
+// log inclusion.
 
+import * as attest from './verify-attest.js';
 import * as core from './verify-core.js';
+import { fetchKeyOf, fetchKeys, fetchLogProof, fetchReceipt } from './verify-fetch.js';
 import { certifiedKeys, KeyDocumentError } from './verify-keys.js';
-import { checkList, el, facts, PageError, pinnedLogLines, serviceLogLines } from './verify-lines.js';
+import { checkList, el, facts, PageError, pinnedLogLines, serviceLogLines, sigstoreLogLines } from './verify-lines.js';
 import * as tlog from './verify-log.js';
 import { parseUserInput, ReadError, readPinned } from './verify-read.js';
 import { decide, MISSING_NOTES } from './verify-verdict.js';
@@ -84,55 +92,6 @@ function showError(message) {
 
 // ------------------------------------------------------------------ data sources
 
-async function fetchJson(path, what) {
-  let response;
-  try {
-    response = await fetch(path, { headers: { Accept: 'application/json' }, credentials: 'omit', cache: 'no-store' });
-  } catch (err) {
-    throw new PageError(`Could not reach the service to fetch ${what} (network failure: ${err.message || err}).`);
-  }
-  const text = await response.text();
-  let body;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw new PageError(`The service's answer for ${what} (HTTP ${response.status}) is not valid JSON.`);
-  }
-  if (!response.ok) {
-    const message = core.isObject(body) && core.isObject(body.error) ? String(body.error.message) : '';
-    if (response.status === 404) throw new PageError(`Not found: ${what} does not exist on this service${message ? ` (${message})` : ''}.`);
-    throw new PageError(`The service refused to give ${what}: HTTP ${response.status}${message ? ` (${message})` : ''}.`);
-  }
-  return body;
-}
-
-async function fetchKeys() {
-  const keys = await fetchJson('/v1/public-key', "the service's public keys");
-  if (!core.isObject(keys) || !Array.isArray(keys.keys)) throw new PageError("The service's key list is malformed.");
-  return keys;
-}
-
-/** The receipt's key and its certificate (GET /v1/public-key?kid=K); a kid the service does not list: no key. */
-async function fetchKeyOf(kid) {
-  const path = '/v1/public-key?kid=' + encodeURIComponent(String(kid));
-  let response;
-  try {
-    response = await fetch(path, { headers: { Accept: 'application/json' }, credentials: 'omit', cache: 'no-store' });
-  } catch (err) {
-    throw new PageError(`Could not reach the service to fetch the receipt's key (network failure: ${err.message || err}).`);
-  }
-  if (response.status === 404) return { keys: [], active_kid: null };
-  if (!response.ok) throw new PageError(`The service refused to give the receipt's key: HTTP ${response.status}.`);
-  let keys;
-  try {
-    keys = JSON.parse(await response.text());
-  } catch {
-    throw new PageError("The service's answer for the receipt's key is not valid JSON.");
-  }
-  if (!core.isObject(keys) || !Array.isArray(keys.keys)) throw new PageError("The service's key list is malformed.");
-  return keys;
-}
-
 /** Keys judged by the roots of a version 2 trust root (verify-keys.js), or a PageError when a certificate is malformed. */
 async function judgedKeys(pins, keys) {
   try {
@@ -153,29 +112,6 @@ async function savedPins() {
     if (err instanceof ReadError) throw new PageError(err.message);
     throw err;
   }
-}
-
-async function fetchReceipt(id) {
-  const body = await fetchJson('/v1/receipts/' + encodeURIComponent(id), `the receipt ${id}`);
-  if (!core.isObject(body) || !core.isObject(body.receipt)) throw new PageError('The service answered without a receipt.');
-  // A genuine receipt of another id would pass every check: the answer must be the one asked for.
-  if (body.receipt.receipt_id !== id) {
-    throw new PageError(`The service answered with the receipt ${String(body.receipt.receipt_id)} when asked for ${id}; it is not checked.`);
-  }
-  return body.receipt;
-}
-
-/** The proof of a receipt asked for by id, against a pinned log: the text, or null while pending. */
-async function fetchLogProof(id) {
-  let response;
-  try {
-    response = await fetch(`/v1/receipts/${encodeURIComponent(id)}/log-proof`, { credentials: 'omit', cache: 'no-store' });
-  } catch (err) {
-    throw new PageError(`Could not reach the service to fetch the receipt's log proof (network failure: ${err.message || err}).`);
-  }
-  if (response.status === 409) return null;
-  if (!response.ok) throw new PageError(`The service refused to give the receipt's log proof: HTTP ${response.status}.`);
-  return response.text();
 }
 
 function saltBytes() {
@@ -220,6 +156,11 @@ function pinnedName(pins) {
   return pins.kind === 'trust_root' ? `the trust root "${pins.name}"` : `the saved key set "${pins.name}"`;
 }
 
+/** What a pasted document that is not a bundle is called in the explanations. */
+function pastedName(doc) {
+  return { envelope: 'The DSSE envelope', sigstore: 'The Sigstore bundle' }[doc.shape] || 'The pasted receipt';
+}
+
 /** Under a version 2 trust root: the keys the document carries, each judged by the pinned roots. */
 function certifiedChoice(parsed, doc, pins) {
   const roots = `the receipt roots of ${pinnedName(pins)}`;
@@ -236,7 +177,7 @@ function certifiedChoice(parsed, doc, pins) {
     keys: bundle ? bundle.keys : { keys: [], active_kid: null },
     keySource: bundle
       ? `The bundle's receipts and chain were checked in this browser with the keys it carries, each counting only through its certificate, checked against ${roots} (no key request was made). The bundle was made ${bundle.created_at} by ${bundle.service}.`
-      : `A pasted receipt carries no key, and ${pinnedName(pins)} pins receipt roots, not keys (no key request was made).`,
+      : `${doc.attestation ? `${pastedName(doc)} carries no key certificate` : 'A pasted receipt carries no key'}, and ${pinnedName(pins)} pins receipt roots, not keys (no key request was made).`,
     pinned: true,
     certified: true,
     checks: [],
@@ -260,8 +201,8 @@ async function chooseKeys(parsed, doc, pins) {
     return {
       keys: pins ? pins.keys : await fetchKeys(),
       keySource: pins
-        ? `The pasted receipt was checked against ${keysFrom}.`
-        : 'The pasted receipt was checked against the public keys of this service (GET /v1/public-key).',
+        ? `${pastedName(doc)} was checked against ${keysFrom}.`
+        : `${pastedName(doc)} was checked against the public keys of this service (GET /v1/public-key).`,
       pinned: true,
       checks: [],
     };
@@ -397,8 +338,12 @@ async function fileChecks(receipt, notes) {
   return checks;
 }
 
-/** The log lines: against the pinned log (required), else the service's published log, else none. */
-async function logLines(receipt, parsed, doc, pins, pasted) {
+/**
+ * The log lines: against the pinned log (required), else the service's published log, else
+ * none. A Sigstore bundle's are its log entry's (`key`: the attestation's, below).
+ */
+async function logLines(receipt, parsed, doc, pins, pasted, key) {
+  if (doc && doc.sigstore && (pins ? pins.log : serviceLog)) return sigstoreLogLines(doc, key.key, pins, pasted);
   if (pins && pins.log) {
     const proof = parsed.kind === 'id' ? await fetchLogProof(parsed.id) : doc.carriedProof;
     return pinnedLogLines(receipt, proof, pins, pasted, doc ? doc.bundle : null);
@@ -448,7 +393,9 @@ async function verify() {
   const notes = [];
   const result = await receiptChecks(receipt, keys, chosen.pinned, certified);
   checks.push(...result.checks);
-  for (const c of await logLines(receipt, parsed, doc, pins, pasted)) (c.info ? notes : checks).push(c);
+  const key = attest.attestationKey(receipt, keys, result.checks);
+  if (doc && doc.attestation) checks.push(...(await attest.documentAttestationChecks(doc, receipt, key)));
+  for (const c of await logLines(receipt, parsed, doc, pins, pasted, key)) (c.info ? notes : checks).push(c);
   if (doc && doc.bundle) {
     checks.push(...(await chainChecks(receipt, doc.bundle, keys, chosen.pinned, notes, certified)));
   } else if (typeof receipt.prev_receipt_hash === 'string') {
@@ -481,7 +428,8 @@ async function verify() {
       : result.keyStatus === 'retired'
         ? ' It was signed by a retired key, which is still listed and valid for the receipts it signed.'
         : '';
-    title = 'Valid: the receipt is genuine and unchanged.' + keyNote;
+    const attested = doc && doc.attestation ? ' Its in-toto attestation is signed by the same key.' : '';
+    title = 'Valid: the receipt is genuine and unchanged.' + keyNote + attested;
   }
   showVerdict(
     kind,
