@@ -18,14 +18,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
 import execution_proof
 from execution_proof import Attestation, Client, verify
 from execution_proof.cli.main import main
-from execution_proof.receipts.attestation import b64, spki_der
+from execution_proof.receipts.attestation import b64
 from tests.log_stack import ORIGIN
 from tests.servers import run_cli
 
@@ -143,16 +142,13 @@ def test_attest_exit_codes(logged: Any, in_tmp: Path, capsys: pytest.CaptureFixt
     assert "environment: SERVICE_BASE_URL" in text and "exit status: 0 saved" in text and "; 2 could not ask" in text
 
 
-def keys_json(base_url: str, path: Path) -> Path:
-    """``keys.json`` of the service's receipt keys, as ``trust-root --sigstore`` writes it
-    (kid to the standard base64 of the DER SubjectPublicKeyInfo)."""
-    published = httpx.get(f"{base_url}/v1/public-key", timeout=30).json()
-    keys = {
-        key["kid"]: b64(spki_der(base64.urlsafe_b64decode(key["public_key_base64url"] + "=")))
-        for key in published["keys"]
-    }
-    path.write_bytes(orjson.dumps(keys))
-    return path
+def sigstore_files(base_url: str, folder: Path) -> tuple[Path, Path]:
+    """``trust-root --sigstore DIR``: the trust root and ``DIR/keys.json`` (each certified receipt
+    key's DER SubjectPublicKeyInfo by kid, each certificate checked against the roots)."""
+    trust = folder / "trust-root.json"
+    done = run_cli("trust-root", "--base-url", base_url, "--out", str(trust), "--sigstore", str(folder / "sigstore"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return trust, folder / "sigstore" / "keys.json"
 
 
 def verified(capsys: pytest.CaptureFixture[str], *argv: Any) -> tuple[int, dict[str, Any]]:
@@ -168,11 +164,9 @@ def test_verify_reads_both_forms(logged: Any, in_tmp: Path, capsys: pytest.Captu
     with Client(logged.base_url) as client:
         sigstore = client.attestation(rid, sigstore=True, wait=60)
         envelope = client.attestation(rid)
-        root = client.trust_root()
         bundle = client.bundle(rid, wait=60)
-    trust = in_tmp / "trust-root.json"
-    trust.write_bytes(root.to_bytes())
-    keys = keys_json(logged.base_url, in_tmp / "keys.json")
+    trust, keys = sigstore_files(logged.base_url, in_tmp)
+    assert receipt.receipt["sig_kid"] in orjson.loads(keys.read_bytes())
     sigstore.save(in_tmp / sigstore.default_name)
     envelope.save(in_tmp / envelope.default_name)
     signed, unlogged = in_tmp / sigstore.default_name, in_tmp / envelope.default_name
