@@ -46,7 +46,7 @@ from execution_proof.receipts.model import parse_create_request
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import TileReader, check_tree
 from tests.conftest import REPO, RedisServer, hash_of, missing_binary
-from tests.receipt_keys import started_receipt_keys
+from tests.receipt_keys import KEY_ENTRIES, started_receipt_keys
 from tests.servers import ServiceProcess, WorkerProcess, clean_env, wait_until
 
 ORIGIN = "faults.example/v1/log"
@@ -96,6 +96,14 @@ def log_entries(store_dir: Path, checkpoint: note.Checkpoint) -> list[bytes]:
 RECEIPT_ENTRY = tlog.ENTRY_HEADER.encode() + b"\n"
 
 
+def log_size(receipts: int, keys: int = KEY_ENTRIES) -> int:
+    """The size of a log holding ``receipts`` receipts and ``keys`` key entries (by default
+    one serving process's key certificate): each receipt enters it as two leaves, its entry
+    and, right after it, the dsse leaf of its attestation (queued, counted by
+    ``LOG_MAX_PENDING`` and integrated as one item)."""
+    return 2 * receipts + keys
+
+
 def entry_ids(entries: list[bytes]) -> list[str]:
     """The receipt ids of the receipt entries, in the log's order (receipt keys' certificates
     left out: ``certificate_indices``; and each receipt's dsse leaf, right after its entry)."""
@@ -105,11 +113,13 @@ def entry_ids(entries: list[bytes]) -> list[str]:
 def is_leaf_of(entry: bytes, receipt: dict[str, Any], origin: str) -> bool:
     """Whether ``entry`` is the dsse leaf of ``receipt``'s attestation in the log of ``origin``:
     a dsse 0.0.2 body (read strictly) naming the hash of the receipt's Statement, with a
-    signature over it that verifies under the key the body names."""
+    signature over it that verifies under the key the body names. Members a test added to
+    the receipt (``_proof``) are left out."""
     try:
         body = attestation.parse_log_body(entry)
     except attestation.AttestationError:
         return False
+    receipt = {name: value for name, value in receipt.items() if not name.startswith("_")}  # a test's notes
     payload = attestation.statement_bytes(receipt, origin)
     signed = attestation.Attestation(payload, str(receipt["sig_kid"]), body.signature).signed_by(body.public_key)
     return body.payload_hash == hashlib.sha256(payload).digest() and signed

@@ -44,7 +44,7 @@ from execution_proof.web.app import create_app
 from tests import log_stack
 from tests.clock import Clock
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
-from tests.log_stack import RECEIPT_ENTRY, assert_paired
+from tests.log_stack import RECEIPT_ENTRY, assert_paired, log_size
 from tests.receipt_keys import KEY_ENTRIES, keys_at_the_clock
 from tests.servers import RAISED_LIMITS
 
@@ -182,13 +182,6 @@ async def log_entries(log_store: LogStore, size: int) -> list[bytes]:
     for index in range((size + 255) // 256):
         entries += await reader.bundle(index, tlog.tile_width(size, 0, index))
     return entries
-
-
-def log_size(receipts: int, keys: int = KEY_ENTRIES) -> int:
-    """The size of a log holding ``receipts`` receipts and ``keys`` key entries: each receipt
-    enters it as two leaves, its entry and, right after it, the dsse leaf of its attestation
-    (queued, counted by ``LOG_MAX_PENDING`` and integrated as one item)."""
-    return 2 * receipts + keys
 
 
 def receipt_ids(entries: list[bytes]) -> list[str]:
