@@ -1138,3 +1138,66 @@ async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     assert await health() == "stalled"  # its entry is fresh: the tree ahead of the checkpoint waits
     await log_store.halt("a test", {"kind": "refused", "detail": "a test"})
     assert await health() == "halted"
+
+
+async def test_a_batch_never_splits_a_receipt_from_its_leaf_and_the_backlog_counts_receipts(
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
+) -> None:
+    """A receipt's entry and the dsse leaf of its attestation are one queue item: counted once
+    by ``LOG_MAX_PENDING`` (seven receipts, fourteen entries, fit under a max of seven besides
+    the app's key certificate; the eighth is refused) and taken whole by a batch, whose
+    ``max_batch`` counts items: with batches of three, every checkpoint ends between two items,
+    each leaf right after its receipt's entry, never in the next batch."""
+    client = log_app(store, log_store, receipt_root, signer, log_max_pending=7 + KEY_ENTRIES).asgi_client
+    keys_ = [await create_project_key(store.keys, project_name=f"items-{i}", plan="pro") for i in range(3)]
+    bodies = [await create(client, keys_[n % 3], f"i{n}") for n in range(7)]
+    assert await store.log_queue.log_pending(IDENTITY) == 7 + KEY_ENTRIES
+    queued_entries = await store.log_queue.log_queue_lengths(IDENTITY, [k["project_id"] for k in keys_])
+    assert sum(queued_entries.values()) == 7, "a receipt's entry and its leaf wait as one item"
+    body = {"input_hash": hash_of("in-over"), "output_hash": hash_of("out-over"), "receipt_kind": "release"}
+    _, refused = await client.post("/v1/receipts", content=orjson.dumps(body), headers=auth(keys_[0]))
+    assert refused.status == 503 and refused.json["error"]["code"] == "log_backlog"
+    worker = await integrator(store, log_store, signer, max_batch=3)
+    sizes = [0]
+    while added := await worker.step(force=True):
+        assert added <= 2 * 3
+        sizes.append((await published(log_store, signer)).size)
+        assert sizes[-1] == sizes[-2] + added
+    assert len(sizes) - 1 == 3, sizes  # eight items, three a batch
+    assert sizes[-1] == log_size(7)
+    entries = await log_entries(log_store, sizes[-1])
+    for size in sizes:
+        assert_paired(entries[:size])
+    receipts = [b["receipt"] for b in bodies]
+    await assert_in_place(log_store, sizes[-1], receipts, [await check_proof(client, signer, r) for r in receipts])
+
+
+async def test_an_export_copies_every_entry_and_the_newest_receipts_time_past_its_leaf(
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
+) -> None:
+    """``log export`` (kv/logstore/export.py) copies a log whose every receipt has its dsse
+    leaf byte for byte, verifies it, and writes the copy's tree state with the newest receipt's
+    time, read from the receipt entries (the log's last entry is a leaf, which names none)."""
+    from execution_proof.kv.keys import receipt_created_ms
+    from execution_proof.kv.logstore.export import export
+
+    app = log_app(store, log_store, receipt_root, signer)
+    key = await create_project_key(store.keys, project_name="exported", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    receipts = await issue(app, key, [f"x{n}" for n in range(139)])
+    await worker.step(force=True)
+    receipts += await issue(app, key, ["x-last"])  # a batch of its own: the log ends with its leaf
+    await worker.step(force=True)
+    size = log_size(140)
+    target = LogStore(FileObjects(tmp_path / "copy"))
+    report = await export(log_store, target)
+    assert report["size"] == size
+    entries = await log_entries(log_store, size)
+    assert entries[-1].startswith(tlog.DSSE_HEADER)
+    assert await log_entries(target, size) == entries
+    assert_paired(entries)
+    copied, source = await target.tree(), await log_store.tree()
+    assert copied is not None and source is not None
+    newest = max(receipt_created_ms(r["receipt_id"]) for r in receipts)
+    assert copied.newest_ms == source.newest_ms == newest
+    assert (await published(target, signer)) == (await published(log_store, signer))
