@@ -145,3 +145,32 @@ def test_a_pair_is_judged_across_passes_and_after_a_restart_from_the_bundle_read
     passes(tmp_path / "e", tmp_path / "state-e", signer, edge)
     [restarted] = passes(tmp_path / "e", tmp_path / "state-e", signer, grown)
     assert found(restarted) == [] and restarted["new_entries"] == 5
+
+
+def test_the_monitors_quick_read_of_a_leaf_agrees_with_the_strict_parser() -> None:
+    """``read_dsse_leaf`` accepts a leaf at once when it is byte for byte the body
+    ``log_body`` writes for the values it holds, else asks ``parse_log_body``: on valid bodies
+    and on bodies with a byte or three changed anywhere (seeded), the verdict is the parser's."""
+    import random
+
+    from execution_proof.receipts.key_entries import _is_leaf, read_dsse_leaf
+
+    draw = random.Random(20261129)
+    accepted = refused = 0
+    for _ in range(600):
+        body = attestation.log_body(draw.randbytes(32), draw.randbytes(64), draw.randbytes(32))
+        assert _is_leaf(body) and read_dsse_leaf(3, body) is None
+        changed = bytearray(body)
+        for _ in range(draw.randint(1, 3)):
+            changed[draw.randrange(len(changed))] = draw.choice(b'AZaz09+/="{}:,x\\\x00\xff')
+        try:
+            attestation.parse_log_body(bytes(changed))
+        except attestation.AttestationError:
+            violation = read_dsse_leaf(3, bytes(changed))
+            assert violation is not None and (violation.kind, violation.index) == ("entry", 3)
+            assert not _is_leaf(bytes(changed))
+            refused += 1
+        else:
+            assert read_dsse_leaf(3, bytes(changed)) is None
+            accepted += 1
+    assert refused > 500, (accepted, refused)  # nearly every change breaks the body (a base64 letter may not)

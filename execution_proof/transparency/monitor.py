@@ -490,7 +490,7 @@ def check_chains(
     for offset, entry in enumerate(entries):
         index = first_index + offset
         kind = entry_kind(entry) or _NO_KIND
-        if previous is RECEIPT_ENTRY or kind is DSSE_LEAF:
+        if (previous is RECEIPT_ENTRY) is not (kind is DSSE_LEAF):  # an honest log: both or neither
             unpaired = _unpaired(index, previous, kind)
             if unpaired is not None:
                 violations.append(unpaired)
