@@ -523,7 +523,7 @@ class Stack:
         key certificates (one per serving process started) the receipts fill ``final``'s tree,
         each one's entry at its index and its dsse leaf right after it: every index exactly
         once (``assert_placed``)."""
-        assert_placed(log_entries(self.store_dir, final), receipts, self.assert_proofs(receipts), ORIGIN)
+        assert_placed(log_entries(self.store_dir, final), receipts, self.assert_proofs(receipts), final.origin)
 
     def assert_no_staging(self) -> None:
         staging = self.store_dir / ".state" / "staging"
