@@ -95,7 +95,7 @@ from bench.production import ServiceSpec, fly_workers, open_loop
 from bench.redis_kinds import RedisKind, start_kind
 from execution_proof.kv import keys
 from execution_proof.kv.keys import LogIdentity
-from execution_proof.transparency import cosignature, note
+from execution_proof.transparency import cosignature, note, tlog
 from execution_proof.transparency.note import Signer
 
 ORIGIN = "bench.example/log"
@@ -116,7 +116,8 @@ INTEGRATE_TIMEOUT_S = 900.0
 """The integration run gives up (a harness failure) after this long: it stops by itself."""
 DRAIN_TIMEOUT_S = 300.0
 INDEX_SAMPLE = 1000
-"""One entry in this many is looked up in Redis after the integration run."""
+"""One receipt entry in about this many entries is looked up in Redis after the integration run."""
+RECEIPT_ENTRY = tlog.ENTRY_HEADER.encode() + b"\n"
 
 
 def store_url(path: Path) -> str:
@@ -691,7 +692,6 @@ async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, 
     included); one entry in ``INDEX_SAMPLE`` looked up at its index in Redis."""
     from execution_proof.kv.connect import open_store
     from execution_proof.kv.logstore import open_log_store
-    from execution_proof.transparency import tlog
     from execution_proof.transparency.tiles import TileReader, check_tree
 
     log_store = open_log_store(store_url(store))
@@ -704,9 +704,15 @@ async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, 
         entries = 0
 
         def seen(first: int, bundle: list[bytes]) -> None:
+            # A receipt's entry each INDEX_SAMPLE entries (the first of two places: one of them
+            # is a receipt's, the other its dsse leaf, or a key certificate).
             nonlocal entries
             entries += len(bundle)
-            sampled.extend((first + n, entry) for n, entry in enumerate(bundle) if (first + n) % INDEX_SAMPLE == 0)
+            sampled.extend(
+                (first + n, entry)
+                for n, entry in enumerate(bundle)
+                if (first + n) % INDEX_SAMPLE in (0, 1) and entry.startswith(RECEIPT_ENTRY)
+            )
 
         started = time.monotonic()
         await check_tree(TileReader(log_store.fetch), checkpoint.size, checkpoint.root, seen)

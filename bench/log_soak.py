@@ -78,6 +78,7 @@ from bench.procs import REPO, HarnessError, Proc, base_env, free_port, log, wait
 from bench.production import ServiceSpec
 from bench.redis_kinds import RedisKind, persistence
 from execution_proof.jobs.worker import RQ_RETRY_MESSAGE
+from execution_proof.receipts import attestation
 from execution_proof.runtime.failpoints import STEPS
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import TileMissing, TileReader, check_tree
@@ -330,12 +331,49 @@ def _fetch(store_dir: Path) -> Any:
     return fetch
 
 
+RECEIPT_ENTRY = tlog.ENTRY_HEADER.encode() + b"\n"
+
+
+def receipt_ids(entries: Sequence[bytes]) -> list[str]:
+    """The receipt ids of the receipt entries, in log order (key certificates and each
+    receipt's dsse leaf, right after its entry, are entries of other kinds)."""
+    return [tlog.LogEntry.parse(entry).receipt_id for entry in entries if entry.startswith(RECEIPT_ENTRY)]
+
+
+def unpaired(entries: Sequence[bytes]) -> list[int]:
+    """Where the log breaks a receipt's pair: a receipt entry that the dsse leaf of its
+    attestation does not follow, or a dsse leaf after anything but a receipt entry."""
+    found = []
+    for at, entry in enumerate(entries):
+        after = entries[at + 1] if at + 1 < len(entries) else b""
+        before = entries[at - 1] if at else b""
+        if (entry.startswith(RECEIPT_ENTRY) and not after.startswith(tlog.DSSE_HEADER)) or (
+            entry.startswith(tlog.DSSE_HEADER) and not before.startswith(RECEIPT_ENTRY)
+        ):
+            found.append(at)
+    return found
+
+
+def is_leaf_of(entry: bytes, receipt: dict[str, Any], origin: str) -> bool:
+    """Whether ``entry`` is a dsse leaf naming the hash of ``receipt``'s Statement in the log
+    of ``origin`` (its signature is the service's to make; the leaf's form and hash are what
+    a log's reader can hold it to)."""
+    try:
+        body = attestation.parse_log_body(entry)
+        payload = attestation.statement_bytes(receipt, origin)
+    except attestation.AttestationError:
+        return False
+    return body.payload_hash == hashlib.sha256(payload).digest()
+
+
 def judge(store_dir: Path, verifier: note.Verifier, observed: Sequence[bytes], acked: Sequence[Acked]) -> Verdict:
     """The store as a monitor sees it, against what was observed and acknowledged while it
     ran: the published checkpoint verifies; the whole tree checks out (``check_tree``); no
-    receipt id twice; every checkpoint observed (and every acknowledged proof's checkpoint)
+    receipt id twice; every receipt entry followed by its dsse leaf and every leaf after a
+    receipt entry; every checkpoint observed (and every acknowledged proof's checkpoint)
     verifies and is a prefix of the final tree (a consistency proof from the store's tiles);
-    every acknowledged receipt's proof verifies and its entry is at its index; no halt."""
+    every acknowledged receipt's proof verifies, its entry is at its index and its leaf
+    right after it; no halt."""
     verdict = Verdict()
     findings = verdict.findings
     halt = store_dir / ".state" / "halt"
@@ -356,10 +394,13 @@ def judge(store_dir: Path, verifier: note.Verifier, observed: Sequence[bytes], a
         findings.append(f"check_tree over the final tree of {final.size}: {exc}")
         return verdict
     verdict.entries = entries
-    ids = Counter(tlog.LogEntry.parse(entry).receipt_id for entry in entries)
+    ids = Counter(receipt_ids(entries))
     twice = sorted(receipt_id for receipt_id, count in ids.items() if count > 1)
     if twice:
         findings.append(f"{len(twice)} receipt ids are in the log more than once: {twice[:5]}")
+    broken = unpaired(entries)
+    if broken:
+        findings.append(f"{len(broken)} entries break a receipt's pair of entry and dsse leaf, at {broken[:5]}")
     texts = list(observed)
     for item in acked:
         receipt_id = item.receipt.get("receipt_id")
@@ -374,6 +415,8 @@ def judge(store_dir: Path, verifier: note.Verifier, observed: Sequence[bytes], a
         texts.append(proof.checkpoint.encode())
         if proof.index >= final.size or entries[proof.index] != entry:
             findings.append(f"receipt {receipt_id}: acknowledged at index {proof.index}, not there in the final tree")
+        elif proof.index + 1 >= final.size or not is_leaf_of(entries[proof.index + 1], item.receipt, final.origin):
+            findings.append(f"receipt {receipt_id}: the dsse leaf of its attestation is not at {proof.index + 1}")
         verdict.acked += 1
     seen: dict[tuple[int, bytes], note.Checkpoint] = {}
     for text in texts:
@@ -1216,7 +1259,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     unreachable = tally.details[f"exits: {exit_kind(2, UNREACHABLE)}"]
     if unreachable and not (tally.faults["restore"] or tally.faults["overwrite"]):
         findings.append(f"{unreachable} workers found Redis unreachable at their start, and no restore restarted it")
-    ids = {tlog.LogEntry.parse(entry).receipt_id for entry in verdict.entries}
+    ids = set(receipt_ids(verdict.entries))
     if findings:  # for whoever looks into them: what the load was told
         answered = {"answered_201": load.ids, "acknowledged_with_proof": [a.receipt for a in load.acked]}
         (tmp / "answered.json").write_bytes(orjson.dumps(answered))

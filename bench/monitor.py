@@ -4,8 +4,9 @@
 1. Builds a log of N entries in a ``file://`` store directory, laid out as C2SP tlog-tiles
    names things (``checkpoint``, ``tile/<L>/<N>[.p/<W>]``, ``tile/entries/<N>[.p/<W>]``):
    entries in the contract's format for ``--projects`` projects, each a valid main chain (a
-   tenth of them branch receipts), hashed and tiled with receipts.tlog and written straight
-   to files (``write_static_log``; the log's own integrator is measured by bench.log).
+   tenth of them branch receipts), each receipt's entry followed by its ``dsse`` leaf, hashed
+   and tiled with receipts.tlog and written straight to files (``write_static_log``; the
+   log's own integrator is measured by bench.log).
 2. Serves the directory with ``python -m http.server`` on loopback, with a keep-alive
    asyncio file server (bench/static_server.py), and, where they are installed, with nginx
    and ``busybox httpd`` (the plain web servers a log is served by) as well.
@@ -33,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from execution_proof.receipts import attestation
 from execution_proof.transparency import note, tlog
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,25 +42,41 @@ ORIGIN = "bench.example/v1/log"
 WIDTH = tlog.TILE_WIDTH
 
 
+_NO_HASH = bytes(32)
+_LEAF = attestation.log_body(_NO_HASH, bytes([1]) * attestation.SIGNATURE_SIZE, bytes(range(32)))
+_PLACEHOLDER = attestation.b64(_NO_HASH).encode()
+
+
+def dsse_leaf(payload_hash: bytes) -> bytes:
+    """A ``dsse`` leaf naming ``payload_hash``, with a fixed key and signature: a monitor
+    reads a leaf's form and cannot check its signature (the log holds the payload's hash, not
+    the payload), so the bench signs nothing."""
+    return _LEAF.replace(_PLACEHOLDER, attestation.b64(payload_hash).encode(), 1)
+
+
 def chain_entries(count: int, projects: int) -> Iterator[bytes]:
-    """``count`` entries round-robin over ``projects`` projects, each project's main entries
-    one unbroken chain (every tenth receipt a branch off the tip, which leaves it alone)."""
+    """``count`` entries as a log holds them, each receipt's entry followed by the ``dsse``
+    leaf of its attestation (an odd ``count`` ends with a receipt entry alone): receipts
+    round-robin over ``projects`` projects, each project's main entries one unbroken chain
+    (every tenth receipt a branch off the tip, which leaves it alone)."""
     tips: list[str | None] = [None] * projects
-    for n in range(count):
+    for n in range((count + 1) // 2):
         p = n % projects
-        receipt_hash = "sha256:" + hashlib.sha256(n.to_bytes(8, "big")).hexdigest()
+        digest = hashlib.sha256(n.to_bytes(8, "big")).digest()
         branch = n % 10 == 9
         yield tlog.entry_bytes(
             {
                 "receipt_id": f"rcpt_{n:026d}",
-                "receipt_hash": receipt_hash,
+                "receipt_hash": "sha256:" + digest.hex(),
                 "project_id": f"prj_{p:06d}",
                 "prev_receipt_hash": tips[p],
                 "chain_status": "branch" if branch else "main",
             }
         )
+        if 2 * n + 1 < count:
+            yield dsse_leaf(digest)
         if not branch:
-            tips[p] = receipt_hash
+            tips[p] = "sha256:" + digest.hex()
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -40,12 +40,13 @@ from execution_proof.kv import keys
 from execution_proof.kv.accounts import create_project_key
 from execution_proof.kv.records import KeyRecord, LogQueue
 from execution_proof.kv.store import Store
+from execution_proof.receipts import attestation
 from execution_proof.receipts.limits import PlanLimits
 from execution_proof.receipts.model import parse_create_request
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import TileReader, check_tree
 from tests.conftest import REPO, RedisServer, hash_of, missing_binary
-from tests.receipt_keys import started_receipt_keys
+from tests.receipt_keys import KEY_ENTRIES, started_receipt_keys
 from tests.servers import ServiceProcess, WorkerProcess, clean_env, wait_until
 
 ORIGIN = "faults.example/v1/log"
@@ -92,10 +93,57 @@ def log_entries(store_dir: Path, checkpoint: note.Checkpoint) -> list[bytes]:
     return entries
 
 
+RECEIPT_ENTRY = tlog.ENTRY_HEADER.encode() + b"\n"
+
+
+def log_size(receipts: int, keys: int = KEY_ENTRIES) -> int:
+    """The size of a log holding ``receipts`` receipts and ``keys`` key entries (by default
+    one serving process's key certificate): each receipt enters it as two leaves, its entry
+    and, right after it, the dsse leaf of its attestation (queued, counted by
+    ``LOG_MAX_PENDING`` and integrated as one item)."""
+    return 2 * receipts + keys
+
+
 def entry_ids(entries: list[bytes]) -> list[str]:
     """The receipt ids of the receipt entries, in the log's order (receipt keys' certificates
-    left out: ``certificate_indices``)."""
-    return [tlog.LogEntry.parse(e).receipt_id for e in entries if not e.startswith(tlog.KEY_CERTIFICATE_HEADER)]
+    left out: ``certificate_indices``; and each receipt's dsse leaf, right after its entry)."""
+    return [tlog.LogEntry.parse(e).receipt_id for e in entries if e.startswith(RECEIPT_ENTRY)]
+
+
+def is_leaf_of(entry: bytes, receipt: dict[str, Any], origin: str) -> bool:
+    """Whether ``entry`` is the dsse leaf of ``receipt``'s attestation in the log of ``origin``:
+    a dsse 0.0.2 body (read strictly) naming the hash of the receipt's Statement, with a
+    signature over it that verifies under the key the body names. Members a test added to
+    the receipt (``_proof``) are left out."""
+    try:
+        body = attestation.parse_log_body(entry)
+    except attestation.AttestationError:
+        return False
+    receipt = {name: value for name, value in receipt.items() if not name.startswith("_")}  # a test's notes
+    payload = attestation.statement_bytes(receipt, origin)
+    signed = attestation.Attestation(payload, str(receipt["sig_kid"]), body.signature).signed_by(body.public_key)
+    return body.payload_hash == hashlib.sha256(payload).digest() and signed
+
+
+def assert_paired(entries: list[bytes]) -> None:
+    """Each receipt entry is followed by a dsse leaf that reads strictly, and each dsse leaf
+    follows a receipt entry (what the monitor checks)."""
+    for at, entry in enumerate(entries):
+        if entry.startswith(RECEIPT_ENTRY):
+            assert at + 1 < len(entries) and entries[at + 1].startswith(tlog.DSSE_HEADER), f"entry {at} has no leaf"
+        if entry.startswith(b"{"):
+            assert at > 0 and entries[at - 1].startswith(RECEIPT_ENTRY), f"leaf {at} follows no receipt entry"
+            attestation.parse_log_body(entry)
+
+
+def assert_placed(entries: list[bytes], receipts: list[dict[str, Any]], indices: list[int], origin: str) -> None:
+    """``entries`` (a whole log) hold each receipt's entry at its index and the dsse leaf of
+    its attestation at index + 1, and nothing else but key certificates: every entry once."""
+    placed = sorted([*indices, *(i + 1 for i in indices), *certificate_indices(entries)])
+    assert placed == list(range(len(entries))), "every entry exactly once"
+    for receipt, index in zip(receipts, indices, strict=True):
+        assert entries[index] == tlog.entry_bytes(receipt), index
+        assert is_leaf_of(entries[index + 1], receipt, origin), index + 1
 
 
 def certificate_indices(entries: list[bytes]) -> list[int]:
@@ -472,10 +520,10 @@ class Stack:
 
     def assert_fills(self, receipts: list[dict[str, Any]], final: note.Checkpoint) -> None:
         """Each receipt's log-proof verifies (``assert_proofs``), and with the log's receipt
-        key certificates (one per serving process started) the receipts fill ``final``'s tree:
-        every index exactly once."""
-        indices = self.assert_proofs(receipts) + certificate_indices(log_entries(self.store_dir, final))
-        assert sorted(indices) == list(range(final.size))
+        key certificates (one per serving process started) the receipts fill ``final``'s tree,
+        each one's entry at its index and its dsse leaf right after it: every index exactly
+        once (``assert_placed``)."""
+        assert_placed(log_entries(self.store_dir, final), receipts, self.assert_proofs(receipts), final.origin)
 
     def assert_no_staging(self) -> None:
         staging = self.store_dir / ".state" / "staging"

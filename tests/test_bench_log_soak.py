@@ -1,11 +1,13 @@
 """bench/log_soak.py's pure parts: the fault plan is the seed's alone, the judge flags a forged
-or forked checkpoint and a receipt that is not where its proof put it, the observer flags a
-checkpoint going back, and the arguments are bounded. (The soak itself runs real processes
+or forked checkpoint, a receipt that is not where its proof put it and a receipt's entry
+without its dsse leaf, the observer flags a checkpoint going back, and the arguments are
+bounded. (The soak itself runs real processes
 for minutes: ``python -m bench.log_soak``.)"""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 
 from bench import log_soak
 from bench.log_soak import Acked, Observer, judge, make_plan, parse_args
+from execution_proof.receipts import attestation
 from execution_proof.runtime.failpoints import STEPS, Failpoints
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import TileReader, tile_name
@@ -129,7 +132,29 @@ def test_only_the_exits_a_fault_or_the_harness_explains_pass() -> None:
 
 
 def receipt(n: int, project: str = "prj_a") -> dict[str, Any]:
-    return {"receipt_id": f"rcpt_{n:04d}", "receipt_hash": f"sha256:{n:064x}", "project_id": project}
+    return {
+        "receipt_id": f"rcpt_{n:04d}",
+        "receipt_hash": f"sha256:{n:064x}",
+        "project_id": project,
+        "input_hash": f"sha256:{n + 1:064x}",
+    }
+
+
+def leaf(made: dict[str, Any]) -> bytes:
+    """The dsse leaf of ``made``'s attestation (its signature left at zeros: the judge holds a
+    leaf to its receipt's Statement, not to a key)."""
+    payload_hash = hashlib.sha256(attestation.statement_bytes(made, ORIGIN)).digest()
+    return attestation.log_body(payload_hash, bytes(64), bytes(range(32)))
+
+
+def logged(*made: dict[str, Any]) -> list[bytes]:
+    """Receipts as the log holds them: each one's entry, then its dsse leaf."""
+    return [entry for one in made for entry in (tlog.entry_bytes(one), leaf(one))]
+
+
+def certificate(n: int) -> bytes:
+    """A key certificate's entry (the judge reads none: it only tells the kinds apart)."""
+    return tlog.KEY_CERTIFICATE_HEADER + b'{"kid":"key-%d"}\n' % n
 
 
 def write_tree(folder: Path, entries: list[bytes]) -> None:
@@ -168,9 +193,10 @@ def proof_text(folder: Path, entries: list[bytes], index: int) -> str:
 
 @pytest.fixture
 def store(tmp_path: Path) -> tuple[Path, list[bytes]]:
-    """A log of 300 entries (a full tile, a partial one, a level-1 tile), published."""
+    """A log of 300 entries (a full tile, a partial one, a level-1 tile), published: a key
+    certificate, 149 receipts (receipt n's entry at 1 + 2n, its leaf after it), another one."""
     folder = tmp_path / "store"
-    entries = [tlog.entry_bytes(receipt(n)) for n in range(300)]
+    entries = [certificate(1), *logged(*(receipt(n) for n in range(149))), certificate(2)]
     write_tree(folder, entries)
     (folder / "checkpoint").write_bytes(signed(entries))
     return folder, entries
@@ -178,17 +204,18 @@ def store(tmp_path: Path) -> tuple[Path, list[bytes]]:
 
 def test_the_judge_passes_a_log_whose_every_checkpoint_is_a_prefix(store: tuple[Path, list[bytes]]) -> None:
     folder, entries = store
-    observed = [signed(entries[:n]) for n in (0, 1, 100, 256, 299, 300)]
-    acked = [Acked(receipt(n), proof_text(folder, entries, n)) for n in (0, 150, 299)]
+    observed = [signed(entries[:n]) for n in (0, 1, 101, 257, 299, 300)]
+    acked = [Acked(receipt(n), proof_text(folder, entries, 1 + 2 * n)) for n in (0, 75, 148)]
     verdict = judge(folder, SIGNER.verifier, observed, acked)
     assert verdict.findings == []
     assert (verdict.final_size, verdict.checkpoints, verdict.acked) == (300, 6, 3)
+    assert log_soak.receipt_ids(entries) == [receipt(n)["receipt_id"] for n in range(149)]
 
 
 def test_the_judge_flags_a_forged_checkpoint(store: tuple[Path, list[bytes]]) -> None:
     folder, entries = store
     forger = note.Signer.generate(ORIGIN)  # the same origin, another key
-    verdict = judge(folder, SIGNER.verifier, [signed(entries[:100]), signed(entries[:200], forger)], [])
+    verdict = judge(folder, SIGNER.verifier, [signed(entries[:101]), signed(entries[:201], forger)], [])
     assert len(verdict.findings) == 1
     assert "does not verify" in verdict.findings[0]
 
@@ -197,24 +224,45 @@ def test_the_judge_flags_a_forked_checkpoint_and_a_receipt_proven_in_the_fork(
     store: tuple[Path, list[bytes]], tmp_path: Path
 ) -> None:
     folder, entries = store
-    fork = entries[:100] + [tlog.entry_bytes(receipt(n, "prj_other")) for n in range(100, 120)]
+    fork = entries[:101] + logged(*(receipt(n, "prj_other") for n in range(100, 110)))
     elsewhere = tmp_path / "fork"
     write_tree(elsewhere, fork)
-    forked_proof = Acked(receipt(110, "prj_other"), proof_text(elsewhere, fork, 110))
-    verdict = judge(folder, SIGNER.verifier, [signed(entries[:120]), signed(fork)], [forked_proof])
+    forked_proof = Acked(receipt(105, "prj_other"), proof_text(elsewhere, fork, 111))
+    verdict = judge(folder, SIGNER.verifier, [signed(entries[:121]), signed(fork)], [forked_proof])
     assert any("not a prefix of the final tree" in finding for finding in verdict.findings), verdict.findings
-    assert any("acknowledged at index 110, not there" in finding for finding in verdict.findings)
+    assert any("acknowledged at index 111, not there" in finding for finding in verdict.findings)
     assert len(verdict.findings) == 2
+
+
+def test_the_judge_flags_a_receipt_entry_without_its_leaf_a_stray_leaf_and_anothers_leaf(tmp_path: Path) -> None:
+    """Each receipt enters the log with the dsse leaf of its attestation right after it: a
+    receipt entry followed by anything else, a leaf after anything but a receipt entry, and an
+    acknowledged receipt followed by another receipt's leaf are findings."""
+    zero, one, two, three = (receipt(n) for n in range(4))
+    folder = tmp_path / "unpaired"
+    entries = [certificate(1), *logged(zero), tlog.entry_bytes(one), *logged(two), certificate(2), leaf(three)]
+    assert log_soak.unpaired(entries) == [3, 7]
+    write_tree(folder, entries)
+    (folder / "checkpoint").write_bytes(signed(entries))
+    verdict = judge(folder, SIGNER.verifier, [], [Acked(zero, proof_text(folder, entries, 1))])
+    assert verdict.findings == ["2 entries break a receipt's pair of entry and dsse leaf, at [3, 7]"]
+    folder = tmp_path / "swapped"
+    entries = [certificate(1), tlog.entry_bytes(zero), leaf(one), *logged(one)]
+    write_tree(folder, entries)
+    (folder / "checkpoint").write_bytes(signed(entries))
+    acked = [Acked(zero, proof_text(folder, entries, 1)), Acked(one, proof_text(folder, entries, 3))]
+    verdict = judge(folder, SIGNER.verifier, [], acked)
+    assert verdict.findings == ["receipt rcpt_0000: the dsse leaf of its attestation is not at 2"]
 
 
 def test_the_judge_flags_a_log_that_went_back_a_receipt_twice_and_a_halt(tmp_path: Path) -> None:
     folder = tmp_path / "store"
-    entries = [tlog.entry_bytes(receipt(n)) for n in range(10)] + [tlog.entry_bytes(receipt(3))]
+    entries = logged(*(receipt(n) for n in range(10))) + logged(receipt(3))
     write_tree(folder, entries)
     (folder / "checkpoint").write_bytes(signed(entries))
     (folder / ".state").mkdir()
     (folder / ".state" / "halt").write_text('{"kind": "refused"}')
-    bigger = [*entries, tlog.entry_bytes(receipt(11))]
+    bigger = [*entries, *logged(receipt(11))]
     verdict = judge(folder, SIGNER.verifier, [signed(bigger)], [])
     assert len(verdict.findings) == 3, verdict.findings
     assert "halted" in verdict.findings[0]

@@ -41,8 +41,10 @@ from execution_proof.runtime.failpoints import STEPS
 from execution_proof.runtime.settings import Settings
 from execution_proof.transparency import note, tlog
 from execution_proof.web.app import create_app
+from tests import log_stack
 from tests.clock import Clock
 from tests.conftest import RedisServer, auth, hash_of, missing_binary
+from tests.log_stack import RECEIPT_ENTRY, assert_paired, log_size
 from tests.receipt_keys import KEY_ENTRIES, keys_at_the_clock
 from tests.servers import RAISED_LIMITS
 
@@ -183,9 +185,22 @@ async def log_entries(log_store: LogStore, size: int) -> list[bytes]:
 
 
 def receipt_ids(entries: list[bytes]) -> list[str]:
-    """The receipt ids of the entries that are receipts, in order (receipt keys' certificates
-    left out)."""
-    return [tlog.LogEntry.parse(e).receipt_id for e in entries if not e.startswith(tlog.KEY_CERTIFICATE_HEADER)]
+    """The receipt ids of the receipt entries, in order (receipt keys' certificates and the
+    receipts' dsse leaves left out)."""
+    return [tlog.LogEntry.parse(e).receipt_id for e in entries if e.startswith(RECEIPT_ENTRY)]
+
+
+def is_leaf_of(entry: bytes, receipt: dict[str, Any], origin: str = ORIGIN) -> bool:
+    """Whether ``entry`` is the dsse leaf of ``receipt``'s attestation (tests/log_stack.py)."""
+    return log_stack.is_leaf_of(entry, receipt, origin)
+
+
+async def assert_in_place(
+    log_store: LogStore, size: int, receipts: list[dict[str, Any]], indices: list[int], origin: str = ORIGIN
+) -> None:
+    """The log of ``size`` holds each receipt's entry at its index and the dsse leaf of its
+    attestation at index + 1, and nothing else but key certificates: every entry once."""
+    log_stack.assert_placed(await log_entries(log_store, size), receipts, indices, origin)
 
 
 async def certificate_indices(log_store: LogStore, size: int) -> list[int]:
@@ -231,14 +246,16 @@ async def test_receipts_reach_the_log_and_their_proofs_verify(
     long_wait = await create(client, keys_[0], "long-wait", Prefer="wait=" + "9" * 5000)
     assert long_wait["log"]["status"] == "pending"
     receipts.append(long_wait["receipt"])
-    size = 41 + KEY_ENTRIES  # and the app's key certificate
-    assert await store.log_queue.log_pending(IDENTITY) == size
+    # Pending counts queue items (each receipt's: its entry and its leaf; the app's key
+    # certificate); the step returns the leaves it added.
+    assert await store.log_queue.log_pending(IDENTITY) == 41 + KEY_ENTRIES
+    size = log_size(41)
     assert await worker.step(force=True) == size
     assert await store.log_queue.log_pending(IDENTITY) == 0
     checkpoint = await published(log_store, signer)
     assert checkpoint.size == size and checkpoint.origin == ORIGIN
     indices = [await check_proof(client, signer, r) for r in receipts]
-    assert sorted(indices + await certificate_indices(log_store, size)) == list(range(size))
+    await assert_in_place(log_store, size, receipts, indices)
     # Each project's receipts are in the log in their chain order.
     for project in {r["project_id"] for r in receipts}:
         mine = [i for i, r in zip(indices, receipts, strict=True) if r["project_id"] == project]
@@ -289,33 +306,38 @@ async def test_the_published_directory_is_a_log_tlog_scales_reads(
     worker = await integrator(store, log_store, signer)
     receipts = []
     old: note.Checkpoint | None = None
-    for batch, count in enumerate((300 - KEY_ENTRIES, 1, 255)):  # with the app's key certificate: 556
+    for batch, count in enumerate((150, 1, 127)):  # with the app's key certificate: 301, 303, 557 entries
         receipts += await issue(app, key, [f"b{batch}-{n}" for n in range(count)])
         await worker.step(force=True)
         old = old or await published(log_store, signer)
     assert old is not None
     checkpoint = await published(log_store, signer)
-    assert checkpoint.size == 556
-    certificates = await certificate_indices(log_store, 556)
+    assert checkpoint.size == log_size(278) == 557
+    certificates = await certificate_indices(log_store, 557)
     assert len(certificates) == KEY_ENTRIES
     reader = TilesReader(LocalBackend(tmp_path / "log"))
     theirs = reader.get_checkpoint()
     theirs.verify(Vkey.from_string(signer.verifier.encode()))  # raises unless our signature verifies
-    assert theirs.size == 556 and theirs.root_hash == checkpoint.root
+    assert theirs.size == 557 and theirs.root_hash == checkpoint.root
     assert reader.calculate_root_hash() == checkpoint.root
-    for index in sorted({0, 1, 255, 256, 299, 300, 555} - set(certificates)):
-        assert reader.get_entry(index) in {tlog.entry_bytes(r) for r in receipts}
-        proof = reader.get_inclusion_proof(index, 556)
-        _, response = await client.get(
-            f"/v1/receipts/{tlog.LogEntry.parse(reader.get_entry(index)).receipt_id}/log-proof"
-        )
+    by_id = {r["receipt_id"]: r for r in receipts}
+    for index in sorted({0, 1, 255, 256, 299, 300, 301, 302, 555, 556} - set(certificates)):
+        entry = reader.get_entry(index)
+        # A receipt's entry, or the dsse leaf of the receipt whose entry is just before it.
+        leaf = not entry.startswith(RECEIPT_ENTRY)
+        receipt = by_id[tlog.LogEntry.parse(reader.get_entry(index - 1) if leaf else entry).receipt_id]
+        assert is_leaf_of(entry, receipt) if leaf else entry == tlog.entry_bytes(receipt)
+        proof = reader.get_inclusion_proof(index, 557)
+        _, response = await client.get(f"/v1/receipts/{receipt['receipt_id']}/log-proof")
         ours = note.parse_tlog_proof(response.text)
-        assert ours.index == index and list(ours.path) == proof.node_hashes
-        proof.check(tlog.leaf_hash(reader.get_entry(index)), checkpoint.root)
-    consistency = reader.get_consistency_proof(old.size, 556)
+        assert ours.index == index - leaf
+        if not leaf:
+            assert list(ours.path) == proof.node_hashes
+        proof.check(tlog.leaf_hash(entry), checkpoint.root)
+    consistency = reader.get_consistency_proof(old.size, 557)
     consistency.check(old.root, checkpoint.root)
     # The routes serve the same bytes as the directory holds; full ones are immutable.
-    for path in ("tile/0/000", "tile/0/002.p/44", "tile/1/000.p/2", "tile/entries/000", "tile/entries/002.p/44"):
+    for path in ("tile/0/000", "tile/0/002.p/45", "tile/1/000.p/2", "tile/entries/000", "tile/entries/002.p/45"):
         _, response = await client.get(f"/v1/log/{path}")
         assert response.status == 200, path
         assert response.body == (tmp_path / "log" / path).read_bytes()
@@ -330,9 +352,10 @@ async def test_partial_tiles_go_once_full_and_older_widths_are_still_served(
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="partials", plan="pro")
     worker = await integrator(store, log_store, signer)
-    for count in (3 - KEY_ENTRIES, 4, 300):  # and the app's key certificate, in the first step
+    for count, size in ((1, 3), (2, 7), (150, 307)):  # and the app's key certificate, in the first step
         await issue(app, key, [f"p{count}-{n}" for n in range(count)])
         await worker.step(force=True)
+        assert (await published(log_store, signer)).size == size
     # Widths 3 and 7 of tile 0 were published, then the tile filled: only the full one is left.
     assert not (tmp_path / "log/tile/0/000.p").exists()
     assert not (tmp_path / "log/tile/entries/000.p").exists()
@@ -349,7 +372,7 @@ async def test_tile_routes_refuse_what_is_not_published(
     client = log_app(store, log_store, receipt_root, signer).asgi_client
     key = await create_project_key(store.keys, project_name="tiles", plan="pro")
     worker = await integrator(store, log_store, signer)
-    for n in range(5 - KEY_ENTRIES):  # and the app's key certificate: 5 entries
+    for n in range(2):  # two receipts' entries and leaves, and the app's key certificate: 5 entries
         await create(client, key, f"t{n}")
     await worker.step(force=True)
     _, ok = await client.get("/v1/log/tile/0/000.p/5")
@@ -425,11 +448,14 @@ async def test_prefer_wait_returns_the_proof_once_a_checkpoint_covers_the_receip
         stop.set()
         await running
     proof = note.parse_tlog_proof(body["log"]["proof"])
-    assert body["log"]["index"] == proof.index == 0
+    # The receipt's entry is first, or follows the app's key certificate (a pass may take the
+    # certificate, queued at the app's start, alone); its leaf is right after it.
+    assert body["log"]["index"] == proof.index in (0, KEY_ENTRIES)
     checkpoint, _ = note.open_checkpoint(proof.checkpoint, signer.verifier)
     tlog.verify_inclusion(
-        tlog.leaf_hash(tlog.entry_bytes(body["receipt"])), 0, checkpoint.size, proof.path, checkpoint.root
+        tlog.leaf_hash(tlog.entry_bytes(body["receipt"])), proof.index, checkpoint.size, proof.path, checkpoint.root
     )
+    await assert_in_place(log_store, checkpoint.size, [body["receipt"]], [proof.index])
 
 
 async def test_a_waiting_create_whose_wait_meets_an_outage_answers_201_pending(
@@ -499,16 +525,16 @@ async def test_a_crash_between_any_two_steps_is_finished_by_the_next_integrator(
         await doomed.step(force=True)
     # Whatever the point, what is published is the old tree or the new, never anything else.
     shown = await published(log_store, signer)
-    assert shown.size in (before.size, before.size + 300)
+    assert shown.size in (before.size, before.size + log_size(300, 0))
     successor = await integrator(store, log_store, signer)
     await successor.step(force=True)  # finishes the batch
     await successor.step(force=True)  # nothing left
     after = await published(log_store, signer)
-    size = 306 + KEY_ENTRIES  # and the app's key certificate
+    size = log_size(306)  # and the app's key certificate
     assert after.size == size, "every entry exactly once"
     await assert_extends(log_store, before, after)
     indices = [await proof_index(app, signer, r) for r in first + second]
-    assert sorted(indices + await certificate_indices(log_store, size)) == list(range(size))
+    await assert_in_place(log_store, size, first + second, indices)
     assert await queued(store) == 0
     assert await store.log_queue.log_pending(IDENTITY) == 0
     assert len(set(receipt_ids(await log_entries(log_store, size)))) == 306
@@ -537,11 +563,11 @@ async def test_racing_integrators_never_fork_and_lose_nothing(
         await rival.step(force=True)
         await rival.step(force=True)
     final = await published(log_store, signer)
-    assert final.size == len(receipts) + KEY_ENTRIES == 252 + KEY_ENTRIES
+    assert final.size == log_size(len(receipts)) == log_size(252)
     for old in seen:
         await assert_extends(log_store, old, final)
     indices = [await proof_index(app, signer, r) for r in receipts]
-    assert sorted(indices + await certificate_indices(log_store, final.size)) == list(range(final.size))
+    await assert_in_place(log_store, final.size, receipts, indices)
 
 
 async def test_lost_tiles_refuse_to_extend_instead_of_signing_a_fork(
@@ -550,19 +576,20 @@ async def test_lost_tiles_refuse_to_extend_instead_of_signing_a_fork(
     app = log_app(store, log_store, receipt_root, signer)
     key = await create_project_key(store.keys, project_name="lost", plan="pro")
     worker = await integrator(store, log_store, signer)
-    await issue(app, key, [f"l{n}" for n in range(10 - KEY_ENTRIES)])  # and the app's key certificate: 10
+    await issue(app, key, [f"l{n}" for n in range(4)])  # and the app's key certificate: 9 entries
     await worker.step(force=True)
     before = await published(log_store, signer)
-    (tmp_path / "log/tile/0/000.p/10").unlink()
+    assert before.size == log_size(4) == 9
+    (tmp_path / "log/tile/0/000.p/9").unlink()
     await issue(app, key, ["l-next"])
     with pytest.raises(LogRefused, match="tile"):
         await (await integrator(store, log_store, signer)).step(force=True)
     # The refusal is recorded in the store: every integrator (and web process) sees it.
     halted = await log_store.halted()
-    assert halted is not None and "tile/0/000.p/10 is missing" in halted["reason"]
+    assert halted is not None and "tile/0/000.p/9 is missing" in halted["reason"]
     waiting = await integrator(store, log_store, signer)
     assert await waiting.step(force=True) == 0 and waiting.halted is not None
-    (tmp_path / "log/tile/0/000.p/10").write_bytes(b"\x00" * 320)  # data, but not the tree's
+    (tmp_path / "log/tile/0/000.p/9").write_bytes(b"\x00" * 9 * 32)  # data, but not the tree's
     assert await log_store.resume("put a tile back") is not None
     with pytest.raises(LogRefused, match="do not hash"):
         await (await integrator(store, log_store, signer)).step(force=True)
@@ -588,7 +615,7 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
     second = await issue(app, key, [f"two-{n}" for n in range(100)])
     await worker.step(force=True)
     at_200 = await published(log_store, signer)
-    assert at_200.size == 200 + KEY_ENTRIES  # and the app's key certificate
+    assert at_200.size == log_size(200)  # and the app's key certificate
     await store.client.flushall()
     for name, value in snapshot.items():
         await store.client.restore(name, 0, value)
@@ -598,18 +625,18 @@ async def test_redis_restored_from_an_older_snapshot_never_forks_or_duplicates(
     await restarted.step(force=True)
     await restarted.step(force=True)
     final = await published(log_store, signer)
-    assert final.size == 300 + KEY_ENTRIES
+    assert final.size == log_size(300)
     await assert_extends(log_store, at_200, final)
     entries = await log_entries(log_store, final.size)
     ids = receipt_ids(entries)
     assert len(ids) == len(set(ids)) == 300
     assert len(await certificate_indices(log_store, final.size)) == KEY_ENTRIES, "the certificate once"
-    at_index = [
-        None if e.startswith(tlog.KEY_CERTIFICATE_HEADER) else tlog.LogEntry.parse(e).receipt_id for e in entries
-    ]
-    # Receipts Redis still holds (the first 100, restored; the last 100) prove their place.
+    assert_paired(entries)
+    # Receipts Redis still holds (the first 100, restored; the last 100) prove their place,
+    # their leaves right after them.
     for receipt in first + third:
-        assert at_index[await check_proof(client, signer, receipt)] == receipt["receipt_id"]
+        index = await check_proof(client, signer, receipt)
+        assert entries[index] == tlog.entry_bytes(receipt) and is_leaf_of(entries[index + 1], receipt)
     # The second 100 are gone from Redis, not from the log.
     assert {r["receipt_id"] for r in second} <= set(ids)
     assert await queued(store) == 0 and await store.log_queue.log_pending(IDENTITY) == 0
@@ -632,11 +659,12 @@ async def test_a_flushed_redis_loses_nothing_the_log_holds(
     await again.step(force=True)
     await worker.step(force=True)  # the old one, whose memory predates the flush, adds nothing
     final = await published(log_store, signer)
-    assert final.size == 70 + KEY_ENTRIES  # and the app's key certificate, before the flush
+    assert final.size == log_size(70)  # and the app's key certificate, before the flush
     await assert_extends(log_store, at_50, final)
     assert len(await certificate_indices(log_store, final.size)) == KEY_ENTRIES
-    ids = receipt_ids(await log_entries(log_store, final.size))
-    assert ids == [r["receipt_id"] for r in before] + [r["receipt_id"] for r in after]
+    entries = await log_entries(log_store, final.size)
+    assert receipt_ids(entries) == [r["receipt_id"] for r in before] + [r["receipt_id"] for r in after]
+    assert_paired(entries)
 
 
 async def test_a_store_of_another_log_is_refused_naming_both(
@@ -695,7 +723,7 @@ async def test_two_logs_on_one_redis_never_share_a_queue(
     second = Integrator(store.log_queue, second_store, LogConfig(other.name, other))
     await second.prepare()
     assert await second.step(force=True) == 0
-    assert await first.step(force=True) == 1 + KEY_ENTRIES  # and the app's key certificate
+    assert await first.step(force=True) == log_size(1)  # its entry and leaf, and the app's key certificate
     assert (await published(second_store, other)).size == 0
     assert await proof_index(app, signer, receipts[0]) in (0, 1)
 
@@ -787,7 +815,7 @@ async def test_a_witness_that_saw_a_fork_halts_the_log_until_resumed(
         assert restarted.witnesses is not None
         restarted.witnesses.jitter = lambda: 0.0
         await restarted.step(force=True)
-        assert (await published(log_store, signer)).size == 2 + KEY_ENTRIES
+        assert (await published(log_store, signer)).size == log_size(2)
         app.ctx.services.log._state = (-1e9, "halted")  # forget the cached answer
         _, health = await client.get("/health")
         assert health.json["log"] == "ok"
@@ -877,10 +905,10 @@ async def test_a_redis_killed_and_restarted_with_aof_always_loses_no_entry_and_f
         after = await issue(app, key, [f"a{n}" for n in range(5)])
         await worker.step(force=True)
         final = await published(log_store, signer)
-        assert final.size == 345 + KEY_ENTRIES  # and the app's key certificate
+        assert final.size == log_size(345)  # and the app's key certificate
         await assert_extends(log_store, first, final)
         indices = [await proof_index(app, signer, r) for r in before_kill + after]
-        assert sorted(indices + await certificate_indices(log_store, final.size)) == list(range(final.size))
+        await assert_in_place(log_store, final.size, before_kill + after, indices)
     finally:
         await store.close()
         server.cleanup()
@@ -897,7 +925,7 @@ async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps
     worker = await integrator(store, log_store, signer)
     receipts = await issue(app, key, [f"s{n}" for n in range(4)])
     await worker.step(force=True)
-    size = 4 + KEY_ENTRIES  # and the app's key certificate
+    size = log_size(4)  # and the app's key certificate
     entries = await log_entries(log_store, size)
     assert await store.log_queue.log_index(
         IDENTITY, key["project_id"], receipts[0]["receipt_id"], receipts[0]["receipt_hash"]
@@ -916,6 +944,7 @@ async def test_the_sweep_forgets_an_expired_receipts_log_index_but_the_log_keeps
     _, bundle = await client.get(f"/v1/log/tile/entries/000.p/{size}")
     assert tlog.split_bundle(bundle.body) == entries
     assert receipt_ids(entries) == [r["receipt_id"] for r in receipts]
+    assert all(is_leaf_of(entries[entries.index(tlog.entry_bytes(r)) + 1], r) for r in receipts)
 
 
 async def test_a_deleted_receipt_takes_its_log_index_with_it(
@@ -932,7 +961,7 @@ async def test_a_deleted_receipt_takes_its_log_index_with_it(
         await store.log_queue.log_index(IDENTITY, key["project_id"], receipt["receipt_id"], receipt["receipt_hash"])
         is None
     )
-    assert (await published(log_store, signer)).size == 1 + KEY_ENTRIES  # the log keeps the entry
+    assert (await published(log_store, signer)).size == log_size(1)  # the log keeps the entry and its leaf
 
 
 async def test_head_answers_every_log_route_like_get_without_a_body_and_counts_alike(
@@ -1003,8 +1032,11 @@ async def test_a_receipt_of_another_log_or_of_none_is_not_in_this_log(
     _, proof = await client.get(f"/v1/receipts/{fresh['receipt_id']}/log-proof")
     assert proof.status == 200
     checkpoint = await published(new_store, other)
-    assert checkpoint.size == 1 + KEY_ENTRIES, "the old log's receipt was queued into the new log"
-    assert receipt_ids(await log_entries(new_store, checkpoint.size)) == [fresh["receipt_id"]]
+    assert checkpoint.size == log_size(1), "the old log's receipt was queued into the new log"
+    entries = await log_entries(new_store, checkpoint.size)
+    assert receipt_ids(entries) == [fresh["receipt_id"]]
+    at = entries.index(tlog.entry_bytes(fresh))
+    assert is_leaf_of(entries[at + 1], fresh, other.name)
     # The old log still proves its own receipt.
     await check_proof(old_client, signer, old)
 
@@ -1020,8 +1052,9 @@ async def test_a_proof_is_checked_before_it_is_served(
     first = (await create(client, key, "first"))["receipt"]
     second = (await create(client, key, "second"))["receipt"]
     await worker.step(force=True)
-    # Swap the two receipts' recorded indices (the tree also holds the app's key certificate).
-    size = 2 + KEY_ENTRIES
+    # Swap the two receipts' recorded indices (the tree also holds their leaves and the app's
+    # key certificate).
+    size = log_size(2)
     entries = await log_entries(log_store, size)
     at_first, at_second = entries.index(tlog.entry_bytes(first)), entries.index(tlog.entry_bytes(second))
     await store.log_queue.log_ack(
@@ -1105,3 +1138,66 @@ async def test_health_says_stalled_when_entries_wait_and_nothing_is_published(
     assert await health() == "stalled"  # its entry is fresh: the tree ahead of the checkpoint waits
     await log_store.halt("a test", {"kind": "refused", "detail": "a test"})
     assert await health() == "halted"
+
+
+async def test_a_batch_never_splits_a_receipt_from_its_leaf_and_the_backlog_counts_receipts(
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer
+) -> None:
+    """A receipt's entry and the dsse leaf of its attestation are one queue item: counted once
+    by ``LOG_MAX_PENDING`` (seven receipts, fourteen entries, fit under a max of seven besides
+    the app's key certificate; the eighth is refused) and taken whole by a batch, whose
+    ``max_batch`` counts items: with batches of three, every checkpoint ends between two items,
+    each leaf right after its receipt's entry, never in the next batch."""
+    client = log_app(store, log_store, receipt_root, signer, log_max_pending=7 + KEY_ENTRIES).asgi_client
+    keys_ = [await create_project_key(store.keys, project_name=f"items-{i}", plan="pro") for i in range(3)]
+    bodies = [await create(client, keys_[n % 3], f"i{n}") for n in range(7)]
+    assert await store.log_queue.log_pending(IDENTITY) == 7 + KEY_ENTRIES
+    queued_entries = await store.log_queue.log_queue_lengths(IDENTITY, [k["project_id"] for k in keys_])
+    assert sum(queued_entries.values()) == 7, "a receipt's entry and its leaf wait as one item"
+    body = {"input_hash": hash_of("in-over"), "output_hash": hash_of("out-over"), "receipt_kind": "release"}
+    _, refused = await client.post("/v1/receipts", content=orjson.dumps(body), headers=auth(keys_[0]))
+    assert refused.status == 503 and refused.json["error"]["code"] == "log_backlog"
+    worker = await integrator(store, log_store, signer, max_batch=3)
+    sizes = [0]
+    while added := await worker.step(force=True):
+        assert added <= 2 * 3
+        sizes.append((await published(log_store, signer)).size)
+        assert sizes[-1] == sizes[-2] + added
+    assert len(sizes) - 1 == 3, sizes  # eight items, three a batch
+    assert sizes[-1] == log_size(7)
+    entries = await log_entries(log_store, sizes[-1])
+    for size in sizes:
+        assert_paired(entries[:size])
+    receipts = [b["receipt"] for b in bodies]
+    await assert_in_place(log_store, sizes[-1], receipts, [await check_proof(client, signer, r) for r in receipts])
+
+
+async def test_an_export_copies_every_entry_and_the_newest_receipts_time_past_its_leaf(
+    store: Store, log_store: LogStore, receipt_root: str, signer: note.Signer, tmp_path: Path
+) -> None:
+    """``log export`` (kv/logstore/export.py) copies a log whose every receipt has its dsse
+    leaf byte for byte, verifies it, and writes the copy's tree state with the newest receipt's
+    time, read from the receipt entries (the log's last entry is a leaf, which names none)."""
+    from execution_proof.kv.keys import receipt_created_ms
+    from execution_proof.kv.logstore.export import export
+
+    app = log_app(store, log_store, receipt_root, signer)
+    key = await create_project_key(store.keys, project_name="exported", plan="pro")
+    worker = await integrator(store, log_store, signer)
+    receipts = await issue(app, key, [f"x{n}" for n in range(139)])
+    await worker.step(force=True)
+    receipts += await issue(app, key, ["x-last"])  # a batch of its own: the log ends with its leaf
+    await worker.step(force=True)
+    size = log_size(140)
+    target = LogStore(FileObjects(tmp_path / "copy"))
+    report = await export(log_store, target)
+    assert report["size"] == size
+    entries = await log_entries(log_store, size)
+    assert entries[-1].startswith(tlog.DSSE_HEADER)
+    assert await log_entries(target, size) == entries
+    assert_paired(entries)
+    copied, source = await target.tree(), await log_store.tree()
+    assert copied is not None and source is not None
+    newest = max(receipt_created_ms(r["receipt_id"]) for r in receipts)
+    assert copied.newest_ms == source.newest_ms == newest
+    assert (await published(target, signer)) == (await published(log_store, signer))

@@ -36,7 +36,7 @@ from execution_proof.kv.store import Store
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tiles import TileReader, check_tree
 from tests.log_stack import files_beyond
-from tests.test_log import KEY_ENTRIES, ORIGIN, SIGNER, CrashAt, assert_extends, issue, log_app, published
+from tests.test_log import ORIGIN, SIGNER, CrashAt, assert_extends, issue, log_app, log_size, published
 from tests.test_log_fencing import Paused, Site, restore, snapshot
 from tests.test_log_fencing import site as site
 from tests.test_log_store_s3 import fresh_prefix, moto, s3_env, s3_objects  # noqa: F401
@@ -166,24 +166,24 @@ PLANTED = {
     "full next bundle": ("tile/entries/001", 256 * 40),
     "higher-level partial tile": ("tile/1/000.p/2", 2 * 32),
 }
-"""Files beyond a tree of 300 (level 0: tile 1 holds 44 hashes; level 1: tile 0 holds 1)."""
+"""Files beyond a tree of 299 (level 0: tile 1 holds 43 hashes; level 1: tile 0 holds 1)."""
 
 
 @pytest.mark.parametrize("when", ["start", "staging"])
 @pytest.mark.parametrize("kind", list(PLANTED))
 async def test_a_file_beyond_the_tree_is_refused_naming_it(place: Place, kind: str, when: str) -> None:
-    """A log of 300; a file beyond it appears (``kind``). An integrator that starts then
+    """A log of 299; a file beyond it appears (``kind``). An integrator that starts then
     refuses it at once (``start``: nothing even waits to be integrated); one that was running
     refuses it before it stages its next batch (``staging``). Either way: ``LogRefused`` naming
     the file, recorded in ``.state/halt`` as a refusal, not one public byte written, the
-    checkpoint still 300. ``log resume`` alone halts again: the file is still there."""
+    checkpoint still 299. ``log resume`` alone halts again: the file is still there."""
     key = await create_project_key(place.store.keys, project_name="beyond", plan="pro")
     running = await integrator(place)
-    await grow(place, running, key, [f"b{n}" for n in range(300 - KEY_ENTRIES)])  # and the app's key certificate
+    await grow(place, running, key, [f"b{n}" for n in range(149)])  # and the app's key certificate: 299 entries
     name, length = PLANTED[kind]
-    assert await find_evidence_beyond(place.log_store, 300) is None
+    assert await find_evidence_beyond(place.log_store, 299) is None
     await place.log_store.objects.write(name, os.urandom(length))
-    assert files_beyond([name], 300) == [name]
+    assert files_beyond([name], 299) == [name]
     before = await public_files(place.log_store)
 
     if when == "start":
@@ -195,7 +195,7 @@ async def test_a_file_beyond_the_tree_is_refused_naming_it(place: Place, kind: s
             await running.step(force=True)
     await assert_refused_naming(place, refused.value, name)
     assert await public_files(place.log_store) == before
-    assert (await published(place.log_store, SIGNER)).size == 300
+    assert (await published(place.log_store, SIGNER)).size == log_size(149) == 299
 
     assert await place.log_store.resume("looked, changed nothing") is not None
     with pytest.raises(LogRefused, match="beyond its tree state"):
@@ -209,13 +209,13 @@ async def test_files_at_or_below_the_tree_are_not_evidence(place: Place) -> None
     "Fencing"), and narrower partials of the edge, are at or below the tree: the log goes on."""
     key = await create_project_key(place.store.keys, project_name="below", plan="pro")
     worker = await integrator(place)
-    await grow(place, worker, key, [f"b{n}" for n in range(300 - KEY_ENTRIES)])  # and the app's key certificate
+    await grow(place, worker, key, [f"b{n}" for n in range(149)])  # and the app's key certificate: 299 entries
     full = await place.log_store.fetch("tile/0/000")
-    edge = await place.log_store.fetch("tile/0/001.p/44")
+    edge = await place.log_store.fetch("tile/0/001.p/43")
     assert full is not None and edge is not None
     await place.log_store.objects.write("tile/0/000.p/100", full[: 100 * 32])
     await place.log_store.objects.write("tile/0/001.p/20", edge[: 20 * 32])
-    assert await find_evidence_beyond(place.log_store, 300) is None
+    assert await find_evidence_beyond(place.log_store, 299) is None
     await grow(place, await integrator(place), key, ["after"])
     assert await place.log_store.halted() is None
     assert (await published(place.log_store, SIGNER)).size == 301
@@ -226,27 +226,25 @@ async def test_files_at_or_below_the_tree_are_not_evidence(place: Place) -> None
 
 @pytest.mark.parametrize("point", ["tiles_half", "tiles"])
 async def test_the_staged_batchs_own_files_are_not_evidence_and_it_is_finished(place: Place, point: str) -> None:
-    """An integrator killed at ``point`` left files beyond the tree of 50 (its staged batch's,
-    up to 80): the next one, finding the tree state naming that batch, writes them again and
+    """An integrator killed at ``point`` left files beyond the tree of 49 (its staged batch's,
+    up to 109): the next one, finding the tree state naming that batch, writes them again and
     goes on, neither refusing nor halting."""
     key = await create_project_key(place.store.keys, project_name="staged", plan="pro")
-    await grow(
-        place, await integrator(place), key, [f"s{n}" for n in range(50 - KEY_ENTRIES)]
-    )  # and the key certificate
+    await grow(place, await integrator(place), key, [f"s{n}" for n in range(24)])  # and the key certificate: 49
     before = await published(place.log_store, SIGNER)
     await issue(place.app, key, [f"t{n}" for n in range(30)])
     with pytest.raises(BaseException, match=point):
         await (await integrator(place, CrashAt(point))).step(force=True)
     tree = await place.log_store.tree()
-    assert tree is not None and tree.size == 50 and tree.staged is not None and tree.staged.new_size == 80
-    assert await find_evidence_beyond(place.log_store, 50) is not None, "the batch wrote nothing beyond 50"
-    assert await find_evidence_beyond(place.log_store, 80) is None
+    assert tree is not None and tree.size == 49 and tree.staged is not None and tree.staged.new_size == 109
+    assert await find_evidence_beyond(place.log_store, 49) is not None, "the batch wrote nothing beyond 49"
+    assert await find_evidence_beyond(place.log_store, 109) is None
 
     successor = await integrator(place)
     await successor.step(force=True)
     assert await place.log_store.halted() is None
     after = await published(place.log_store, SIGNER)
-    assert after.size == 80
+    assert after.size == log_size(54) == 109
     await assert_extends(place.log_store, before, after)
 
 
@@ -256,15 +254,15 @@ async def test_the_staged_batchs_own_files_are_not_evidence_and_it_is_finished(p
 async def test_a_stale_integrator_that_meets_the_current_trees_files_goes_back_to_standby(
     site: Site, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An integrator reads the tree of 10 and pauses with its batch read. Another stages a
-    batch on that tree, writes its tiles (beyond 10) and dies before it advances: the
-    checkpoint still says 10, so the anchor sees nothing. Woken, the first finds those files
+    """An integrator reads the tree of 9 and pauses with its batch read. Another stages a
+    batch on that tree, writes its tiles (beyond 9) and dies before it advances: the
+    checkpoint still says 9, so the anchor sees nothing. Woken, the first finds those files
     beyond its tree, reads the tree state again, finds it moved, and goes back to standby at
     INFO: no refusal, no halt. The next integrator finishes the batch."""
     key = await create_project_key(site.store.keys, project_name="stale", plan="pro")
     first = Integrator(site.store.log_queue, site.log_store, LogConfig(ORIGIN, SIGNER))
     await first.prepare()
-    await issue(site.app, key, [f"a{n}" for n in range(10 - KEY_ENTRIES)])  # and the app's key certificate
+    await issue(site.app, key, [f"a{n}" for n in range(4)])  # and the app's key certificate: 9 entries
     await first.step(force=True)
     await issue(site.app, key, [f"b{n}" for n in range(20)])
     paused = Paused(site, "batch").start()
@@ -273,8 +271,8 @@ async def test_a_stale_integrator_that_meets_the_current_trees_files_goes_back_t
     await doomed.prepare()
     with pytest.raises(BaseException, match="tiles"):
         await doomed.step(force=True)
-    assert await find_evidence_beyond(site.log_store, 10) is not None
-    assert (await published(site.log_store, SIGNER)).size == 10
+    assert await find_evidence_beyond(site.log_store, 9) is not None
+    assert (await published(site.log_store, SIGNER)).size == 9
 
     caplog.clear()
     with caplog.at_level(logging.INFO):
@@ -286,7 +284,7 @@ async def test_a_stale_integrator_that_meets_the_current_trees_files_goes_back_t
     successor = Integrator(site.store.log_queue, site.log_store, LogConfig(ORIGIN, SIGNER))
     await successor.prepare()
     await successor.step(force=True)
-    assert (await published(site.log_store, SIGNER)).size == 30
+    assert (await published(site.log_store, SIGNER)).size == log_size(24) == 49
     assert await site.log_store.halted() is None
 
 
@@ -294,38 +292,38 @@ async def test_a_stale_integrator_that_meets_the_current_trees_files_goes_back_t
 
 
 async def test_a_backup_copied_over_the_live_store_is_refused_until_the_store_is_one_copy(place: Place) -> None:
-    """The log at 50: the whole store copied aside and Redis snapshotted. It goes on to 80 in
+    """The log at 49: the whole store copied aside and Redis snapshotted. It goes on to 109 in
     two batches. Then the copy is put back over the store without deleting anything (``cp -a
-    BACKUP/. STORE/``: ``.state/`` and the checkpoint at 50, the newer tiles stay) and Redis
+    BACKUP/. STORE/``: ``.state/`` and the checkpoint at 49, the newer tiles stay) and Redis
     restored: the tree state and the checkpoint agree, yet the next integrator refuses, naming
-    a file beyond 50, and changes nothing public; ``log resume`` alone halts again. Put back as
+    a file beyond 49, and changes nothing public; ``log resume`` alone halts again. Put back as
     one copy (``rsync -a --delete``: what is not in the copy goes, the halt record with it),
-    the log goes on from 50; the checkpoints past 50 that were published are abandoned (the
+    the log goes on from 49; the checkpoints past 49 that were published are abandoned (the
     new tree does not extend them: what a whole-store rollback costs)."""
     key = await create_project_key(place.store.keys, project_name="copy", plan="pro")
     worker = await integrator(place)
-    await grow(place, worker, key, [f"c{n}" for n in range(50 - KEY_ENTRIES)])  # and the app's key certificate
-    at_50 = await published(place.log_store, SIGNER)
+    await grow(place, worker, key, [f"c{n}" for n in range(24)])  # and the app's key certificate: 49 entries
+    at_49 = await published(place.log_store, SIGNER)
     objects = place.log_store.objects
     backup = {name: await place.log_store.fetch(name) for name in await objects.names("")}
-    redis_at_50 = await snapshot(place.store)
+    redis_at_49 = await snapshot(place.store)
     await grow(place, worker, key, [f"d{n}" for n in range(7)])
     await grow(place, worker, key, [f"e{n}" for n in range(23)])
-    at_80 = await published(place.log_store, SIGNER)
-    assert at_80.size == 80
+    at_109 = await published(place.log_store, SIGNER)
+    assert at_109.size == 109
 
     for name, data in backup.items():  # cp -a BACKUP/. STORE/
         assert data is not None
         await objects.write(name, data)
-    await restore(place.store, redis_at_50)
-    assert (await published(place.log_store, SIGNER)).size == 50
-    newer = files_beyond(await objects.names("tile/"), 50)
-    assert "tile/0/000.p/80" in newer and "tile/entries/000.p/57" in newer
+    await restore(place.store, redis_at_49)
+    assert (await published(place.log_store, SIGNER)).size == 49
+    newer = files_beyond(await objects.names("tile/"), 49)
+    assert "tile/0/000.p/109" in newer and "tile/entries/000.p/63" in newer
     before = await public_files(place.log_store)
 
     with pytest.raises(LogRefused) as refused:
         await (await integrator(place)).step(force=True)
-    found = await find_evidence_beyond(place.log_store, 50)
+    found = await find_evidence_beyond(place.log_store, 49)
     assert found in newer
     await assert_refused_naming(place, refused.value, str(found))
     assert await public_files(place.log_store) == before
@@ -345,40 +343,40 @@ async def test_a_backup_copied_over_the_live_store_is_refused_until_the_store_is
     successor = await integrator(place)
     await grow(place, successor, key, [f"f{n}" for n in range(40)])
     final = await published(place.log_store, SIGNER)
-    assert final.size == 90
-    await assert_extends(place.log_store, at_50, final)
+    assert final.size == 129
+    await assert_extends(place.log_store, at_49, final)
     await check_tree(TileReader(place.log_store.fetch), final.size, final.root, lambda *_: None)
     with pytest.raises(tlog.ProofError):
-        await assert_extends(place.log_store, at_80, final)
+        await assert_extends(place.log_store, at_109, final)
 
 
 async def test_moving_the_newer_files_aside_and_resuming_lets_the_log_go_on(place: Place) -> None:
-    """The same copy over the store (``.state/tree`` and the checkpoint of 50 put back, Redis
-    restored); this time the operator moves the newer files aside (every one beyond 50) and
-    runs ``log resume``: the log goes on from 50."""
+    """The same copy over the store (``.state/tree`` and the checkpoint of 49 put back, Redis
+    restored); this time the operator moves the newer files aside (every one beyond 49) and
+    runs ``log resume``: the log goes on from 49."""
     key = await create_project_key(place.store.keys, project_name="aside", plan="pro")
     worker = await integrator(place)
-    await grow(place, worker, key, [f"c{n}" for n in range(50 - KEY_ENTRIES)])  # and the app's key certificate
+    await grow(place, worker, key, [f"c{n}" for n in range(24)])  # and the app's key certificate: 49 entries
     objects = place.log_store.objects
     saved = {name: await objects.read(name) for name in [".state/tree", "checkpoint"]}
-    redis_at_50 = await snapshot(place.store)
+    redis_at_49 = await snapshot(place.store)
     await grow(place, worker, key, [f"d{n}" for n in range(30)])
     for name, blob in saved.items():
         assert blob is not None
         await objects.write(name, blob.data)
-    await restore(place.store, redis_at_50)
+    await restore(place.store, redis_at_49)
     with pytest.raises(LogRefused, match="beyond its tree state"):
         await (await integrator(place)).step(force=True)
-    newer = files_beyond(await objects.names("tile/"), 50)
+    newer = files_beyond(await objects.names("tile/"), 49)
     assert newer
     for name in newer:
         await objects.delete(name)
-    assert await find_evidence_beyond(place.log_store, 50) is None
-    assert await place.log_store.resume("moved the files beyond 50 aside") is not None
+    assert await find_evidence_beyond(place.log_store, 49) is None
+    assert await place.log_store.resume("moved the files beyond 49 aside") is not None
     await grow(place, await integrator(place), key, [f"e{n}" for n in range(5)])
     assert await place.log_store.halted() is None
     final = await published(place.log_store, SIGNER)
-    assert final.size == 55
+    assert final.size == 59
     await check_tree(TileReader(place.log_store.fetch), final.size, final.root, lambda *_: None)
 
 
@@ -390,7 +388,7 @@ async def test_the_store_calls_per_staging_are_a_handful_whatever_the_size(
 ) -> None:
     """Each look (at start, before each staging) costs one listing of a ``.p/`` prefix per
     level of the tree, one of the edge bundle's, and one read each of the next full level-0
-    tile and bundle: made inside an integrator's steps while the log grows from 0 to 600, and
+    tile and bundle: made inside an integrator's steps while the log grows from 0 to 599, and
     (over the same store, which holds nothing beyond them) at sizes up to 2**63 - 1."""
     looks: list[tuple[int, list[tuple[str, str]]]] = []
     real = log_evidence.find_evidence_beyond
@@ -405,11 +403,11 @@ async def test_the_store_calls_per_staging_are_a_handful_whatever_the_size(
     monkeypatch.setattr(log_evidence, "find_evidence_beyond", counted)
     key = await create_project_key(place.store.keys, project_name="cost", plan="pro")
     worker = await integrator(place)
-    for count in (20, 280, 300):  # the first 20 entries hold the app's key certificate
-        await grow(place, worker, key, [f"k{count}-{n}" for n in range(count - (KEY_ENTRIES if count == 20 else 0))])
-    assert (await published(place.log_store, SIGNER)).size == 600
+    for count in (9, 140, 150):  # receipts, two entries each; the first 19 entries hold the app's key certificate
+        await grow(place, worker, key, [f"k{count}-{n}" for n in range(count)])
+    assert (await published(place.log_store, SIGNER)).size == log_size(299) == 599
     sizes = [size for size, _ in looks]
-    assert sizes == [0, 0, 20, 300], sizes  # at load, then before each of the three stagings
+    assert sizes == [0, 0, 19, 299], sizes  # at load, then before each of the three stagings
     for size, calls in looks:
         levels = 1 if size < tlog.TILE_WIDTH else 2
         assert len(calls) == levels + 3, (size, calls)

@@ -17,7 +17,7 @@ from execution_proof.kv.store import Store
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.cosignature import Cosigner
 from execution_proof.transparency.policy import parse_policy
-from tests.test_log import KEY_ENTRIES, ORIGIN, integrator, issue, log_app
+from tests.test_log import ORIGIN, integrator, is_leaf_of, issue, log_app, log_entries
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +39,11 @@ class Log:
         self.receipts: list[dict[str, Any]] = []
 
     async def grow(self, count: int) -> str:
-        """``count`` more entries, sequenced and published: the signed checkpoint. They are
-        receipts, but for the app's key certificate in the first batch (the app starts then)."""
+        """``count`` more receipts (two entries each: the receipt's and its dsse leaf),
+        sequenced and published: the signed checkpoint. The app's key certificate joins the
+        first batch (the app starts then): 2 receipts make a log of 5 entries, 2 more of 9."""
         key = await create_project_key(self.store.keys, project_name=f"p{len(self.receipts)}", plan="pro")
         worker = await integrator(self.store, self.log_store, self.signer)
-        count -= 0 if self.receipts else KEY_ENTRIES
         self.receipts += await issue(self.app, key, [f"r{len(self.receipts) + n}" for n in range(count)])
         await worker.step(force=True)
         raw = await self.log_store.checkpoint()
@@ -67,6 +67,9 @@ class Log:
         checkpoint, _ = note.open_checkpoint(proof.checkpoint, self.signer.verifier)
         leaf = tlog.leaf_hash(tlog.entry_bytes(receipt))
         tlog.verify_inclusion(leaf, proof.index, checkpoint.size, proof.path, checkpoint.root)
+        # The receipt's dsse leaf is right after it, within the same checkpoint.
+        assert proof.index + 1 < checkpoint.size
+        assert is_leaf_of((await log_entries(self.log_store, checkpoint.size))[proof.index + 1], receipt)
         return checkpoint.size, proof.checkpoint, [t["tsa"] for t in response.json["timestamps"]]
 
 
@@ -79,26 +82,26 @@ async def test_the_earliest_stamped_checkpoint_that_meets_the_quorum_then_the_ne
 ) -> None:
     app = log_app(store, log_store, receipt_root, signer, log_policy=policy_of(signer, witness))
     log = Log(app, store, log_store, signer, witness)
-    three = await log.grow(3)
-    await log.stamp(three, "tsa-3")  # stamped, but no witness cosigned it
-    six = await log.grow(3)
-    await log.stamp(log.cosigned(six), "tsa-6")  # stamped and cosigned
-    nine = await log.grow(3)  # the latest: neither
-    first, fifth, eighth = [await log.bundle(log.receipts[n]) for n in (0, 4, 7)]
-    assert first[0] == 6 and first[2] == ["tsa-6"], "not the stamped 3: it does not meet the quorum"
-    assert fifth[0] == 6 and fifth[2] == ["tsa-6"]
-    assert eighth[0] == 9 and eighth[2] == [], "nothing covering it meets the quorum: the newest"
+    five = await log.grow(2)
+    await log.stamp(five, "tsa-5")  # stamped, but no witness cosigned it
+    nine = await log.grow(2)
+    await log.stamp(log.cosigned(nine), "tsa-9")  # stamped and cosigned
+    thirteen = await log.grow(2)  # the latest: neither
+    first, third, sixth = [await log.bundle(log.receipts[n]) for n in (0, 2, 5)]
+    assert first[0] == 9 and first[2] == ["tsa-9"], "not the stamped 5: it does not meet the quorum"
+    assert third[0] == 9 and third[2] == ["tsa-9"]
+    assert sixth[0] == 13 and sixth[2] == [], "nothing covering it meets the quorum: the newest"
     # The latest checkpoint published again with its witness's cosignature (body unchanged):
     # the newest covering checkpoint that meets the quorum, though not stamped.
-    assert await log_store.publish(log.cosigned(nine).encode())
+    assert await log_store.publish(log.cosigned(thirteen).encode())
     app.ctx.services.log._read_at = -1e9  # as CHECKPOINT_TTL_S later: the service reads the checkpoint again
-    size, text, stamps = await log.bundle(log.receipts[7])
-    assert (size, stamps) == (9, []) and text.count("\u2014 ") == 2
-    assert (await log.bundle(log.receipts[0]))[0] == 6, "the earliest stamped one that meets it still wins"
+    size, text, stamps = await log.bundle(log.receipts[5])
+    assert (size, stamps) == (13, []) and text.count("\u2014 ") == 2
+    assert (await log.bundle(log.receipts[0]))[0] == 9, "the earliest stamped one that meets it still wins"
     # Stamped later, as first published (uncosigned): read as republished, it meets the quorum.
-    await log.stamp(nine, "tsa-9")
-    size, text, stamps = await log.bundle(log.receipts[7])
-    assert (size, stamps) == (9, ["tsa-9"]) and text.count("\u2014 ") == 2
+    await log.stamp(thirteen, "tsa-13")
+    size, text, stamps = await log.bundle(log.receipts[5])
+    assert (size, stamps) == (13, ["tsa-13"]) and text.count("\u2014 ") == 2
 
 
 async def test_without_a_policy_the_earliest_stamped_checkpoint(
@@ -106,11 +109,11 @@ async def test_without_a_policy_the_earliest_stamped_checkpoint(
 ) -> None:
     app = log_app(store, log_store, receipt_root, signer)
     log = Log(app, store, log_store, signer, witness)
-    await log.stamp(await log.grow(3), "tsa-3")
-    await log.stamp(log.cosigned(await log.grow(3)), "tsa-6")
-    await log.grow(3)
-    assert (await log.bundle(log.receipts[0]))[::2] == (3, ["tsa-3"])
-    assert (await log.bundle(log.receipts[7]))[::2] == (9, [])
+    await log.stamp(await log.grow(2), "tsa-5")
+    await log.stamp(log.cosigned(await log.grow(2)), "tsa-9")
+    await log.grow(2)
+    assert (await log.bundle(log.receipts[0]))[::2] == (5, ["tsa-5"])
+    assert (await log.bundle(log.receipts[5]))[::2] == (13, [])
 
 
 @pytest.mark.parametrize(("skew_s", "ahead_s", "counts"), [(300, 120, True), (300, 600, False), (0, 60, False)])
@@ -128,6 +131,6 @@ async def test_a_cosignature_ahead_of_the_clock_counts_within_the_skew(
         store, log_store, receipt_root, signer, log_policy=policy_of(signer, witness), log_cosignature_skew_s=skew_s
     )
     log = Log(app, store, log_store, signer, witness)
-    await log.stamp(log.cosigned(await log.grow(3), ahead_s), "tsa-3")
-    await log.stamp(await log.grow(3), "tsa-6")
-    assert (await log.bundle(log.receipts[0]))[0] == (3 if counts else 6)
+    await log.stamp(log.cosigned(await log.grow(2), ahead_s), "tsa-5")
+    await log.stamp(await log.grow(2), "tsa-9")
+    assert (await log.bundle(log.receipts[0]))[0] == (5 if counts else 9)

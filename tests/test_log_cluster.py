@@ -25,7 +25,18 @@ from tests.cluster import RedisClusterNodes, redis_cluster  # noqa: F401  (the s
 from tests.conftest import auth, hash_of
 from tests.local_tsa import LocalTsa
 from tests.servers import RAISED_LIMITS
-from tests.test_log import KEY_ENTRIES, ORIGIN, check_proof, create, ident, integrator, issue, published
+from tests.test_log import (
+    KEY_ENTRIES,
+    ORIGIN,
+    assert_in_place,
+    check_proof,
+    create,
+    ident,
+    integrator,
+    issue,
+    log_size,
+    published,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -55,19 +66,21 @@ async def test_the_log_works_on_a_cluster(cluster_store: Store, log_store: LogSt
     receipts = [(await create(client, project_keys[0], "over-http"))["receipt"]]
     for n, key in enumerate(project_keys):
         receipts += await issue(app, key, [f"c{n}-{i}" for i in range(100)])
-    size = 601 + KEY_ENTRIES  # and the app's key certificate, in the log's own queue (its own slot)
-    assert await cluster_store.log_queue.log_pending(ident(signer)) == size
+    # Pending counts queue items: each receipt's (its entry and its dsse leaf) and the app's key
+    # certificate, in the log's own queue (its own slot). The step adds the leaves.
+    assert await cluster_store.log_queue.log_pending(ident(signer)) == 601 + KEY_ENTRIES
+    size = log_size(601)
     assert await worker.step(force=True) == size
     assert await cluster_store.log_queue.log_pending(ident(signer)) == 0
     assert await cluster_store.log_queue.log_size(ident(signer)) == size
     checkpoint = await published(log_store, signer)
     assert checkpoint.size == size
-    for receipt in receipts[::37]:
-        await check_proof(client, signer, receipt)
-    width = size - 512
-    _, tile = await client.get(f"/v1/log/tile/0/002.p/{width}")
+    indices = [await check_proof(client, signer, receipt) for receipt in receipts]
+    await assert_in_place(log_store, size, receipts, indices)
+    index, width = divmod(size, 256)
+    _, tile = await client.get(f"/v1/log/tile/0/{index:03d}.p/{width}")
     assert tile.status == 200 and len(tile.body) == width * 32
-    entries = tlog.split_bundle((await client.get(f"/v1/log/tile/entries/002.p/{width}"))[1].body)
+    entries = tlog.split_bundle((await client.get(f"/v1/log/tile/entries/{index:03d}.p/{width}"))[1].body)
     assert [tlog.leaf_hash(e) for e in entries] == tlog.split_tile(tile.body)
 
 
@@ -99,7 +112,7 @@ async def test_time_stamps_are_kept_and_served_on_a_cluster(
     client = app.asgi_client
     worker = await integrator(cluster_store, log_store, signer)
     key = await create_project_key(cluster_store.keys, project_name="cl-stamped", plan="pro")
-    receipts = await issue(app, key, [f"s{i}" for i in range(5 - KEY_ENTRIES)])  # and the app's key certificate
+    receipts = await issue(app, key, ["s0", "s1"])  # each its entry and leaf, and the app's key certificate: 5
     await worker.step(force=True)
     tsa = LocalTsa(tmp_path / "tsa").start()
     try:
@@ -108,7 +121,7 @@ async def test_time_stamps_are_kept_and_served_on_a_cluster(
         tsa.stop()
     _, response = await client.get("/v1/log/checkpoints/5/timestamps")
     assert response.status == 200 and len(response.json["timestamps"]) == 1
-    _, bundle = await client.get(f"/v1/receipts/{receipts[2]['receipt_id']}/bundle")
+    _, bundle = await client.get(f"/v1/receipts/{receipts[1]['receipt_id']}/bundle")
     assert bundle.json["timestamps"] == response.json["timestamps"]
     text = note.parse_note(response.json["checkpoint"]).text
     der = base64.b64decode(response.json["timestamps"][0]["response_base64"])

@@ -31,7 +31,7 @@ from execution_proof.kv.store import Store
 from execution_proof.transparency import tlog
 from tests.clock import Clock
 from tests.conftest import hash_of
-from tests.log_stack import WAIT_S, Stack, certificate_indices, log_entries, log_records
+from tests.log_stack import WAIT_S, Stack, assert_placed, certificate_indices, log_entries, log_records, log_size
 from tests.servers import wait_until
 from tests.test_log import IDENTITY, KEY_ENTRIES, ORIGIN, SIGNER, issue, log_app, published
 from tests.test_log_state_files import poll
@@ -213,8 +213,8 @@ async def test_health_judges_a_stall_by_the_oldest_entry_waiting_in_its_own_redi
 
     await issue(blue_app, blue_key, ["blue"])
     # Blue's log goes on (its receipt and blue's key certificate), and its integrator marks blue's Redis.
-    assert await first.step(force=True) == 1 + KEY_ENTRIES
-    assert (await published(shared, SIGNER)).size == 1 + KEY_ENTRIES
+    assert await first.step(force=True) == log_size(1)
+    assert (await published(shared, SIGNER)).size == log_size(1)
     assert await health(blue_app) == "ok"
     assert await health(green_app) == "stalled"
     assert await green.client.get(keys.log_progress_key(IDENTITY)) == b"0"
@@ -292,18 +292,19 @@ def test_a_second_deployment_with_its_own_redis_on_the_same_store_says_it_waits(
     receipts += first.create_waiting(first_keys, 1)  # deployment 1's log goes on meanwhile
     assert health(first) == "ok"
     assert health(second) == "stalled"
-    # Each deployment's server queued its key's certificate as well.
-    assert second.pending() == 4 + KEY_ENTRIES and first.stored().size == 3 + KEY_ENTRIES
+    # Each deployment's server queued its key's certificate as well; pending counts queue
+    # items (a receipt's entry and its dsse leaf are one).
+    assert second.pending() == 4 + KEY_ENTRIES and first.stored().size == log_size(3)
     assert len(behind()) == 1, "said once per holder"
     assert not [r for r in log_records(holder) if BEHIND in str(r.get("msg"))]
 
     assert holder.stop() == 0  # it gives the lease up: deployment 2's worker takes it
-    final = second.wait_for_size(7 + 2 * KEY_ENTRIES)
-    assert final.size == 7 + 2 * KEY_ENTRIES
+    final = second.wait_for_size(log_size(7, 2 * KEY_ENTRIES))
+    assert final.size == log_size(7, 2 * KEY_ENTRIES)
     ones, twos = first.assert_proofs(receipts), second.assert_proofs(waiting)
-    certificates = certificate_indices(log_entries(first.store_dir, final))
-    assert len(certificates) == 2 * KEY_ENTRIES
-    assert sorted(ones + twos + certificates) == list(range(final.size))
+    entries = log_entries(first.store_dir, final)
+    assert len(certificate_indices(entries)) == 2 * KEY_ENTRIES
+    assert_placed(entries, receipts + waiting, ones + twos, final.origin)
     assert max(ones) < min(twos), "deployment 1's receipts entered the log before deployment 2's"
     wait_until(lambda: health(second) == "ok", WAIT_S, "deployment 2's /health to say ok")
     assert standby.process.poll() is None

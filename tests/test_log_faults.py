@@ -40,17 +40,21 @@ from execution_proof.transparency import cosignature, note, tlog
 from tests.conftest import free_port, hash_of
 from tests.log_stack import (
     ORIGIN,
+    RECEIPT_ENTRY,
     WAIT_S,
     Stack,
     assert_extends,
     assert_included,
+    assert_paired,
     certificate_indices,
     directory_state,
     entry_ids,
     go_checker,
+    is_leaf_of,
     is_stopped,
     kill_9,
     log_entries,
+    log_size,
     loud_records,
     static_server,
 )
@@ -86,20 +90,20 @@ class CrashRun:
 
 
 def run_crash(stack: Stack, point: str) -> CrashRun:
-    """Six entries in the log (one batch, partial tiles: five receipts and the server's key
-    certificate), then 300 more receipts over three projects
-    queued while no worker runs; a worker started with ``LOG_FAILPOINTS=<point>=kill`` takes
-    them in one batch, which completes tile 0, and kills itself there; another worker,
-    started after, finishes."""
+    """Five entries in the log (one batch, partial tiles: two receipts, each its entry and its
+    dsse leaf, and the server's key certificate), then 150 more receipts (300 entries) over
+    three projects queued while no worker runs; a worker started with
+    ``LOG_FAILPOINTS=<point>=kill`` takes them in one batch, which completes tile 0, and kills
+    itself there; another worker, started after, finishes."""
     stack.start_redis()
     stack.serve()
     observer = stack.observe()
     api_keys = stack.make_keys(3)
-    receipts = stack.create(api_keys, 6 - KEY_ENTRIES)
+    receipts = stack.create(api_keys, 2)
     first = stack.worker()
-    before = stack.wait_for_size(6)
+    before = stack.wait_for_size(log_size(2))
     assert first.stop() == 0, first.log()[-2000:]
-    receipts += stack.create(api_keys, 300)
+    receipts += stack.create(api_keys, 150)
     doomed = stack.worker(LOG_FAILPOINTS=f"{point}=kill")
     try:
         crash_status = doomed.process.wait(WAIT_S)
@@ -107,10 +111,10 @@ def run_crash(stack: Stack, point: str) -> CrashRun:
         pytest.fail(f"the worker with LOG_FAILPOINTS={point}=kill did not die:\n{doomed.log()[-3000:]}")
     doomed.stop()  # its RQ children, should any be left
     successor = stack.worker()
-    final = stack.wait_for_size(306)
+    final = stack.wait_for_size(log_size(152))
     # Killed after publication (which runs beside the sync), the doomed worker may have left
     # the checkpoint out and Redis behind it: the successor syncs once it has the lease.
-    wait_until(lambda: stack.synced(306), WAIT_S, "Redis to be in line with the tree of 306")
+    wait_until(lambda: stack.synced(log_size(152)), WAIT_S, "Redis to be in line with the tree of 305")
     successor.stop()
     observer.stop()
     return CrashRun(stack, receipts, before, crash_status, doomed.log(), final)
@@ -140,21 +144,22 @@ def test_a_worker_killed_at_any_step_of_a_batch_is_finished_by_the_next(
 ) -> None:
     """kill -9 of the integrating worker after any step of a batch (stage, half the tiles,
     tiles, advance, unstage, half the acks, sync, sign, publish): the next worker finishes it.
-    Every receipt has exactly one entry and a log-proof that verifies; the log only ever
+    Every receipt has exactly one entry, its dsse leaf right after it, and a log-proof that
+    verifies; the log only ever
     showed the old tree or the new one (served and on disk), the new one extends every
     checkpoint seen, no staged batch is left, and no full tile changed once it appeared."""
     run = crash_runs[point].result()
     stack = run.stack
     assert run.crash_status == -signal.SIGKILL, f"exit status {run.crash_status}:\n{run.crash_log[-3000:]}"
     assert f"LOG_FAILPOINTS {point}=kill: reached" in run.crash_log
-    assert run.before.size == 6
-    assert run.final.size == 306
+    assert run.before.size == 5
+    assert run.final.size == 305
     assert stack.stored() == run.final, "the store's checkpoint file is the one served"
     assert stack.observer is not None
     history = stack.observer.assert_history(run.final)
-    assert {checkpoint.size for checkpoint in history} <= {0, 6, 306}, [c.size for c in history]
+    assert {checkpoint.size for checkpoint in history} <= {0, 5, 305}, [c.size for c in history]
     ids = entry_ids(log_entries(stack.store_dir, run.final))
-    assert len(ids) == len(set(ids)) == 306 - KEY_ENTRIES, "a receipt id is in the log twice"
+    assert len(ids) == len(set(ids)) == 152, "a receipt id is in the log twice"
     assert set(ids) == {receipt["receipt_id"] for receipt in run.receipts}
     stack.assert_fills(run.receipts, run.final)
     stack.assert_no_staging()
@@ -185,9 +190,9 @@ def test_two_workers_racing_never_fork_and_lose_nothing(stacks: Callable[..., St
             assert kill_9(victim) == -signal.SIGKILL
             rivals.append(stack.worker())
         if round_:  # at most one round waits for the log (which holds the server's key certificate too)
-            stack.wait_for_size(len(receipts) - 50 + KEY_ENTRIES)
-    final = stack.wait_for_size(len(receipts) + KEY_ENTRIES)
-    assert final.size == len(receipts) + KEY_ENTRIES == 400 + KEY_ENTRIES
+            stack.wait_for_size(log_size(len(receipts) - 50))
+    final = stack.wait_for_size(log_size(len(receipts)))
+    assert final.size == log_size(len(receipts)) == log_size(400)
     observer.stop()
     observer.assert_history(final)
     ids = entry_ids(log_entries(stack.store_dir, final))
@@ -246,19 +251,19 @@ def test_a_worker_frozen_mid_batch_past_its_lease_forks_nothing_when_it_wakes(st
         # sleeper staged, and goes on with new receipts.
         standby = stack.worker()
         receipts += stack.create(api_keys, 100)
-        stack.wait_for_size(len(receipts) + KEY_ENTRIES)
+        stack.wait_for_size(log_size(len(receipts)))
         assert "finishing the batch a stopped integrator staged" in standby.log()
         assert staged_batches(stack.store_dir) == []
     finally:
         active.process.send_signal(signal.SIGCONT)
     # The sleeper wakes in the middle of its batch; more receipts arrive.
     receipts += stack.create(api_keys, 50)
-    stack.wait_for_size(len(receipts) + KEY_ENTRIES)
+    stack.wait_for_size(log_size(len(receipts)))
     # The other stops: the one that slept carries the log on, from the tree as it is now.
     assert standby.stop() == 0
     receipts += stack.create(api_keys, 50)
-    final = stack.wait_for_size(len(receipts) + KEY_ENTRIES)
-    assert final.size == len(receipts) + KEY_ENTRIES
+    final = stack.wait_for_size(log_size(len(receipts)))
+    assert final.size == log_size(len(receipts))
     assert active.process.poll() is None
     assert loud_records(active) == [], "the sleeper said more than INFO about being overtaken"
     observer.stop()
@@ -290,7 +295,7 @@ def test_a_worker_stopped_while_its_integrator_sleeps_mid_batch_exits_at_once_wi
     assert "did not stop within 10 s" in said and "Traceback (most recent call last)" not in said, said[-3000:]
     assert mid_batch(stack.store_dir), "the batch is left staged, as a crash would leave it"
     successor = stack.worker()
-    final = stack.wait_for_size(5 + KEY_ENTRIES)
+    final = stack.wait_for_size(log_size(5))
     assert "finishing the batch a stopped integrator staged" in successor.log()
     stack.assert_fills(receipts, final)
 
@@ -318,8 +323,8 @@ def test_redis_restored_from_an_older_rdb_never_forks_or_duplicates(stacks: Call
     shutil.copyfile(Path(stack.redis.dir) / "dump.rdb", older)
     worker = stack.worker()
     second = stack.create([key], 100)
-    at_200 = stack.wait_for_size(200 + KEY_ENTRIES)  # and the server's key certificate
-    assert at_200.size == 200 + KEY_ENTRIES
+    at_200 = stack.wait_for_size(log_size(200))  # and the server's key certificate
+    assert at_200.size == log_size(200)
     assert worker.stop() == 0
     stack.redis.stop(kill=True)
     shutil.copyfile(older, Path(stack.redis.dir) / "dump.rdb")
@@ -330,13 +335,14 @@ def test_redis_restored_from_an_older_rdb_never_forks_or_duplicates(stacks: Call
     restarted = stack.worker()
     wait_until(lambda: stack.client.get(stack.base_url + "/health").json()["store"] == "ok", 20, "the server's Redis")
     third = stack.create([key], 100)
-    final = stack.wait_for_size(300 + KEY_ENTRIES)
-    assert final.size == 300 + KEY_ENTRIES
+    final = stack.wait_for_size(log_size(300))
+    assert final.size == log_size(300)
     observer.stop()
     observer.assert_history(final)
     entries = log_entries(stack.store_dir, final)
     ids = entry_ids(entries)
     assert len(ids) == len(set(ids)) == 300, "a receipt id is in the log twice"
+    assert_paired(entries)
     assert len(certificate_indices(entries)) == KEY_ENTRIES, "the restored certificate entered the log again"
     assert set(ids[:200]) == {r["receipt_id"] for r in first + second}
     assert set(ids[200:]) == {r["receipt_id"] for r in third}, "the log went on from 200"
@@ -346,6 +352,7 @@ def test_redis_restored_from_an_older_rdb_never_forks_or_duplicates(stacks: Call
         assert gone.status_code == 404
         index = entries.index(tlog.entry_bytes(receipt))
         assert_included(stack.store_dir, entries[index], index, final)
+        assert is_leaf_of(entries[index + 1], receipt, ORIGIN)
     # The restored queue's entries were found in the tree, not added again.
     assert "queued entries were in the log already" in restarted.log()
     assert stack.pending() == 0
@@ -361,13 +368,13 @@ def test_redis_flushed_under_a_running_server_and_worker_the_log_goes_on(stacks:
     observer = stack.observe()
     worker = stack.worker()
     before = stack.create([create_key_cli(stack.redis_url, project="before-flush")], 100)
-    at_100 = stack.wait_for_size(100 + KEY_ENTRIES)  # and the server's key certificate
-    assert at_100.size == 100 + KEY_ENTRIES
+    at_100 = stack.wait_for_size(log_size(100))  # and the server's key certificate
+    assert at_100.size == log_size(100)
     with redis.Redis.from_url(stack.redis_url) as conn:
         assert conn.flushall()
     after = stack.create([create_key_cli(stack.redis_url, project="after-flush")], 200)
-    final = stack.wait_for_size(300 + KEY_ENTRIES)
-    assert final.size == 300 + KEY_ENTRIES
+    final = stack.wait_for_size(log_size(300))
+    assert final.size == log_size(300)
     assert worker.process.poll() is None, f"the worker died of the flush:\n{worker.log()[-3000:]}"
     observer.stop()
     observer.assert_history(final)
@@ -375,7 +382,9 @@ def test_redis_flushed_under_a_running_server_and_worker_the_log_goes_on(stacks:
     ids = entry_ids(entries)
     assert set(ids[:100]) == {r["receipt_id"] for r in before}
     assert set(ids[100:]) == {r["receipt_id"] for r in after} and len(set(ids)) == 300
-    assert sorted(stack.assert_proofs(after)) == list(range(at_100.size, final.size))
+    indices = stack.assert_proofs(after)
+    assert sorted(indices) == list(range(at_100.size, final.size, 2))  # each followed by its leaf
+    assert all(is_leaf_of(entries[i + 1], receipt, ORIGIN) for i, receipt in zip(indices, after, strict=True))
     gone = stack.client.get(f"{stack.base_url}/v1/receipts/{before[0]['receipt_id']}/log-proof")
     assert gone.status_code == 404  # Redis forgot the receipt; the log did not
     first = tlog.entry_bytes(before[0])
@@ -503,8 +512,8 @@ def test_embedded_mode_with_a_log_store_and_no_log_key_is_refused(tmp_path: Path
 
 
 def test_backpressure_over_http_refuses_without_a_trace_until_the_log_drains(stacks: Callable[..., Stack]) -> None:
-    """``LOG_MAX_PENDING`` 5 besides the server's key certificate, and no worker: five creates are 201, the sixth 503
-    ``log_backlog`` with ``Retry-After``, using no monthly quota and writing nothing to Redis
+    """``LOG_MAX_PENDING`` 5 besides the server's key certificate, and no worker: five creates are 201 (it counts
+    receipts, not the two entries each adds to the log), the sixth 503 ``log_backlog`` with ``Retry-After``, using no monthly quota and writing nothing to Redis
     but the counters of the request's own rate limits; a replay still answers 200. A worker
     drains the queue and creates succeed again."""
     stack = stacks("backlog", LOG_MAX_PENDING=str(5 + KEY_ENTRIES))
@@ -544,7 +553,7 @@ def test_backpressure_over_http_refuses_without_a_trace_until_the_log_drains(sta
     assert replay.json()["idempotency"]["hit"] is True
     # A worker drains the queue; creates are accepted again.
     stack.worker()
-    assert stack.wait_for_size(5 + KEY_ENTRIES).size == 5 + KEY_ENTRIES
+    assert stack.wait_for_size(log_size(5)).size == log_size(5)
     wait_until(lambda: stack.pending() == 0, 20, "the pending count to drain")
     accepted = stack.client.post(stack.base_url + "/v1/receipts", headers=headers, json=body)
     assert accepted.status_code == 201, accepted.text
@@ -637,8 +646,8 @@ def test_a_witness_showing_a_fork_halts_the_log_across_processes_until_resumed(
             done = run_cli("log", "resume", "--reason", "checked", env={"LOG_STORE": stack.env["LOG_STORE"]})
             assert done.returncode == 0, done.stderr
             assert orjson.loads(done.stdout.splitlines()[-1])["resumed"] is lifted
-        final = stack.wait_for_size(5 + KEY_ENTRIES)  # and the server's key certificate
-        assert final.size == 5 + KEY_ENTRIES
+        final = stack.wait_for_size(log_size(5))  # and the server's key certificate
+        assert final.size == log_size(5)
         served = stack.client.get(stack.base_url + "/v1/log/checkpoint").text
         assert cosignature.cosignatures(note.parse_note(served), [witness.cosigner.key]), "not cosigned"
         wait_until(lambda: health()["log"] == "ok", 10, "/health to say ok again")
@@ -652,9 +661,10 @@ def test_a_witness_showing_a_fork_halts_the_log_across_processes_until_resumed(
 
 @pytest.fixture(scope="module")
 def site(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A log of 556 entries grown in three batches (300, 1, 255; the first holds the server's
-    key certificate): full and partial tiles at levels 0 and 1, partial bundles; the
-    checkpoints at 0 and 300 kept as files."""
+    """A log of 557 entries grown in three batches of receipts, each its entry and its dsse
+    leaf (150, 1, 127: 301, 303 and 557 entries with the server's key certificate): full and
+    partial tiles at levels 0 and 1, partial bundles; the checkpoints at 0 and 301 kept as
+    files."""
     folder = tmp_path_factory.mktemp("site")
     stack = Stack(folder / "site", redis_binary, name="site")
     try:
@@ -668,14 +678,14 @@ def site(redis_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         stack.worker()
         api_keys = stack.make_keys(2)
         receipts: list[dict[str, Any]] = []
-        for count in (300 - KEY_ENTRIES, 1, 255):
+        for count in (150, 1, 127):
             receipts += stack.create(api_keys, count)
-            reached = stack.wait_for_size(len(receipts) + KEY_ENTRIES)
-            assert reached.size == len(receipts) + KEY_ENTRIES
-            if reached.size == 300:
-                kept[300] = folder / "checkpoint-300"
-                kept[300].write_bytes((stack.store_dir / "checkpoint").read_bytes())
-        assert note.parse_checkpoint(note.parse_note(kept[300].read_bytes()).text).size == 300
+            reached = stack.wait_for_size(log_size(len(receipts)))
+            assert reached.size == log_size(len(receipts))
+            if reached.size == 301:
+                kept[301] = folder / "checkpoint-301"
+                kept[301].write_bytes((stack.store_dir / "checkpoint").read_bytes())
+        assert note.parse_checkpoint(note.parse_note(kept[301].read_bytes()).text).size == 301
         yield {"stack": stack, "keys": api_keys, "receipts": receipts, "kept": kept, "folder": folder}
     finally:
         stack.close()
@@ -687,9 +697,10 @@ def export(site: dict[str, Any], target: str, **env: str) -> subprocess.Complete
 
 def check_copy(store_dir: Path, verifier: note.Verifier) -> note.Checkpoint:
     """A copied store checks as any outsider checks a log: its checkpoint verifies under the
-    log's key and the whole tree under it (every entry, every tile, the root)."""
+    log's key and the whole tree under it (every entry, every tile, the root), and it holds
+    every receipt's entry with its dsse leaf after it."""
     checkpoint, _ = note.open_checkpoint((store_dir / "checkpoint").read_bytes(), verifier)
-    log_entries(store_dir, checkpoint)
+    assert_paired(log_entries(store_dir, checkpoint))
     return checkpoint
 
 
@@ -713,7 +724,7 @@ def test_log_export_copies_and_verifies_and_refuses_a_tampered_copy(site: dict[s
 
     grown = stack.create(site["keys"], 20)
     site["receipts"] += grown
-    larger = stack.wait_for_size(copied.size + 20)
+    larger = stack.wait_for_size(copied.size + log_size(20, 0))
     done = export(site, f"file://{target}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert orjson.loads(done.stdout)["size"] == larger.size
@@ -729,7 +740,9 @@ def test_log_export_copies_and_verifies_and_refuses_a_tampered_copy(site: dict[s
         site["receipts"] += flowing.result()
     assert done.returncode == 0, done.stdout + done.stderr
     assert check_copy(live, stack.verifier).size == orjson.loads(done.stdout)["size"] >= larger.size
-    assert_extends(stack.store_dir, check_copy(live, stack.verifier), stack.wait_for_size(len(site["receipts"])))
+    assert_extends(
+        stack.store_dir, check_copy(live, stack.verifier), stack.wait_for_size(log_size(len(site["receipts"])))
+    )
 
     tile = target / "tile/0/000"
     tampered = bytearray(tile.read_bytes())
@@ -789,8 +802,8 @@ def static_log(site: dict[str, Any]) -> Iterator[str]:
 def test_tlog_scales_reads_the_store_served_by_a_plain_web_server(site: dict[str, Any], static_log: str) -> None:
     """tlog-scales' ``HttpBackend`` over ``http.server`` serving the store directory: our
     signature verifies under our verifier key, the root it computes from the tiles is the
-    checkpoint's, the entries are the receipts', and its inclusion and consistency proofs
-    check (against the proofs the service serves, too)."""
+    checkpoint's, the entries are the receipts' and their dsse leaves, and its inclusion and
+    consistency proofs check (against the proofs the service serves, too)."""
     from tlog_scales.backend import HttpBackend
     from tlog_scales.reader import TilesReader
     from tlog_scales.signing import Vkey
@@ -800,14 +813,16 @@ def test_tlog_scales_reads_the_store_served_by_a_plain_web_server(site: dict[str
     theirs = reader.get_checkpoint()
     theirs.verify(Vkey.from_string(stack.verifier.encode()))  # raises unless it verifies
     ours = stack.stored()
-    assert (theirs.size, theirs.root_hash) == (ours.size, ours.root) and ours.size >= 556
+    assert (theirs.size, theirs.root_hash) == (ours.size, ours.root) and ours.size >= 557
     assert reader.calculate_root_hash() == ours.root
     by_id = {receipt["receipt_id"]: receipt for receipt in site["receipts"]}
     certificates = certificate_indices(log_entries(stack.store_dir, ours))
-    for index in sorted({0, 1, 255, 256, 299, 300, 301, 511, 512, ours.size - 1} - set(certificates)):
+    sampled = sorted({0, 1, 255, 256, 299, 300, 301, 302, 511, 512, ours.size - 2, ours.size - 1} - set(certificates))
+    for index in sampled:
         entry = reader.get_entry(index)
-        receipt = by_id[tlog.LogEntry.parse(entry).receipt_id]
-        assert entry == tlog.entry_bytes(receipt)
+        leaf = not entry.startswith(RECEIPT_ENTRY)  # else the dsse leaf of the receipt just before it
+        receipt = by_id[tlog.LogEntry.parse(reader.get_entry(index - 1) if leaf else entry).receipt_id]
+        assert is_leaf_of(entry, receipt, ORIGIN) if leaf else entry == tlog.entry_bytes(receipt)
         proof = reader.get_inclusion_proof(index, ours.size)
         proof.check(tlog.leaf_hash(entry), ours.root)
         served = note.parse_tlog_proof(
@@ -815,8 +830,10 @@ def test_tlog_scales_reads_the_store_served_by_a_plain_web_server(site: dict[str
         )
         served_checkpoint = note.parse_checkpoint(note.parse_note(served.checkpoint).text)
         if served_checkpoint.size == ours.size:
-            assert served.index == index and list(served.path) == proof.node_hashes
-    old = note.parse_checkpoint(note.parse_note(site["kept"][300].read_bytes()).text)
+            assert served.index == index - leaf
+            if not leaf:
+                assert list(served.path) == proof.node_hashes
+    old = note.parse_checkpoint(note.parse_note(site["kept"][301].read_bytes()).text)
     reader.get_consistency_proof(old.size, ours.size).check(old.root, ours.root)
 
 
@@ -826,8 +843,8 @@ def test_go_sumdb_tlog_checks_the_store_served_by_a_plain_web_server(
     """Go's ``golang.org/x/mod/sumdb/note`` verifies the checkpoint's signature (our verifier
     key is signed-note standard) and ``golang.org/x/mod/sumdb/tlog`` reads the C2SP tiles
     through http.server: the tree hash is the root, every entry hashes to its leaf, inclusion
-    and consistency proofs (from sizes 0 and 300) check. It fails, as it should, on a forged
-    older checkpoint and on another key."""
+    and consistency proofs (from sizes 0 and 301) check, over a log whose receipts each have
+    their dsse leaf. It fails, as it should, on a forged older checkpoint and on another key."""
     checker = go_checker(tmp_path)
     stack: Stack = site["stack"]
     kept = site["kept"]
@@ -838,13 +855,16 @@ def test_go_sumdb_tlog_checks_the_store_served_by_a_plain_web_server(
         )
 
     ours = stack.stored()
-    done = check("-vkey", stack.verifier.encode(), "-old", str(kept[0]), "-old", str(kept[300]))
+    entries = log_entries(stack.store_dir, ours)
+    assert_paired(entries)
+    assert sum(entry.startswith(tlog.DSSE_HEADER) for entry in entries) == len(entry_ids(entries)) >= 278
+    done = check("-vkey", stack.verifier.encode(), "-old", str(kept[0]), "-old", str(kept[301]))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith(f"ok origin={ORIGIN} size={ours.size} ")
     assert f"entries={ours.size} " in done.stdout and "consistency=2" in done.stdout
-    # A checkpoint of size 300 with another root, signed by the log's key: a fork it must see.
+    # A checkpoint of size 301 with another root, signed by the log's key: a fork it must see.
     forged = tmp_path / "forged"
-    forged.write_text(note.sign_note(note.Checkpoint(ORIGIN, 300, bytes(32)).text(), stack.signer))
+    forged.write_text(note.sign_note(note.Checkpoint(ORIGIN, 301, bytes(32)).text(), stack.signer))
     done = check("-vkey", stack.verifier.encode(), "-old", str(forged))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "does not extend" in done.stderr

@@ -37,14 +37,16 @@ from execution_proof.kv.logstore.files import FileObjects
 from execution_proof.kv.store import Store
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.tiles import TileReader, check_tree
+from tests.log_stack import assert_paired
 from tests.test_log import (
-    KEY_ENTRIES,
     ORIGIN,
     SIGNER,
     CrashAt,
     assert_extends,
+    is_leaf_of,
     issue,
     log_app,
+    log_size,
     published,
     receipt_ids,
 )
@@ -190,7 +192,8 @@ def tile_bytes(directory: Path) -> dict[str, bytes]:
 async def assert_whole(site: Site, history: Published, receipts: list[dict[str, Any]]) -> note.Checkpoint:
     """The log is one history and holds what it must: every checkpoint seen is a prefix of
     the last (consistency proofs from the tiles), the whole tree checks (every entry, tile and
-    root), no receipt id twice, and every receipt Redis still holds proves its place."""
+    root), no receipt id twice, each receipt entry followed by its dsse leaf, and every
+    receipt Redis still holds proves its place, its leaf right after it."""
     final = await published(site.log_store, SIGNER)
     for checkpoint in history.seen:
         await assert_extends(site.log_store, checkpoint, final)
@@ -198,6 +201,7 @@ async def assert_whole(site: Site, history: Published, receipts: list[dict[str, 
     await check_tree(TileReader(site.log_store.fetch), final.size, final.root, lambda _, batch: entries.extend(batch))
     ids = receipt_ids(entries)
     assert len(ids) == len(set(ids)), "a receipt id is in the log twice"
+    assert_paired(entries)
     certificates = [entry for entry in entries if entry.startswith(tlog.KEY_CERTIFICATE_HEADER)]
     assert len(certificates) == len(set(certificates)), "a key certificate is in the log twice"
     service = site.app.ctx.services.log
@@ -213,6 +217,7 @@ async def assert_whole(site: Site, history: Published, receipts: list[dict[str, 
             tlog.leaf_hash(tlog.entry_bytes(receipt)), proof.index, checkpoint.size, proof.path, checkpoint.root
         )
         assert tlog.LogEntry.parse(entries[proof.index]).receipt_id == receipt["receipt_id"]
+        assert is_leaf_of(entries[proof.index + 1], receipt)
     return final
 
 
@@ -312,25 +317,25 @@ async def test_an_integrator_paused_while_finishing_a_stopped_ones_batch_wakes_b
     assert any("moved under this integrator" in r.getMessage() for r in caplog.records)
     receipts += await grow(site, successor, key, ["after"])
     final = await assert_whole(site, history, receipts)
-    assert final.size == 56 + KEY_ENTRIES  # and the app's key certificate
+    assert final.size == log_size(56)  # and the app's key certificate
 
 
 @pytest.mark.parametrize("flushed", [False, True])
 async def test_a_tree_state_put_back_with_its_old_bytes_is_refused_by_the_anchor(site: Site, flushed: bool) -> None:
     """Content-derived versions repeat after a restore: the sleeper read ``.state/tree`` at
-    size 10, the log went on to 41, and then the very bytes of that older ``.state/tree`` were
+    size 9, the log went on to 71, and then the very bytes of that older ``.state/tree`` were
     put back (so its version is the one the sleeper holds), Redis flushed as well or not (so
-    its synced size says nothing). When the sleeper wakes, the published checkpoint (size 41)
+    its synced size says nothing). When the sleeper wakes, the published checkpoint (size 71)
     is ahead of the tree state it would work on: refused, recorded as a halt, no tile
     written. A fresh integrator refuses the same way."""
     key = await create_project_key(site.store.keys, project_name="rollback", plan="pro")
     active = await integrator(site)
-    await grow(site, active, key, [f"r{n}" for n in range(10 - KEY_ENTRIES)])  # and the app's key certificate
+    await grow(site, active, key, [f"r{n}" for n in range(4)])  # and the app's key certificate: 9 entries
     old_tree = (site.directory / ".state/tree").read_bytes()
     await issue(site.app, key, ["queued"])
-    paused = Paused(site, "batch").start()  # it has read the tree state of size 10
+    paused = Paused(site, "batch").start()  # it has read the tree state of size 9
     await grow(site, active, key, [f"s{n}" for n in range(30)])
-    assert (await published(site.log_store, SIGNER)).size == 41
+    assert (await published(site.log_store, SIGNER)).size == log_size(35) == 71
     (site.directory / ".state/tree").write_bytes(old_tree)
     covered = tile_bytes(site.directory)
     if flushed:
@@ -342,7 +347,7 @@ async def test_a_tree_state_put_back_with_its_old_bytes_is_refused_by_the_anchor
     halted = await site.log_store.halted()
     assert halted is not None and halted["evidence"]["kind"] == "refused"
     assert tile_bytes(site.directory) == covered
-    assert (await published(site.log_store, SIGNER)).size == 41
+    assert (await published(site.log_store, SIGNER)).size == 71
     await site.log_store.resume("looked: .state/ was put back on purpose")
     with pytest.raises(LogRefused, match="ahead of"):
         await (await integrator(site)).step(force=True)
@@ -360,7 +365,7 @@ async def test_a_creation_cut_short_is_finished_by_the_next_start(site: Site) ->
     assert (await published(site.log_store, SIGNER)).size == 0
     key = await create_project_key(site.store.keys, project_name="created", plan="pro")
     receipts = await grow(site, worker, key, ["one", "two"])
-    assert (await published(site.log_store, SIGNER)).size == 2 + KEY_ENTRIES  # and the app's key certificate
+    assert (await published(site.log_store, SIGNER)).size == log_size(2)  # and the app's key certificate
     await assert_whole(site, Published(site), receipts)
 
 
@@ -382,7 +387,7 @@ async def test_an_unreadable_checkpoint_is_published_again_and_never_a_500(site:
     client = site.app.asgi_client
     key = await create_project_key(site.store.keys, project_name="truncated", plan="pro")
     worker = await integrator(site)
-    receipts = await grow(site, worker, key, [f"t{n}" for n in range(5 - KEY_ENTRIES)])  # and the key certificate
+    receipts = await grow(site, worker, key, ["t0", "t1"])  # and the key certificate: 5 entries
     checkpoint_file = site.directory / "checkpoint"
     good = checkpoint_file.read_bytes()
     checkpoint_file.write_bytes(good[: len(good) // 2])
@@ -400,12 +405,12 @@ async def test_an_unreadable_checkpoint_is_published_again_and_never_a_500(site:
     receipts += await issue(site.app, key, ["next"])
     await worker.step(force=True)
     republished = await published(site.log_store, SIGNER)
-    assert republished.size == 6
+    assert republished.size == log_size(3) == 7
     await assert_whole(site, Published(site), receipts)
 
     # Damaged edge tile and a truncated checkpoint: nothing proves the tree; halt, no 500.
     checkpoint_file.write_bytes(b"")
-    edge = site.directory / "tile/0/000.p/6"
+    edge = site.directory / "tile/0/000.p/7"
     edge.write_bytes(b"\x00" * len(edge.read_bytes()))
     with pytest.raises(LogRefused, match="do not hash"):
         await (await integrator(site)).step(force=True)
@@ -450,7 +455,7 @@ async def test_temporary_files_a_full_disk_left_are_removed_and_never_left_again
     in_flight.unlink()
     while await worker.step(force=True):
         pass
-    assert (await published(site.log_store, SIGNER)).size == 2 + KEY_ENTRIES  # and the app's key certificate
+    assert (await published(site.log_store, SIGNER)).size == log_size(2)  # and the app's key certificate
 
 
 def test_pause_helpers_are_honest() -> None:

@@ -46,11 +46,14 @@ from tests.log_stack import (
     Stack,
     assert_extends,
     assert_included,
+    assert_paired,
     directory_state,
     entry_ids,
     files_beyond,
     go_check,
+    is_leaf_of,
     log_entries,
+    log_size,
     loud_records,
     stack_maker,
 )
@@ -123,7 +126,9 @@ def assert_acknowledged_prove(
 ) -> None:
     """Each receipt acknowledged with its proof: the proof it was given still verifies (the
     receipt's entry at its index under a checkpoint the log signed), that checkpoint is a
-    prefix of ``final``, and the entry is at the same index of ``final``'s tree in the store."""
+    prefix of ``final``, and the entry is at the same index of ``final``'s tree in the store,
+    the dsse leaf of its attestation right after it."""
+    entries = log_entries(store_dir, final)
     for receipt in acknowledged:
         proof = note.parse_tlog_proof(receipt["_proof"])
         checkpoint, _ = note.open_checkpoint(proof.checkpoint, verifier)
@@ -131,6 +136,7 @@ def assert_acknowledged_prove(
         tlog.verify_inclusion(tlog.leaf_hash(entry), proof.index, checkpoint.size, proof.path, checkpoint.root)
         assert_extends(store_dir, checkpoint, final)
         assert_included(store_dir, entry, proof.index, final)
+        assert is_leaf_of(entries[proof.index + 1], receipt, final.origin)
 
 
 def assert_whole(
@@ -148,7 +154,8 @@ def assert_whole(
     """The log in ``store_dir`` is one history holding exactly ``receipts``, once each: every
     checkpoint each observer saw is a prefix of ``final``, Go's sumdb/tlog checks the store
     with every checkpoint text seen (observers, proofs, ``more_texts``) as an older one, the
-    whole tree checks, and every acknowledged proof still proves. The ids, in log order."""
+    whole tree checks, each receipt entry is followed by its dsse leaf, and every acknowledged
+    proof still proves. The ids, in log order."""
     texts: dict[bytes, None] = {}
     for observer in observers:
         observer.stop()
@@ -158,8 +165,10 @@ def assert_whole(
     texts.update(dict.fromkeys(more_texts))
     summary = go_check(checker, store_dir, verifier.encode(), list(texts), tmp)
     assert f"size={final.size} " in summary, summary
-    ids = entry_ids(log_entries(store_dir, final))
+    entries = log_entries(store_dir, final)
+    ids = entry_ids(entries)
     assert len(ids) == len(set(ids)), "a receipt id is in the log twice"
+    assert_paired(entries)
     assert set(ids) == {receipt["receipt_id"] for receipt in receipts}
     assert_acknowledged_prove(store_dir, verifier, acknowledged, final)
     return ids
@@ -406,10 +415,10 @@ def assert_state_changes(before: dict[str, Any], after: dict[str, Any]) -> None:
 def test_a_state_directory_put_back_with_redis_flushed_is_refused_and_signs_nothing(
     runs: dict[str, Future[None]], request: pytest.FixtureRequest, backend: str
 ) -> None:
-    """The log grows to 50 (``.state/`` copied aside then) and to 80; the workers stop; the old
-    ``.state/`` is put back and Redis flushed (so its synced size says nothing). A worker
+    """The log grows to 49 entries (``.state/`` copied aside then) and to 109; the workers stop;
+    the old ``.state/`` is put back and Redis flushed (so its synced size says nothing). A worker
     started then exits 2 with one line at CRITICAL, ``LOG REFUSED``, saying the published
-    checkpoint (80) is ahead of the tree state (50), and no traceback; ``.state/halt`` records
+    checkpoint (109) is ahead of the tree state (49), and no traceback; ``.state/halt`` records
     the refusal, ``/health`` says ``halted``, not one public object changed (checkpoint, tiles,
     bundles: bytes and modification times) and under ``.state/`` only the halt and the lease
     the worker took did. ``log resume`` exits 0, and the next worker refuses again, for the
@@ -442,21 +451,21 @@ def _a_state_directory_put_back_with_redis_flushed_is_refused_and_signs_nothing(
     worker = stack.worker()
     api_keys = stack.make_keys(2)
     acknowledged = stack.create_waiting(api_keys, 2)
-    receipts = acknowledged + stack.create(api_keys, 48 - KEY_ENTRIES)  # and the server's key certificate
-    assert stack.wait_for_size(50).size == 50
+    receipts = acknowledged + stack.create(api_keys, 22)  # and the server's key certificate: 49 entries
+    assert stack.wait_for_size(log_size(24)).size == 49
     place.save_state()
     more = stack.create_waiting(api_keys, 2)
     acknowledged += more
     receipts += more + stack.create(api_keys, 28)
-    final = stack.wait_for_size(80)
-    assert final.size == 80
+    final = stack.wait_for_size(log_size(54))
+    assert final.size == 109
     assert worker.stop() == 0
     published = place.public()
 
     place.put_back_state()
     stack.flush_redis()
     state = place.state()
-    reason = assert_refused_once(stack.worker(), "(size 80) is ahead of the tree state", "(size 50)")
+    reason = assert_refused_once(stack.worker(), "(size 109) is ahead of the tree state", "(size 49)")
     assert_state_changes(state, place.state())
     halted = place.halt()
     assert halted is not None and halted["evidence"]["kind"] == "refused", halted
@@ -470,7 +479,7 @@ def _a_state_directory_put_back_with_redis_flushed_is_refused_and_signs_nothing(
     assert orjson.loads(done.stdout.splitlines()[-1])["resumed"] is True
     assert place.halt() is None
     state = place.state()
-    assert_refused_once(stack.worker(), "(size 80) is ahead of the tree state")
+    assert_refused_once(stack.worker(), "(size 109) is ahead of the tree state")
     assert_state_changes(state, place.state())
     assert place.halt() is not None, "the refusal whose cause is still there is recorded again"
     assert place.public() == published
@@ -494,7 +503,7 @@ NEW_ORIGIN = "renamed.example/v1/log"
 def test_a_new_origin_on_an_old_redis_says_not_in_log_for_the_old_receipts(
     runs: dict[str, Future[None]], request: pytest.FixtureRequest
 ) -> None:
-    """A log (origin A) holds 40 receipts; the server and worker are restarted with a new
+    """A log (origin A) holds 20 receipts; the server and worker are restarted with a new
     ``LOG_ORIGIN`` (its own key) and a new, empty store on the same Redis. Every old receipt's
     ``log-proof`` and ``bundle`` answer 404 ``not_in_log`` (not one 200, not even once the new
     log holds entries at their indices); a replay of an old receipt answers 200, its ``log`` in
@@ -514,9 +523,9 @@ def _a_new_origin_on_an_old_redis_says_not_in_log_for_the_old_receipts(lane: Lan
     old_worker = old_log.worker()
     api_keys = old_log.make_keys(2)
     old_acknowledged = old_log.create_waiting(api_keys, 2)
-    old = old_acknowledged + old_log.create(api_keys, 38 - KEY_ENTRIES)  # and the server's key certificate
-    old_final = old_log.wait_for_size(40)
-    assert old_final.size == 40
+    old = old_acknowledged + old_log.create(api_keys, 18)  # and the server's key certificate
+    old_final = old_log.wait_for_size(log_size(20))
+    assert old_final.size == 41
     old_log.assert_proofs(old)
     assert old_worker.stop() == 0
     old_observer.stop()
@@ -553,11 +562,11 @@ def _a_new_origin_on_an_old_redis_says_not_in_log_for_the_old_receipts(lane: Lan
         assert body["idempotency"]["hit"] is True and body["receipt"]["receipt_id"] == receipt["receipt_id"]
         assert body["log"] == {"status": "pending", "proof_url": f"/v1/receipts/{receipt['receipt_id']}/log-proof"}
     new_acknowledged = new_log.create_waiting(api_keys, 2)
-    new = new_acknowledged + new_log.create(api_keys, 18 - KEY_ENTRIES)
-    new_final = new_log.wait_for_size(20)
-    assert new_final.size == 20 and new_final.origin == NEW_ORIGIN
+    new = new_acknowledged + new_log.create(api_keys, 8)
+    new_final = new_log.wait_for_size(log_size(10))
+    assert new_final.size == 21 and new_final.origin == NEW_ORIGIN
     new_log.assert_fills(new, new_final)
-    assert_not_in_new_log()  # indices 0-19 are the new log's entries now: still none is given
+    assert_not_in_new_log()  # indices 0-20 are the new log's entries now: still none is given
     assert new_log.pending() == 0
 
     new_ids = assert_whole(
@@ -578,10 +587,11 @@ def _a_new_origin_on_an_old_redis_says_not_in_log_for_the_old_receipts(lane: Lan
 def test_a_redis_restored_from_another_deployment_is_not_taken_for_this_log(
     runs: dict[str, Future[None]], request: pytest.FixtureRequest
 ) -> None:
-    """Deployment X (origin O, key Kx, its store and Redis) makes 299 receipts, 199 in its log
-    of 200 (with its server's key certificate) and 100 still queued (no worker for them); its
-    Redis is saved. Deployment Y (the same origin O, another key Ky, its own store) has a log
-    of 30 when its Redis is restored from X's snapshot. Y's server answers every one of X's
+    """Deployment X (origin O, key Kx, its store and Redis) makes 199 receipts, 99 in its log
+    of 199 entries (each receipt's and its dsse leaf, with its server's key certificate) and
+    100 still queued (no worker for them); its Redis is saved. Deployment Y (the same origin O,
+    another key Ky, its own store) has a log of 29 when its Redis is restored from X's
+    snapshot. Y's server answers every one of X's
     receipts' ``log-proof`` with 404
     ``not_in_log`` (0 of them 200, while Y's tree holds entries at their indices); Y's worker
     leaves X's 100 queued entries where they are (X's queue, X's count) and Y's log goes on
@@ -598,9 +608,9 @@ def _a_redis_restored_from_another_deployment_is_not_taken_for_this_log(lane: La
     x.serve()
     x_worker = x.worker()
     x_keys = x.make_keys(3)
-    x_integrated = x.create_waiting(x_keys, 2) + x.create(x_keys, 198 - KEY_ENTRIES)  # and X's key certificate
-    x_log = x.wait_for_size(200)
-    assert x_log.size == 200
+    x_integrated = x.create_waiting(x_keys, 2) + x.create(x_keys, 97)  # and X's key certificate
+    x_log = x.wait_for_size(log_size(99))
+    assert x_log.size == 199
     x.assert_fills(x_integrated, x_log)
     assert x_worker.stop() == 0
     x_queued = x.create(x_keys, 100)
@@ -616,8 +626,8 @@ def _a_redis_restored_from_another_deployment_is_not_taken_for_this_log(lane: La
     y_worker = y.worker()
     y_keys = y.make_keys(2)
     y_acknowledged = y.create_waiting(y_keys, 2)
-    y_receipts = y_acknowledged + y.create(y_keys, 28 - KEY_ENTRIES)  # and Y's key certificate
-    assert y.wait_for_size(30).size == 30
+    y_receipts = y_acknowledged + y.create(y_keys, 12)  # and Y's key certificate
+    assert y.wait_for_size(log_size(14)).size == 29
     first_receipts = len(y_receipts)
     assert y_worker.stop() == 0
     y.restore_redis(snapshot)
@@ -627,8 +637,8 @@ def _a_redis_restored_from_another_deployment_is_not_taken_for_this_log(lane: La
     y_receipts += y.create_waiting(x_keys, 2)  # X's projects, in the Redis Y has now
     y_acknowledged += y_receipts[-2:]
     y_receipts += y.create(x_keys, 18)
-    final = y.wait_for_size(50)
-    assert final.size == 50
+    final = y.wait_for_size(log_size(34))
+    assert final.size == 69
     y.assert_proofs(y_receipts[first_receipts:])
     answers = collections.Counter()
     for receipt in x_integrated + x_queued:
@@ -640,7 +650,7 @@ def _a_redis_restored_from_another_deployment_is_not_taken_for_this_log(lane: La
         assert int(conn.get(keys.log_pending_key(x.identity)) or 0) == 100, "X's queue was touched"
         x_waiting = sum(conn.llen(keys.log_queue_key(x.identity, key["project_id"])) for key in x_keys)
         assert x_waiting == 100
-        assert int(conn.get(keys.log_size_key(y.identity)) or 0) == 50
+        assert int(conn.get(keys.log_size_key(y.identity)) or 0) == 69
     assert y.pending() == 0
     ids = assert_whole(
         y.store_dir, y.verifier, final, observers=[observer], receipts=y_receipts,
@@ -702,10 +712,10 @@ def _a_worker_killed_inside_store_creation_is_finished_by_the_next(lane: Lane) -
     wait_until(lambda: "finished creating the transparency log" in finisher.log(), WAIT_S, "the creation finished")
     # The server's key certificate waited in the server (never beside a store not yet made)
     # until the store existed: it enters the log with them.
-    stack.wait_for_size(10 + KEY_ENTRIES)
+    stack.wait_for_size(log_size(10))
     acknowledged = stack.create_waiting(api_keys, 2)
     receipts = waiting + acknowledged
-    final = stack.wait_for_size(12 + KEY_ENTRIES)
+    final = stack.wait_for_size(log_size(12))
     stack.assert_fills(receipts, final)
     wait_until(lambda: log_state(stack.base_url) == "ok", SEEN_WITHIN_S + 5, "/health to say ok again")
     assert [log_state(stack.base_url) for _ in range(5)] == ["ok"] * 5
@@ -746,15 +756,15 @@ def _a_truncated_checkpoint_is_published_again_and_no_route_answers_500(lane: La
     worker = stack.worker()
     api_keys = stack.make_keys(2)
     acknowledged = stack.create_waiting(api_keys, 2)
-    receipts = acknowledged + stack.create(api_keys, 28 - KEY_ENTRIES)  # and the server's key certificate
-    before = stack.wait_for_size(30)
+    receipts = acknowledged + stack.create(api_keys, 12)  # and the server's key certificate: 29 entries
+    before = stack.wait_for_size(log_size(14))
     wait_until(lambda: parses(stack.store_dir / "checkpoint", stack.verifier), WAIT_S, "the stored checkpoint")
     assert stack.stored() == before
     observers[-1].stop()  # it would take the truncated file for a checkpoint that does not verify
     checkpoint_file = stack.store_dir / "checkpoint"
     good = checkpoint_file.read_bytes()
     proof_of = f"/v1/receipts/{receipts[0]['receipt_id']}/log-proof"
-    paths = ["/v1/log", "/v1/log/checkpoint", proof_of, "/v1/log/tile/0/000.p/30", "/v1/log/tile/entries/000.p/30"]
+    paths = ["/v1/log", "/v1/log/checkpoint", proof_of, "/v1/log/tile/0/000.p/29", "/v1/log/tile/entries/000.p/29"]
 
     checkpoint_file.write_bytes(good[: len(good) // 2])
     answered = hammer(stack.base_url, paths, until=lambda: parses(checkpoint_file, stack.verifier), at_least_s=2.0)
@@ -762,14 +772,14 @@ def _a_truncated_checkpoint_is_published_again_and_no_route_answers_500(lane: La
     assert set(answered.checkpoints) == {good}, "a checkpoint other than the last good one was served"
     republished = stack.stored()
     assert (republished.size, republished.root) == (before.size, before.root)
-    assert "published again from the tree state (size 30)" in worker.log()
+    assert "published again from the tree state (size 29)" in worker.log()
     assert loud_records(worker) == []
     observers.append(stack.observe())
     receipts += stack.create(api_keys, 5)
     more = stack.create_waiting(api_keys, 1)
     acknowledged += more
     receipts += more
-    grown = stack.wait_for_size(36)
+    grown = stack.wait_for_size(log_size(20))
     assert_whole(
         stack.store_dir, stack.verifier, grown, observers=observers, receipts=receipts,
         acknowledged=acknowledged, checker=tlogcheck, tmp=tmp_path / "go", more_texts=list(answered.checkpoints),
@@ -777,17 +787,17 @@ def _a_truncated_checkpoint_is_published_again_and_no_route_answers_500(lane: La
     wait_until(lambda: stack.stored() == stack.served(), WAIT_S, "the server to read the newest checkpoint")
 
     # Truncated again, and the edge tile damaged: the tree state cannot be proven.
-    edge = stack.store_dir / "tile/0/000.p/36"
+    edge = stack.store_dir / "tile/0/000.p/41"
     edge_bytes = edge.read_bytes()
     last_good = checkpoint_file.read_bytes()
     checkpoint_file.write_bytes(b"")
     edge.write_bytes(bytes(len(edge_bytes)))
     damaged = public_state(stack.store_dir)
-    paths = ["/v1/log", "/v1/log/checkpoint", proof_of, "/v1/log/tile/0/000.p/36", "/v1/log/tile/entries/000.p/36"]
+    paths = ["/v1/log", "/v1/log/checkpoint", proof_of, "/v1/log/tile/0/000.p/41", "/v1/log/tile/entries/000.p/41"]
     answered = hammer(stack.base_url, paths, until=lambda: worker.process.poll() is not None, at_least_s=2.0)
     answered.assert_never_500({200, 503})
     assert set(answered.checkpoints) <= {last_good}, "a checkpoint other than the last good one was served"
-    assert_refused_once(worker, "do not hash to its tree of size 36")
+    assert_refused_once(worker, "do not hash to its tree of size 41")
     halted = stack.store_dir / ".state/halt"
     assert halted.exists() and orjson.loads(halted.read_bytes())["evidence"]["kind"] == "refused"
     assert public_state(stack.store_dir) == damaged, "a refused worker wrote to the store"
@@ -809,7 +819,7 @@ def _a_truncated_checkpoint_is_published_again_and_no_route_answers_500(lane: La
     more = stack.create_waiting(api_keys, 1)
     acknowledged += more
     receipts += more
-    final = stack.wait_for_size(37)
+    final = stack.wait_for_size(log_size(21))
     assert resumed.process.poll() is None
     wait_until(lambda: log_state(stack.base_url) == "ok", SEEN_WITHIN_S + 5, "/health to say ok")
     assert_whole(
@@ -897,24 +907,28 @@ def _health_says_stalled_then_ok_and_a_refusal_is_halted_in_every_web_process(la
 
     worker = stack.worker()
     certified = 2 * KEY_ENTRIES  # each of the two web processes' key certificate
-    stack.wait_for_size(1 + certified)
+    stack.wait_for_size(log_size(1, certified))
     published_at = time.monotonic()
     assert_every_process_says(service, published_at, SEEN_WITHIN_S, "ok")
     acknowledged = stack.create_waiting(api_keys, 2)
     receipts += acknowledged
-    assert stack.wait_for_size(3 + certified).size == 3 + certified
+    assert stack.wait_for_size(log_size(3, certified)).size == log_size(3, certified)
     aside = tmp_path / "state-aside"
     shutil.copytree(stack.store_dir / ".state", aside)
     receipts += stack.create(api_keys, 5)
-    final = stack.wait_for_size(8 + certified)
-    assert final.size == 8 + certified
-    wait_until(lambda: parses(stack.store_dir / "checkpoint", stack.verifier) and stack.stored() == final, 10, "size 8")
+    final = stack.wait_for_size(log_size(8, certified))
+    assert final.size == log_size(8, certified)
+    wait_until(
+        lambda: parses(stack.store_dir / "checkpoint", stack.verifier) and stack.stored() == final, 10, "size 18"
+    )
     published = public_state(stack.store_dir)
 
     shutil.rmtree(stack.store_dir / ".state")
     shutil.copytree(aside, stack.store_dir / ".state")
     queued = stack.create(api_keys, 1)
-    assert_refused_once(worker, f"(size {8 + certified}) is ahead of the tree state", f"(size {3 + certified})")
+    assert_refused_once(
+        worker, f"(size {log_size(8, certified)}) is ahead of the tree state", f"(size {log_size(3, certified)})"
+    )
     refused_at = time.monotonic()
     assert_every_process_says(service, refused_at, SEEN_WITHIN_S, "halted")
     assert [metrics_gauge(service, token, "eps_log_halted") for _ in range(4)] == ["eps_log_halted 1.0"] * 4
@@ -949,8 +963,8 @@ def _temporary_files_left_in_the_store_are_removed_when_a_worker_starts(lane: La
     worker = stack.worker()
     wait_for_stored(stack, 0)  # the store is created before any entry queues (else it is refused)
     api_keys = stack.make_keys(1)
-    receipts = stack.issue(api_keys, 5)
-    wait_for_stored(stack, 5)
+    receipts = stack.issue(api_keys, 5)  # no server: no key certificate, each receipt's entry and leaf
+    wait_for_stored(stack, log_size(5, 0))
     assert worker.stop() == 0
     tmp = stack.store_dir / ".state/tmp"
     junk = {
@@ -975,8 +989,8 @@ def _temporary_files_left_in_the_store_are_removed_when_a_worker_starts(lane: La
     wait_until(lambda: f"removed {len(junk)} temporary files" in started.log(), 10, "the worker to say so")
     assert unchanged() == before, "the worker changed more than .state/tmp/ and its lease"
     receipts += stack.issue(api_keys, 2)
-    final = wait_for_stored(stack, 7)
-    assert final.size == 7
+    final = wait_for_stored(stack, log_size(7, 0))
+    assert final.size == 14
     assert started.process.poll() is None
     assert loud_records(started) == []
     assert_whole(
@@ -1013,19 +1027,19 @@ def _head_over_http_answers_like_get_with_its_content_length(lane: Lane) -> None
     stack.serve()
     stack.worker()
     api_keys = stack.make_keys(2)
-    receipts = stack.issue(api_keys, 300 - KEY_ENTRIES)  # and the server's key certificate
-    final = stack.wait_for_size(300)
-    assert final.size == 300
+    receipts = stack.issue(api_keys, 149)  # and the server's key certificate: 299 entries
+    final = stack.wait_for_size(log_size(149))
+    assert final.size == 299
     paths = {
         "/v1/log": 200,
         "/v1/log/checkpoint": 200,
         "/v1/log/tile/0/000": 200,
-        "/v1/log/tile/0/001.p/44": 200,
+        "/v1/log/tile/0/001.p/43": 200,
         "/v1/log/tile/1/000.p/1": 200,
         "/v1/log/tile/entries/000": 200,
-        "/v1/log/tile/entries/001.p/44": 200,
+        "/v1/log/tile/entries/001.p/43": 200,
         f"/v1/receipts/{receipts[0]['receipt_id']}/log-proof": 200,
-        "/v1/log/checkpoints/300/timestamps": 200,
+        "/v1/log/checkpoints/299/timestamps": 200,
         "/v1/log/tile/0/002": 404,
     }
     varying = {"date", "x-request-id", "ratelimit", "connection", "keep-alive"}
@@ -1063,18 +1077,19 @@ def _head_over_http_answers_like_get_with_its_content_length(lane: Lane) -> None
 def test_a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go(
     runs: dict[str, Future[None]], request: pytest.FixtureRequest
 ) -> None:
-    """The operator's case, no witness: the log at 50, the worker stopped, the store copied
-    aside and Redis saved; the log goes on to 80 (two receipts acknowledged with their proofs
-    past 50); the worker stopped, the copy put back over the store without deleting anything
-    (``cp -a BACKUP/. STORE/``: ``.state/`` and the checkpoint at 50, ``tile/0/000.p/80`` and
-    the other newer files left) and Redis restored from its dump. The tree state and the
-    checkpoint agree, yet a worker started then exits 2 with one ``LOG REFUSED`` line naming a
-    file beyond 50, ``.state/halt`` records the refusal, ``/health`` says ``halted``, no
-    checkpoint beyond 50 is published and no public byte changes. ``log resume`` alone: the
-    next worker refuses again. With the newer files moved aside and ``log resume`` (and the
-    web process restarted: it never serves a checkpoint older than one it has served), the log
-    goes on from 50 and checks whole with Go's sumdb/tlog; the checkpoints signed past 50 are
-    abandoned (the new tree does not extend them), as docs/log.md says of this recovery."""
+    """The operator's case, no witness: the log at 49 entries, the worker stopped, the store
+    copied aside and Redis saved; the log goes on to 109 (two receipts acknowledged with their
+    proofs past 49); the worker stopped, the copy put back over the store without deleting
+    anything (``cp -a BACKUP/. STORE/``: ``.state/`` and the checkpoint at 49,
+    ``tile/0/000.p/109`` and the other newer files left) and Redis restored from its dump. The
+    tree state and the checkpoint agree, yet a worker started then exits 2 with one ``LOG
+    REFUSED`` line naming a file beyond 49, ``.state/halt`` records the refusal, ``/health``
+    says ``halted``, no checkpoint beyond 49 is published and no public byte changes. ``log
+    resume`` alone: the next worker refuses again. With the newer files moved aside and ``log
+    resume`` (and the web process restarted: it never serves a checkpoint older than one it has
+    served), the log goes on from 49 and checks whole with Go's sumdb/tlog; the checkpoints
+    signed past 49 are abandoned (the new tree does not extend them), as docs/log.md says of
+    this recovery."""
     runs[request.node.name].result()
 
 
@@ -1087,35 +1102,35 @@ def _a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go(lane:
     worker = stack.worker()
     api_keys = stack.make_keys(2)
     acknowledged = stack.create_waiting(api_keys, 2)
-    receipts = acknowledged + stack.create(api_keys, 48 - KEY_ENTRIES)  # and the server's key certificate
-    assert stack.wait_for_size(50).size == 50
-    assert wait_for_stored(stack, 50).size == 50
+    receipts = acknowledged + stack.create(api_keys, 22)  # and the server's key certificate: 49 entries
+    assert stack.wait_for_size(log_size(24)).size == 49
+    assert wait_for_stored(stack, 49).size == 49
     assert worker.stop() == 0
     backup = lane.tmp_path / "backup"
     shutil.copytree(store_dir, backup, symlinks=True)  # cp -a STORE BACKUP
-    dump = lane.tmp_path / "dump-50.rdb"
+    dump = lane.tmp_path / "dump-49.rdb"
     stack.save_redis(dump)
 
     worker = stack.worker()
     abandoned = stack.create_waiting(api_keys, 2)
     stack.create(api_keys, 28)
-    at_80 = stack.wait_for_size(80)
-    assert at_80.size == 80
+    at_109 = stack.wait_for_size(log_size(54))
+    assert at_109.size == 109
     assert worker.stop() == 0
     before.stop()
-    before.assert_history(at_80)
+    before.assert_history(at_109)
     newer = {name: value[0] for name, value in public_state(store_dir).items() if name.startswith("tile/")}
 
     shutil.copytree(backup, store_dir, symlinks=True, dirs_exist_ok=True)  # cp -a BACKUP/. STORE/
     stack.restore_redis(dump)
-    assert stored_checkpoint(store_dir, stack.verifier).size == 50
+    assert stored_checkpoint(store_dir, stack.verifier).size == 49
     copied = public_state(store_dir)
     assert {name: value[0] for name, value in copied.items() if name.startswith("tile/")} == newer
-    beyond = files_beyond([name for name in copied if not name.endswith("/")], 50)
-    assert "tile/0/000.p/80" in beyond and "tile/entries/000.p/80" in beyond, beyond
+    beyond = files_beyond([name for name in copied if not name.endswith("/")], 49)
+    assert "tile/0/000.p/109" in beyond and "tile/entries/000.p/109" in beyond, beyond
     published = Observer(None, store_dir, stack.verifier).start()  # the store's checkpoint, from now on
 
-    reason = assert_refused_once(stack.worker(), "beyond its tree state (size 50)")
+    reason = assert_refused_once(stack.worker(), "beyond its tree state (size 49)")
     named = re.search(r"holds (tile/\S+), beyond", reason)
     assert named is not None and named.group(1) in beyond, reason
     halted = orjson.loads((store_dir / ".state/halt").read_bytes())
@@ -1126,12 +1141,12 @@ def _a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go(lane:
     done = run_cli("log", "resume", "--reason", "resumed without looking", env={"LOG_STORE": stack.env["LOG_STORE"]})
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (store_dir / ".state/halt").exists()
-    assert_refused_once(stack.worker(), "beyond its tree state (size 50)")
+    assert_refused_once(stack.worker(), "beyond its tree state (size 49)")
     assert (store_dir / ".state/halt").exists(), "a resume alone halts again: the newer files are there"
     wait_until(lambda: log_state(stack.base_url) == "halted", SEEN_WITHIN_S + 5, "/health to say halted again")
     assert public_state(store_dir) == copied, "a refused worker changed a public file"
     published.stop()
-    assert {checkpoint.size for checkpoint in published.seen["file"]} == {50}, published.seen
+    assert {checkpoint.size for checkpoint in published.seen["file"]} == {49}, published.seen
     assert not published.problems, published.problems
 
     # The documented recovery: the newer files moved aside, then `log resume`.
@@ -1140,29 +1155,29 @@ def _a_backup_copied_over_a_live_store_is_refused_until_the_newer_files_go(lane:
         (aside / name).parent.mkdir(parents=True, exist_ok=True)
         (store_dir / name).rename(aside / name)
     done = run_cli(
-        "log", "resume", "--reason", "moved the files beyond 50 aside", env={"LOG_STORE": stack.env["LOG_STORE"]}
+        "log", "resume", "--reason", "moved the files beyond 49 aside", env={"LOG_STORE": stack.env["LOG_STORE"]}
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert stack.service is not None
-    stack.service.stop()  # it holds the checkpoint of 80 it read, and never serves an older one
+    stack.service.stop()  # it holds the checkpoint of 109 it read, and never serves an older one
     stack.serve()
     after = stack.observe()
     worker = stack.worker()
     more = stack.create_waiting(api_keys, 2)
     acknowledged += more
-    receipts += more + stack.create(api_keys, 38 - KEY_ENTRIES)  # and the restarted server's key certificate
-    final = stack.wait_for_size(90)
+    receipts += more + stack.create(api_keys, 18)  # and the restarted server's key certificate
+    final = stack.wait_for_size(49 + log_size(20))
     assert final.size == 90
     assert worker.process.poll() is None and loud_records(worker) == []
     wait_until(lambda: log_state(stack.base_url) == "ok", SEEN_WITHIN_S + 5, "/health to say ok")
-    up_to_50 = [text for (size, _), text in before.texts.items() if size <= 50]
+    up_to_49 = [text for (size, _), text in before.texts.items() if size <= 49]
     assert_whole(
         store_dir, stack.verifier, final, observers=[after, published], receipts=receipts,
-        acknowledged=acknowledged, checker=lane.tlogcheck, tmp=lane.tmp_path / "go", more_texts=up_to_50,
+        acknowledged=acknowledged, checker=lane.tlogcheck, tmp=lane.tmp_path / "go", more_texts=up_to_49,
     )  # fmt: skip
     for receipt in abandoned:
         checkpoint, _ = note.open_checkpoint(note.parse_tlog_proof(receipt["_proof"]).checkpoint, stack.verifier)
-        assert 50 < checkpoint.size <= 80
+        assert 49 < checkpoint.size <= 109
         with pytest.raises(tlog.ProofError):
             assert_extends(store_dir, checkpoint, final)
 

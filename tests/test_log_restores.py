@@ -5,9 +5,9 @@ worker`` stopped at a fault point (``LOG_FAILPOINTS``). The restore is ``DEBUG R
 NOSAVE`` over a ``dump.rdb`` saved earlier: Redis keeps every client connection, so the
 worker's next command succeeds on the older data (a restart would have failed it).
 
-The log is judged from its tiles: every receipt id once, every receipt Redis holds proving its
-place, every proof given earlier still at its index, and Go's sumdb/tlog over the store with
-every checkpoint seen. In process, the same faults: tests/test_log_sync.py.
+The log is judged from its tiles: every receipt id once, right after it the dsse leaf of its
+attestation, every receipt Redis holds proving its place, every proof given earlier still at
+its index, and Go's sumdb/tlog over the store with every checkpoint seen. In process, the same faults: tests/test_log_sync.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 import redis
 
 from tests.conftest import RedisServer
-from tests.log_stack import WAIT_S, Stack, certificate_indices, is_stopped, log_entries
+from tests.log_stack import WAIT_S, Stack, certificate_indices, is_stopped, log_entries, log_size
 from tests.receipt_keys import KEY_ENTRIES
 from tests.servers import wait_until
 from tests.test_log_operator_faults import assert_whole
@@ -68,17 +68,18 @@ def queues_empty(stack: Stack) -> Callable[[], bool]:
 def judge(
     stack: Stack, receipts: list[dict[str, Any]], acknowledged: list[dict[str, Any]], checker: Path, tmp: Path
 ) -> None:
-    """Every queue empties, the log holds exactly ``receipts`` once each (beside each serving
-    process's key certificate), Go's check passes, every proof given earlier still proves at
-    its index and every receipt's log-proof works."""
+    """Every queue empties, the log holds exactly ``receipts`` once each, each its entry and
+    its dsse leaf (beside each serving process's key certificate), Go's check passes, every
+    proof given earlier still proves at its index and every receipt's log-proof works."""
     wait_until(queues_empty(stack), WAIT_S, "every queue to empty")
-    final = stack.wait_for_size(len(receipts) + KEY_ENTRIES)
+    final = stack.wait_for_size(log_size(len(receipts)))
     wait_until(queues_empty(stack), WAIT_S, "every queue to empty")
     final = stack.served()
     certificates = certificate_indices(log_entries(stack.store_dir, final))
     assert len(certificates) >= KEY_ENTRIES
-    assert final.size == len(receipts) + len(certificates), (
-        f"the log holds {final.size} entries for {len(receipts)} receipts and {len(certificates)} key certificates"
+    assert final.size == log_size(len(receipts), len(certificates)), (
+        f"the log holds {final.size} entries for {len(receipts)} receipts (two entries each) "
+        f"and {len(certificates)} key certificates"
     )
     stack.assert_fills(receipts, final)
     assert stack.observer is not None
@@ -105,7 +106,9 @@ def test_redis_put_back_between_a_batchs_two_halves_keeping_connections_adds_no_
     (stopped there, or sleeping 4 s: less than its lease), the dump is put back with ``DEBUG
     RELOAD NOSAVE`` and it goes on, on its open connection, to the other half and the log's
     size. Then 4 creates more. The first half's entries were back in their queues: they are
-    found in the tree, not taken again (this put 23 entries in a log of 20 receipts)."""
+    found in the tree, not taken again (this put 23 entries in a log of 20 receipts, before
+    each receipt had its dsse leaf; a receipt's entry and its leaf, one queue item, go back
+    and are found together)."""
     stack = debug_redis(stacks(f"reload-{action.partition(':')[0]}"))
     stack.serve()
     stack.observe()

@@ -66,12 +66,15 @@ from tests.log_stack import (
     Observer,
     Stack,
     assert_included,
+    assert_paired,
     certificate_indices,
     entry_ids,
     go_check,
+    is_leaf_of,
     is_stopped,
     log_entries,
     log_records,
+    log_size,
     loud_records,
     setup_store,
 )
@@ -96,16 +99,19 @@ catch-up's ``caught_half`` comes only after a fault: tests/test_log_restores.py)
 REDIS_FAULTS = ["none", "flushall", "restore"]
 S3_CASES = [("staged", "none"), ("staged", "flushall"), ("tiles_half", "none"), ("tiles_half", "flushall"),
             ("advanced", "restore")]  # fmt: skip
-FIRST = 6
-"""Entries in the log before the stall (the server's key certificate and FIRST - KEY_ENTRIES
-receipts): partial tiles and a partial bundle."""
+FIRST_RECEIPTS = 2
+FIRST = log_size(FIRST_RECEIPTS)
+"""Entries in the log before the stall (the server's key certificate and FIRST_RECEIPTS
+receipts, each its entry and its dsse leaf): partial tiles and a partial bundle."""
 BACKLOG = 4150
-"""Queued in two projects when the sleeper starts: its batch is a full 4,096, 54 stay queued."""
+"""Receipts queued in two projects when the sleeper starts: its batch is a full 4,096 (queue
+items: 8,192 entries), 54 stay queued."""
 LATE = 40
 """Issued after the Redis snapshot: a restore forgets them (they are in the log only if the
 stopped batch took them)."""
 MAX_BATCH = 4096
-"""The integrator's batch (docs/log.md, "Sequencing": up to 4,096 entries a batch)."""
+"""The integrator's batch (docs/log.md, "Sequencing": up to 4,096 queue items a batch, a
+receipt's entry and its dsse leaf being one item)."""
 IN_FLIGHT = 8
 """Runs at once: most of a run is waiting (a lease running out, processes starting)."""
 SLEEP_MS = 15_000
@@ -366,7 +372,7 @@ def run_stall(
     observer = stack.observe(OBSERVE_S)
     api_keys = stack.make_keys(2)
     first_worker = stack.worker()
-    first = stack.create(api_keys, FIRST - KEY_ENTRIES, threads=2)
+    first = stack.create(api_keys, FIRST_RECEIPTS, threads=2)
     stack.wait_for_size(FIRST)
     assert first_worker.stop() == 0, first_worker.log()[-3000:]
     failpoint = f"{step}={action}"
@@ -556,20 +562,23 @@ def assert_changed_nothing(run: StallRun) -> None:
     entries = log_entries(run.store_dir, run.final)
     ids = entry_ids(entries)
     assert len(set(ids)) == len(ids), f"{context}: a receipt id is in the log twice"
+    assert_paired(entries)
     # The server's key certificate is among the first FIRST entries, before any receipt's
-    # position the checks below name: a receipt at tree index i is ids[i - KEY_ENTRIES].
+    # position the checks below name: a receipt whose entry is at tree index i >= FIRST is
+    # ids[(i - KEY_ENTRIES) // 2] (each receipt before it has its entry and its leaf).
     certificates = certificate_indices(entries)
     assert len(certificates) == KEY_ENTRIES and all(i < FIRST for i in certificates), certificates
-    assert set(ids[: FIRST - KEY_ENTRIES]) == set(run.first)
+    assert set(ids[:FIRST_RECEIPTS]) == set(run.first)
     queued = set(run.backlog + run.late)
     stall = run.tree_at_stall
     batch_end = stall["staged"]["new_size"] if "staged" in stall else stall["size"]
     if run.step == "batch":
         assert batch_end == FIRST, stall  # read from Redis, never staged: only Redis can bring it back
     elif run.action == "stop":
-        assert batch_end == FIRST + MAX_BATCH, f"{context}: the stopped batch is not a full one: {stall}"
-    batch = set(ids[FIRST - KEY_ENTRIES : batch_end - KEY_ENTRIES])
-    assert len(batch) == batch_end - FIRST and batch <= queued, f"{context}: the stopped batch is not in the log"
+        assert batch_end == FIRST + 2 * MAX_BATCH, f"{context}: the stopped batch is not a full one: {stall}"
+    assert (batch_end - FIRST) % 2 == 0, f"{context}: the stopped batch split a receipt from its leaf: {stall}"
+    batch = set(ids[FIRST_RECEIPTS : FIRST_RECEIPTS + (batch_end - FIRST) // 2])
+    assert 2 * len(batch) == batch_end - FIRST and batch <= queued, f"{context}: the stopped batch is not in the log"
     survivors = {"none": queued, "flushall": set(), "restore": set(run.backlog)}[run.fault]
     expected = set(run.first) | batch | survivors | set(run.after_fault)
     missing, foreign = sorted(expected - set(ids)), sorted(set(ids) - expected)
@@ -583,12 +592,14 @@ def assert_changed_nothing(run: StallRun) -> None:
         leaf = tlog.leaf_hash(tlog.entry_bytes(receipt))
         tlog.verify_inclusion(leaf, proof.index, checkpoint.size, proof.path, checkpoint.root)
         assert_included(run.store_dir, tlog.entry_bytes(receipt), proof.index, run.final)
+        assert is_leaf_of(entries[proof.index + 1], receipt, run.final.origin)
 
     # Redis holds what it should; each receipt it holds is in the log where Redis says.
     assert set(run.in_redis) == run.expected_in_redis, f"{context}: Redis holds other receipts than expected"
     for rid, index in run.in_redis.items():
         assert index is not None, f"{context}: {rid} has no index"
         assert entries[index] == tlog.entry_bytes(run.made[rid]), f"{context}: {rid} is not at its index {index}"
+        assert is_leaf_of(entries[index + 1], run.made[rid], run.final.origin), f"{context}: {rid}'s leaf"
     for rid, index in run.sampled.items():
         assert run.in_redis.get(rid, index) == index
 

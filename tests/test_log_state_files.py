@@ -27,9 +27,9 @@ from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.logstore.log import UNREADABLE_HALT, checkpoint_size
 from execution_proof.kv.store import Store
 from tests.conftest import hash_of
-from tests.log_stack import WAIT_S, Stack, certificate_indices, log_entries, log_records, loud_records
+from tests.log_stack import WAIT_S, Stack, log_records, log_size, loud_records
 from tests.servers import run_cli, wait_until
-from tests.test_log import KEY_ENTRIES, ORIGIN, SIGNER, integrator, issue, log_app, published
+from tests.test_log import ORIGIN, SIGNER, integrator, issue, log_app, published
 
 TOKEN = "t0ken"
 DAMAGED = {
@@ -107,9 +107,9 @@ async def log(store: Store, log_store: LogStore, receipt_root: str, tmp_path: Pa
     made = Log(store, log_store, tmp_path / "log", app, worker)
     assert await made.look_again()
     made.key = await create_project_key(store.keys, project_name="state-files", plan="pro")
-    # Four receipts and the app's key certificate: five entries.
-    made.receipts = await issue(app, made.key, [f"r{n}" for n in range(5 - KEY_ENTRIES)])
-    assert await worker.step(force=True) == 5
+    # Two receipts (each its entry and its dsse leaf) and the app's key certificate: five entries.
+    made.receipts = await issue(app, made.key, ["r0", "r1"])
+    assert await worker.step(force=True) == log_size(2) == 5
     assert await made.health() == "ok"
     return made
 
@@ -146,8 +146,8 @@ async def test_a_halt_record_that_does_not_parse_halts_the_log_and_no_reader_ans
     assert lifted["text"] == DAMAGED[damage].decode(errors="replace")
     log.worker._halt_checked = -1e9  # its 2 s between looks at a halt passed
     assert await log.worker.step(force=True) == 0  # it notices the resume, and reads the tree state again
-    assert await log.worker.step(force=True) == 1
-    assert (await published(log.log_store, SIGNER)).size == 6
+    assert await log.worker.step(force=True) == 2
+    assert (await published(log.log_store, SIGNER)).size == 7
     log.app.ctx.services.log._read_at = -1e9  # past MIN_READ_S: a fast machine asks again within 20 ms
     assert await log.app.ctx.services.log.proof(late[0]) is not None
     assert await log.health() == "ok"
@@ -187,8 +187,8 @@ async def test_a_lease_that_does_not_parse_has_expired_and_another_integrator_ta
     assert orjson.loads((log.directory / ".state/lease").read_bytes())["token"] == other.lease.token
     assert not await log.look_again(), "the first integrator still holds the lease"
     await issue(log.app, log.key, ["after"])
-    assert await other.step(force=True) == 1
-    assert (await published(log.log_store, SIGNER)).size == 6
+    assert await other.step(force=True) == 2
+    assert (await published(log.log_store, SIGNER)).size == 7
 
 
 # --------------------------------------------------------------------------- .state/tree
@@ -221,7 +221,7 @@ async def test_a_tree_state_that_does_not_parse_is_stalled_never_a_500_and_the_i
             await poll(lambda: any(".state/tree cannot be read" in r.getMessage() for r in caplog.records), "a warning")
             assert not task.done(), "the integrator ended on an unreadable tree state"
             tree.write_bytes(good)
-            await poll(lambda: checkpoint_size((log.directory / "checkpoint").read_bytes()) == 6, "a checkpoint of 6")
+            await poll(lambda: checkpoint_size((log.directory / "checkpoint").read_bytes()) == 7, "a checkpoint of 7")
         finally:
             stop.set()
             await asyncio.wait_for(task, 10)
@@ -256,9 +256,9 @@ def test_garbage_in_the_halt_file_of_a_running_log_halts_it_until_resumed(stacks
     stack.serve()
     worker = stack.worker()
     api_keys = stack.make_keys(2)
-    # Nine receipts and the server's key certificate: ten entries.
-    receipts = stack.create_waiting(api_keys, 1) + stack.create(api_keys, 9 - KEY_ENTRIES)
-    before = stack.wait_for_size(10)
+    # Nine receipts (each its entry and its dsse leaf) and the server's key certificate.
+    receipts = stack.create_waiting(api_keys, 1) + stack.create(api_keys, 8)
+    before = stack.wait_for_size(log_size(9))
     halt = stack.store_dir / ".state/halt"
     halt.write_bytes(DAMAGED["binary"])
 
@@ -288,10 +288,9 @@ def test_garbage_in_the_halt_file_of_a_running_log_halts_it_until_resumed(stacks
     said = orjson.loads(done.stdout.splitlines()[-1])
     assert said["resumed"] is True and said["halt"]["reason"] == UNREADABLE_HALT, said
     assert not halt.exists()
-    final = stack.wait_for_size(13)
-    indices = stack.assert_proofs(receipts + waiting) + certificate_indices(log_entries(stack.store_dir, final))
-    assert sorted(indices) == list(range(13))
-    assert final.size == 13
+    final = stack.wait_for_size(log_size(12))
+    stack.assert_fills(receipts + waiting, final)
+    assert final.size == log_size(12) == 25
     wait_until(lambda: health(stack) == "ok", WAIT_S, "/health to say ok")
     [line] = said_halted()
     assert line["level"] == "critical" and line["msg"].startswith(f"LOG HALTED: {UNREADABLE_HALT}."), line

@@ -27,7 +27,7 @@ from execution_proof.receipts.ids import new_receipt_id
 from execution_proof.transparency import tlog
 from execution_proof.transparency.tiles import TileReader
 from tests.conftest import hash_of
-from tests.test_log import IDENTITY, KEY_ENTRIES, SIGNER, Crash, CrashAt, issue, published
+from tests.test_log import IDENTITY, SIGNER, Crash, CrashAt, issue, log_size, published
 from tests.test_log_fencing import Paused, Published, Site, assert_whole, integrator, restore, snapshot
 from tests.test_log_fencing import site as site
 
@@ -73,7 +73,8 @@ async def two_projects(site: Site) -> list[dict[str, Any]]:
 
 
 async def test_a_restore_between_a_batchs_two_halves_adds_no_entry_twice(site: Site) -> None:
-    """The case that put 23 entries in a log of 20 receipts: a log at 10; 6 creates in 2
+    """The case that put 23 entries in a log of 20 receipts (before each receipt had its dsse
+    leaf): a log of 10 receipts; 6 creates in 2
     projects; the batch is staged (Redis saved there), half its queues acknowledged, then Redis
     is put back under the integrator's open connection and it goes on to the other half and
     the log's size. The first half's entries are back in their queues with their queue's
@@ -94,13 +95,13 @@ async def test_a_restore_between_a_batchs_two_halves_adds_no_entry_twice(site: S
     pause.resume()
     pause.wait_for("acked_half")
     await restore(site.store, saved)
-    assert running.finish() == 6
+    assert running.finish() == 12  # six receipts' entries and leaves
     await history.look()
     made += await issue(site.app, one, ["e0", "e1"]) + await issue(site.app, two, ["f0", "f1"])
     await drain(worker)
     await history.look()
     final = await assert_whole(site, history, made)
-    assert final.size == 20 + KEY_ENTRIES, "an entry entered the log twice"  # and the app's key certificate
+    assert final.size == log_size(20), "an entry entered the log twice"  # and the app's key certificate
     assert await site.store.log_queue.log_pending(IDENTITY) == 0
 
 
@@ -138,7 +139,7 @@ async def test_a_restore_between_a_catch_ups_queues_adds_no_entry_twice(site: Si
     await drain(successor)
     await history.look()
     final = await assert_whole(site, history, made)
-    assert final.size == 12 + KEY_ENTRIES, "an entry entered the log twice"  # and the app's key certificate
+    assert final.size == log_size(12), "an entry entered the log twice"  # and the app's key certificate
     assert await site.store.log_queue.log_pending(IDENTITY) == 0
 
 
@@ -168,15 +169,15 @@ async def test_a_create_that_starts_an_empty_queue_takes_the_logs_size(site: Sit
     one, two = await two_projects(site)
     worker = await integrator(site)
     await issue(site.app, one, ["a0"])
-    await drain(worker)  # a0 and the app's key certificate
-    first = 1 + KEY_ENTRIES
+    await drain(worker)  # a0 (its entry and leaf) and the app's key certificate
+    first = log_size(1)
     busy = await issue(site.app, two, [f"b{n}" for n in range(300)])
     await drain(worker)
-    assert (await published(site.log_store, SIGNER)).size == first + 300
+    assert (await published(site.log_store, SIGNER)).size == first + log_size(300, 0)
     synced = keys.log_synced_key(IDENTITY, one["project_id"])
     assert await site.store.client.get(synced) == str(first).encode(), "the quiet queue was left at its last batch"
     await issue(site.app, one, ["a1"])
-    assert await site.store.client.get(synced) == str(first + 300).encode()
+    assert await site.store.client.get(synced) == str(first + log_size(300, 0)).encode()
     reads: list[str] = []
 
     async def counting(name: str) -> bytes | None:
@@ -184,7 +185,7 @@ async def test_a_create_that_starts_an_empty_queue_takes_the_logs_size(site: Sit
         return await site.log_store.fetch(name)
 
     worker.reader = TileReader(counting)
-    assert await worker.step(force=True) == 1
+    assert await worker.step(force=True) == 2  # a1's entry and leaf
     assert not [name for name in reads if name.startswith("tile/entries/")], reads
     await site.store.client.set(synced, 999)
     await issue(site.app, one, ["a2"])  # a larger synced size stays: it never falls
@@ -197,16 +198,17 @@ async def test_a_queue_behind_the_tree_is_caught_up_from_its_own_synced_size(sit
     own synced size only: the bundles before it are not read."""
     one, two = await two_projects(site)
     worker = await integrator(site)
-    await issue(site.app, two, [f"b{n}" for n in range(600 - KEY_ENTRIES)])  # and the app's key certificate
+    await issue(site.app, two, [f"b{n}" for n in range(299)])  # and the app's key certificate: 599 entries
     await drain(worker)
     await issue(site.app, one, ["a0", "a1"])
     queue = keys.log_queue_key(IDENTITY, one["project_id"])
     waiting = await site.store.client.lrange(queue, 0, -1)
+    assert len(waiting) == 2, "a receipt's entry and leaf wait as one item"
     await drain(worker)
-    assert (await published(site.log_store, SIGNER)).size == 602
+    assert (await published(site.log_store, SIGNER)).size == log_size(301) == 603
     # Put the queue back as a restore would: its entries and its older synced size.
     await site.store.client.rpush(queue, *waiting)
-    await site.store.client.set(keys.log_synced_key(IDENTITY, one["project_id"]), 600)
+    await site.store.client.set(keys.log_synced_key(IDENTITY, one["project_id"]), 599)
     reads: list[str] = []
 
     async def counting(name: str) -> bytes | None:
@@ -219,9 +221,9 @@ async def test_a_queue_behind_the_tree_is_caught_up_from_its_own_synced_size(sit
     steps: list[str] = []
     found = await log_sync.catch_up(site.store.log_queue, IDENTITY, reader, tree, [one["project_id"]], steps.append)
     assert found == 2 and steps == ["caught_half"]
-    assert reads == ["tile/entries/002.p/90"], "bundles before the queue's synced size were read"
+    assert reads == ["tile/entries/002.p/91"], "bundles before the queue's synced size were read"
     assert await site.store.client.llen(queue) == 0
-    assert await site.store.client.get(keys.log_synced_key(IDENTITY, one["project_id"])) == b"602"
+    assert await site.store.client.get(keys.log_synced_key(IDENTITY, one["project_id"])) == b"603"
 
 
 async def test_entries_of_no_project_wait_in_the_logs_own_queue(site: Site) -> None:

@@ -27,7 +27,7 @@ from tests import tsa_tokens
 from tests.conftest import free_port
 from tests.local_tsa import LocalTsa, openssl_binary
 from tests.servers import verify_cli
-from tests.test_log import KEY_ENTRIES, ORIGIN, ident, integrator, issue, log_app
+from tests.test_log import ORIGIN, ident, integrator, issue, log_app
 
 CHECKPOINT_TEXT = f"{ORIGIN}\n5\n{base64.b64encode(bytes(range(32))).decode()}\n"
 
@@ -163,7 +163,7 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
     await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="stamped", plan="pro")
-    await grow(app, store, log_store, signer, key, [f"s{n}" for n in range(7 - KEY_ENTRIES)])  # 7 entries
+    await grow(app, store, log_store, signer, key, ["s0", "s1", "s2"])  # each its entry and leaf, a certificate: 7
     both_roots = tuple(roots_of(tsa) + roots_of(other_tsa))
     stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=both_roots))
     asked = len(tsa.requests)
@@ -180,19 +180,19 @@ async def test_the_newest_checkpoint_is_stamped_and_served(
         timestamps.verify_token(base64.b64decode(item["response_base64"]), checkpoint_text, roots_of(local))
     # Nothing new: no request. New entries within the interval: still none (one per interval).
     assert await stamper.step() is None
-    await grow(app, store, log_store, signer, key, ["s7"])
+    await grow(app, store, log_store, signer, key, ["s7"])  # 9 entries
     assert await stamper.step() is None
     assert len(tsa.requests) == asked + 1
     ttl = await store.client.pttl(keys.log_stamping_key(ident(signer)))
     assert 0 < ttl <= 60_000
     # The interval over (its claim expired): the newest checkpoint is stamped.
     await store.client.delete(keys.log_stamping_key(ident(signer)))
-    assert await stamper.step() == 8
+    assert await stamper.step() == 9
     # The latest checkpoint before it is stamped, and sizes never stamped.
     await grow(app, store, log_store, signer, key, ["s8"])
-    _, latest = await client.get("/v1/log/checkpoints/9/timestamps")
-    assert latest.status == 200 and latest.json["timestamps"] == [] and latest.json["tree_size"] == 9
-    for size in ("6", "10", "07", "x", "9" * 30):
+    _, latest = await client.get("/v1/log/checkpoints/11/timestamps")
+    assert latest.status == 200 and latest.json["timestamps"] == [] and latest.json["tree_size"] == 11
+    for size in ("6", "8", "10", "12", "07", "x", "9" * 30):
         _, missing = await client.get(f"/v1/log/checkpoints/{size}/timestamps")
         assert missing.status == 404, size
         assert missing.json["error"]["code"] == "not_found"
@@ -204,11 +204,11 @@ async def test_workers_stamp_once_per_interval_between_them(
     app = log_app(store, log_store, receipt_root, signer)
     await integrator(store, log_store, signer)
     key = await create_project_key(store.keys, project_name="racing", plan="pro")
-    await grow(app, store, log_store, signer, key, ["r0"])  # and the app's key certificate: 2 entries
+    await grow(app, store, log_store, signer, key, ["r0"])  # its entry and leaf, the app's key certificate: 3
     asked = len(tsa.requests)
     stampers = [Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)) for _ in range(4)]
     results = await asyncio.gather(*(s.step() for s in stampers))
-    assert sorted(results, key=lambda r: r or 0) == [None, None, None, 2]
+    assert sorted(results, key=lambda r: r or 0) == [None, None, None, 3]
     assert len(tsa.requests) == asked + 1
 
 
@@ -230,11 +230,11 @@ async def test_an_answer_that_fails_a_check_is_not_kept(
     assert failures(other_tsa.url, "refused") == refused + 1
     assert failures(down, "unreachable") == unreachable + 1
     # No TSA answers well: nothing is kept, and the latest checkpoint has no time-stamps.
-    await grow(app, store, log_store, signer, key, ["f1"])
+    await grow(app, store, log_store, signer, key, ["f1"])  # 3 entries
     await store.client.delete(keys.log_stamping_key(ident(signer)))
     tsa.mode, other_tsa.mode = "error_500", "no_eku"
     assert await stamper.step() is None
-    assert await log_store.stamp(2) is None
+    assert await log_store.stamp(3) is None
     assert failures(tsa.url, "http_500") >= 1 and failures(other_tsa.url, "refused") == refused + 2
     # Roots configured: a good answer from a TSA under another root is not kept.
     tsa.mode = other_tsa.mode = "ok"
@@ -242,8 +242,8 @@ async def test_an_answer_that_fails_a_check_is_not_kept(
     pinned = Stamper(
         store.log_queue, log_store, ident(signer), tsa_config(tsa.url, other_tsa.url, roots=tuple(roots_of(tsa)))
     )
-    assert await pinned.step() == 2
-    _, response = await client.get("/v1/log/checkpoints/2/timestamps")
+    assert await pinned.step() == 3
+    _, response = await client.get("/v1/log/checkpoints/3/timestamps")
     assert [t["tsa"] for t in response.json["timestamps"]] == [tsa.url]
 
 
@@ -254,9 +254,9 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
     await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="bundled", plan="pro")
-    early = await grow(app, store, log_store, signer, key, ["b0", "b1"])  # and the app's key certificate: 3
+    early = await grow(app, store, log_store, signer, key, ["b0", "b1"])  # their leaves, the app's key certificate: 5
     stamper = Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url))
-    assert await stamper.step() == 3
+    assert await stamper.step() == 5
     late = await grow(app, store, log_store, signer, key, [f"c{n}" for n in range(300)])  # past a full tile
 
     async def bundle(receipt: dict[str, Any]) -> dict[str, Any]:
@@ -267,9 +267,9 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
     stamped = await bundle(early[1])
     proof = note.parse_tlog_proof(stamped["log"]["proof"])
     checkpoint, _ = note.open_checkpoint(proof.checkpoint, signer.verifier)
-    assert checkpoint.size == 3, "the proof is against the stamped checkpoint, not the latest (303)"
+    assert checkpoint.size == 5, "the proof is against the stamped checkpoint, not the latest (605)"
     tlog.verify_inclusion(
-        tlog.leaf_hash(tlog.entry_bytes(early[1])), proof.index, 3, proof.path, checkpoint.root
+        tlog.leaf_hash(tlog.entry_bytes(early[1])), proof.index, 5, proof.path, checkpoint.root
     )  # fmt: skip
     assert len(stamped["timestamps"]) == 1
     timestamps.verify_token(
@@ -279,13 +279,13 @@ async def test_a_bundle_proves_against_the_first_stamped_checkpoint_covering_it(
     )
     newer = await bundle(late[-1])
     assert (
-        note.parse_checkpoint(note.parse_note(note.parse_tlog_proof(newer["log"]["proof"]).checkpoint).text).size == 303
+        note.parse_checkpoint(note.parse_note(note.parse_tlog_proof(newer["log"]["proof"]).checkpoint).text).size == 605
     )
     assert newer["timestamps"] == []
     # The stamps are kept in the log store with the log: the checkpoint as published, every answer.
-    record = orjson.loads(await log_store.stamp(3) or b"{}")
-    assert note.parse_checkpoint(note.parse_note(record["checkpoint"]).text).size == 3
-    assert await log_store.last_stamped() == 3
+    record = orjson.loads(await log_store.stamp(5) or b"{}")
+    assert note.parse_checkpoint(note.parse_note(record["checkpoint"]).text).size == 5
+    assert await log_store.last_stamped() == 5
 
 
 # -- verify --tsa-roots
@@ -305,8 +305,8 @@ async def test_verify_reports_when_the_receipt_existed(
     await integrator(store, log_store, signer)
     client = app.asgi_client
     key = await create_project_key(store.keys, project_name="timed", plan="pro")
-    receipts = await grow(app, store, log_store, signer, key, ["t0"])  # and the app's key certificate: 2
-    assert await Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)).step() == 2
+    receipts = await grow(app, store, log_store, signer, key, ["t0"])  # its leaf, the app's key certificate: 3
+    assert await Stamper(store.log_queue, log_store, ident(signer), tsa_config(tsa.url)).step() == 3
     _, response = await client.get(f"/v1/receipts/{receipts[0]['receipt_id']}/bundle")
     bundle = response.json
     _, keys_response = await client.get("/v1/public-key")
@@ -354,7 +354,7 @@ async def test_the_stamper_keeps_a_chain_tsas_answer(
         app = log_app(store, log_store, receipt_root, signer)
         await integrator(store, log_store, signer)
         key = await create_project_key(store.keys, project_name="chained", plan="pro")
-        await grow(app, store, log_store, signer, key, ["k0", "k1"])  # and the app's key certificate: 3
+        await grow(app, store, log_store, signer, key, ["k0"])  # its leaf, and the app's key certificate: 3
         refused = failures(chained.url, "refused")
         pinned = Stamper(
             store.log_queue, log_store, ident(signer), tsa_config(chained.url, roots=tuple(roots_of(chained)))
@@ -374,7 +374,7 @@ async def test_the_stamper_keeps_a_chain_tsas_answer(
         # Without roots the Stamper keeps it too (the chain is then left to verifiers).
         await grow(app, store, log_store, signer, key, ["k3"])
         await store.client.delete(keys.log_stamping_key(ident(signer)))
-        assert await Stamper(store.log_queue, log_store, ident(signer), tsa_config(chained.url)).step() == 4
+        assert await Stamper(store.log_queue, log_store, ident(signer), tsa_config(chained.url)).step() == 5
     finally:
         chained.stop()
 

@@ -33,7 +33,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from bench.monitor import chain_entries, write_static_log
+from bench.monitor import chain_entries, dsse_leaf, write_static_log
 from execution_proof.cli.main import SERVER_MODULES
 from execution_proof.cli.monitor import Pass, Progress
 from execution_proof.cli.monitor_fetch import Fetcher
@@ -48,7 +48,7 @@ from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, free_port
 from tests.receipt_keys import TEST_ROOT_KID
 from tests.servers import serving
-from tests.test_log import KEY_ENTRIES, ORIGIN, integrator, issue, log_app
+from tests.test_log import ORIGIN, integrator, issue, log_app
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +71,15 @@ def entry(n: int, project: str, prev: int | None, status: str = "main") -> bytes
     )
 
 
+def paired(*receipts: bytes) -> list[bytes]:
+    """Receipt entries as a log holds them: each followed by the ``dsse`` leaf of its
+    attestation (bench/monitor.py's, naming a hash of the entry)."""
+    return [e for receipt in receipts for e in (receipt, dsse_leaf(hashlib.sha256(receipt).digest()))]
+
+
 def chain(project: str, count: int, start: int = 0) -> list[bytes]:
-    return [entry(start + i, project, start + i - 1 if i or start else None) for i in range(count)]
+    """``count`` receipts of one main chain, as the log holds them: ``2 * count`` entries."""
+    return paired(*(entry(start + i, project, start + i - 1 if i or start else None) for i in range(count)))
 
 
 @dataclass
@@ -159,7 +166,7 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
     app = log_app(store, log_store, receipt_root, signer, clock_ms=lambda: now[0], limits=limits)
     key = await create_project_key(store.keys, project_name="monitored", plan="pro")
     worker = await integrator(store, log_store, signer)
-    issued = await issue(app, key, [f"r{i}" for i in range(300 - KEY_ENTRIES)])  # and the app's key certificate
+    issued = await issue(app, key, [f"r{i}" for i in range(149)])  # their leaves, the app's key certificate: 299
     await worker.step(force=True)
     told: list[float] = []
 
@@ -180,8 +187,8 @@ async def test_the_service_log_is_followed_through_its_routes_riding_out_429(
     assert report == {
         "ok": True,
         "violations": [],
-        "checkpoint": {"origin": ORIGIN, "size": 300},
-        "new_entries": 300,
+        "checkpoint": {"origin": ORIGIN, "size": 299},
+        "new_entries": 299,
         "unwitnessed_since": None,
     }
     assert told and fetcher.waits == told  # each 429's Retry-After, waited out as given
@@ -196,8 +203,8 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
     app = log_app(store, log_store, receipt_root, signer)
     worker = await integrator(store, log_store, signer)
     keys = [await create_project_key(store.keys, project_name=f"p{i}", plan="pro") for i in range(2)]
-    for n, k in enumerate(keys):  # 300 entries with the app's key certificate
-        await issue(app, k, [f"{k['project_id']}-{i}" for i in range(150 - (KEY_ENTRIES if n == 0 else 0))])
+    for n, k in enumerate(keys):  # 149 receipts, each its entry and leaf, and the app's key certificate: 299
+        await issue(app, k, [f"{k['project_id']}-{i}" for i in range(75 - n)])
     await worker.step(force=True)
     served = serve(tmp_path / "log")
     state = tmp_path / "state"
@@ -209,20 +216,21 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
         {
             "ok": True,
             "violations": [],
-            "checkpoint": {"origin": ORIGIN, "size": 300},
-            "new_entries": 300,
+            "checkpoint": {"origin": ORIGIN, "size": 299},
+            "new_entries": 299,
             "unwitnessed_since": None,
         },
     )
     await issue(app, keys[0], [f"more-{i}" for i in range(100)])
     await worker.step(force=True)
     code, report = monitor(served.url, signer, state)
-    assert (code, report["new_entries"], report["checkpoint"]["size"]) == (0, 100, 400)
-    # The store's first full tile rewritten together with its bundle (entry 9's receipt id
-    # changed): the entries still hash to their tile, the tile not to level 1.
+    assert (code, report["new_entries"], report["checkpoint"]["size"]) == (0, 200, 499)
+    # The store's first full tile rewritten together with its bundle (a receipt id from entry
+    # 9 on changed): the entries still hash to their tile, the tile not to level 1.
     store_dir = tmp_path / "log"
     entries = tlog.split_bundle((store_dir / "tile/entries/000").read_bytes())
-    entries[9] = entries[9].replace(b"rcpt_", b"rcpt_X", 1)
+    at = next(i for i in range(9, 256) if entries[i].startswith(tlog.ENTRY_HEADER.encode()))
+    entries[at] = entries[at].replace(b"rcpt_", b"rcpt_X", 1)
     write_tile(store_dir, "entries", 0, b"".join(tlog.bundle_entry(e) for e in entries))
     write_tile(store_dir, 0, 0, b"".join(tlog.leaf_hashes(entries)))
     code, report = monitor(served.url, signer, tmp_path / "fresh-state")
@@ -235,19 +243,21 @@ async def test_the_service_store_as_a_static_copy_grows_and_stays_consistent(
 
 @pytest.fixture
 def small_log(tmp_path: Path, signer: note.Signer) -> Path:
-    """600 entries: level-0 tiles 0 and 1 full, 2 partial (88); level 1 partial (2)."""
+    """600 entries (300 receipts and their leaves): level-0 tiles 0 and 1 full, 2 partial (88);
+    level 1 partial (2)."""
     root = tmp_path / "small"
-    write_static_log(root, chain("prj_A", 400) + chain("prj_B", 200), signer)
+    write_static_log(root, chain("prj_A", 200) + chain("prj_B", 100), signer)
     return root
 
 
 def test_a_full_tile_rewritten_with_its_bundle_is_found(
     small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any
 ) -> None:
-    """Entry 5 replaced, tile/0/000 rewritten to match it: every entry hashes to its leaf,
-    but the tile no longer hashes to hash 0 of level 1."""
+    """Entry 4 (receipt 2's) replaced, tile/0/000 rewritten to match it: every entry hashes to
+    its leaf, but the tile no longer hashes to hash 0 of level 1."""
     entries = tlog.split_bundle((small_log / "tile/entries/000").read_bytes())
-    entries[5] = entry(5, "prj_A", 4).replace(b"rcpt_01JD", b"rcpt_01JX")
+    assert entries[4] == entry(2, "prj_A", 1)
+    entries[4] = entry(2, "prj_A", 1).replace(b"rcpt_01JD", b"rcpt_01JX")
     write_tile(small_log, "entries", 0, b"".join(tlog.bundle_entry(e) for e in entries))
     write_tile(small_log, 0, 0, b"".join(tlog.leaf_hashes(entries)))
     code, report = monitor(serve(small_log).url, signer, tmp_path / "state")
@@ -280,13 +290,12 @@ def test_a_checkpoint_resigned_over_another_history_is_inconsistent(
     code, report = monitor(served.url, signer, state)
     assert code == 1 and kinds(report) == ["inconsistent"]
     assert "a second root for size 600" in report["violations"][0]["detail"]
-    # A larger log that rewrote entry 3 (tiles and bundles all consistent with each other),
-    # signed by the log's key: the monitor reads only entries 600 on, and its own hashes of
-    # 0..599 do not match the new tree's.
+    # A larger log that rewrote entry 6 (receipt 3's; tiles and bundles all consistent with
+    # each other), signed by the log's key: the monitor reads only entries 600 on, and its own
+    # hashes of 0..599 do not match the new tree's.
     other = tmp_path / "other"
-    write_static_log(
-        other, [*chain("prj_A", 3), entry(3, "prj_A", 1), *chain("prj_A", 396, 4), *chain("prj_B", 300)], signer
-    )
+    rewritten = [*chain("prj_A", 3), *paired(entry(3, "prj_A", 1)), *chain("prj_A", 196, 4), *chain("prj_B", 150)]
+    write_static_log(other, rewritten, signer)
     shutil.rmtree(small_log / "tile")
     shutil.copytree(other / "tile", small_log / "tile")
     shutil.copy(other / "checkpoint", small_log / "checkpoint")
@@ -304,7 +313,7 @@ def test_a_rewritten_root_with_matching_tiles_is_inconsistent(
     """Tiles untouched, the checkpoint of a larger size signed over a root they do not give."""
     served = serve(small_log)
     assert monitor(served.url, signer, tmp_path / "state")[0] == 0
-    write_static_log(small_log, chain("prj_A", 400) + chain("prj_B", 300), signer)
+    write_static_log(small_log, chain("prj_A", 200) + chain("prj_B", 150), signer)
     sign_checkpoint(small_log, signer, 700, bytes(32))
     code, report = monitor(served.url, signer, tmp_path / "state")
     assert code == 1 and kinds(report) == ["inconsistent"]
@@ -314,7 +323,7 @@ def test_a_rewritten_root_with_matching_tiles_is_inconsistent(
 def test_a_smaller_checkpoint_is_inconsistent(small_log: Path, signer: note.Signer, tmp_path: Path, serve: Any) -> None:
     served = serve(small_log)
     assert monitor(served.url, signer, tmp_path / "state")[0] == 0
-    write_static_log(small_log, chain("prj_A", 300), signer)
+    write_static_log(small_log, chain("prj_A", 150), signer)
     code, report = monitor(served.url, signer, tmp_path / "state")
     assert code == 1 and kinds(report) == ["inconsistent"]
     assert "300 entries; a checkpoint of 600 was seen before" in report["violations"][0]["detail"]
@@ -327,26 +336,25 @@ def test_forked_and_split_chains_are_named(signer: note.Signer, tmp_path: Path, 
     served = serve(root)
     state = tmp_path / "state"
     assert monitor(served.url, signer, state)[0] == 0
-    # 5: follows 3, as 4 did: a fork. 6: follows 40, never on main: a split. 7: follows 1,
-    # as 2 did (read by the first run): a fork.
-    write_static_log(root, [*good, entry(50, "prj_A", 3), entry(51, "prj_A", 40), entry(52, "prj_A", 1)], signer)
+    # Entry 10: follows 3, as 4 did: a fork. 12: follows 40, never on main: a split. 14:
+    # follows 1, as 2 did (read by the first run): a fork. (Each receipt's leaf follows it.)
+    more = paired(entry(50, "prj_A", 3), entry(51, "prj_A", 40), entry(52, "prj_A", 1))
+    write_static_log(root, [*good, *more], signer)
     code, report = monitor(served.url, signer, state)
     assert code == 1
     assert [(v["kind"], v["index"], v["project_id"]) for v in report["violations"]] == [
-        ("chain_fork", 5, "prj_A"),
-        ("chain_split", 6, "prj_A"),
-        ("chain_fork", 7, "prj_A"),
+        ("chain_fork", 10, "prj_A"),
+        ("chain_split", 12, "prj_A"),
+        ("chain_fork", 14, "prj_A"),
     ]
 
 
 def test_branches_and_fresh_starts_are_not_violations(signer: note.Signer, tmp_path: Path, serve: Any) -> None:
     root = tmp_path / "log"
-    write_static_log(
-        root, [*chain("prj_A", 5), entry(60, "prj_A", 1, "branch"), entry(61, "prj_A", None), entry(62, "prj_A", 61)],
-        signer,
-    )  # fmt: skip
+    more = paired(entry(60, "prj_A", 1, "branch"), entry(61, "prj_A", None), entry(62, "prj_A", 61))
+    write_static_log(root, [*chain("prj_A", 5), *more], signer)
     code, report = monitor(serve(root).url, signer, tmp_path / "state")
-    assert (code, report["violations"], report["new_entries"]) == (0, [], 8)
+    assert (code, report["violations"], report["new_entries"]) == (0, [], 16)
 
 
 def test_a_missing_tile_means_the_log_cannot_be_read(
@@ -529,7 +537,7 @@ def test_a_state_that_follows_one_log_refuses_another_naming_both(
     a_url = serve(small_log).url
     assert monitor(a_url, signer, state)[0] == 0
     b_signer = note.Signer.generate("b.example/log")
-    write_static_log(tmp_path / "b", chain("prj_B", 300), b_signer)
+    write_static_log(tmp_path / "b", chain("prj_B", 150), b_signer)
     b_url = serve(tmp_path / "b").url
     done = run_monitor("--tiles-url", b_url, "--log-key", b_signer.verifier.encode(), "--state", str(state), "--once")
     assert done.returncode == 2, done.stdout + done.stderr

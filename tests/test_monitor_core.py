@@ -9,10 +9,11 @@ import io
 import re
 from contextlib import redirect_stderr
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.monitor import chain_entries, write_static_log
+from bench.monitor import chain_entries, dsse_leaf, write_static_log
 from execution_proof.cli import monitor_fetch
 from execution_proof.cli.monitor import Progress
 from execution_proof.cli.monitor_fetch import Fetcher
@@ -20,6 +21,9 @@ from execution_proof.client.http import HttpError, HttpUnreachable, Reply
 from execution_proof.client.log_checks import LogInputError
 from execution_proof.transparency import note, tlog
 from execution_proof.transparency.monitor import (
+    DSSE_LEAF,
+    KEY_CERTIFICATE_ENTRY,
+    RECEIPT_ENTRY,
     Frontier,
     MemoryPrevs,
     Project,
@@ -111,28 +115,40 @@ def entry(n: int, prev: int | None, status: str = "main", project: str = "prj_A"
     )  # fmt: skip
 
 
+def leaf(n: int) -> bytes:
+    """The ``dsse`` leaf after receipt ``n``'s entry."""
+    return dsse_leaf(hashlib.sha256(f"leaf-{n}".encode()).digest())
+
+
+def paired(*receipts: bytes) -> list[bytes]:
+    """Receipt entries as the log holds them, each followed by a ``dsse`` leaf."""
+    return [e for n, receipt in enumerate(receipts) for e in (receipt, leaf(n))]
+
+
 def test_the_chain_rules() -> None:
     known = {"prj_A": Project(h(2), h(1))}
     entries = [
-        entry(3, 2),  # follows the tip
-        entry(4, 2),  # the same previous hash as the last main entry: a fork
-        entry(5, 9),  # not the tip: a split
-        entry(6, None),  # a fresh start
-        entry(7, 3, "branch"),  # branches do not move the tip
-        entry(8, 6),
-        entry(10, 2),  # a previous hash main entries followed before (3 and 4): a fork too
-        entry(9, 77, project="prj_new"),  # a project's first main entry starts anywhere
+        *paired(
+            entry(3, 2),  # follows the tip (index 10; its leaf 11, and so on)
+            entry(4, 2),  # the same previous hash as the last main entry: a fork
+            entry(5, 9),  # not the tip: a split
+            entry(6, None),  # a fresh start
+            entry(7, 3, "branch"),  # branches do not move the tip
+            entry(8, 6),
+            entry(10, 2),  # a previous hash main entries followed before (3 and 4): a fork too
+            entry(9, 77, project="prj_new"),  # a project's first main entry starts anywhere
+        ),
         b"not an entry\n",
         b"\xff\n",
     ]
     used = MemoryPrevs()
     result = check_chains(10, entries, known, used)
     assert [(v.kind, v.index) for v in result.violations] == [
-        ("chain_fork", 11),
-        ("chain_split", 12),
-        ("chain_fork", 16),
-        ("entry", 18),
-        ("entry", 19),
+        ("chain_fork", 12),
+        ("chain_split", 14),
+        ("chain_fork", 22),
+        ("entry", 26),
+        ("entry", 27),
     ]
     assert result.changed == {"prj_A": Project(h(10), h(2)), "prj_new": Project(h(9), h(77))}
     assert used.seen("prj_A", h(9)) and used.seen("prj_new", h(77)) and not used.seen("prj_new", h(2))
@@ -308,3 +324,82 @@ def test_the_previous_hashes_used_are_kept_on_disk_as_far_as_committed(tmp_path:
     again.close()
     with pytest.raises(MonitorStateError, match="the state says 32000 were written"):
         PrevFile(path, 32_000)
+
+
+# --------------------------------------------------------------------------- the pairs
+
+
+def pairing(first: int, entries: list[bytes], **given: Any) -> tuple[list[tuple[str, int | None, str]], Any]:
+    """The violations ``check_chains`` finds in ``entries`` (kind, index, detail) and the kind
+    of the last one."""
+    result = check_chains(first, entries, {}, MemoryPrevs(), **given)
+    return [(v.kind, v.index, v.detail) for v in result.violations], result.last
+
+
+def test_every_receipt_entry_is_followed_by_its_dsse_leaf_and_every_leaf_follows_one() -> None:
+    certificate = tlog.KEY_CERTIFICATE_HEADER + b"{}\n"  # its reader is not given here: the kind is what counts
+    assert pairing(0, paired(entry(1, None), entry(2, 1))) == ([], DSSE_LEAF)
+    # A receipt entry without its leaf: named at the receipt's index, whatever follows it.
+    found, _ = pairing(4, [entry(1, None), entry(2, 1), leaf(2), entry(3, 2), certificate])
+    assert [(kind, index) for kind, index, _ in found] == [("entry", 4), ("entry", 7)]
+    assert found[0][2] == "receipt entry 4 is followed by a receipt entry, not by the dsse leaf of its attestation"
+    assert found[1][2].startswith("receipt entry 7 is followed by a key certificate entry")
+    found, _ = pairing(4, [entry(1, None), b"\xff"])
+    assert [(index, detail) for _, index, detail in found] == [
+        (4, "receipt entry 4 is followed by an entry of no known kind, not by the dsse leaf of its attestation"),
+        (5, "an entry of no kind this monitor knows"),
+    ]
+    # A leaf after anything but a receipt entry, or first in the log.
+    found, _ = pairing(0, [leaf(0), certificate, leaf(1), entry(2, None), leaf(2), leaf(3)])
+    assert [(index, detail) for _, index, detail in found] == [
+        (0, "a dsse leaf is the log's first entry, not the entry of its receipt"),
+        (2, "a dsse leaf follows a key certificate entry, not the entry of its receipt"),
+        (5, "a dsse leaf follows a dsse leaf, not the entry of its receipt"),
+    ]
+
+
+def test_a_pair_is_judged_across_calls_and_unknown_after_a_restart_is_not_judged() -> None:
+    # The kind of the last entry carries to the next call (the next bundle, or the next pass).
+    found, last = pairing(254, [leaf(0), entry(1, None)], before=RECEIPT_ENTRY)
+    assert (found, last) == ([], RECEIPT_ENTRY)
+    assert pairing(256, [leaf(1), entry(2, 1), leaf(2)], before=last) == ([], DSSE_LEAF)
+    found, _ = pairing(256, [entry(2, 1), leaf(2)], before=last)
+    assert [(index, detail[:40]) for _, index, detail in found] == [(255, "receipt entry 255 is followed by a recei")]
+    found, _ = pairing(256, [leaf(1)], before=KEY_CERTIFICATE_ENTRY)
+    assert [index for _, index, _ in found] == [256]
+    # Not known (a restart at a bundle's edge): the first entry's pairing is not judged; the rest is.
+    assert pairing(256, [leaf(1), entry(2, 1), leaf(2)]) == ([], DSSE_LEAF)
+    found, _ = pairing(256, [leaf(1), leaf(2)])
+    assert [index for _, index, _ in found] == [257]
+    # No checkpoint ends between a receipt entry and its leaf: they are integrated as one.
+    found, _ = pairing(10, [leaf(0), entry(1, None)], before=RECEIPT_ENTRY, ends=True)
+    assert found == [
+        ("entry", 11, "receipt entry 11 ends the checkpoint: the dsse leaf of its attestation is not after it")
+    ]
+    assert pairing(10, [entry(1, None), leaf(1)], ends=True) == ([], DSSE_LEAF)
+    assert pairing(10, [entry(1, None)])[0] == []  # more entries may follow within the checkpoint
+
+
+def test_after_a_restart_the_kind_before_comes_from_the_partial_bundle_when_it_hashes_to_its_leaf() -> None:
+    entries = list(chain_entries(600, 3))
+    store = TileStore()
+    store.append(tlog.leaf_hashes(entries))
+    frontier = Frontier()
+    feed(frontier, store, entries, 101)  # entry 100 is a receipt's, 101 its leaf
+    assert entries[100].startswith(RECEIPT_ENTRY.header) and entries[101].startswith(DSSE_LEAF.header)
+    frontier.last = RECEIPT_ENTRY  # as a run that read entry 100 knows it
+    assert frontier.kind_before([]) is RECEIPT_ENTRY and frontier.copy().last is RECEIPT_ENTRY
+    resumed = Frontier.decode(frontier.size, frontier.encode())
+    assert resumed.last is None
+    assert resumed.kind_before(entries[:256]) is RECEIPT_ENTRY
+    feed(resumed, store, entries, 102)
+    assert Frontier.decode(102, resumed.encode()).kind_before(entries[:256]) is DSSE_LEAF
+    # The entry the log serves again must be the one the monitor hashed: else it is not known.
+    served = list(entries[:256])
+    served[100] = leaf(100)
+    assert Frontier.decode(101, frontier.encode()).kind_before(served) is None
+    assert Frontier.decode(101, frontier.encode()).kind_before(entries[:100]) is None  # too short to hold it
+    # At a bundle's edge the level-0 row is empty: nothing to read it from.
+    feed(resumed, store, entries, 512)
+    edge = Frontier.decode(512, resumed.encode())
+    assert edge.kind_before(entries[512:]) is None and edge.kind_before(entries[256:512]) is None

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from bench.monitor import write_static_log
+from bench.monitor import dsse_leaf, write_static_log
 from execution_proof.cli.monitor import Pass, Progress
 from execution_proof.cli.monitor_fetch import Fetcher
 from execution_proof.cli.monitor_keys import receipt_roots
@@ -73,8 +73,14 @@ def receipt(n: int, prev: int | None, project: str = "prj_A") -> bytes:
     )  # fmt: skip
 
 
+def leaf(n: int) -> bytes:
+    """The ``dsse`` leaf after receipt ``n``'s entry."""
+    return dsse_leaf(hashlib.sha256(f"leaf-{n}".encode()).digest())
+
+
 def receipts(start: int, count: int) -> list[bytes]:
-    return [receipt(n, n - 1 if n else None) for n in range(start, start + count)]
+    """``count`` receipts as the log holds them: each one's entry, then its ``dsse`` leaf."""
+    return [e for n in range(start, start + count) for e in (receipt(n, n - 1 if n else None), leaf(n))]
 
 
 def trust_root(path: Path, *roots: SeedSigner) -> dict[str, bytes]:
@@ -164,10 +170,10 @@ def test_a_log_of_receipts_and_keys_passes_with_its_roots_and_lists_every_key(
     roots = trust_root(tmp_path / "trust-root.json", PINNED)
     report = run_pass(tmp_path / "log", tmp_path / "state", signer, roots)
     assert report["ok"] and report["violations"] == [], report
-    assert report["new_entries"] == len(entries) == 308
+    assert report["new_entries"] == len(entries) == 2 * 305 + 3
     assert report["keys"] == [
-        listed(first, 3, revoked.revoked_after, True),
-        listed(second, 6, None, True),
+        listed(first, 6, revoked.revoked_after, True),
+        listed(second, 11, None, True),
     ]
     alone = tmp_path / "receipts-alone"
     write_static_log(alone, receipts(0, 305), signer)
@@ -185,7 +191,7 @@ def test_without_a_trust_root_keys_are_listed_and_no_root_is_judged(signer: note
     other = certificate(1, OTHER)
     write_static_log(tmp_path / "log", [*receipts(0, 2), certificate_entry(other)], signer)
     report = run_pass(tmp_path / "log", tmp_path / "state", signer)
-    assert report["ok"] and report["keys"] == [listed(other, 2, None, None)]
+    assert report["ok"] and report["keys"] == [listed(other, 4, None, None)]
 
 
 def test_a_key_certified_by_a_root_not_pinned_is_unknown_root(signer: note.Signer, tmp_path: Path) -> None:
@@ -200,12 +206,12 @@ def test_a_key_certified_by_a_root_not_pinned_is_unknown_root(signer: note.Signe
     report = run_pass(tmp_path / "log", tmp_path / "state", signer, roots)
     assert not report["ok"]
     assert [(v["kind"], v["index"], v.get("kid"), v.get("root_kid")) for v in report["violations"]] == [
-        ("unknown_root", 3, other.kid, other.root_kid),
-        ("unknown_root", 4, other.kid, other.root_kid),
+        ("unknown_root", 5, other.kid, other.root_kid),
+        ("unknown_root", 6, other.kid, other.root_kid),
     ]
     assert "which the trust root does not pin" in report["violations"][0]["detail"]
     # The revocation by a root not pinned takes nothing away: it is not counted.
-    assert report["keys"] == [listed(pinned, 2, None, True), listed(other, 3, None, False)]
+    assert report["keys"] == [listed(pinned, 4, None, True), listed(other, 5, None, False)]
     # Kept and reported on every later run, as every violation.
     again = run_pass(tmp_path / "log", tmp_path / "state", signer, roots)
     assert again["violations"] == report["violations"] and again["new_entries"] == 0
@@ -242,20 +248,20 @@ def test_a_malformed_key_entry_is_an_entry_violation(signer: note.Signer, tmp_pa
         b"execution-proof-key-certificate/v1\n" + orjson.dumps({**body, "extra": "x"}) + b"\n",
         b"execution-proof-key-certificate/v1\nnot json\n",
         b"execution-proof-key-revocation/v1\n" + good.entry_body() + b"\n",
-        b'{"payloadType": "application/vnd.in-toto+json"}',  # a dsse leaf: no kind this monitor knows yet
+        b"<!doctype html>\n",  # a web server's page where an entry should be: no kind this monitor knows
     ]
     write_static_log(tmp_path / "log", [*receipts(0, 2), *malformed, *receipts(2, 2)], signer)
     report = run_pass(tmp_path / "log", tmp_path / "state", signer, trust_root(tmp_path / "t.json", PINNED))
-    assert [(v["kind"], v["index"]) for v in report["violations"]] == [("entry", i) for i in range(2, 8)]
-    assert report["keys"] == [] and report["new_entries"] == 10
+    assert [(v["kind"], v["index"]) for v in report["violations"]] == [("entry", i) for i in range(4, 10)]
+    assert report["keys"] == [] and report["new_entries"] == 14
     details = [v["detail"] for v in report["violations"]]
     assert "not its header, the document's RFC 8785 bytes and a newline" in details[0]
     assert "unknown extra" in details[2] and details[5] == "an entry of no kind this monitor knows"
 
 
 def test_the_entry_classifier_reads_each_kind_once() -> None:
-    """``check_chains`` hands each key entry to the reader given, counts receipt entries
-    alone in the chains, and flags bytes of no known kind."""
+    """``check_chains`` hands each key entry and ``dsse`` leaf to the reader given, counts
+    receipt entries alone in the chains, and flags bytes of no known kind."""
     read: list[tuple[int, str]] = []
 
     class Reader:
@@ -265,12 +271,12 @@ def test_the_entry_classifier_reads_each_kind_once() -> None:
 
     found = check_chains(
         7,
-        [receipt(0, None), certificate_entry(certificate(1)), b"{}", receipt(1, 0), revocation_entry(
-            revoke(PINNED, certificate(1).kid, START_MS, ""))],
+        [receipt(0, None), leaf(0), certificate_entry(certificate(1)), b"\xff{}", receipt(1, 0), b"{}",
+         revocation_entry(revoke(PINNED, certificate(1).kid, START_MS, ""))],
         {}, MemoryPrevs(), Reader(),
     )  # fmt: skip
-    assert read == [(8, "key certificate entry"), (11, "key revocation entry")]
-    assert [(v.kind, v.index) for v in found.violations] == [("entry", 9)]
+    assert read == [(8, "dsse leaf"), (9, "key certificate entry"), (12, "dsse leaf"), (13, "key revocation entry")]
+    assert [(v.kind, v.index) for v in found.violations] == [("entry", 10)]
     assert list(found.changed) == ["prj_A"]
     parsed = read_key_entry(8, KEY_CERTIFICATE_ENTRY, certificate_entry(certificate(1)))
     assert not isinstance(parsed, Violation) and parsed.document == certificate(1)
@@ -287,24 +293,24 @@ def test_keys_are_kept_across_runs_and_a_trust_root_given_later_judges_them(
     entries = [*receipts(0, 2), certificate_entry(first), certificate_entry(other)]
     write_static_log(log, entries, signer)
     report = run_pass(log, state, signer)
-    assert report["ok"] and report["keys"] == [listed(first, 2, None, None), listed(other, 3, None, None)]
+    assert report["ok"] and report["keys"] == [listed(first, 4, None, None), listed(other, 5, None, None)]
     second = certificate(3)
     revoked = revoke(PINNED, first.kid, START_MS + DAY_MS, "")
     write_static_log(log, [*entries, *receipts(2, 2), certificate_entry(second), revocation_entry(revoked)], signer)
     roots = trust_root(tmp_path / "t.json", PINNED)
     report = run_pass(log, state, signer, roots)
-    assert report["new_entries"] == 4
+    assert report["new_entries"] == 6
     assert report["keys"] == [
-        listed(first, 2, revoked.revoked_after, True),
-        listed(other, 3, None, False),
-        listed(second, 6, None, True),
+        listed(first, 4, revoked.revoked_after, True),
+        listed(other, 5, None, False),
+        listed(second, 10, None, True),
     ]
     # The key the first run kept, certified by a root the trust root does not pin, is judged now.
-    assert [(v["kind"], v["index"]) for v in report["violations"]] == [("unknown_root", 3)]
+    assert [(v["kind"], v["index"]) for v in report["violations"]] == [("unknown_root", 5)]
     # The text names the keys this pass read, not those read before.
     lines = [line for line in text(report, require_quorum=False) if line.startswith("monitor: key ")]
     assert lines == [
-        f"monitor: key {second.kid} (entry 6), certified by {second.root_kid} (pinned) for "
+        f"monitor: key {second.kid} (entry 10), certified by {second.root_kid} (pinned) for "
         f"{second.not_before} to {second.not_after}"
     ]
     # A third run: nothing new, the same keys, the violation once.
@@ -356,9 +362,9 @@ def test_the_command_exits_1_on_a_root_not_pinned_and_names_the_new_keys(
     assert [v["kind"] for v in report["violations"]] == ["unknown_root"]
     assert [key["root_pinned"] for key in report["keys"]] == [True, False]
     assert (
-        f"monitor: key {other.kid} (entry 3), certified by {other.root_kid} (NOT PINNED by --trust-root)" in done.stderr
+        f"monitor: key {other.kid} (entry 5), certified by {other.root_kid} (NOT PINNED by --trust-root)" in done.stderr
     )
-    assert f"unknown_root at entry 3: the key certificate of {other.kid} names the root" in done.stderr
+    assert f"unknown_root at entry 5: the key certificate of {other.kid} names the root" in done.stderr
     bad = tmp_path / "bad.json"
     bad.write_text('{"version": 7}')
     done = subprocess.run(

@@ -42,7 +42,7 @@ from execution_proof.transparency import note, policy
 from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, free_port
 from tests.servers import serving
-from tests.test_log import KEY_ENTRIES, ORIGIN, issue, log_app
+from tests.test_log import ORIGIN, issue, log_app
 from tests.test_monitor import chain
 from tests.test_witness import spawn_witness, stop_witness
 
@@ -76,9 +76,11 @@ def policy_text(signer: note.Signer, w1: Cosigner, w2: Cosigner, urls: tuple[str
 
 
 def publish(root: Path, size: int, signer: note.Signer, *cosigners: Cosigner) -> None:
-    """A static log of ``size`` entries whose checkpoint carries the ``cosigners``' lines, as
-    a log publishes it with the cosignatures its witnesses returned."""
-    checkpoint = write_static_log(root, chain("prj_A", size), signer)
+    """A static log of ``size`` entries (an even number: receipts, each its entry and its
+    dsse leaf) whose checkpoint carries the ``cosigners``' lines, as a log publishes it with
+    the cosignatures its witnesses returned."""
+    assert size % 2 == 0, "a log's receipts enter it two entries each"
+    checkpoint = write_static_log(root, chain("prj_A", size // 2), signer)
     text = checkpoint.text()
     lines = "".join(c.cosign(text, int(time.time())) for c in cosigners)
     (root / "checkpoint").write_text(note.sign_note(text, signer) + lines)
@@ -141,7 +143,7 @@ def test_a_checkpoint_below_the_quorum_is_reported_since_when_and_never_recorded
     state = tmp_path / "state"
     args = ("--tiles-url", url, "--log-policy", str(policy_file), "--state", str(state), "--once")
 
-    publish(root, 5, signer, w1, w2)
+    publish(root, 6, signer, w1, w2)
     code, out, _ = run(capsys, *args, "--json")
     report = document(out)
     assert (code, report["ok"], report["unwitnessed_since"], report["violations"]) == (0, True, None, []), report
@@ -156,7 +158,7 @@ def test_a_checkpoint_below_the_quorum_is_reported_since_when_and_never_recorded
     assert report["quorum"]["ok"] is False and "valid cosignatures: w1" in report["quorum"]["reason"]
     since = report["unwitnessed_since"]
     assert since["size"] == 8 and before <= seen_at(since["seen_at"]) <= time.time(), since
-    assert report["checkpoint"] == {"origin": ORIGIN, "size": 8} and report["new_entries"] == 3
+    assert report["checkpoint"] == {"origin": ORIGIN, "size": 8} and report["new_entries"] == 2
 
     code, out, _ = run(capsys, *args, "--json", "--require-quorum")
     report = document(out)
@@ -174,8 +176,8 @@ def test_a_checkpoint_below_the_quorum_is_reported_since_when_and_never_recorded
     violations, meta = state_rows(state)
     assert violations == [] and meta["unwitnessed_size"] == b"8"
 
-    # w2 is back: size 11 meets the quorum, and the run of misses is over.
-    publish(root, 11, signer, w1, w2)
+    # w2 is back: size 12 meets the quorum, and the run of misses is over.
+    publish(root, 12, signer, w1, w2)
     code, out, _ = run(capsys, *args, "--json", "--require-quorum")
     report = document(out)
     assert (code, report["ok"], report["unwitnessed_since"], report["violations"]) == (0, True, None, []), report
@@ -189,7 +191,7 @@ def test_without_a_policy_there_is_no_quorum_to_miss(
     signer: note.Signer, site: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root, url = site
-    publish(root, 3, signer)
+    publish(root, 4, signer)
     args = ("--tiles-url", url, "--log-key", signer.verifier.encode(), "--state", str(tmp_path / "s"), "--once")
     code, out, _ = run(capsys, *args, "--json")
     report = document(out)
@@ -424,7 +426,7 @@ async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
                 )
                 return done.returncode, document(done.stdout)
 
-            await issue(app, key, [f"a{n}" for n in range(5 - KEY_ENTRIES)])  # and the app's key certificate: 5
+            await issue(app, key, ["a0", "a1"])  # each its entry and leaf, and the app's key certificate: 5
             await worker.step(force=True)
             code, report = monitor()
             assert (code, report["unwitnessed_since"], report["quorum"]["ok"]) == (0, None, True), report
@@ -437,7 +439,7 @@ async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
             assert (code, report["ok"], report["violations"]) == (0, True, []), report
             assert "valid cosignatures: w1)" in report["quorum"]["reason"]
             since = report["unwitnessed_since"]
-            assert since["size"] == report["checkpoint"]["size"] == 8 and seen_at(since["seen_at"]) >= before
+            assert since["size"] == report["checkpoint"]["size"] == 11 and seen_at(since["seen_at"]) >= before
             code, report = monitor("--require-quorum")
             assert (code, report["ok"], report["violations"], report["unwitnessed_since"]) == (1, False, [], since)
 
@@ -447,7 +449,7 @@ async def test_a_witness_down_for_a_checkpoint_is_reported_then_forgotten(
             code, report = monitor("--require-quorum")
             assert (code, report["ok"], report["unwitnessed_since"]) == (0, True, None), report
             assert report["quorum"]["reason"] == "the quorum is met (cosigned by w1, w2)"
-            assert report["checkpoint"]["size"] == 9 and report["violations"] == []
+            assert report["checkpoint"]["size"] == 13 and report["violations"] == []
         violations, meta = state_rows(tmp_path / "state")
         assert violations == [] and "unwitnessed_size" not in meta
     finally:

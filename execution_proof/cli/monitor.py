@@ -482,6 +482,7 @@ class Pass:
                     following += 1
                 unit = await ahead.popleft()
                 have = frontier.size - unit.index * tlog.TILE_WIDTH
+                before = None if isinstance(unit.entries, Violation) else frontier.kind_before(unit.entries)
                 violation = (
                     unit.entries
                     if isinstance(unit.entries, Violation)
@@ -492,8 +493,15 @@ class Pass:
                     return violation
                 assert not isinstance(unit.entries, Violation)
                 chains = check_chains(
-                    frontier.size - unit.width + have, unit.entries[have:], db.projects, db.prevs, self.keys
+                    frontier.size - unit.width + have,
+                    unit.entries[have:],
+                    db.projects,
+                    db.prevs,
+                    self.keys,
+                    before=before,
+                    ends=frontier.size == size,
                 )
+                frontier.last = chains.last
                 db.projects.update(chains.changed)
                 pending.update(chains.changed)
                 found += chains.violations

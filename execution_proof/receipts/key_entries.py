@@ -2,7 +2,14 @@
 revocation enters the log as an entry of its own kind (transparency/monitor.py,
 ``ENTRY_KINDS``), its header line, then the document's RFC 8785 bytes and a newline.
 
-``read_key_entry`` reads one strictly: the document must parse (``KeyCertificate.parse``,
+It also reads the one other kind a receipt's item adds: the ``dsse`` leaf of the receipt's
+attestation (``read_dsse_leaf``: ``attestation.parse_log_body`` reads it strictly, a leaf that
+fails is an ``entry`` violation). Nothing ties a leaf to a key the log certified: a
+certificate waits in the log's own queue while its key already signs receipts in theirs (and
+is held back in its process until the log's store is known), so a leaf may come before the
+certificate of its key, by any number of entries.
+
+``read_key_entry`` reads a key entry strictly: the document must parse (``KeyCertificate.parse``,
 ``KeyRevocation.parse``) and the entry's bytes must be exactly the header, the document's
 canonical bytes and ``\\n``; anything else is an ``entry`` violation. ``judge_key_entry`` holds
 it against the pinned receipt roots: a root not pinned is ``unknown_root``; a certificate or
@@ -13,6 +20,7 @@ gives the keys the log shows, as the monitor's report lists them. Pure.
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -20,8 +28,15 @@ from typing import Any, TypedDict
 
 import orjson
 
+from execution_proof.receipts.attestation import SPKI_PREFIX, AttestationError, b64, log_body, parse_log_body, spki_der
 from execution_proof.receipts.key_certificates import KeyCertificate, KeyDocumentError, KeyRevocation
-from execution_proof.transparency.monitor import KEY_CERTIFICATE_ENTRY, KEY_REVOCATION_ENTRY, EntryKind, Violation
+from execution_proof.transparency.monitor import (
+    DSSE_LEAF,
+    KEY_CERTIFICATE_ENTRY,
+    KEY_REVOCATION_ENTRY,
+    EntryKind,
+    Violation,
+)
 
 _PARSERS: dict[EntryKind, Callable[[Any], KeyCertificate | KeyRevocation]] = {
     KEY_CERTIFICATE_ENTRY: KeyCertificate.parse,
@@ -80,6 +95,58 @@ def read_key_entry(index: int, kind: EntryKind, entry: bytes) -> KeyEntry | Viol
             root_kid=document.root_kid,
         )
     return read
+
+
+def _leaf_parts() -> tuple[bytes, bytes, bytes, bytes]:
+    """The bytes of every ``dsse`` body around its three base64 values (the payload's hash,
+    the signature, the key's SPKI), cut out of one ``log_body`` wrote: each value has a fixed
+    length in base64 and needs no escape in JSON, so every body is these parts around them."""
+    values = (bytes([1]) * 32, bytes([2]) * 64, bytes([3]) * 32)
+    rest = log_body(*values)
+    head, rest = rest.split(b64(values[0]).encode())
+    after_hash, rest = rest.split(b64(values[1]).encode())
+    after_signature, tail = rest.split(b64(spki_der(values[2])).encode())
+    return head, after_hash, after_signature, tail
+
+
+_LEAF_PARTS = _leaf_parts()
+_LEAF_FIELDS = ((32, 44), (64, 88), (len(SPKI_PREFIX) + 32, 60))
+"""(raw length, base64 length) of the payload's hash, the signature and the key's SPKI."""
+
+
+def _is_leaf(entry: bytes) -> bool:
+    """Whether ``entry`` is the body ``log_body`` writes for the three values it holds: then
+    it is exactly what ``parse_log_body`` accepts, at a small part of its cost (a monitor reads
+    one leaf per receipt)."""
+    raw: list[bytes] = []
+    at = 0
+    for part, (size, length) in zip(_LEAF_PARTS, _LEAF_FIELDS, strict=False):
+        at += len(part)
+        try:
+            value = binascii.a2b_base64(entry[at : at + length], strict_mode=True)
+        except binascii.Error:
+            return False
+        if len(value) != size:
+            return False
+        raw.append(value)
+        at += length
+    head, after_hash, after_signature, tail = _LEAF_PARTS
+    values = [b64(value).encode() for value in raw]
+    built = b"".join((head, values[0], after_hash, values[1], after_signature, values[2], tail))
+    return built == entry and raw[2].startswith(SPKI_PREFIX)
+
+
+def read_dsse_leaf(index: int, entry: bytes) -> Violation | None:
+    """The ``dsse`` leaf at ``index`` read strictly (what ``parse_log_body`` accepts: exactly
+    the members a Rekor v2 ``dsse`` 0.0.2 body has, one Ed25519 signature, RFC 8785 form): None,
+    or an ``entry`` violation naming what is wrong."""
+    if _is_leaf(entry):
+        return None
+    try:
+        parse_log_body(entry)
+    except AttestationError as exc:
+        return Violation("entry", f"a malformed {DSSE_LEAF.name}: {exc}", index)
+    return None
 
 
 def judge_key_entry(entry: KeyEntry, roots: Mapping[str, bytes]) -> Violation | None:
@@ -146,14 +213,18 @@ def listed_keys(entries: Iterable[KeyEntry], roots: Mapping[str, bytes] | None) 
 
 
 class KeyReader:
-    """The monitor's ``EntryReader`` for key entries: each read strictly, judged against
-    ``roots`` when given, and kept (``take``) for the state to save."""
+    """The monitor's ``EntryReader`` for the kinds other than receipt entries: a key entry
+    read strictly, judged against ``roots`` when given, and kept (``take``) for the state to
+    save; a ``dsse`` leaf read strictly (``read_dsse_leaf``), nothing kept."""
 
     def __init__(self, roots: Mapping[str, bytes] | None) -> None:
         self.roots = roots
         self._read: list[KeyEntry] = []
 
     def read(self, index: int, kind: EntryKind, entry: bytes) -> list[Violation]:
+        if kind is DSSE_LEAF:
+            malformed = read_dsse_leaf(index, entry)
+            return [malformed] if malformed is not None else []
         found = read_key_entry(index, kind, entry)
         if isinstance(found, Violation):
             return [found]

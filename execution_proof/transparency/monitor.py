@@ -25,10 +25,18 @@ follow the tip, which an honest log never has.
 
 The entries (``entry_kind``). An entry's kind is fixed by its first bytes, one row of
 ``ENTRY_KINDS`` each: a receipt entry (``execution-proof-log-entry/v1``), a key certificate, a
-key revocation. Receipt entries feed the chain rules (receipt ids are counted over them
-alone); key entries go to the ``EntryReader`` given (receipts/key_entries.py reads them
-strictly and judges them against pinned roots: this layer knows nothing of certificates);
-an entry of any other kind is an ``entry`` violation.
+key revocation, the ``dsse`` leaf of a receipt's attestation (``{``). Receipt entries feed the
+chain rules (receipt ids are counted over them alone); the other kinds go to the
+``EntryReader`` given (receipts/key_entries.py reads each strictly, and judges key entries
+against pinned roots: this layer knows nothing of certificates or attestations); an entry of
+any other kind is an ``entry`` violation.
+
+The pairs. Every receipt entry is followed by the ``dsse`` leaf of its attestation, and every
+``dsse`` leaf follows a receipt entry (the two are queued and integrated as one, so no
+checkpoint ends between them): anything else is an ``entry`` violation. The pair may straddle
+two bundles or two passes, so ``check_chains`` is given the kind of the entry before its first
+(``Frontier.kind_before``); after a restart at a bundle's edge it is unknown, and the first
+entry's pairing with it is not judged.
 
 The log. A monitor's state follows one log, recorded (origin and key) when a checkpoint
 first verifies (``open_followed``). A key or a checkpoint of another origin is never a
@@ -65,7 +73,10 @@ class EntryKind:
 RECEIPT_ENTRY = EntryKind("receipt entry", _ENTRY_HEADER.encode() + b"\n")
 KEY_CERTIFICATE_ENTRY = EntryKind("key certificate entry", tlog.KEY_CERTIFICATE_HEADER)
 KEY_REVOCATION_ENTRY = EntryKind("key revocation entry", tlog.KEY_REVOCATION_HEADER)
-ENTRY_KINDS = (RECEIPT_ENTRY, KEY_CERTIFICATE_ENTRY, KEY_REVOCATION_ENTRY)
+DSSE_LEAF = EntryKind("dsse leaf", b"{")
+"""The RFC 8785 bytes of a Rekor v2 ``dsse`` 0.0.2 body of a receipt's attestation, right
+after the receipt's entry (its reader: receipts/key_entries.py, ``read_dsse_leaf``)."""
+ENTRY_KINDS = (RECEIPT_ENTRY, KEY_CERTIFICATE_ENTRY, KEY_REVOCATION_ENTRY, DSSE_LEAF)
 """Every kind the monitor knows: a new kind is a row here (and its reader)."""
 
 
@@ -77,6 +88,11 @@ def entry_kind(entry: bytes) -> EntryKind | None:
         if entry.startswith(kind.header):
             return kind
     return None
+
+
+_NO_KIND = EntryKind("an entry of no known kind", b"")
+"""What ``ChainCheck.last`` holds after an entry of no known kind (never matched: not a row
+of ``ENTRY_KINDS``)."""
 
 
 class ViolationJSON(TypedDict):
@@ -222,6 +238,9 @@ class Frontier:
     verified: int = 0
     """Entries a checkpoint's root has confirmed: a served hash over any of them that differs
     from the monitor's is history rewritten (``inconsistent``), not just a bad ``tile``."""
+    last: EntryKind | None = None
+    """The kind of the entry at ``size - 1`` as this run read it (``ChainCheck.last``; None:
+    not read in this run, as after a restart: ``kind_before``)."""
 
     def _kind(self, first_entry: int) -> str:
         return "inconsistent" if first_entry < self.verified else "tile"
@@ -257,7 +276,20 @@ class Frontier:
         return frontier
 
     def copy(self) -> Frontier:
-        return Frontier(self.size, [list(row) for row in self.rows], self.verified)
+        return Frontier(self.size, [list(row) for row in self.rows], self.verified, self.last)
+
+    def kind_before(self, entries: Sequence[bytes]) -> EntryKind | None:
+        """The kind of the entry at ``size - 1`` (what the pairing of its first new entry
+        needs): ``last`` when this run read it, else from ``entries`` (the bundle of the
+        level-0 tile the size ends in, served again) when that entry hashes to the leaf
+        kept. None when it is unknown: a restart at a bundle's edge (or at size 0, where no
+        entry precedes: ``check_chains`` knows that by the index)."""
+        if self.last is not None:
+            return self.last
+        row = self.rows[0] if self.rows else []
+        if not row or len(entries) < len(row) or tlog.leaf_hash(entries[len(row) - 1]) != row[-1]:
+            return None
+        return entry_kind(entries[len(row) - 1]) or _NO_KIND
 
     def check_bundle(
         self, index: int, width: int, tile0: bytes, entries: Sequence[bytes], upper: Mapping[tuple[int, int], bytes]
@@ -411,6 +443,28 @@ class ChainCheck:
     violations: list[Violation]
     changed: dict[str, Project]
     """The projects whose chain moved, as they are after the entries."""
+    last: EntryKind | None = None
+    """The kind of the last entry (``before`` when there were none): the next call's
+    ``before``."""
+
+
+def _a(kind: EntryKind) -> str:
+    return kind.name if kind is _NO_KIND else f"a {kind.name}"
+
+
+def _unpaired(index: int, previous: EntryKind | None, kind: EntryKind) -> Violation | None:
+    """The pairing rule (module docstring) for the entry at ``index`` of ``kind`` after one
+    of kind ``previous`` (None: unknown, not judged; at index 0 nothing precedes)."""
+    if kind is DSSE_LEAF and previous is not RECEIPT_ENTRY and (previous is not None or index == 0):
+        where = f"follows {_a(previous)}" if previous is not None else "is the log's first entry"
+        return Violation("entry", f"a dsse leaf {where}, not the entry of its receipt", index)
+    if previous is RECEIPT_ENTRY and kind is not DSSE_LEAF:
+        return Violation(
+            "entry",
+            f"receipt entry {index - 1} is followed by {_a(kind)}, not by the dsse leaf of its attestation",
+            index - 1,
+        )
+    return None
 
 
 def check_chains(
@@ -419,18 +473,29 @@ def check_chains(
     projects: Mapping[str, Project],
     used: UsedPrevs,
     others: EntryReader | None = None,
+    *,
+    before: EntryKind | None = None,
+    ends: bool = False,
 ) -> ChainCheck:
     """The chain rules (module docstring) over the receipt entries of ``entries`` (indices
     ``first_index``...), against ``projects`` as they were before them (not modified: the
     result says what changed). ``used`` learns each previous hash as it passes. An entry of
     another known kind goes to ``others`` (None: it is left unread); one of no known kind,
-    or a malformed receipt entry, is an ``entry`` violation."""
+    or a malformed receipt entry, is an ``entry`` violation. The pairs (module docstring):
+    ``before`` is the kind of the entry at ``first_index - 1`` (None: unknown); ``ends``,
+    that ``entries`` end at a checkpoint's size (a receipt entry last has no leaf)."""
     violations: list[Violation] = []
     changed: dict[str, Project] = {}
+    previous = before
     for offset, entry in enumerate(entries):
         index = first_index + offset
-        kind = entry_kind(entry)
-        if kind is None:
+        kind = entry_kind(entry) or _NO_KIND
+        if (previous is RECEIPT_ENTRY) is not (kind is DSSE_LEAF):  # an honest log: both or neither
+            unpaired = _unpaired(index, previous, kind)
+            if unpaired is not None:
+                violations.append(unpaired)
+        previous = kind
+        if kind is _NO_KIND:
             violations.append(Violation("entry", "an entry of no kind this monitor knows", index))
             continue
         if kind is not RECEIPT_ENTRY:
@@ -466,4 +531,13 @@ def check_chains(
         if prev:
             used.add(project_id, prev)
         changed[project_id] = Project(receipt_hash, prev or None)
-    return ChainCheck(violations, changed)
+    if ends and previous is RECEIPT_ENTRY and entries:
+        violations.append(
+            Violation(
+                "entry",
+                f"receipt entry {first_index + len(entries) - 1} ends the checkpoint: the dsse leaf of its "
+                "attestation is not after it",
+                first_index + len(entries) - 1,
+            )
+        )
+    return ChainCheck(violations, changed, previous)

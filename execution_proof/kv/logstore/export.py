@@ -1,5 +1,11 @@
 """``log export``: copy a log from one store to another and verify the copy (docs/log.md,
-"Moving a log"). The verb is cli/log_ops.py."""
+"Moving a log"). The verb is cli/log_ops.py.
+
+Every entry is copied as bytes and checked against its leaf, whatever its kind (a receipt's
+entry, the dsse leaf of its attestation right after it, a key certificate or revocation):
+a copy holds the same tree. The only entries read for what they say are the receipt entries,
+for the newest receipt's time the copy's tree state keeps (``newest_created_ms``: a dsse
+leaf or a key entry names no receipt)."""
 
 from __future__ import annotations
 
