@@ -40,8 +40,9 @@ Phases (``--only`` runs some of them, in this order):
    hash-index field) and stopped. Measured before and after, both ways: the sum of ``MEMORY
    USAGE`` (``SAMPLES 0``) over every key but RQ's own, and ``INFO memory`` ``used_memory``.
 
-``integrate`` An integration run of ``--entries`` entries into a fresh ``file://`` store: that
-   many receipts loaded as above into a fresh Redis with their log entries queued (a backlog
+``integrate`` An integration run of ``--receipts`` receipts into a fresh ``file://`` store: that
+   many receipts loaded as above into a fresh Redis with their log entries queued (each its
+   entry and its attestation's leaf, one queue item: twice as many log entries; a backlog
    no service would accept past ``LOG_MAX_PENDING``: the integrator's busiest case), then one
    ``service.py worker`` until the published checkpoint reaches them all. The worker's RSS
    (``/proc/PID/status``) is sampled as the checkpoint passes every tenth of the run, with
@@ -734,8 +735,10 @@ async def check_store(store: Path, redis_url: str, signer: Signer) -> dict[str, 
         await log_store.close()
 
 
-def integrate_phase(tmp: Path, receipt_root: str, signer: Signer, entries: int) -> dict[str, Any]:
-    """The integration run: ``entries`` queued, one worker until they are all published."""
+def integrate_phase(tmp: Path, receipt_root: str, signer: Signer, receipts: int) -> dict[str, Any]:
+    """The integration run: ``receipts`` queued (each its entry and its attestation's leaf: two
+    log entries, one queue item), one worker until they are all published."""
+    entries = 2 * receipts
     directory = tmp / "integrate"
     directory.mkdir()
     store = directory / "store"
@@ -744,12 +747,12 @@ def integrate_phase(tmp: Path, receipt_root: str, signer: Signer, entries: int) 
     try:
         projects = create_projects(redis_kind.url, "bench-integrate", PROJECTS)
         create_log(redis_kind.url, store, signer)
-        log(f"integration run: loading {entries:,} receipts with their log entries")
+        log(f"integration run: loading {receipts:,} receipts with their {entries:,} log entries")
         _, load_seconds = preload(
-            redis_kind.url, receipt_root, projects, entries, nonce=secrets.token_hex(8), log_identity=IDENTITY
+            redis_kind.url, receipt_root, projects, receipts, nonce=secrets.token_hex(8), log_identity=IDENTITY
         )
         queued = log_state(redis_kind.url)
-        log(f"loaded in {load_seconds:.0f} s ({entries / load_seconds:,.0f}/s): {queued}")
+        log(f"loaded in {load_seconds:.0f} s ({receipts / load_seconds:,.0f} receipts/s): {queued}")
         marks = [entries * n // 10 for n in range(1, 11)]
         samples: list[tuple[float, int, int]] = []  # (seconds since start, size, RSS KiB)
         at_marks: list[tuple[int, float, int]] = []
@@ -791,6 +794,7 @@ def integrate_phase(tmp: Path, receipt_root: str, signer: Signer, entries: int) 
     batches = prom.total(metrics, "eps_log_batch_duration_seconds_count")
     tenth = at_marks[0]
     report = {
+        "integrate_receipts": receipts,
         "integrate_entries": entries,
         "integrate_load_seconds": load_seconds,
         "integrate_queued": queued,
@@ -821,6 +825,7 @@ def integrate_phase(tmp: Path, receipt_root: str, signer: Signer, entries: int) 
         and state["queued"] == 0
         and state["pending"] == 0
         and state["synced"] == entries
+        and queued["pending"] == receipts
     )
     if not ok:
         raise HarnessError(f"the integration run's log does not check out: {report}")
@@ -841,7 +846,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="each round, and the probes' window")
     parser.add_argument("--witness-seconds", type=float, default=20.0, help="the window of the witness figures")
     parser.add_argument("--memory-receipts", type=int, default=100_000, help="receipts for Redis's bytes")
-    parser.add_argument("--entries", type=int, default=1_000_000, help="entries of the integration run")
+    parser.add_argument(
+        "--receipts", type=int, default=500_000, help="receipts of the integration run (two log entries each)"
+    )
     parser.add_argument("--only", default=",".join(PHASES), help=f"phases to run, of {','.join(PHASES)}")
     parser.add_argument(
         "--quick",
@@ -851,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.seconds, args.witness_seconds = 1, 3.0, 8.0
-        args.memory_receipts, args.entries = 5_000, 20_000
+        args.memory_receipts, args.receipts = 5_000, 10_000
     phases = [phase.strip() for phase in args.only.split(",") if phase.strip()]
     unknown = set(phases) - set(PHASES)
     if unknown:
@@ -874,7 +881,7 @@ def main(argv: list[str] | None = None) -> int:
         if "memory" in phases:
             report.update(memory_phase(tmp, receipt_root, signer, args.memory_receipts))
         if "integrate" in phases:
-            report.update(integrate_phase(tmp, receipt_root, signer, args.entries))
+            report.update(integrate_phase(tmp, receipt_root, signer, args.receipts))
     except HarnessError as exc:
         log(f"HARNESS FAILURE: {exc} (the processes' logs are kept in {tmp})")
         return 2
@@ -995,7 +1002,8 @@ def render(r: dict[str, Any]) -> str:
         marks = " / ".join(f"{rss / 1024:.0f}" for _, rss in r["integrate_rss_marks"])
         tenths = " / ".join(f"{size // 1000:,}k" for size, _ in r["integrate_rss_marks"])
         lines += [
-            f"| integration run, `file://`: entries/s ({r['integrate_entries']:,} entries queued, worker start "
+            f"| integration run, `file://`: entries/s ({r['integrate_entries']:,} entries of "
+            f"{r['integrate_receipts']:,} receipts queued, worker start "
             f"included; {r['integrate_steady_entries_per_s']:,.0f}/s from the first tenth on) "
             f"| {r['integrate_entries_per_s']:,.0f} | |",
             f"| the worker's RSS at {tenths} entries, MiB (peak {r['integrate_rss_hwm_kib'] / 1024:.0f}) "

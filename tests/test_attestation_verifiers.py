@@ -46,6 +46,7 @@ from execution_proof.kv.logstore import LogStore
 from execution_proof.kv.store import Store
 from execution_proof.receipts.canonical import canonical_bytes
 from execution_proof.transparency import note
+from execution_proof.transparency.cosignature import Cosigner
 from tests.conftest import REPO, hash_of, missing_binary, require_real_services
 from tests.log_stack import Stack, stack_maker
 from tests.servers import run_cli
@@ -468,3 +469,17 @@ def test_the_documented_securesystemslib_example_checks_a_served_envelope(logged
     statement["subject"][0]["digest"]["sha256"] = hash_of("another artifact")[7:]
     refused = run_example({**envelope, "payload": b64e(canonical_bytes(statement))})
     assert refused.returncode == 1 and "securesystemslib.exceptions.VerificationError" in refused.stderr
+
+
+@pytest.mark.slow
+def test_sigstore_js_accepts_a_checkpoint_that_carries_witness_cosignatures(logged: Logged, sigstore_js: Path) -> None:
+    """A log with witnesses answers its checkpoint with their cosignature lines after its own
+    signature (usecases/log_reading.py picks a cosigned one): sigstore-js picks the log's line by
+    its key hint and passes over the others."""
+    bundle = copy.deepcopy(logged.bundle)
+    signed = entry(bundle)["inclusionProof"]["checkpoint"]["envelope"]
+    cosigned = signed + Cosigner.generate("witness.example/w1").cosign(note.parse_note(signed).text, int(time.time()))
+    entry(bundle)["inclusionProof"]["checkpoint"]["envelope"] = cosigned
+    assert cosigned.count("\u2014 ") == 2
+    result = sigstore_verify(sigstore_js, bundle, logged.trust, logged.folder / "runs")
+    assert result["verified"] is True, result
