@@ -15,7 +15,7 @@
 
 import { b64urlDecodeStrict, findKey, isObject, jcs } from './verify-core.js';
 import { keyKid } from './verify-keys.js';
-import { leafHash, LogProofError, openCheckpoint, parseVerifierKey, rootFromInclusion } from './verify-log.js';
+import { concat, leafHash, LogProofError, openCheckpoint, parseVerifierKey, rootFromInclusion } from './verify-log.js';
 
 export const PAYLOAD_TYPE = 'application/vnd.in-toto+json';
 export const STATEMENT_TYPE = 'https://in-toto.io/Statement/v1';
@@ -77,16 +77,6 @@ export function spkiRaw(der) {
 
 export function spkiDer(raw) {
   return concat(SPKI_PREFIX, raw);
-}
-
-function concat(...parts) {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
 }
 
 function equal(a, b) {

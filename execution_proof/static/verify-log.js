@@ -13,7 +13,7 @@ async function sha256(bytes) {
   return new Uint8Array(await subtle().digest('SHA-256', bytes));
 }
 
-function concat(...parts) {
+export function concat(...parts) {
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   let at = 0;
   for (const p of parts) {
