@@ -14,8 +14,11 @@ validation, no content scan, no log line, no metrics, no request id, no error ha
   receipt.
 - ``GET /v1/receipts/<id>``: one Redis round trip (GET), answer 200 with the stored receipt.
 - ``POST /v1/verify``: parse the body, hash the bearer key, one Redis round trip (the key
-  record and the receipt), parse the receipt, recompute its canonical hash, verify its
-  Ed25519 signature, answer 200.
+  record and the receipt), parse the receipt, resolve its ``sig_kid`` through the key
+  registry (every implementation signs with keys a registry certifies: the receipt's key must
+  be listed and valid at its ``created_at``; the floor keeps the registry in memory, as the
+  service does between refreshes), recompute its canonical hash, verify its Ed25519
+  signature, answer 200.
 
 Redis goes through the service's own pipelined connection (kv/link.py). The floor's ratio
 to the ceiling is the best ratio any implementation on this stack and machine can reach:
@@ -70,7 +73,9 @@ def create_app() -> Sanic[Any, Any]:
     app.config.ACCESS_LOG = False
     app.config.MOTD = False
     signing_key = SigningKey.generate()
-    verify_key = signing_key.verify_key
+    kid = "kid_" + hashlib.sha256(bytes(signing_key.verify_key)).hexdigest()[:16]
+    # The key registry as a verifier holds it: kid -> (public key, valid from, valid until).
+    registry = {kid: (signing_key.verify_key, "2000-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999Z")}
 
     @app.before_server_start
     async def connect(app: Sanic[Any, Any]) -> None:
@@ -96,6 +101,7 @@ def create_app() -> Sanic[Any, Any]:
             "tags": body.get("tags"),
             "prev_receipt_hash": None,
             "status": "issued",
+            "sig_kid": kid,
         }
         receipt_hash = "sha256:" + hashlib.sha256(orjson.dumps(receipt, option=orjson.OPT_SORT_KEYS)).hexdigest()
         receipt["receipt_hash"] = receipt_hash
@@ -136,7 +142,13 @@ def create_app() -> Sanic[Any, Any]:
         signature = receipt.pop("signature")
         claimed = receipt.pop("receipt_hash")
         recomputed = "sha256:" + hashlib.sha256(orjson.dumps(receipt, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        listed = registry.get(receipt.get("sig_kid"))
+        if listed is None:
+            return HTTPResponse(b'{"ok":false,"checks":{"signature":false}}', content_type=JSON)
+        verify_key, valid_from, valid_until = listed
         try:
+            if not valid_from <= receipt["created_at"] <= valid_until:
+                raise BadSignatureError("the key was not valid when the receipt was made")
             verify_key.verify(claimed.encode(), base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)))
             signature_ok = True
         except BadSignatureError:
