@@ -11,6 +11,7 @@ from execution_proof.web.auth import caller_of, services_of
 from execution_proof.web.errors import report_corrupt_record
 from execution_proof.web.info import base_url
 from execution_proof.web.receipts_api import JSON, PUBLIC_READ_HEADERS, splice
+from execution_proof.web.responses import Answer
 
 bp = Blueprint("bundles")
 
@@ -22,7 +23,7 @@ async def get_bundle(request: Request, receipt_id: str) -> HTTPResponse:
     for corrupt in bundle.corrupt:
         report_corrupt_record(request, corrupt)
     headers = {**PUBLIC_READ_HEADERS, **bundle.admission.headers()}
-    return HTTPResponse(splice(bundle.members), status=200, headers=headers, content_type=JSON)
+    return Answer(splice(bundle.members), status=200, headers=headers, content_type=JSON)
 
 
 @bp.get("/v1/receipts/<receipt_id:str>/attestation")
@@ -30,4 +31,4 @@ async def get_attestation(request: Request, receipt_id: str) -> HTTPResponse:
     form = request.get_args(keep_blank_values=True).get("format")
     attested = await services_of(request).attester.attest(caller_of(request), receipt_id, form)
     headers = {**PUBLIC_READ_HEADERS, **attested.admission.headers()}
-    return HTTPResponse(attested.body, status=200, headers=headers, content_type=attested.media_type)
+    return Answer(attested.body, status=200, headers=headers, content_type=attested.media_type)

@@ -22,6 +22,7 @@ from execution_proof.runtime.metrics import count_corrupt_record
 from execution_proof.web.auth import name_accepted
 from execution_proof.web.http_metrics import route_label
 from execution_proof.web.request_ids import request_id_of
+from execution_proof.web.responses import Answer
 
 log = logging.getLogger("eps.errors")
 records_log = logging.getLogger("eps.records")
@@ -56,7 +57,7 @@ def error_response(request: Request | None, error: ServiceError) -> HTTPResponse
         described["details"] = error.details
     body = {"error": described, "request_id": request_id}
     headers = {"X-Request-Id": request_id, **error.response_headers}
-    return HTTPResponse(orjson.dumps(body), status=error.status, headers=headers, content_type="application/json")
+    return Answer(orjson.dumps(body), status=error.status, headers=headers, content_type="application/json")
 
 
 def as_service_error(exception: Exception) -> ServiceError:
@@ -89,7 +90,7 @@ class JsonErrorHandler(ErrorHandler):
             # The client went away mid-request (Sanic cancels the handler): not a server
             # error, so no error record and no 500 in the metrics. A create's write goes on
             # regardless (usecases/issuing.py); this answer only names what happened.
-            return HTTPResponse(b"", status=CLIENT_CLOSED_REQUEST, headers={"X-Request-Id": request_id_of(request)})
+            return Answer(b"", status=CLIENT_CLOSED_REQUEST, headers={"X-Request-Id": request_id_of(request)})
         error = as_service_error(exception)
         if error.accepted is not None:
             name_accepted(request, error.accepted)

@@ -14,6 +14,7 @@ from sanic import exceptions as sanic_errors
 
 from execution_proof.runtime.metrics import LOG_HALTED, LOG_STALLED, METHODS, UNMATCHED, render_metrics
 from execution_proof.web.auth import bearer_token
+from execution_proof.web.responses import Answer
 
 _route_labels: dict[str, str] = {}
 
@@ -56,7 +57,7 @@ def add_metrics_route(app: Any, token: str) -> None:
             raise sanic_errors.NotFound()
         await refresh_gauges(request.app)
         body = await asyncio.to_thread(render_metrics)
-        return HTTPResponse(body, content_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
+        return Answer(body, content_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
 
     def unknown_method(request: Request, exception: Exception) -> HTTPResponse:
         # A method no route lists (BREW, TRACE) is a 405 on a known path but a 404 on an

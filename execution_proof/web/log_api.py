@@ -10,6 +10,7 @@ from sanic import Blueprint, HTTPResponse, Request
 
 from execution_proof.usecases.limiting import Admission
 from execution_proof.web.auth import caller_of, services_of
+from execution_proof.web.responses import Answer
 
 bp = Blueprint("log")
 GET_HEAD = ["GET", "HEAD"]
@@ -45,7 +46,7 @@ def prefer_wait(request: Request) -> float:
 async def describe(request: Request) -> HTTPResponse:
     here = f"{request.scheme}://{request.host}/v1/log/"
     answer = await services_of(request).log_routes.describe(caller_of(request), here)
-    return HTTPResponse(
+    return Answer(
         orjson.dumps(answer.value), headers=_headers(answer.admission, "public, max-age=60"), content_type=JSON
     )
 
@@ -53,20 +54,20 @@ async def describe(request: Request) -> HTTPResponse:
 @bp.route("/v1/log/checkpoint", methods=GET_HEAD)
 async def checkpoint(request: Request) -> HTTPResponse:
     answer = await services_of(request).log_routes.checkpoint(caller_of(request))
-    return HTTPResponse(answer.value, headers=_headers(answer.admission, CHECKPOINT_CACHE), content_type=TEXT)
+    return Answer(answer.value, headers=_headers(answer.admission, CHECKPOINT_CACHE), content_type=TEXT)
 
 
 @bp.route("/v1/log/tile/<path:path>", methods=GET_HEAD)
 async def tile(request: Request, path: str) -> HTTPResponse:
     answer = await services_of(request).log_routes.tile(caller_of(request), path)
     cache = FULL_TILE_CACHE if answer.lasting else PARTIAL_TILE_CACHE
-    return HTTPResponse(answer.value, headers=_headers(answer.admission, cache), content_type=OCTETS)
+    return Answer(answer.value, headers=_headers(answer.admission, cache), content_type=OCTETS)
 
 
 @bp.route("/v1/receipts/<receipt_id:str>/log-proof", methods=GET_HEAD)
 async def log_proof(request: Request, receipt_id: str) -> HTTPResponse:
     answer = await services_of(request).log_routes.proof(caller_of(request), receipt_id)
-    return HTTPResponse(answer.value, headers=_headers(answer.admission, CHECKPOINT_CACHE), content_type=TEXT)
+    return Answer(answer.value, headers=_headers(answer.admission, CHECKPOINT_CACHE), content_type=TEXT)
 
 
 @bp.route("/v1/log/checkpoints/<size:str>/timestamps", methods=GET_HEAD)
@@ -75,4 +76,4 @@ async def timestamps(request: Request, size: str) -> HTTPResponse:
     published); the latest checkpoint answers with an empty list until it is stamped."""
     answer = await services_of(request).log_routes.timestamps(caller_of(request), size)
     cache = STAMPS_CACHE if answer.lasting else CHECKPOINT_CACHE
-    return HTTPResponse(answer.value, headers=_headers(answer.admission, cache), content_type=JSON)
+    return Answer(answer.value, headers=_headers(answer.admission, cache), content_type=JSON)

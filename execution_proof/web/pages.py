@@ -11,6 +11,7 @@ from sanic.response import html
 
 from execution_proof.web.auth import services_of
 from execution_proof.web.openapi import reference_view
+from execution_proof.web.responses import Answer
 from execution_proof.web.templating import TEMPLATES
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -45,7 +46,7 @@ async def verify_page(request: Request) -> HTTPResponse:
     page = _verify_page(STATIC_DIR / "verify.html")
     if services_of(request).log is not None:
         page = page.replace("<body", '<body data-log="on"', 1)
-    return HTTPResponse(page, headers=VERIFY_PAGE_HEADERS, content_type="text/html; charset=utf-8")
+    return Answer(page, headers=VERIFY_PAGE_HEADERS, content_type="text/html; charset=utf-8")
 
 
 @functools.cache

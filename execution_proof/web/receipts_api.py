@@ -12,6 +12,7 @@ from execution_proof.web.auth import caller_of, services_of, with_caller
 from execution_proof.web.bodies import check_body_size
 from execution_proof.web.errors import report_corrupt_record
 from execution_proof.web.log_api import prefer_wait
+from execution_proof.web.responses import Answer
 
 bp = Blueprint("receipts")
 
@@ -54,7 +55,7 @@ async def create_receipt(request: Request) -> HTTPResponse:
         **quota_headers(key.plan, issued.month),
         **ratelimit_headers([issued.minute, created.ip_usage]),
     }
-    return HTTPResponse(splice(parts), status=status, headers=response_headers, content_type=JSON)
+    return Answer(splice(parts), status=status, headers=response_headers, content_type=JSON)
 
 
 @bp.get("/v1/receipts/<receipt_ref:str>")
@@ -63,7 +64,7 @@ async def get_receipt(request: Request, receipt_ref: str) -> HTTPResponse:
     read = await services_of(request).reader.read(caller_of(request), receipt_ref, project_id)
     body = splice([("ok", b"true"), ("receipt", read.stored)])
     headers = {**PUBLIC_READ_HEADERS, **read.admission.headers()}
-    return HTTPResponse(body, status=200, headers=headers, content_type=JSON)
+    return Answer(body, status=200, headers=headers, content_type=JSON)
 
 
 @bp.post("/v1/verify")
@@ -75,6 +76,4 @@ async def verify(request: Request) -> HTTPResponse:
     with_caller(request, verified.admission.caller)
     for corrupt in verified.corrupt:
         report_corrupt_record(request, corrupt)
-    return HTTPResponse(
-        orjson.dumps(verified.result), status=200, headers=verified.admission.headers(), content_type=JSON
-    )
+    return Answer(orjson.dumps(verified.result), status=200, headers=verified.admission.headers(), content_type=JSON)

@@ -7,6 +7,7 @@ from sanic import Blueprint, HTTPResponse, Request
 
 from execution_proof.web.auth import caller_of, services_of, with_caller
 from execution_proof.web.receipts_api import JSON, splice
+from execution_proof.web.responses import Answer
 
 bp = Blueprint("search")
 
@@ -24,4 +25,4 @@ async def search_receipts(request: Request) -> HTTPResponse:
         ]
     )
     headers = {"Cache-Control": "no-store", **found.admission.headers()}
-    return HTTPResponse(body, status=200, headers=headers, content_type=JSON)
+    return Answer(body, status=200, headers=headers, content_type=JSON)
