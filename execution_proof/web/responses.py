@@ -27,7 +27,7 @@ class Answer(HTTPResponse):
     @property
     def processed_headers(self) -> Iterator[tuple[bytes, bytes]]:
         headers = self.headers
-        if has_message_body(self.status):
+        if has_message_body(self.status):  # type: ignore[no-untyped-call]
             headers.setdefault("content-type", self.content_type)
         encoded = []
         for name, value in headers.items():
