@@ -124,3 +124,25 @@ async def test_a_hash_with_more_than_four_receipts_moves_to_its_set(
     summary = await sweep(store.retention, 1.0, far)
     assert summary["removed"]["receipts"] == 5 and summary["removed"]["search_index"] == 5
     assert await store.client.exists(name) == 0
+
+
+async def test_a_receipt_is_found_by_its_hash_with_its_record_in_one_call(store: Store) -> None:
+    """kv/lua/find_receipt.lua names the record from the index meta key's slot tag and the
+    16-byte id (index_buckets.lua's ULID text): for every receipt, across bucket splits, it
+    returns the id and the record a read by id returns; a gone record is (id, None); an
+    unknown hash is None."""
+    project_id = (await create_project_key(store.keys, project_name="find", plan="pro"))["project_id"]
+    planted, tip = [], None
+    for n in range(150):
+        planted.append(await plant(store, project_id, tip, n))
+        tip = planted[-1]["receipt_hash"]
+    for receipt in planted:
+        found = await store.receipts.find_receipt_by_hash(project_id, receipt["receipt_hash"])
+        assert found is not None
+        assert found[0] == receipt["receipt_id"]
+        assert found[1] == await store.receipts.get_receipt_json(receipt["receipt_id"], project_id)
+        assert found[1] is not None and orjson.loads(found[1])["receipt_hash"] == receipt["receipt_hash"]
+    assert await store.receipts.find_receipt_by_hash(project_id, hash_of("never issued")) is None
+    gone = planted[3]
+    await store.client.delete(keys.receipt_key(gone["receipt_id"]))
+    assert await store.receipts.find_receipt_by_hash(project_id, gone["receipt_hash"]) == (gone["receipt_id"], None)

@@ -465,9 +465,9 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
     endpoint: Endpoint, settings: Any, keyring: Any
 ) -> None:
     """A public read by id is one write to Redis (limit check and read together); a verify of
-    a chained receipt is three (key and address limit + receipt, key limit + previous id,
-    previous), once Redis knows the lookup script (the first lookup after a Redis start loads
-    it: one more)."""
+    a chained receipt is two (key and address limit + receipt, key limit + previous receipt
+    found by its hash and read in one script), once Redis knows the lookup script (the first
+    lookup after a Redis start loads it: one more)."""
     import orjson
 
     from execution_proof.kv.accounts import create_project_key
@@ -497,7 +497,7 @@ async def test_reads_and_verifies_share_round_trips_with_their_limit_checks(
         assert counting.writes == 1
 
         body = {"receipt_id": created[1]["receipt_id"], "input_hash": hash_of("second")}
-        for expected_writes in (4, 3):  # the first loads the lookup script
+        for expected_writes in (3, 2):  # the first loads the lookup script
             counting.writes = 0
             _, verified = await client.post("/v1/verify", content=orjson.dumps(body), headers=auth(key))
             assert verified.status_code == 200 and verified.json["ok"] is True, verified.json

@@ -45,6 +45,7 @@ def script_key_sets(project_id: str) -> dict[str, list[str]]:
         "log_read.lua": [queue, keys.log_synced_key(LOG, project_id)],
         "log_size.lua": [keys.log_size_key(LOG)],
         "find_index_field.lua": [keys.index_meta_key(project_id)],
+        "find_receipt.lua": [keys.index_meta_key(project_id)],
         "expire_index_bucket.lua": [keys.index_bucket_key(project_id, 5), keys.index_meta_key(project_id)],
         "create_project.lua": [keys.project_key(project_id), keys.project_api_keys_key(project_id)],
         "hit_counter.lua": [keys.ip_counter_key("2001:db8::/64", "authenticated", "29000000")],

@@ -92,8 +92,8 @@ def as_bytes(value: bytes | str | None) -> bytes | None:
 
 
 IndexLookup: TypeAlias = Awaitable[Any]
-"""A hash-index lookup sent ahead (``ReceiptStore.prefetch_receipt_id_by_hash``: the link's
-``send_script``); ``ReceiptStore.prefetched_text`` awaits it for the receipt id."""
+"""A hash-index lookup sent ahead (``ReceiptStore.prefetch_receipt_by_hash``: the link's
+``send_script``); ``ReceiptStore.prefetched_receipt_by_hash`` awaits it for the receipt."""
 
 
 def checked_receipt_bytes(value: bytes | str | None, receipt_id: str, project_id: str | None = None) -> bytes | None:

@@ -94,6 +94,7 @@ class Store:
             self.log_queue,
             issue=register(client, "issue_receipt.lua", on_index=True),
             find_index_field=find_index_field,
+            find_receipt=register(client, "find_receipt.lua", on_index=True),
             delete_receipt=register(client, "delete_receipt.lua", on_index=True),
             ack=ack,
             log=log,

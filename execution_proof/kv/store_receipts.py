@@ -54,6 +54,7 @@ class ReceiptStore:
         *,
         issue: LuaScript,
         find_index_field: LuaScript,
+        find_receipt: LuaScript,
         delete_receipt: LuaScript,
         ack: StoreAck = NO_ACK,
         log: LogQueue | None = None,
@@ -66,6 +67,7 @@ class ReceiptStore:
         self._log_queue = log_queue
         self._issue = issue
         self._find_index_field = find_index_field
+        self._find_receipt = find_receipt
         self._delete_receipt = delete_receipt
 
     def configured(self, *, ack: StoreAck, log: LogQueue | None) -> ReceiptStore:
@@ -79,6 +81,7 @@ class ReceiptStore:
             self._log_queue,
             issue=self._issue,
             find_index_field=self._find_index_field,
+            find_receipt=self._find_receipt,
             delete_receipt=self._delete_receipt,
             ack=ack,
             log=log,
@@ -289,28 +292,40 @@ class ReceiptStore:
         ``prefetched_receipt_json``. A prefetch nobody awaits (the request was refused) is dropped."""
         return self.link.send("GET", keys.receipt_key(receipt_id))
 
-    def prefetch_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> IndexLookup:
-        """As ``prefetch_receipt_json``, for ``prefetched_text``: the lookup script is sent
-        now (``Link.send_script``; should Redis not know the script yet, awaiting it sends it
-        again, one more round trip once per Redis start)."""
-        script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
-        return self.link.send_script(self._find_index_field, script_keys, script_args)
+    def prefetch_receipt_by_hash(self, project_id: str, receipt_hash: str) -> IndexLookup:
+        """As ``prefetch_receipt_json``, by the receipt's hash within its project, for
+        ``prefetched_receipt_by_hash``: one script finds the id in the project's index and
+        reads the record it names (kv/lua/find_receipt.lua; should Redis not know the script
+        yet, awaiting it sends it again, one more round trip once per Redis start)."""
+        return self.link.send_script(
+            self._find_receipt,
+            [keys.index_meta_key(project_id)],
+            [keys.hash_index_field(receipt_hash)],
+        )
 
-    @staticmethod
-    def _hash_lookup(project_id: str, receipt_hash: str) -> tuple[list[Any], list[Any]]:
-        """``find_index_field.lua``'s KEYS and ARGV for a receipt hash: the index meta key;
-        the hash-index field."""
-        return [keys.index_meta_key(project_id)], [keys.hash_index_field(receipt_hash)]
+    @unavailable_as_503
+    async def prefetched_receipt_by_hash(self, sent: IndexLookup, project_id: str) -> tuple[str, bytes | None] | None:
+        """What ``prefetch_receipt_by_hash`` found: None when the index has no such hash,
+        else (the receipt id it names, the receipt's JSON bytes or None when the record is
+        gone). ``CorruptRecord`` as ``get_receipt_json``. The index keys a truncated hash: the
+        caller checks the full ``receipt_hash`` of the receipt."""
+        reply = await sent
+        if not reply:
+            return None
+        raw_id, stored = reply
+        receipt_id = keys.receipt_id_from_bytes(as_bytes(raw_id) or b"")
+        return receipt_id, checked_receipt_bytes(stored or None, receipt_id, project_id)
+
+    async def find_receipt_by_hash(self, project_id: str, receipt_hash: str) -> tuple[str, bytes | None] | None:
+        """``prefetched_receipt_by_hash`` of a lookup sent now: one round trip."""
+        return await self.prefetched_receipt_by_hash(
+            self.prefetch_receipt_by_hash(project_id, receipt_hash), project_id
+        )
 
     @unavailable_as_503
     async def prefetched_receipt_json(self, sent: Awaitable[Any], receipt_id: str) -> bytes | None:
         """The receipt JSON of ``prefetch_receipt_json(receipt_id)``, or None; as ``get_receipt_json``."""
         return checked_receipt_bytes(await sent, receipt_id)
-
-    @unavailable_as_503
-    async def prefetched_text(self, sent: IndexLookup) -> str | None:
-        """The receipt id a ``prefetch_receipt_id_by_hash`` found, or None."""
-        return receipt_id_of(await sent)
 
     @unavailable_as_503
     async def get_receipt_json(self, receipt_id: str, project_id: str | None = None) -> bytes | None:
@@ -340,8 +355,11 @@ class ReceiptStore:
     async def find_receipt_id_by_hash(self, project_id: str, receipt_hash: str) -> str | None:
         """The id of the project's receipt with this hash, or None. The index keys a
         truncated hash: the caller checks the full ``receipt_hash`` of the receipt it reads."""
-        script_keys, script_args = self._hash_lookup(project_id, receipt_hash)
-        return receipt_id_of(await self.link.run_script(self._find_index_field, script_keys, script_args))
+        return receipt_id_of(
+            await self.link.run_script(
+                self._find_index_field, [keys.index_meta_key(project_id)], [keys.hash_index_field(receipt_hash)]
+            )
+        )
 
     @unavailable_as_503
     async def search_receipts(

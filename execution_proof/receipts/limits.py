@@ -225,9 +225,11 @@ def quota_object(plan: str, usage: Usage) -> QuotaObject:
     }
 
 
-def quota_headers(plan: str, usage: Usage) -> dict[str, str]:
-    """The ``X-Service-*`` headers of ``POST /v1/receipts`` (docs/api.md)."""
-    quota = quota_object(plan, usage)
+def quota_headers(plan: str, usage: Usage, quota: QuotaObject | None = None) -> dict[str, str]:
+    """The ``X-Service-*`` headers of ``POST /v1/receipts`` (docs/api.md), from ``quota``
+    when the caller has made it already (the create's body carries it too)."""
+    if quota is None:
+        quota = quota_object(plan, usage)
     return {
         "X-Service-Plan": plan,
         "X-Service-Monthly-Limit": str(quota["monthly_limit"]),

@@ -86,11 +86,11 @@ async def collect_chain(receipts: ReceiptStore, receipt: ReceiptObject, depth: i
     while isinstance(prev_hash := current.get("prev_receipt_hash"), str):
         if len(raw) >= depth:
             return Chain(raw, parsed, False)
-        prev_id = await receipts.find_receipt_id_by_hash(project_id, prev_hash)
         try:
-            stored = await receipts.get_receipt_json(prev_id, project_id) if prev_id else None
+            found = await receipts.find_receipt_by_hash(project_id, prev_hash)
         except CorruptRecord as exc:
             return Chain(raw, parsed, False, exc)
+        stored = found[1] if found is not None else None
         if stored is None:
             return Chain(raw, parsed, False)
         current = orjson.loads(stored)

@@ -59,9 +59,9 @@ class Reader:
                     "looking a receipt up by its hash needs the project: add ?project_id=prj_...",
                     {"field": "project_id"},
                 )
-            receipt_id = await receipts.find_receipt_id_by_hash(project_id, ref.lower())
             # The record must be the id's, and of the project whose index named it (CorruptRecord).
-            stored = await receipts.get_receipt_json(receipt_id, project_id) if receipt_id else None
+            found = await receipts.find_receipt_by_hash(project_id, ref.lower())
+            stored = found[1] if found is not None else None
             if stored is not None and orjson.loads(stored).get("receipt_hash") != ref.lower():
                 stored = None  # the index keys a truncated hash: this is another receipt
         else:

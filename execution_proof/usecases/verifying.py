@@ -1,8 +1,8 @@
 """Verifying a stored receipt for its project: ``POST /v1/verify`` below the web layer.
 
 Two round trips: the receipt is read in the same one as the key lookup and the address's
-limit check (a refused request drops it); the key's limit and the previous receipt's lookup
-share the next.
+limit check (a refused request drops it); the key's limit and the previous receipt (found by
+its hash and read in one script: kv/lua/find_receipt.lua) share the next.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Verified(NamedTuple):
 class _Found(NamedTuple):
     receipt: JSONObject | None
     unreadable: CorruptRecord | None
-    prev_id_sent: IndexLookup | None
+    prev_sent: IndexLookup | None
 
 
 class ReceiptVerifier:
@@ -78,12 +78,12 @@ class ReceiptVerifier:
                 stored, unreadable = None, exc
             receipt: JSONObject | None = orjson.loads(stored) if stored is not None else None
             prev_hash = receipt.get("prev_receipt_hash") if receipt is not None else None
-            prev_id_sent = (
-                receipts.prefetch_receipt_id_by_hash(key.project_id, prev_hash)
+            prev_sent = (
+                receipts.prefetch_receipt_by_hash(key.project_id, prev_hash)
                 if isinstance(prev_hash, str) and receipt is not None and receipt.get("project_id") == key.project_id
                 else None
             )
-            return _Found(receipt, unreadable, prev_id_sent)
+            return _Found(receipt, unreadable, prev_sent)
 
         admission = await self.limiter.admit(
             caller, "authenticated", key=True, count=body_error is None, per_key=True, checks=checks
@@ -102,7 +102,7 @@ class ReceiptVerifier:
             raise naming(NotFound(NOT_FOUND), key)
         if receipt.get("project_id") != key.project_id:
             raise naming(Forbidden("this receipt belongs to another project"), key)
-        prev, corrupt = await self._find_prev(receipt, found.prev_id_sent)
+        prev, corrupt = await self._find_prev(receipt, found.prev_sent)
         result = verify_receipt(
             receipt,
             await self.keys.knowing(receipt.get("sig_kid")),
@@ -113,7 +113,7 @@ class ReceiptVerifier:
         return Verified(result, admission, corrupt)
 
     async def _find_prev(
-        self, receipt: JSONObject, prev_id_sent: IndexLookup | None
+        self, receipt: JSONObject, prev_sent: IndexLookup | None
     ) -> tuple[JSONObject | None, tuple[CorruptRecord, ...]]:
         """The previous receipt the stored one links to, as stored (the verifier checks both),
         and the unusable record found instead, if any (then the previous one is not found:
@@ -123,14 +123,15 @@ class ReceiptVerifier:
         project_id = receipt.get("project_id")
         if not isinstance(prev_hash, str) or not isinstance(project_id, str):
             return None, ()
-        if prev_id_sent is not None:
-            prev_id = await receipts.prefetched_text(prev_id_sent)
-        else:
-            prev_id = await receipts.find_receipt_id_by_hash(project_id, prev_hash)
         try:
-            prev_json = await receipts.get_receipt_json(prev_id, project_id) if prev_id else None
+            found = (
+                await receipts.prefetched_receipt_by_hash(prev_sent, project_id)
+                if prev_sent is not None
+                else await receipts.find_receipt_by_hash(project_id, prev_hash)
+            )
         except CorruptRecord as exc:
             return None, (exc,)
+        prev_json = found[1] if found is not None else None
         prev: JSONObject | None = orjson.loads(prev_json) if prev_json is not None else None
         # The index keys a truncated hash: a receipt with another hash is not the previous one.
         return (prev if prev is not None and prev.get("receipt_hash") == prev_hash else None), ()

@@ -40,19 +40,20 @@ async def create_receipt(request: Request) -> HTTPResponse:
     )
     with_caller(request, created.caller)
     issued, key = created.issued, created.key
+    quota = quota_object(key.plan, issued.month)
     parts = [
         ("ok", b"true"),
         ("receipt", issued.receipt_json),
         ("idempotency", orjson.dumps({"hit": issued.replayed, "key": issued.replay_key})),
         ("chain", orjson.dumps(chain_object(issued.receipt))),
-        ("quota", orjson.dumps(quota_object(key.plan, issued.month))),
+        ("quota", orjson.dumps(quota)),
     ]
     if created.log is not None:
         parts.append(("log", orjson.dumps(created.log)))
     status = 200 if issued.replayed else 201
     response_headers = {
         "Location": f"/v1/receipts/{issued.receipt['receipt_id']}",
-        **quota_headers(key.plan, issued.month),
+        **quota_headers(key.plan, issued.month, quota),
         **ratelimit_headers([issued.minute, created.ip_usage]),
     }
     return Answer(splice(parts), status=status, headers=response_headers, content_type=JSON)

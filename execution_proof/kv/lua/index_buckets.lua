@@ -6,7 +6,10 @@
 -- count; there are 2^level + split buckets, and a field's bucket comes from its bytes 2-4
 -- (the first three bytes of the SHA-256 value it is keyed by). The meta key is declared in
 -- KEYS; each bucket's name is the meta key's name + ":" + its number, so it carries the
--- same {TAG} and lives in the same Redis Cluster slot.
+-- same {TAG} and lives in the same Redis Cluster slot. The record of a receipt an index
+-- field names is reached the same way (idx_record): a receipt id carries its project's
+-- {TAG} (receipts/ids.py), so its record key (kv.keys.receipt_key) is made from the meta
+-- key's {TAG} and the id, in the same slot.
 
 local INDEX_LOAD = 48 -- fields per bucket on average before the next split (kv.keys.INDEX_LOAD)
 local idx = {}
@@ -38,6 +41,32 @@ local function idx_get(meta, field)
   idx_load(meta)
   local bucket = idx_bucket(field)
   return redis.call('HGET', bucket, field)
+end
+
+local CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ'
+
+-- The ULID text of 16 bytes: 26 base-32 digits of the 128 bits after two zero bits
+-- (receipts.ids.ulid_from_bytes).
+local function idx_ulid_text(raw)
+  local digits = {}
+  local acc, bits = 0, 2
+  for i = 1, 16 do
+    acc = acc * 256 + string.byte(raw, i)
+    bits = bits + 8
+    while bits >= 5 do
+      bits = bits - 5
+      local digit = math.floor(acc / 2 ^ bits)
+      acc = acc - digit * 2 ^ bits
+      digits[#digits + 1] = string.sub(CROCKFORD, digit + 1, digit + 1)
+    end
+  end
+  return table.concat(digits)
+end
+
+-- The record of the receipt whose 16-byte id an index value of `meta` starts with, or false.
+local function idx_record(meta, value)
+  local tag = string.match(meta, '^b:({[^}]*}):')
+  return redis.call('GET', 'r:' .. tag .. ':rcpt_' .. idx_ulid_text(string.sub(value, 1, 16))) or false
 end
 
 local function idx_count(delta)
