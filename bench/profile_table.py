@@ -18,40 +18,63 @@ from collections import Counter
 # (label, what it pays for, frame patterns). Order matters: the first match from the
 # innermost frame outwards wins.
 RULES: list[tuple[str, str, tuple[str, ...]]] = [
-    ("Ed25519", "the receipt's and the attestation's signatures; a verify's check", ("crypto_sign", "nacl/")),
+    (
+        "Ed25519",
+        "a receipt's signature and its attestation's, signed at creation; a verify checks one "
+        "(docs/receipt-format.md, docs/attestations.md)",
+        ("crypto_sign", "nacl/"),
+    ),
     (
         "canonical JSON and hashes",
-        "the receipt hash (RFC 8785), the Statement, the idempotency fingerprint, the key's hash",
+        "the receipt hash over RFC 8785 bytes, the Statement, the idempotency fingerprint, "
+        "the API key's hash (keys are stored hashed)",
         ("receipts/canonical.py", "receipts/encoding.py", "receipts/attestation.py", "receipts/apikeys.py"),
     ),
-    ("compact record", "the record's encoding and its round-trip check; a read's decoding", ("receipts/compact.py",)),
+    (
+        "compact record",
+        "the compact record (the memory target, docs/redis.md): encoding with its round-trip check, decoding on a read",
+        ("receipts/compact.py",),
+    ),
     (
         "body parsing and checks",
-        "the body's JSON, its fields, the content scan",
+        "the body's JSON, its fields' checks, the content scan (docs/api.md: 4xx for bad input)",
         ("receipts/content_scan.py", "usecases/bodies.py", "parse_create_request", "parse_verify_request"),
     ),
-    ("request id", "X-Request-Id on every response", ("web/request_ids.py",)),
-    ("log line", "one JSON line per request", ("web/access_log.py", "runtime/logs.py")),
-    ("metrics", "request and store metrics", ("prometheus_client/", "runtime/metrics.py", "unavailable_as_503")),
-    ("response headers", "the headers' encoding (web/responses.py)", ("web/responses.py",)),
-    ("Redis link", "commands packed, written, replies parsed (kv/link.py, hiredis)", ("kv/link.py", "hiredis")),
-    ("store", "keys and script arguments (kv/)", ("kv/",)),
+    ("request id", "X-Request-Id on every response (docs/api.md)", ("web/request_ids.py",)),
+    ("log line", "one JSON line per request (docs/observability.md)", ("web/access_log.py", "runtime/logs.py")),
+    (
+        "metrics",
+        "request and store metrics, the store's 503 mapping (docs/observability.md)",
+        ("prometheus_client/", "runtime/metrics.py", "unavailable_as_503"),
+    ),
+    (
+        "response headers",
+        "encoding the headers the API sends: RateLimit, quota, Location, CORS, cache (web/responses.py)",
+        ("web/responses.py",),
+    ),
+    (
+        "Redis link",
+        "Redis commands packed, written over loopback, replies parsed (kv/link.py, hiredis)",
+        ("kv/link.py", "hiredis"),
+    ),
+    ("store", "key names, script arguments, record checks (kv/)", ("kv/",)),
     (
         "limits and the key",
-        "per-address, per-key and monthly counters, the key lookup, RateLimit headers",
+        "per-address, per-key and monthly limits, the key lookup and failed-auth throttle, "
+        "RateLimit fields (docs/limits.md)",
         ("usecases/limiting.py", "receipts/limits.py", "web/auth.py", "web/client_ip.py"),
     ),
     (
-        "issuer",
-        "group commit: chain placement, the receipt, the log item (usecases/issuing.py, receipts/model.py)",
+        "receipt model",
+        "the receipt model: building and chaining a receipt (group commit), its log item, field helpers, ids",
         ("usecases/issuing.py", "receipts/model.py", "transparency/", "receipts/ids.py"),
     ),
     (
         "verifier",
-        "hash recomputation, chain link, key judgement (receipts/verifier.py, usecases/verifying.py)",
+        "a verify's checks: hash recomputation, the chain link, the key's certificate and revocation (docs/api.md)",
         ("receipts/verifier.py", "usecases/verifying.py", "receipts/signing.py", "usecases/signing_keys.py"),
     ),
-    ("handlers and envelope", "web/ routes, the response envelope, use-case calls", ("web/", "usecases/")),
+    ("handlers and envelope", "routes, the response body, the use-case calls around them", ("web/", "usecases/")),
     (
         "Sanic",
         "request parsing, routing, response write: what the ceiling pays too",

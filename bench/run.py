@@ -428,7 +428,8 @@ def run(args: argparse.Namespace) -> Report:
             *(
                 [
                     "Floor: bench/floor.py, the least each route must do on this stack (parse, hash the key, "
-                    "one Redis round trip, build, hash and sign the receipt or verify its signature; no limits, "
+                    "one Redis round trip, build, hash and sign the receipt and its attestation, or resolve its "
+                    "key in a registry and verify its signature; no limits, "
                     "idempotency, chain, validation, log line or metrics), run with the empty store only: its "
                     "ratio is the best any implementation could reach here."
                 ]
